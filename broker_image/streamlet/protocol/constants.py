@@ -1,0 +1,77 @@
+"""Numbers of the RabbitMQ Stream protocol: command keys, response codes, offset types."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+RESPONSE_FLAG = 0x8000
+#: RabbitMQ caps incoming frames at this size until Open succeeds.
+PRE_OPEN_FRAME_MAX = 8192
+
+
+class Key(IntEnum):
+    DECLARE_PUBLISHER = 1
+    PUBLISH = 2
+    PUBLISH_CONFIRM = 3
+    PUBLISH_ERROR = 4
+    QUERY_PUBLISHER_SEQUENCE = 5
+    DELETE_PUBLISHER = 6
+    SUBSCRIBE = 7
+    DELIVER = 8
+    CREDIT = 9
+    STORE_OFFSET = 10
+    QUERY_OFFSET = 11
+    UNSUBSCRIBE = 12
+    CREATE = 13
+    DELETE = 14
+    METADATA = 15
+    METADATA_UPDATE = 16
+    PEER_PROPERTIES = 17
+    SASL_HANDSHAKE = 18
+    SASL_AUTHENTICATE = 19
+    TUNE = 20
+    OPEN = 21
+    CLOSE = 22
+    HEARTBEAT = 23
+    ROUTE = 24
+    PARTITIONS = 25
+    CONSUMER_UPDATE = 26
+    EXCHANGE_COMMAND_VERSIONS = 27
+    STREAM_STATS = 28
+    CREATE_SUPER_STREAM = 29
+    DELETE_SUPER_STREAM = 30
+    RESOLVE_OFFSET_SPEC = 31
+
+
+class Code(IntEnum):
+    OK = 1
+    STREAM_DOES_NOT_EXIST = 2
+    SUBSCRIPTION_ID_ALREADY_EXISTS = 3
+    SUBSCRIPTION_ID_DOES_NOT_EXIST = 4
+    STREAM_ALREADY_EXISTS = 5
+    STREAM_NOT_AVAILABLE = 6
+    SASL_MECHANISM_NOT_SUPPORTED = 7
+    AUTHENTICATION_FAILURE = 8
+    SASL_ERROR = 9
+    SASL_CHALLENGE = 10
+    SASL_AUTHENTICATION_FAILURE_LOOPBACK = 11
+    VIRTUAL_HOST_ACCESS_FAILURE = 12
+    UNKNOWN_FRAME = 13
+    FRAME_TOO_LARGE = 14
+    INTERNAL_ERROR = 15
+    ACCESS_REFUSED = 16
+    PRECONDITION_FAILED = 17
+    PUBLISHER_DOES_NOT_EXIST = 18
+    NO_OFFSET = 19
+
+
+class OffsetType(IntEnum):
+    FIRST = 1
+    LAST = 2
+    NEXT = 3
+    OFFSET = 4
+    TIMESTAMP = 5
+
+
+#: Leader reference reported in Metadata when a stream has no known leader.
+NO_LEADER = 0xFFFF
