@@ -76,7 +76,7 @@ class ChunkHeader:
         return cls(*fields)
 
 
-def crc32(data: bytes | memoryview) -> int:
+def crc32(data: bytes | bytearray | memoryview) -> int:
     return zlib.crc32(data) & 0xFFFFFFFF
 
 

@@ -1,0 +1,523 @@
+"""StreamLog: the durable append-only log of one stream, in the Osiris on-disk layout.
+
+A chunk on disk is byte for byte the chunk a Deliver frame carries (minus bloom and trailer),
+so reading for delivery is one ``pread`` over a run of chunks and slicing. See docs/storage.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
+from pathlib import Path
+
+from streamlet.protocol.chunk import (
+    CHUNK_TRACKING_DELTA,
+    CHUNK_TRACKING_SNAPSHOT,
+    CHUNK_USER,
+    HEADER,
+    HEADER_SIZE,
+    MAGIC_VERSION,
+    TRACKING_OFFSET,
+    crc32,
+    encode_tracking,
+    simple_entry,
+)
+
+from .config import LogConfig
+from .layout import (
+    EPOCH,
+    INDEX_HEADER,
+    INDEX_RECORD,
+    INDEX_RECORD_SIZE,
+    INDEX_SUFFIX,
+    SEGMENT_HEADER,
+    SEGMENT_SUFFIX,
+    ChunkRef,
+    parse_name,
+)
+from .recovery import open_active, replay_tracking
+from .segment import Segment, StorageError
+from .tracking import Tracking, encode_trailer
+
+log = logging.getLogger(__name__)
+
+Buffer = bytes | bytearray | memoryview
+
+# Index records are buffered and written every this many bytes (and at roll, sync, close):
+# the index is rebuilt from the segment after a crash, so it need not be written per chunk.
+_INDEX_FLUSH_BYTES = 128 * INDEX_RECORD_SIZE
+_FSYNC_MODES = {"never": 0, "chunk": 1, "interval": 2}
+_FSYNC_INTERVAL_S = 1.0
+_DEFAULT_CONFIG = LogConfig()
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class StreamLog:
+    """One stream's log in ``directory``: segments ``%020d.segment`` with their ``.index``.
+
+    Single-threaded by design (the broker is one asyncio loop). Readers only ever see chunks
+    that are in the in-memory table, which is updated after each chunk is written whole.
+    """
+
+    def __init__(self, directory: Path | str, config: LogConfig = _DEFAULT_CONFIG) -> None:
+        self.directory = Path(directory)
+        self.config = config
+        self._tracking = Tracking()
+        # publisher reference -> last publishing id stored; consumer reference -> offset
+        self.writer_sequences: dict[str, int] = self._tracking.sequences
+        self.offsets: dict[str, int] = self._tracking.offsets
+        self._segments: list[Segment] = []
+        self._seg_ids: list[int] = []
+        self._index_fd = -1
+        self._index_buf = bytearray()
+        self._next = 0
+        self._last_ref: ChunkRef | None = None
+        self._first_user: int | None = None  # first user chunk id; None: not computed yet
+        self._fsync = _FSYNC_MODES[config.fsync]
+        self._last_sync = time.monotonic()
+        self._max_seg_bytes = config.max_segment_bytes
+        self._max_seg_chunks = config.max_segment_chunks
+        self._closed = False
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._open()
+
+    # -- opening -------------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        names = os.listdir(self.directory)
+        seg_ids = sorted(i for n in names if (i := parse_name(n, SEGMENT_SUFFIX)) is not None)
+        idx_ids = {i for n in names if (i := parse_name(n, INDEX_SUFFIX)) is not None}
+        # retention deletes a segment before its index: an index alone is a leftover
+        for i in idx_ids.difference(seg_ids):
+            os.unlink(self.directory / f"{i:020d}{INDEX_SUFFIX}")
+        for n in names:
+            if n.endswith(".index.tmp"):
+                os.unlink(self.directory / n)
+        segments = [Segment(self.directory, i) for i in seg_ids]
+        # the newest segment holding a whole chunk is the active one; newer empty ones are
+        # segments whose first chunk never made it to disk
+        idx_fd = -1
+        while segments:
+            idx_fd = open_active(segments[-1])
+            if segments[-1].nchunks or len(segments) == 1:
+                break
+            os.close(idx_fd)
+            log.warning("%s: removing empty segment %s", self.directory, segments[-1].path.name)
+            segments.pop().remove_files()
+        if not segments:
+            self._create_segment(0)
+        else:
+            for seg in segments[:-1]:
+                seg.light_open()
+            self._segments = segments
+            self._seg_ids = [s.id for s in segments]
+            self._index_fd = idx_fd
+        active = self._active
+        self._next = active.ids[-1] + active.nrec[-1] if active.nchunks else active.id
+        replay_tracking(active, self._tracking)
+        self._last_ref = self._find_last_user()
+
+    def _create_segment(self, seg_id: int) -> None:
+        seg = Segment(self.directory, seg_id)
+        fd = os.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        os.write(fd, SEGMENT_HEADER)
+        idx_fd = os.open(seg.index_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(idx_fd, INDEX_HEADER)
+        seg.fd = fd
+        seg.loaded = True
+        if self._fsync:
+            dfd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        self._segments.append(seg)
+        self._seg_ids.append(seg_id)
+        self._index_fd = idx_fd
+
+    @property
+    def _active(self) -> Segment:
+        return self._segments[-1]
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def first_offset(self) -> int:
+        """First offset still stored (the next offset when the log holds no chunk)."""
+        first = self._segments[0]
+        return first.id if first.nchunks else self._next
+
+    @property
+    def next_offset(self) -> int:
+        return self._next
+
+    @property
+    def first_chunk_id(self) -> int:
+        """Id of the first user chunk, -1 when there is none."""
+        if self._first_user is None:
+            ref = self._user_from(0, 0)
+            self._first_user = ref.chunk_id if ref is not None else -1
+        return self._first_user
+
+    @property
+    def last_chunk_id(self) -> int:
+        """Id of the last user chunk, -1 when there is none."""
+        return self._last_ref.chunk_id if self._last_ref is not None else -1
+
+    @property
+    def committed_chunk_id(self) -> int:
+        return self.last_chunk_id  # a single node commits what it wrote
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    @property
+    def stored_timestamps(self) -> dict[str, int]:
+        """Timestamp tracking (type 2) read from the log; kept and re-snapshotted, not written."""
+        return self._tracking.timestamps
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def append(self, data: Buffer, num_entries: int, num_records: int, *,
+               writer_sequences: dict[str, int] | None = None, timestamp: int | None = None,
+               bloom: bytes = b"") -> ChunkRef:
+        """Write one user chunk holding already-encoded entries; the trailer records
+        ``writer_sequences`` (publisher reference -> last publishing id in this chunk)."""
+        seg = self._active
+        if (seg.size >= self._max_seg_bytes and seg.nchunks >= 2) \
+                or seg.nchunks >= self._max_seg_chunks:
+            seg = self._roll()
+        if num_records < 1:
+            raise ValueError("a chunk holds at least one record")
+        ts = _now_ms() if timestamp is None else timestamp
+        trailer = encode_trailer(writer_sequences) if writer_sequences else b""
+        cid = self._next
+        dlen = len(data)
+        blen = len(bloom)
+        size = HEADER_SIZE + blen + dlen + len(trailer)
+        pos = seg.size
+        header = HEADER.pack(MAGIC_VERSION, CHUNK_USER, num_entries, num_records, ts, EPOCH, cid,
+                             crc32(data), dlen, len(trailer), blen)
+        self._write(seg, (header, bloom, data, trailer), size)
+        seg.add(cid, ts, pos, num_records, size, CHUNK_USER, dlen, blen)
+        self._next = cid + num_records
+        self._index_buf += INDEX_RECORD.pack(cid, ts, EPOCH, pos, CHUNK_USER)
+        if len(self._index_buf) >= _INDEX_FLUSH_BYTES:
+            self._flush_index()
+        if writer_sequences:
+            self._tracking.add_sequences(cid, writer_sequences)
+        if self._fsync:
+            self._sync_after_write(seg)
+        ref = ChunkRef(cid, num_records, ts, CHUNK_USER, seg.id, pos, size, blen, dlen)
+        self._last_ref = ref
+        if self._first_user == -1:
+            self._first_user = cid
+        return ref
+
+    def store_offset(self, reference: str, offset: int) -> None:
+        """Record a consumer reference's offset in a tracking delta chunk (takes one offset)."""
+        body = encode_tracking(TRACKING_OFFSET, reference, offset)  # validates before writing
+        seg = self._active
+        if (seg.size >= self._max_seg_bytes and seg.nchunks >= 2) \
+                or seg.nchunks >= self._max_seg_chunks:
+            self._roll()
+        self._write_tracking(CHUNK_TRACKING_DELTA, body)
+        self.offsets[reference] = offset
+
+    def _write_tracking(self, ctype: int, body: bytes) -> None:
+        """A tracking chunk: one simple entry holding tracking records, one record."""
+        seg = self._active
+        data = simple_entry(body)
+        ts = _now_ms()
+        cid = self._next
+        size = HEADER_SIZE + len(data)
+        pos = seg.size
+        header = HEADER.pack(MAGIC_VERSION, ctype, 1, 1, ts, EPOCH, cid, crc32(data), len(data),
+                             0, 0)
+        self._write(seg, (header, data), size)
+        seg.add(cid, ts, pos, 1, size, ctype, len(data), 0)
+        self._next = cid + 1
+        self._index_buf += INDEX_RECORD.pack(cid, ts, EPOCH, pos, ctype)
+        if len(self._index_buf) >= _INDEX_FLUSH_BYTES:
+            self._flush_index()
+        if self._fsync:
+            self._sync_after_write(seg)
+
+    def _write(self, seg: Segment, parts: Sequence[Buffer], size: int) -> None:
+        """One writev per chunk (no copy of the data); a failed write leaves no partial chunk."""
+        fd = seg.fd
+        try:
+            written = os.writev(fd, parts)
+            if written != size:  # short write (rare on regular files): finish it
+                rest = memoryview(b"".join(parts))
+                while written < size:
+                    written += os.write(fd, rest[written:])
+        except BaseException:
+            try:
+                os.ftruncate(fd, seg.size)
+            except OSError:
+                log.exception("%s: cannot cut a partial chunk", seg.path)
+            raise
+
+    def _flush_index(self) -> None:
+        buf = self._index_buf
+        if buf:
+            view = memoryview(buf)
+            done = 0
+            while done < len(buf):
+                done += os.write(self._index_fd, view[done:])
+            view.release()
+            buf.clear()
+
+    def _sync_after_write(self, seg: Segment) -> None:
+        if self._fsync == 1:
+            os.fdatasync(seg.fd)
+            return
+        now = time.monotonic()
+        if now - self._last_sync >= _FSYNC_INTERVAL_S:
+            self._last_sync = now
+            os.fdatasync(seg.fd)
+
+    def sync(self) -> None:
+        """Write buffered index records and flush the active segment and index to disk."""
+        self._flush_index()
+        os.fdatasync(self._active.fd)
+        os.fsync(self._index_fd)
+        self._last_sync = time.monotonic()
+
+    def _roll(self) -> Segment:
+        """Start a new segment named by the next offset. When there is tracking state its first
+        chunk is a tracking snapshot, so older segments can go without losing it (as in Osiris).
+        Retention runs after the roll."""
+        old = self._active
+        body = None
+        if not self._tracking.is_empty():
+            body = self._tracking.snapshot(self.first_offset, self._segments[0].first_ts,
+                                           self.config.max_writer_sequences)
+        self._flush_index()
+        if self._fsync:
+            os.fdatasync(old.fd)
+            os.fsync(self._index_fd)
+        os.close(self._index_fd)
+        self._index_fd = -1
+        self._create_segment(self._next)
+        if body is not None:
+            self._write_tracking(CHUNK_TRACKING_SNAPSHOT, body)
+        self.apply_retention()
+        return self._active
+
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        """Delete the oldest whole segments that retention allows (never the newest); returns
+        how many were deleted. max_bytes keeps the newest segments whose total fits; max_age
+        deletes, oldest first, segments whose last chunk is older than now minus the age."""
+        segs = self._segments
+        if len(segs) < 2:
+            return 0
+        cut = 0  # segments[:cut] go
+        if self.config.max_bytes is not None:
+            limit = self.config.max_bytes - segs[-1].size
+            i = len(segs) - 2
+            while i >= 0 and segs[i].size <= limit:
+                limit -= segs[i].size
+                i -= 1
+            cut = i + 1
+        if self.config.max_age_ms is not None:
+            oldest_kept = (_now_ms() if now_ms is None else now_ms) - self.config.max_age_ms
+            while cut < len(segs) - 1 and segs[cut].last_ts < oldest_kept:
+                cut += 1
+        if not cut:
+            return 0
+        for seg in segs[:cut]:
+            log.info("%s: retention deletes %s", self.directory, seg.path.name)
+            seg.remove_files()
+        del segs[:cut]
+        del self._seg_ids[:cut]
+        self._first_user = None
+        if self._last_ref is not None and self._last_ref.segment < self._seg_ids[0]:
+            self._last_ref = self._find_last_user()
+        return cut
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _seg_index(self, seg_id: int) -> int:
+        i = bisect_left(self._seg_ids, seg_id)
+        return i if i < len(self._seg_ids) and self._seg_ids[i] == seg_id else -1
+
+    def _seg(self, si: int) -> Segment:
+        seg = self._segments[si]
+        if not seg.loaded:
+            end = self._seg_ids[si + 1] if si + 1 < len(self._seg_ids) else self._next
+            seg.load(end)
+        return seg
+
+    def _user_from(self, si: int, ci: int) -> ChunkRef | None:
+        """The first user chunk at or after chunk ``ci`` of segment ``si``."""
+        while si < len(self._segments):
+            seg = self._seg(si)
+            i = seg.next_user(ci)
+            if i >= 0:
+                return seg.ref(i)
+            si += 1
+            ci = 0
+        return None
+
+    def _find_last_user(self) -> ChunkRef | None:
+        for si in range(len(self._segments) - 1, -1, -1):
+            seg = self._seg(si)
+            i = seg.prev_user(seg.nchunks - 1)
+            if i >= 0:
+                return seg.ref(i)
+        return None
+
+    def find_chunk(self, offset: int) -> ChunkRef | None:
+        """The user chunk holding ``offset``, else the first user chunk after it (the first
+        chunk for an offset before the log); None if ``offset >= next_offset`` or no user chunk
+        follows."""
+        if offset >= self._next:
+            return None
+        si = bisect_right(self._seg_ids, offset) - 1
+        if si < 0:
+            return self._user_from(0, 0)
+        seg = self._seg(si)
+        ci = seg.locate(offset)
+        if ci < 0:
+            ci = 0
+        elif offset >= seg.ids[ci] + seg.nrec[ci]:
+            ci += 1
+        return self._user_from(si, ci)
+
+    def find_timestamp(self, ts_ms: int) -> ChunkRef | None:
+        """The first user chunk whose timestamp is >= ``ts_ms`` (Osiris' timestamp offset spec:
+        the first chunk at or after the time, then the next user chunk), None if none."""
+        for si, seg in enumerate(self._segments):
+            if seg.nchunks and seg.last_ts >= ts_ms:
+                seg = self._seg(si)
+                ci = bisect_left(seg.ts, ts_ms)
+                if ci < seg.nchunks:
+                    return self._user_from(si, ci)
+        return None
+
+    def last_chunk(self) -> ChunkRef | None:
+        return self._last_ref
+
+    def next_chunk(self, ref: ChunkRef) -> ChunkRef | None:
+        """The user chunk after ``ref`` (skipping tracking chunks, crossing segments)."""
+        last = self._last_ref
+        if last is None or ref.chunk_id >= last.chunk_id:
+            return None
+        si = self._seg_index(ref.segment)
+        if si >= 0:
+            seg = self._seg(si)
+            ci = seg.find_id(ref.chunk_id)
+            if ci >= 0:
+                return self._user_from(si, ci + 1)
+        return self.find_chunk(ref.chunk_id + ref.num_records)  # ref's segment was deleted
+
+    def read_chunks(self, ref: ChunkRef,
+                    max_bytes: int = 1 << 20) -> list[tuple[ChunkRef, memoryview]]:
+        """``ref`` and the consecutive user chunks after it in its segment, up to about
+        ``max_bytes`` (always at least one), each as exactly header (48 bytes) + data: what a
+        Deliver frame carries. One pread for the whole run. If retention deleted ``ref``'s
+        segment, starts at the first chunk still stored after it; [] if there is none."""
+        si = self._seg_index(ref.segment)
+        ci = -1
+        if si >= 0:
+            seg = self._seg(si)
+            ci = seg.find_id(ref.chunk_id)
+        if ci < 0 or seg.types[ci] != CHUNK_USER:
+            found = self.find_chunk(ref.chunk_id)
+            if found is None:
+                return []
+            si = self._seg_index(found.segment)
+            seg = self._seg(si)
+            ci = seg.find_id(found.chunk_id)
+        csize, n = seg.csize, seg.nchunks
+        start = seg.pos[ci]
+        total = csize[ci]
+        j = ci + 1
+        while j < n and total + csize[j] <= max_bytes:
+            total += csize[j]
+            j += 1
+        buf = os.pread(seg.open_fd(), total, start)
+        if len(buf) != total:
+            raise StorageError(f"{seg.path}: short read at {start} ({len(buf)} of {total})")
+        mv = memoryview(buf)
+        ids, nrec, tss, pos, types, bloom, dlen = (seg.ids, seg.nrec, seg.ts, seg.pos, seg.types,
+                                                   seg.bloom, seg.dlen)
+        out: list[tuple[ChunkRef, memoryview]] = []
+        for k in range(ci, j):
+            if types[k] != CHUNK_USER:
+                continue
+            off = pos[k] - start
+            bl = bloom[k]
+            if bl < 0:
+                seg.fill_header(k, mv, off)
+                bl = bloom[k]
+            dl = dlen[k]
+            if bl == 0:
+                view = mv[off : off + HEADER_SIZE + dl]
+            else:
+                d = off + HEADER_SIZE + bl
+                view = memoryview(b"".join((mv[off : off + HEADER_SIZE], mv[d : d + dl])))
+            out.append((ChunkRef(ids[k], nrec[k], tss[k], CHUNK_USER, seg.id, pos[k], csize[k],
+                                 bl, dl), view))
+        return out
+
+    def read_bloom(self, ref: ChunkRef) -> bytes:
+        """The chunk's bloom filter bytes (b"" when it has none)."""
+        if not ref.bloom_size:
+            return b""
+        return os.pread(self.segment_fd(ref), ref.bloom_size, ref.pos + HEADER_SIZE)
+
+    def segment_fd(self, ref: ChunkRef) -> int:
+        """A readable fd of ref's segment file (for sendfile of ``ref.pos + 48 + bloom_size``,
+        ``data_length`` bytes). Valid until retention deletes the segment or the log closes."""
+        si = self._seg_index(ref.segment)
+        if si < 0:
+            raise StorageError(f"segment {ref.segment} was deleted")
+        return self._segments[si].open_fd()
+
+    # -- closing -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._flush_index()
+            if self._fsync:
+                os.fdatasync(self._active.fd)
+                os.fsync(self._index_fd)
+        finally:
+            if self._index_fd >= 0:
+                os.close(self._index_fd)
+                self._index_fd = -1
+            for seg in self._segments:
+                seg.close()
+
+    def delete(self) -> None:
+        """Close the log and remove its directory."""
+        self.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> StreamLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"StreamLog({str(self.directory)!r}, first={self.first_offset}, "
+                f"next={self._next}, segments={len(self._segments)})")
