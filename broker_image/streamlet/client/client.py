@@ -188,7 +188,8 @@ class Client:
                             linger_ms)
         conn.publishers[pid] = producer
         try:
-            await self._request(lambda c: frames.DeclarePublisher(c, pid, reference, stream))
+            # no reference is an empty string: RabbitMQ rejects a null one as an unknown frame
+            await self._request(lambda c: frames.DeclarePublisher(c, pid, reference or "", stream))
         except BaseException:
             if conn.publishers.get(pid) is producer:
                 del conn.publishers[pid]

@@ -15,7 +15,7 @@ import re
 import struct
 import sys
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from ..protocol import Code, FrameSplitter, Key, frames
 from ..protocol.chunk import HEADER_SIZE, ChunkError, ChunkHeader
@@ -116,8 +116,8 @@ class Connection(asyncio.Protocol):
     # --- asyncio.Protocol ------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports do not subclass asyncio.Transport, but behave as one
+        self.transport = cast(asyncio.Transport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         reason = f"connection lost: {exc}" if exc else "connection closed"
