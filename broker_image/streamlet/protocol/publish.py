@@ -28,6 +28,8 @@ class PublishBatch:
     #: records per message: 1, or NumRecords of a sub-entry batch
     records: list[int]
     filter_values: list[str | None] | None  # v2 only
+    total_records: int = 0
+    total_bytes: int = 0
 
 
 def parse_publish(body: memoryview, version: int) -> PublishBatch:
@@ -43,6 +45,8 @@ def parse_publish(body: memoryview, version: int) -> PublishBatch:
     records: list[int] = []
     filters: list[str | None] | None = [] if version >= 2 else None
     pos = 5
+    all_simple = True
+    total_bytes = 0
     u64, u32 = _U64.unpack_from, _U32.unpack_from
     try:
         for _ in range(count):
@@ -64,15 +68,18 @@ def parse_publish(body: memoryview, version: int) -> PublishBatch:
                 _, n_records, _, length = _SUB_BATCH.unpack_from(body, pos)
                 size = _SUB_BATCH.size + length
                 records.append(n_records)
+                all_simple = False
             if pos + size > end:
                 raise Malformed("truncated message")
             entries.append(body[pos : pos + size])
+            total_bytes += size
             pos += size
     except (struct.error, IndexError, UnicodeDecodeError) as e:
         raise Malformed(f"truncated publish: {e}") from e
     if pos != end:
         raise Malformed(f"{end - pos} unexpected bytes after publish")
-    return PublishBatch(pid, ids, entries, records, filters)
+    n_records = len(records) if len(records) == count and all_simple else sum(records)
+    return PublishBatch(pid, ids, entries, records, filters, n_records, total_bytes)
 
 
 _CONFIRM_HEAD = struct.Struct(">IHHBi")

@@ -1,0 +1,47 @@
+# Every target makes its own virtual environment; nothing is assumed on the machine but python3.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DATA ?= data
+HOST ?= 127.0.0.1
+PORT ?= 5552
+
+.PHONY: up test lint bench clean help
+
+help:
+	@echo "make up     - install and serve a broker on $(HOST):$(PORT), data in ./$(DATA) (Ctrl-C stops)"
+	@echo "make test   - install everything the tests use and run them all"
+	@echo "make lint   - ruff and mypy"
+	@echo "make bench  - side-by-side benchmark against RabbitMQ (installs it if missing)"
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+# The broker alone: no operator, no Spark.
+$(VENV)/.installed-core: pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	bash .ci/install-system-deps
+	$(PY) -m pip install --quiet -e ".[operator,spark,dev]"
+	touch $@
+
+up: $(VENV)/.installed-core
+	$(VENV)/bin/streamlet serve --host $(HOST) --port $(PORT) --data-dir $(DATA)
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check broker_image operator spark-on-k8s tests bench
+	$(VENV)/bin/mypy broker_image/streamlet
+
+bench: $(STAMP)
+	$(PY) -m bench.run $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,68 @@
+"""Create arguments of the protocol, validated into a stream's settings (pure functions)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .config import MAX_SEGMENT_BYTES, ConfigError, Retention, parse_duration_ms
+
+#: Arguments RabbitMQ accepts that mean nothing on a single node; accepted and ignored.
+IGNORED = {"initial-cluster-size", "queue-leader-locator", "x-queue-type"}
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    max_age_ms: int | None = None
+    max_length_bytes: int | None = None
+    max_segment_size_bytes: int = 500_000_000
+    filter_size: int = 16
+
+    def to_json(self) -> dict[str, int | None]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, int | None]) -> StreamSettings:
+        return cls(**{k: v for k, v in doc.items() if k in cls.__dataclass_fields__})  # type: ignore[arg-type]
+
+
+def _positive_int(key: str, value: str, lo: int, hi: int | None = None) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise ConfigError(f"argument {key} must be an integer, got {value!r}") from None
+    if n < lo or (hi is not None and n > hi):
+        bound = f"in {lo}..{hi}" if hi is not None else f">= {lo}"
+        raise ConfigError(f"argument {key} must be {bound}, got {n}")
+    return n
+
+
+def parse_create_arguments(args: dict[str, str], defaults: Retention) -> StreamSettings:
+    """Turn Create arguments into settings; raise ConfigError (-> precondition failed)."""
+    max_age = defaults.max_age_ms
+    max_len = defaults.max_length_bytes
+    segment = defaults.max_segment_size_bytes
+    filter_size = 16
+    for key, value in args.items():
+        if key == "max-age":
+            max_age = parse_duration_ms(value) or None
+        elif key == "max-length-bytes":
+            max_len = _positive_int(key, value, 0) or None
+        elif key == "stream-max-segment-size-bytes":
+            segment = _positive_int(key, value, 1, MAX_SEGMENT_BYTES)
+        elif key == "stream-filter-size-bytes":
+            filter_size = _positive_int(key, value, 16, 255)
+        elif key not in IGNORED:
+            raise ConfigError(f"unknown stream argument {key!r}")
+    return StreamSettings(max_age, max_len, segment, filter_size)
+
+
+def valid_stream_name(name: str) -> str | None:
+    """None if ``name`` can be a stream, else why not (RabbitMQ's rules, plus file safety)."""
+    raw = name.encode()
+    if not name or len(raw) > 255:
+        return "a stream name has 1 to 255 bytes"
+    if name.startswith("amq."):
+        return "names starting with 'amq.' are reserved"
+    if any(c in name for c in "\x00\n\r"):
+        return "a stream name cannot contain NUL or line breaks"
+    return None

@@ -1,0 +1,175 @@
+"""Broker configuration: defaults, a TOML file, environment, then command-line flags.
+
+File format (all keys optional)::
+
+    [server]
+    host = "127.0.0.1"
+    port = 5552
+    data_dir = "data"
+    advertised_host = "localhost"     # or env STREAMLET_ADVERTISED_HOST
+    advertised_port = 5552            # or env STREAMLET_ADVERTISED_PORT
+    frame_max = 1048576
+    heartbeat = 60
+    cluster_name = "streamlet"
+
+    [storage]
+    fsync = "never"                   # never | interval | chunk
+
+    [retention]                       # defaults for streams created without these arguments
+    max_age = "7D"
+    max_length_bytes = 0              # 0 = unlimited
+    max_segment_size_bytes = 500000000
+
+    [[users]]
+    name = "guest"
+    password = "guest"
+    loopback_only = true              # default: true for guest, false otherwise
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PORT = 5552
+DEFAULT_FRAME_MAX = 1_048_576
+DEFAULT_HEARTBEAT = 60
+DEFAULT_SEGMENT_BYTES = 500_000_000
+MAX_SEGMENT_BYTES = 3_000_000_000
+FSYNC_POLICIES = ("never", "interval", "chunk")
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    password: str
+    loopback_only: bool = False
+
+
+@dataclass(frozen=True)
+class Retention:
+    max_age_ms: int | None = None
+    max_length_bytes: int | None = None
+    max_segment_size_bytes: int = DEFAULT_SEGMENT_BYTES
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    data_dir: Path = Path("data")
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+    frame_max: int = DEFAULT_FRAME_MAX
+    heartbeat: int = DEFAULT_HEARTBEAT
+    cluster_name: str = "streamlet"
+    fsync: str = "never"
+    retention: Retention = field(default_factory=Retention)
+    users: tuple[User, ...] = (User("guest", "guest", loopback_only=True),)
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        host = self.advertised_host or ("localhost" if self.host in ("0.0.0.0", "::", "") else self.host)
+        return host, self.advertised_port or self.port
+
+
+_DURATION = re.compile(r"^(\d+)([YMDhms])$")
+_UNIT_MS = {"Y": 365 * 86400_000, "M": 30 * 86400_000, "D": 86400_000, "h": 3600_000,
+            "m": 60_000, "s": 1000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """RabbitMQ's max-age syntax: a number and one unit of Y M D h m s, e.g. ``7D``."""
+    m = _DURATION.match(text.strip())
+    if not m:
+        raise ConfigError(f"bad duration {text!r}: expected a number and one of Y M D h m s, e.g. 7D")
+    return int(m.group(1)) * _UNIT_MS[m.group(2)]
+
+
+def _int(section: dict[str, Any], key: str, where: str, minimum: int = 0) -> int | None:
+    if key not in section:
+        return None
+    v = section[key]
+    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+        raise ConfigError(f"{where}.{key} must be an integer >= {minimum}, got {v!r}")
+    return v
+
+
+def load(path: Path | None = None, **overrides: Any) -> BrokerConfig:
+    """Build the config: defaults < file < environment < non-None keyword overrides (flags)."""
+    cfg = BrokerConfig()
+    if path is not None:
+        try:
+            doc = tomllib.loads(Path(path).read_text())
+        except OSError as e:
+            raise ConfigError(f"cannot read config file {path}: {e.strerror}") from e
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {path} is not valid TOML: {e}") from e
+        cfg = _apply_file(cfg, doc)
+    env: dict[str, Any] = {}
+    if os.environ.get("STREAMLET_ADVERTISED_HOST"):
+        env["advertised_host"] = os.environ["STREAMLET_ADVERTISED_HOST"]
+    if os.environ.get("STREAMLET_ADVERTISED_PORT"):
+        env["advertised_port"] = int(os.environ["STREAMLET_ADVERTISED_PORT"])
+    cfg = replace(cfg, **env)
+    flags = {k: v for k, v in overrides.items() if v is not None}
+    if "data_dir" in flags:
+        flags["data_dir"] = Path(flags["data_dir"])
+    cfg = replace(cfg, **flags)
+    _validate(cfg)
+    return cfg
+
+
+def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
+    known = {"server", "storage", "retention", "users"}
+    unknown = set(doc) - known
+    if unknown:
+        raise ConfigError(f"unknown config section(s): {', '.join(sorted(unknown))}")
+    server = doc.get("server", {})
+    changes: dict[str, Any] = {}
+    for key in ("host", "advertised_host", "cluster_name"):
+        if key in server:
+            changes[key] = str(server[key])
+    if "data_dir" in server:
+        changes["data_dir"] = Path(server["data_dir"])
+    for key in ("port", "advertised_port", "frame_max", "heartbeat"):
+        v = _int(server, key, "server")
+        if v is not None:
+            changes[key] = v
+    storage = doc.get("storage", {})
+    if "fsync" in storage:
+        changes["fsync"] = str(storage["fsync"])
+    ret = doc.get("retention", {})
+    if ret:
+        max_age = parse_duration_ms(str(ret["max_age"])) if ret.get("max_age") else None
+        max_len = _int(ret, "max_length_bytes", "retention") or None
+        seg = _int(ret, "max_segment_size_bytes", "retention", 1) or DEFAULT_SEGMENT_BYTES
+        changes["retention"] = Retention(max_age, max_len, seg)
+    if "users" in doc:
+        users = []
+        for u in doc["users"]:
+            if not u.get("name") or "password" not in u:
+                raise ConfigError("every [[users]] entry needs a name and a password")
+            users.append(User(str(u["name"]), str(u["password"]),
+                              bool(u.get("loopback_only", u["name"] == "guest"))))
+        changes["users"] = tuple(users)
+    return replace(cfg, **changes)
+
+
+def _validate(cfg: BrokerConfig) -> None:
+    if not 0 < cfg.port < 65536:
+        raise ConfigError(f"port must be in 1..65535, got {cfg.port}")
+    if cfg.fsync not in FSYNC_POLICIES:
+        raise ConfigError(f"storage.fsync must be one of {', '.join(FSYNC_POLICIES)}, got {cfg.fsync!r}")
+    if cfg.frame_max and cfg.frame_max < 8192:
+        raise ConfigError("server.frame_max must be 0 (no limit) or at least 8192")
+    if cfg.retention.max_segment_size_bytes > MAX_SEGMENT_BYTES:
+        raise ConfigError(f"retention.max_segment_size_bytes must be at most {MAX_SEGMENT_BYTES}")

@@ -1,0 +1,92 @@
+"""Real broker processes on loopback for tests: start, stop, kill -9, restart."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(host: str, port: int, timeout: float = 15.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"broker exited with code {proc.returncode} before listening")
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on {host}:{port} after {timeout} s")
+
+
+class BrokerProcess:
+    """``python -m streamlet serve`` on a free loopback port, with its own data folder."""
+
+    def __init__(self, data_dir: Path, port: int | None = None, config: Path | None = None,
+                 extra_args: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+        self.host = "127.0.0.1"
+        self.port = port or free_port()
+        self.data_dir = data_dir
+        self.config = config
+        self.extra_args = extra_args or []
+        self.env = env or {}
+        self.log_path = data_dir.parent / f"broker-{self.port}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> BrokerProcess:
+        args = [sys.executable, "-m", "streamlet", "serve", "--host", self.host,
+                "--port", str(self.port), "--data-dir", str(self.data_dir)]
+        if self.config is not None:
+            args += ["--config", str(self.config)]
+        args += self.extra_args
+        log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **self.env})
+        log.close()
+        wait_for_port(self.host, self.port, proc=self.proc)
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM and wait: a clean shutdown."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """kill -9: the crash the log must survive."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def restart(self) -> BrokerProcess:
+        self.stop()
+        return self.start()
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

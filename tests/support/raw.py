@@ -1,0 +1,89 @@
+"""A deliberately dumb, blocking protocol peer for tests that send what no client would."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+from streamlet.protocol import frames as f
+from streamlet.protocol.constants import Code
+
+
+class RawPeer:
+    def __init__(self, host: str, port: int, timeout: float = 5.0) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.buf = b""
+        self.corr = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawPeer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def next_corr(self) -> int:
+        self.corr += 1
+        return self.corr
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send(self, cmd: f.Command) -> None:
+        self.sock.sendall(f.encode(cmd))
+
+    def recv_frame(self) -> bytes | None:
+        """The next frame's bytes (without size), or None when the server closed."""
+        while True:
+            if len(self.buf) >= 4:
+                (size,) = struct.unpack_from(">I", self.buf)
+                if len(self.buf) >= 4 + size:
+                    frame, self.buf = self.buf[4 : 4 + size], self.buf[4 + size :]
+                    return frame
+            try:
+                data = self.sock.recv(65536)
+            except ConnectionResetError:
+                return None
+            if not data:
+                return None
+            self.buf += data
+
+    def recv(self) -> f.Command | f.FrameError | None:
+        frame = self.recv_frame()
+        return None if frame is None else f.decode(frame)
+
+    def recv_until(self, cls: type[f.Command]) -> f.Command:
+        while True:
+            cmd = self.recv()
+            if cmd is None:
+                raise ConnectionError(f"closed while waiting for {cls.__name__}")
+            if isinstance(cmd, cls):
+                return cmd
+
+    def closed(self) -> bool:
+        """True once the server has closed the connection (draining what it sent first)."""
+        while True:
+            if self.recv_frame() is None:
+                return True
+
+    def handshake(self, user: str = "guest", password: str = "guest") -> None:
+        self.send(f.PeerProperties(self.next_corr(), {"product": "raw-test"}))
+        self.recv_until(f.PeerPropertiesResponse)
+        self.send(f.SaslHandshake(self.next_corr()))
+        self.recv_until(f.SaslHandshakeResponse)
+        self.send(f.SaslAuthenticate(self.next_corr(), "PLAIN", f"\0{user}\0{password}".encode()))
+        auth = self.recv_until(f.SaslAuthenticateResponse)
+        assert isinstance(auth, f.SaslAuthenticateResponse)
+        if auth.code != Code.OK:
+            raise PermissionError(auth.code)
+        tune = self.recv_until(f.Tune)
+        self.send(tune)
+        self.send(f.Open(self.next_corr(), "/"))
+        opened = self.recv_until(f.OpenResponse)
+        assert isinstance(opened, f.OpenResponse) and opened.code == Code.OK
+
+    def request(self, cmd: f.Command, response: type[f.Command]) -> f.Command:
+        self.send(cmd)
+        return self.recv_until(response)
