@@ -1,0 +1,1 @@
+"""The streamlet operator: Broker and Stream custom resources kept as declared (kopf)."""

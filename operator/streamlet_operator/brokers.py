@@ -1,0 +1,150 @@
+"""The operator's view of broker pods: where they are and the few admin calls it makes.
+
+Handlers talk to a BrokerAdmin; ClientBrokerAdmin implements it with streamlet.client, one
+connection per reconciliation. Tests may give the handlers another address resolver (pods
+as 127.0.0.1:port) or, where no broker can run, another admin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from . import names
+
+Address = tuple[str, int]
+#: (namespace, broker name, pod ordinal, stream port) -> where the operator reaches that pod.
+AddressResolver = Callable[[str, str, int, int], Address]
+
+CONNECT_TIMEOUT = 5.0
+
+
+def pod_dns_address(namespace: str, broker: str, ordinal: int, port: int) -> Address:
+    return names.pod_dns(broker, ordinal, namespace), port
+
+
+class BrokerUnavailable(Exception):
+    """The pod could not be reached (not running, not ready, wrong credentials)."""
+
+
+@dataclass(frozen=True)
+class StreamStats:
+    first_offset: int
+    committed_offset: int
+    last_offset: int
+
+    @property
+    def size(self) -> int:
+        """Messages from the first chunk to the committed chunk's start: a lower bound."""
+        if self.committed_offset < 0 or self.first_offset < 0:
+            return 0
+        return max(0, self.committed_offset - self.first_offset)
+
+
+class BrokerSession(Protocol):
+    async def create_stream(self, name: str, arguments: dict[str, str]) -> bool:
+        """Create the stream; False if it already existed."""
+
+    async def create_super_stream(self, name: str, partitions: list[str],
+                                  arguments: dict[str, str]) -> bool:
+        """Create the super stream and its partitions; False if it already existed."""
+
+    async def delete_stream(self, name: str) -> bool:
+        """Delete the stream; False if there was none."""
+
+    async def delete_super_stream(self, name: str, partitions: list[str]) -> bool: ...
+
+    async def stream_exists(self, name: str) -> bool: ...
+
+    async def stream_stats(self, name: str) -> StreamStats: ...
+
+
+class BrokerAdmin(Protocol):
+    def session(self, address: Address, user: str,
+                password: str) -> contextlib.AbstractAsyncContextManager[BrokerSession]: ...
+
+
+def _code_name(exc: BaseException) -> str:
+    code = getattr(exc, "code", None)
+    return getattr(code, "name", str(code))
+
+
+class _ClientSession:
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    async def create_stream(self, name: str, arguments: dict[str, str]) -> bool:
+        if await self._client.stream_exists(name):
+            return False
+        await self._client.create_stream(name, arguments or None, exists_ok=True)
+        return True
+
+    async def create_super_stream(self, name: str, partitions: list[str],
+                                  arguments: dict[str, str]) -> bool:
+        if await self._client.stream_exists(partitions[0]):
+            return False
+        keys = [str(i) for i in range(len(partitions))]
+        try:
+            await self._client.create_super_stream(name, partitions, keys, arguments or None)
+        except Exception as e:
+            if "ALREADY_EXISTS" in _code_name(e):
+                return False
+            raise
+        return True
+
+    async def delete_stream(self, name: str) -> bool:
+        if not await self._client.stream_exists(name):
+            return False
+        await self._client.delete_stream(name, missing_ok=True)
+        return True
+
+    async def delete_super_stream(self, name: str, partitions: list[str]) -> bool:
+        deleter = getattr(self._client, "delete_super_stream", None)
+        if deleter is not None:
+            try:
+                await deleter(name)
+                return True
+            except Exception as e:
+                if "DOES_NOT_EXIST" not in _code_name(e):
+                    raise
+        found = False
+        for partition in partitions:
+            found = await self.delete_stream(partition) or found
+        return found
+
+    async def stream_exists(self, name: str) -> bool:
+        return bool(await self._client.stream_exists(name))
+
+    async def stream_stats(self, name: str) -> StreamStats:
+        stats = await self._client.stream_stats(name)
+        return StreamStats(
+            first_offset=int(stats.get("first_chunk_id", -1)),
+            committed_offset=int(stats.get("committed_chunk_id", -1)),
+            last_offset=int(stats.get("last_chunk_id", -1)),
+        )
+
+
+class ClientBrokerAdmin:
+    """BrokerAdmin over streamlet.client (the RabbitMQ Stream protocol)."""
+
+    @contextlib.asynccontextmanager
+    async def session(self, address: Address, user: str,
+                      password: str) -> AsyncIterator[BrokerSession]:
+        from streamlet.client import connect  # imported late: the operator image has it, tests too
+
+        host, port = address
+        try:
+            client = await asyncio.wait_for(
+                connect(host, port, user=user, password=password, vhost="/"), CONNECT_TIMEOUT)
+        except (OSError, TimeoutError) as e:
+            raise BrokerUnavailable(f"cannot reach {host}:{port}: {e}") from e
+        except Exception as e:  # authentication and handshake failures
+            raise BrokerUnavailable(f"{host}:{port} refused the operator: {e}") from e
+        try:
+            yield _ClientSession(client)
+        finally:
+            with contextlib.suppress(Exception):
+                await client.close()

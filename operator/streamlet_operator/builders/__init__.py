@@ -1,0 +1,32 @@
+"""Builders: pure functions from a Broker to the manifests that run it (no I/O, no cluster)."""
+
+from .configmap import build_configmap, render_config
+from .pdb import build_pdb
+from .secret import build_users_secret, render_users
+from .services import build_client_service, build_headless_service
+from .statefulset import build_statefulset
+
+
+def build_all(broker, replicas: int, users: dict[str, str]) -> list[dict]:  # type: ignore[no-untyped-def]
+    """Every child of a Broker, in the order they should be applied."""
+    return [
+        build_configmap(broker),
+        build_users_secret(broker, users),
+        build_headless_service(broker),
+        build_client_service(broker),
+        build_statefulset(broker, replicas),
+        build_pdb(broker),
+    ]
+
+
+__all__ = [
+    "build_all",
+    "build_client_service",
+    "build_configmap",
+    "build_headless_service",
+    "build_pdb",
+    "build_statefulset",
+    "build_users_secret",
+    "render_config",
+    "render_users",
+]

@@ -1,0 +1,52 @@
+"""The broker's configuration file, carried by a ConfigMap and read by `streamlet serve --config`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import names
+from ..model import BrokerModel
+from .common import metadata, toml_string
+
+DATA_DIR = "/var/lib/streamlet"
+TLS_DIR = "/etc/streamlet/tls"
+
+
+def render_config(broker: BrokerModel) -> str:
+    """TOML without users: those come from a Secret, appended when the pod starts.
+
+    The advertised host is per pod, so it is not here: each pod sets STREAMLET_ADVERTISED_HOST.
+    """
+    r = broker.retention
+    lines = [
+        "[server]",
+        'host = "0.0.0.0"',
+        f"port = {broker.port}",
+        f"advertised_port = {broker.advertise.port or broker.port}",
+        f"data_dir = {toml_string(DATA_DIR)}",
+        f"cluster_name = {toml_string(broker.name)}",
+        "",
+        "[retention]",
+        f"max_age = {toml_string(r.max_age or '0s')}",
+        f"max_length_bytes = {r.max_length_bytes or 0}",
+        f"max_segment_size_bytes = {r.max_segment_size_bytes or 500_000_000}",
+        "",
+    ]
+    if broker.tls_secret:
+        lines += [
+            "[tls]",
+            f"port = {broker.tls_port}",
+            f"cert_file = {toml_string(TLS_DIR + '/tls.crt')}",
+            f"key_file = {toml_string(TLS_DIR + '/tls.key')}",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def build_configmap(broker: BrokerModel) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(broker, names.configmap(broker.name)),
+        "data": {names.CONFIG_KEY: render_config(broker)},
+    }

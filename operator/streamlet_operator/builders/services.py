@@ -1,0 +1,46 @@
+"""The headless Service (stable pod DNS names, advertised to clients) and the client Service."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import names
+from ..model import BrokerModel
+from .common import metadata
+
+
+def _ports(broker: BrokerModel) -> list[dict[str, Any]]:
+    ports = [{"name": "stream", "port": broker.port, "targetPort": "stream", "protocol": "TCP"}]
+    if broker.tls_secret:
+        ports.append({"name": "stream-tls", "port": broker.tls_port, "targetPort": "stream-tls",
+                      "protocol": "TCP"})
+    return ports
+
+
+def build_headless_service(broker: BrokerModel) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(broker, names.headless_service(broker.name)),
+        "spec": {
+            "clusterIP": "None",
+            # Pods get DNS names before they are ready: clients told a pod's name by Metadata
+            # reach it as soon as it starts listening.
+            "publishNotReadyAddresses": True,
+            "selector": names.selector(broker.name),
+            "ports": _ports(broker),
+        },
+    }
+
+
+def build_client_service(broker: BrokerModel) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(broker, names.client_service(broker.name)),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": names.selector(broker.name),
+            "ports": _ports(broker),
+        },
+    }

@@ -1,0 +1,181 @@
+"""The broker StatefulSet: a PVC per pod, probes on the stream port, a drain before stopping."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from typing import Any
+
+from .. import names
+from ..model import BrokerModel
+from .common import metadata
+from .configmap import DATA_DIR, TLS_DIR, render_config
+
+CONFIG_DIR = "/etc/streamlet/config"
+USERS_DIR = "/etc/streamlet/users"
+RUN_DIR = "/run/streamlet"
+UID = 10001
+
+# The users live in a Secret, the rest in a ConfigMap; the broker reads one file, so the pod
+# joins them (users.toml holds only [[users]] tables, which TOML allows after any table).
+START = (
+    f"cat {CONFIG_DIR}/{names.CONFIG_KEY} {USERS_DIR}/{names.USERS_KEY} > {RUN_DIR}/streamlet.toml"
+    f" && exec streamlet serve --config {RUN_DIR}/streamlet.toml"
+)
+# Drain: let the broker tell clients to go (if this build has `streamlet drain`), else wait for
+# the endpoints to drop this pod before SIGTERM.
+PRE_STOP = "streamlet drain --timeout 20 2>/dev/null || sleep 5"
+
+
+def _advertised_host_env(broker: BrokerModel) -> dict[str, Any]:
+    adv = broker.advertise
+    if adv.mode == "PodIP":
+        return {"name": "STREAMLET_ADVERTISED_HOST",
+                "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    if adv.mode == "Template" and adv.host_template:
+        host = (adv.host_template.replace("{pod}", "$(POD_NAME)")
+                .replace("{ordinal}", "$(POD_ORDINAL)")
+                .replace("{broker}", broker.name)
+                .replace("{namespace}", broker.namespace))
+        return {"name": "STREAMLET_ADVERTISED_HOST", "value": host}
+    dns = f"$(POD_NAME).{names.headless_service(broker.name)}.{broker.namespace}.svc"
+    return {"name": "STREAMLET_ADVERTISED_HOST", "value": f"{dns}.{adv.cluster_domain}"}
+
+
+def _container(broker: BrokerModel) -> dict[str, Any]:
+    env: list[dict[str, Any]] = [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_ORDINAL", "valueFrom": {"fieldRef": {
+            "fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}}},
+        _advertised_host_env(broker),
+    ]
+    if broker.advertise.port:
+        env.append({"name": "STREAMLET_ADVERTISED_PORT", "value": str(broker.advertise.port)})
+    ports = [{"name": "stream", "containerPort": broker.port, "protocol": "TCP"}]
+    mounts = [
+        {"name": "data", "mountPath": DATA_DIR},
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "users", "mountPath": USERS_DIR, "readOnly": True},
+        {"name": "run", "mountPath": RUN_DIR},
+    ]
+    if broker.tls_secret:
+        ports.append({"name": "stream-tls", "containerPort": broker.tls_port, "protocol": "TCP"})
+        mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
+    container: dict[str, Any] = {
+        "name": "broker",
+        "image": broker.image,
+        "imagePullPolicy": broker.image_pull_policy,
+        "command": ["/bin/sh", "-c", START],
+        "env": env,
+        "ports": ports,
+        "volumeMounts": mounts,
+        "readinessProbe": {"tcpSocket": {"port": "stream"}, "periodSeconds": 5,
+                           "failureThreshold": 2},
+        "livenessProbe": {"tcpSocket": {"port": "stream"}, "initialDelaySeconds": 15,
+                          "periodSeconds": 10, "failureThreshold": 6},
+        "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", PRE_STOP]}}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    if broker.resources:
+        container["resources"] = copy.deepcopy(broker.resources)
+    return container
+
+
+def _volumes(broker: BrokerModel) -> list[dict[str, Any]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": "config", "configMap": {"name": names.configmap(broker.name)}},
+        {"name": "users", "secret": {"secretName": names.users_secret(broker.name)}},
+        {"name": "run", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+    ]
+    if broker.tls_secret:
+        volumes.append({"name": "tls", "secret": {"secretName": broker.tls_secret}})
+    return volumes
+
+
+def _merge(base: Any, override: Any) -> Any:
+    """Deep-merge pod template overrides: dicts merge, containers merge by name, lists replace."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        out = dict(base)
+        for key, value in override.items():
+            if key in ("containers", "initContainers") and isinstance(value, list):
+                out[key] = _merge_named(base.get(key, []), value)
+            else:
+                out[key] = _merge(base.get(key), value) if key in base else copy.deepcopy(value)
+        return out
+    return copy.deepcopy(override)
+
+
+def _merge_named(base: list[dict[str, Any]], override: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = [dict(item) for item in base]
+    for item in override:
+        match = next((i for i, b in enumerate(out) if b.get("name") == item.get("name")), None)
+        if match is None:
+            out.append(copy.deepcopy(item))
+        else:
+            out[match] = _merge(out[match], item)
+    return out
+
+
+def config_hash(broker: BrokerModel) -> str:
+    return hashlib.sha256(render_config(broker).encode()).hexdigest()[:16]
+
+
+def build_statefulset(broker: BrokerModel, replicas: int) -> dict[str, Any]:
+    """``replicas`` may exceed spec.replicas while pods to be removed still hold streams."""
+    pod_meta: dict[str, Any] = {
+        "labels": names.labels(broker.name),
+        # A new config rolls the pods: the file is read once, at start.
+        "annotations": {"streamlet.dev/config-hash": config_hash(broker)},
+    }
+    pod_spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": 30,
+        "securityContext": {
+            "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID, "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [_container(broker)],
+        "volumes": _volumes(broker),
+    }
+    override = broker.pod_template
+    if override.get("metadata"):
+        pod_meta = _merge(pod_meta, override["metadata"])
+    if override.get("spec"):
+        pod_spec = _merge(pod_spec, override["spec"])
+    pvc_spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": broker.storage_size}},
+    }
+    if broker.storage_class:
+        pvc_spec["storageClassName"] = broker.storage_class
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": metadata(broker, broker.name),
+        "spec": {
+            "replicas": replicas,
+            "serviceName": names.headless_service(broker.name),
+            # Pods hold independent streams: start and stop them in parallel.
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": names.selector(broker.name)},
+            "updateStrategy": {"type": "RollingUpdate"},
+            # A scale-down never drops data on its own: the operator refuses it while pods hold
+            # streams, and the volumes stay for a scale back up.
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
+            "template": {"metadata": pod_meta, "spec": pod_spec},
+            "volumeClaimTemplates": [{
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "data", "labels": names.selector(broker.name)},
+                "spec": pvc_spec,
+            }],
+        },
+    }
+
+
+# Fields of a StatefulSet's spec the API server refuses to change after creation.
+IMMUTABLE_SPEC_FIELDS = ("selector", "serviceName", "podManagementPolicy", "volumeClaimTemplates")

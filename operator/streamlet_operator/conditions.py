@@ -1,0 +1,41 @@
+"""Status conditions in the Kubernetes convention (type, status, reason, message, times)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+
+def now() -> str:
+    return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def set_condition(
+    conditions: list[dict[str, Any]] | None,
+    type_: str,
+    status: bool,
+    reason: str,
+    message: str = "",
+    generation: int | None = None,
+) -> list[dict[str, Any]]:
+    """A new conditions list with one condition set; its transition time moves only on change."""
+    result = [dict(c) for c in (conditions or []) if c.get("type") != type_]
+    old = next((c for c in conditions or [] if c.get("type") == type_), None)
+    value = "True" if status else "False"
+    cond: dict[str, Any] = {"type": type_, "status": value, "reason": reason, "message": message}
+    if generation is not None:
+        cond["observedGeneration"] = generation
+    if old is None or old.get("status") != value:
+        cond["lastTransitionTime"] = now()
+    else:
+        cond["lastTransitionTime"] = old.get("lastTransitionTime") or now()
+    result.append(cond)
+    return sorted(result, key=lambda c: c["type"])
+
+
+def remove_condition(conditions: list[dict[str, Any]] | None, type_: str) -> list[dict[str, Any]]:
+    return [dict(c) for c in (conditions or []) if c.get("type") != type_]
+
+
+def get_condition(conditions: list[dict[str, Any]] | None, type_: str) -> dict[str, Any] | None:
+    return next((c for c in conditions or [] if c.get("type") == type_), None)

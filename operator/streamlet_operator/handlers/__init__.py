@@ -1,0 +1,5 @@
+"""kopf handlers. Importing this package registers them (kopf's default registry)."""
+
+from . import broker, lifecycle, stream
+
+__all__ = ["broker", "lifecycle", "stream"]

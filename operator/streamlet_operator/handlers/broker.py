@@ -1,0 +1,125 @@
+"""Broker reconciler: apply the builders' manifests, refuse stranding scale-downs, report."""
+
+from __future__ import annotations
+
+import base64
+import logging
+from typing import Any
+
+import kopf
+
+from .. import names
+from ..builders import build_all
+from ..builders.statefulset import IMMUTABLE_SPEC_FIELDS
+from ..conditions import set_condition
+from ..constants import GROUP, VERSION
+from ..metrics import instrumented
+from ..model import BrokerModel
+from ..placement import blocked_scale_down, effective_replicas
+from ..runtime import Runtime
+from ..settings import SETTINGS
+from .common import placements, runtime_of, write_status
+
+RESOURCE = (GROUP, VERSION, "brokers")
+Logger = logging.Logger | logging.LoggerAdapter[Any]
+
+
+async def _users(runtime: Runtime, broker: BrokerModel) -> tuple[dict[str, str], str | None]:
+    """The broker's users (the operator's own first) and a problem with the users Secret."""
+    user, password = await runtime.broker_credentials(broker.namespace, broker.name)
+    users = {user: password}
+    if not broker.users_secret:
+        return users, None
+    secret = await runtime.kube.get("Secret", broker.namespace, broker.users_secret)
+    if secret is None:
+        return users, f"Secret {broker.users_secret!r} not found"
+    for name, value in (secret.get("data") or {}).items():
+        if name != user:
+            users[name] = base64.b64decode(value).decode()
+    return users, None
+
+
+async def reconcile_broker(body: dict[str, Any], runtime: Runtime, index: Any,
+                           logger: Logger) -> dict[str, Any]:
+    """Make the cluster match one Broker; return its new status."""
+    broker = BrokerModel.from_body(body)
+    status: dict[str, Any] = dict(body.get("status") or {})
+    conditions = status.get("conditions") or []
+    gen = broker.generation
+
+    held = placements(index, runtime, broker.namespace, broker.name)
+    blocked = blocked_scale_down(held, broker.replicas)
+    replicas = effective_replicas(broker.replicas, held)
+    if blocked:
+        streams = ", ".join(f"{n} (pod {', '.join(str(o) for o in sorted(set(o)))})"
+                            for n, o in sorted(blocked.items()))
+        message = (f"keeping {replicas} pods instead of {broker.replicas}: pods to be removed hold"
+                   f" streams {streams}; delete or move those streams first")
+        conditions = set_condition(conditions, "ScaleDownBlocked", True, "PodsHoldStreams",
+                                   message, gen)
+        logger.warning(message)
+    else:
+        conditions = set_condition(conditions, "ScaleDownBlocked", False, "NoStreamsStranded",
+                                   "", gen)
+
+    users, users_problem = await _users(runtime, broker)
+    conditions = set_condition(
+        conditions, "UsersConfigured", users_problem is None,
+        "UsersSecretNotFound" if users_problem else "UsersApplied", users_problem or "", gen)
+
+    for manifest in build_all(broker, replicas, users):
+        immutable = IMMUTABLE_SPEC_FIELDS if manifest["kind"] == "StatefulSet" else ()
+        await runtime.kube.apply(manifest, immutable=immutable)
+
+    sts = await runtime.kube.get("StatefulSet", broker.namespace, broker.name) or {}
+    ready = int((sts.get("status") or {}).get("readyReplicas") or 0)
+    is_ready = ready >= replicas
+    conditions = set_condition(
+        conditions, "Ready", is_ready, "AllPodsReady" if is_ready else "PodsNotReady",
+        f"{ready}/{replicas} pods ready", gen)
+
+    per_pod: dict[str, int] = {names.pod(broker.name, i): 0 for i in range(replicas)}
+    for ordinals in held.values():
+        for o in ordinals:
+            per_pod[names.pod(broker.name, o)] = per_pod.get(names.pod(broker.name, o), 0) + 1
+    port = broker.advertise.port or broker.port
+    status.update({
+        "observedGeneration": gen,
+        "phase": "Ready" if is_ready and not blocked else ("ScaleDownBlocked" if blocked
+                                                           else "Progressing"),
+        "replicas": replicas,
+        "readyReplicas": ready,
+        "clientService": f"{names.client_service(broker.name)}.{broker.namespace}.svc:{broker.port}",
+        "endpoints": [f"{names.pod_dns(broker.name, i, broker.namespace)}:{port}"
+                      for i in range(replicas)],
+        "streams": per_pod,
+        "conditions": conditions,
+    })
+    return status
+
+
+async def _run(body: kopf.Body, memo: Any, patch: kopf.Patch, logger: Logger,
+               stream_placements: Any) -> None:
+    runtime = runtime_of(memo)
+    meta = body["metadata"]
+    async with runtime.lock("Broker", meta["namespace"], meta["name"]):
+        raw = dict(body)
+        status = await reconcile_broker(raw, runtime, stream_placements, logger)
+    write_status(patch, body.get("status"), status)
+
+
+@kopf.on.create(*RESOURCE)
+@kopf.on.update(*RESOURCE)
+@kopf.on.resume(*RESOURCE)
+@instrumented("Broker", "change")
+async def broker_changed(*, body: kopf.Body, memo: Any, patch: kopf.Patch, logger: Logger,
+                         stream_placements: Any = None, **_: Any) -> None:
+    await _run(body, memo, patch, logger, stream_placements)
+
+
+@kopf.timer(*RESOURCE, interval=SETTINGS.broker_interval, initial_delay=SETTINGS.broker_interval)
+@instrumented("Broker", "timer")
+async def broker_timer(*, body: kopf.Body, memo: Any, patch: kopf.Patch, logger: Logger,
+                       stream_placements: Any = None, **_: Any) -> None:
+    """Repairs drifted children, applies a scale-down once unblocked, refreshes readiness."""
+    await _run(body, memo, patch, logger, stream_placements)

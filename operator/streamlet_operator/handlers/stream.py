@@ -1,0 +1,218 @@
+"""Stream reconciler: place the stream on a broker pod, create it there, report, repair, delete."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import kopf
+
+from .. import names
+from ..brokers import BrokerSession, BrokerUnavailable, StreamStats
+from ..conditions import set_condition
+from ..constants import GROUP, VERSION
+from ..metrics import DRIFT_REPAIRS, instrumented
+from ..model import BrokerModel, StreamModel
+from ..placement import place, stream_counts
+from ..runtime import Runtime
+from ..settings import SETTINGS
+from .common import placements, runtime_of, write_status
+
+RESOURCE = (GROUP, VERSION, "streams")
+Logger = logging.Logger | logging.LoggerAdapter[Any]
+
+
+@kopf.index(*RESOURCE)
+def stream_placements(*, namespace: str | None, name: str, spec: kopf.Spec,
+                      status: kopf.Status, **_: Any) -> dict[tuple[str, str], dict[str, list[int]]]:
+    """(namespace, broker) -> {stream resource: pod ordinal of each broker stream}."""
+    applied = status.get("applied") or {}
+    broker = applied.get("broker") or spec.get("broker", "")
+    ordinals = [int(p["ordinal"]) for p in status.get("placement") or []]
+    return {(namespace or "", broker): {name: ordinals}}
+
+
+@contextlib.asynccontextmanager
+async def _session(runtime: Runtime, broker: BrokerModel,
+                   ordinal: int) -> AsyncIterator[BrokerSession]:
+    address = runtime.resolve(broker.namespace, broker.name, ordinal, broker.port)
+    user, password = await runtime.broker_credentials(broker.namespace, broker.name)
+    async with runtime.admin.session(address, user, password) as session:
+        yield session
+
+
+def _failure(exc: BaseException) -> tuple[str, str]:
+    """A condition reason and message for a failed broker call."""
+    if isinstance(exc, BrokerUnavailable | OSError | TimeoutError):
+        return "BrokerUnavailable", str(exc) or type(exc).__name__
+    code = getattr(exc, "code", None)
+    return "BrokerRefused", f"{getattr(code, 'name', code)}: {exc}"
+
+
+def _immutable_changes(applied: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    return [f"spec.{key} (was {applied.get(key)!r}, now {wanted.get(key)!r})"
+            for key in ("name", "broker", "partitions", "arguments")
+            if applied.get(key) != wanted.get(key)]
+
+
+async def _choose_pod(runtime: Runtime, index: Any, stream: StreamModel,
+                      broker: BrokerModel) -> int:
+    async with runtime.placement_lock:
+        held = placements(index, runtime, stream.namespace, broker.name)
+        held.pop(stream.name, None)
+        ordinal = place(stream_counts(held.values(), broker.replicas), stream.partitions)
+        # A super stream's partitions live with it on one pod: each counts as a stream.
+        runtime.recent[(stream.namespace, broker.name)][stream.name] = [ordinal] * stream.partitions
+        return ordinal
+
+
+async def reconcile_stream(body: dict[str, Any], runtime: Runtime, index: Any,
+                           logger: Logger) -> tuple[dict[str, Any], str | None]:
+    """Place and create one Stream (again, if it went missing).
+
+    Returns its new status, and what was repaired (for an event) if anything was.
+    """
+    stream = StreamModel.from_body(body)
+    status: dict[str, Any] = dict(body.get("status") or {})
+    conditions = status.get("conditions") or []
+    gen = int(body["metadata"].get("generation") or 0)
+    status["observedGeneration"] = gen
+
+    # Settings fixed at creation win over a changed spec; the change is refused, visibly.
+    applied: dict[str, Any] | None = status.get("applied")
+    target = applied or stream.immutable()
+    refused = _immutable_changes(applied, stream.immutable()) if applied else []
+    if refused:
+        target_stream = StreamModel(
+            name=stream.name, namespace=stream.namespace, stream=target["name"],
+            broker=target["broker"], partitions=int(target["partitions"]),
+            deletion_policy=stream.deletion_policy)
+        arguments = dict(target["arguments"])
+    else:
+        target_stream, arguments = stream, stream.create_arguments()
+
+    broker_body = await runtime.kube.get("Broker", stream.namespace, target_stream.broker)
+    if broker_body is None:
+        status["phase"] = "Pending"
+        status["conditions"] = set_condition(
+            conditions, "Ready", False, "BrokerNotFound",
+            f"Broker {target_stream.broker!r} does not exist in namespace {stream.namespace}", gen)
+        return status, None
+    broker = BrokerModel.from_body(broker_body)
+
+    placed = status.get("placement") or []
+    ordinal = int(placed[0]["ordinal"]) if placed else await _choose_pod(
+        runtime, index, target_stream, broker)
+    pod = names.pod(broker.name, ordinal)
+    partitions = target_stream.partition_names
+    try:
+        async with _session(runtime, broker, ordinal) as session:
+            if target_stream.partitions > 1:
+                created = await session.create_super_stream(target_stream.stream, partitions,
+                                                            arguments)
+            else:
+                created = await session.create_stream(target_stream.stream, arguments)
+            stats: StreamStats = await session.stream_stats(partitions[0])
+    except Exception as e:  # the broker's answer becomes the condition; the timer retries
+        reason, message = _failure(e)
+        logger.warning(f"stream {target_stream.stream!r} on {pod}: {message}")
+        status["phase"] = "Pending" if not applied else "Degraded"
+        status["leader"] = pod
+        status["conditions"] = set_condition(conditions, "Ready", False, reason,
+                                             f"{pod}: {message}", gen)
+        if not placed:
+            status["placement"] = [{"stream": p, "pod": pod, "ordinal": ordinal}
+                                   for p in partitions]
+        return status, None
+
+    repaired = None
+    if created and applied:
+        DRIFT_REPAIRS.labels(stream.namespace).inc()
+        repaired = f"{target_stream.stream} was missing on {pod}; re-created it (empty)"
+        logger.warning(repaired)
+    status.update({
+        "phase": "Ready",
+        "leader": pod,
+        "partitions": target_stream.partitions,
+        "placement": [{"stream": p, "pod": pod, "ordinal": ordinal} for p in partitions],
+        "applied": target,
+        "firstOffset": stats.first_offset,
+        "committedOffset": stats.committed_offset,
+        "lastOffset": stats.last_offset,
+        "size": stats.size,
+    })
+    if refused:
+        status["conditions"] = set_condition(
+            conditions, "Ready", False, "ImmutableFieldChanged",
+            "refused: " + "; ".join(refused) + ". The stream keeps its original settings;"
+            " delete and re-create the Stream to change them.", gen)
+    else:
+        status["conditions"] = set_condition(
+            conditions, "Ready", True, "StreamReady", f"{target_stream.stream} on {pod}", gen)
+    return status, repaired
+
+
+async def _run(body: kopf.Body, memo: Any, patch: kopf.Patch, logger: Logger,
+               index: Any) -> None:
+    runtime = runtime_of(memo)
+    meta = body["metadata"]
+    async with runtime.lock("Stream", meta["namespace"], meta["name"]):
+        status, repaired = await reconcile_stream(dict(body), runtime, index, logger)
+    write_status(patch, body.get("status"), status)
+    if repaired:
+        kopf.warn(body, reason="StreamRecreated", message=repaired)
+
+
+@kopf.on.create(*RESOURCE)
+@kopf.on.update(*RESOURCE)
+@kopf.on.resume(*RESOURCE)
+@instrumented("Stream", "change")
+async def stream_changed(*, body: kopf.Body, memo: Any, patch: kopf.Patch, logger: Logger,
+                         stream_placements: Any = None, **_: Any) -> None:
+    await _run(body, memo, patch, logger, stream_placements)
+
+
+@kopf.timer(*RESOURCE, interval=SETTINGS.stream_interval, initial_delay=SETTINGS.stream_interval)
+@instrumented("Stream", "timer")
+async def stream_timer(*, body: kopf.Body, memo: Any, patch: kopf.Patch, logger: Logger,
+                       stream_placements: Any = None, **_: Any) -> None:
+    """Retries what failed, re-creates a stream missing on its broker, refreshes offsets."""
+    await _run(body, memo, patch, logger, stream_placements)
+
+
+@kopf.on.delete(*RESOURCE)
+@instrumented("Stream", "delete")
+async def stream_deleted(*, body: kopf.Body, memo: Any, logger: Logger, **_: Any) -> None:
+    """Delete the broker's stream (unless retained); the broker tells its clients."""
+    runtime = runtime_of(memo)
+    meta = body["metadata"]
+    status = body.get("status") or {}
+    applied = status.get("applied") or {}
+    placed = status.get("placement") or []
+    stream = StreamModel.from_body(dict(body))
+    broker_name = applied.get("broker") or stream.broker
+    if stream.deletion_policy == "retain" or not placed or not applied:
+        logger.info(f"leaving the broker's stream in place (policy {stream.deletion_policy})")
+    else:
+        await _delete_on_broker(runtime, stream.namespace, applied, placed, logger)
+    runtime.recent.get((stream.namespace, broker_name), {}).pop(meta["name"], None)
+
+
+async def _delete_on_broker(runtime: Runtime, namespace: str, applied: dict[str, Any],
+                            placed: list[dict[str, Any]], logger: Logger) -> None:
+    broker_body = await runtime.kube.get("Broker", namespace, applied["broker"])
+    if broker_body is None or broker_body["metadata"].get("deletionTimestamp"):
+        logger.info("its Broker is gone: there is no broker to delete the stream on")
+        return
+    broker = BrokerModel.from_body(broker_body)
+    try:
+        async with _session(runtime, broker, int(placed[0]["ordinal"])) as session:
+            if int(applied.get("partitions", 1)) > 1:
+                await session.delete_super_stream(applied["name"], [p["stream"] for p in placed])
+            else:
+                await session.delete_stream(applied["name"])
+    except Exception as e:  # keep the finalizer: kopf retries until the broker answers
+        reason, message = _failure(e)
+        raise kopf.TemporaryError(f"{reason}: {message}", delay=SETTINGS.stream_interval) from e

@@ -1,0 +1,66 @@
+"""What the handlers work with, gathered in one object kopf hands them as `memo.runtime`.
+
+Production builds it at startup; tests build their own (an emulated API server, brokers on
+127.0.0.1) and pass it in kopf's memo.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from . import names
+from .brokers import AddressResolver, BrokerAdmin, ClientBrokerAdmin, pod_dns_address
+from .kube import ApiError, Kube
+
+#: (namespace, broker) -> (user, password) the operator logs into that broker's pods with.
+CredentialsFn = Callable[[str, str], Awaitable[tuple[str, str]]]
+
+
+@dataclass
+class Runtime:
+    kube: Kube
+    admin: BrokerAdmin = field(default_factory=ClientBrokerAdmin)
+    resolve: AddressResolver = pod_dns_address
+    credentials: CredentialsFn | None = None
+    #: Placements decided but maybe not yet seen by kopf's index: (ns, broker) -> name -> ordinals.
+    recent: dict[tuple[str, str], dict[str, list[int]]] = field(
+        default_factory=lambda: collections.defaultdict(dict))
+    placement_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _locks: dict[tuple[str, str, str], asyncio.Lock] = field(default_factory=dict)
+
+    def lock(self, kind: str, namespace: str, name: str) -> asyncio.Lock:
+        """One reconciliation at a time per object (change handlers and timers both run)."""
+        return self._locks.setdefault((kind, namespace, name), asyncio.Lock())
+
+    async def broker_credentials(self, namespace: str, broker: str) -> tuple[str, str]:
+        if self.credentials is not None:
+            return await self.credentials(namespace, broker)
+        return names.OPERATOR_USER, await operator_password(self.kube, namespace, broker)
+
+
+async def operator_password(kube: Kube, namespace: str, broker: str) -> str:
+    """The operator's password on a broker, kept in a Secret made once, on first use."""
+    secret_name = names.operator_secret(broker)
+    secret = await kube.get("Secret", namespace, secret_name)
+    if secret is None:
+        password = secrets.token_urlsafe(24)
+        try:
+            await kube.create({
+                "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                "metadata": {"name": secret_name, "namespace": namespace,
+                             "labels": names.labels(broker)},
+                "data": {"password": base64.b64encode(password.encode()).decode()},
+            })
+            return password
+        except ApiError as e:
+            if e.status != 409:  # made meanwhile by another reconciliation: read that one
+                raise
+            secret = await kube.get("Secret", namespace, secret_name)
+            if secret is None:
+                raise
+    return base64.b64decode(secret["data"]["password"]).decode()

@@ -1,0 +1,32 @@
+"""Operator settings, from the environment (the chart sets them on the Deployment)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+def _float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value else default
+
+
+@dataclass(frozen=True)
+class Settings:
+    #: Seconds between the timer passes that refresh status and repair drift.
+    broker_interval: float = 15.0
+    stream_interval: float = 15.0
+    #: Port of the Prometheus /metrics endpoint; 0 turns it off.
+    metrics_port: int = 9090
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        return cls(
+            broker_interval=_float("STREAMLET_OPERATOR_BROKER_INTERVAL", cls.broker_interval),
+            stream_interval=_float("STREAMLET_OPERATOR_STREAM_INTERVAL", cls.stream_interval),
+            metrics_port=int(os.environ.get("STREAMLET_OPERATOR_METRICS_PORT", cls.metrics_port)),
+        )
+
+
+# Read once at import: kopf's timers take their interval when the handlers are registered.
+SETTINGS = Settings.from_env()

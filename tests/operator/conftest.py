@@ -1,0 +1,93 @@
+"""One emulated API server and one real kopf operator for all of tests/operator.
+
+kopf's startup costs about a second; sharing the run keeps the suite fast. Tests stay
+independent by each working in its own namespace.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+# The operator's timers take their intervals at import: short ones, so drift is repaired quickly.
+os.environ.setdefault("STREAMLET_OPERATOR_BROKER_INTERVAL", "0.3")
+os.environ.setdefault("STREAMLET_OPERATOR_STREAM_INTERVAL", "0.3")
+
+import kopf  # noqa: E402
+import pytest  # noqa: E402
+from streamlet_operator.kube import Kube  # noqa: E402
+from streamlet_operator.runtime import Runtime  # noqa: E402
+
+from tests.operator.fakes import FakeBrokerAdmin  # noqa: E402
+from tests.operator.harness import (  # noqa: E402
+    EmulatedApiServer,
+    OperatorRun,
+    PodAddresses,
+    kube_client,
+)
+from tests.operator.kubelet import FakeLauncher, Kubelet, Launcher  # noqa: E402
+
+_API: dict[str, str] = {}
+
+
+@kopf.on.login()
+def _login_to_emulator(**_: object) -> kopf.ConnectionInfo:
+    # Having a login handler also keeps kopf from looking for a kubeconfig.
+    return kopf.ConnectionInfo(server=_API["url"], insecure=True)
+
+
+async def _guest(namespace: str, broker: str) -> tuple[str, str]:
+    return "guest", "guest"  # the default user of a broker started without a config
+
+
+@dataclass
+class Cluster:
+    api: EmulatedApiServer
+    operator: OperatorRun
+    pods: PodAddresses
+    launcher: Launcher
+
+    @property
+    def url(self) -> str:
+        return self.api.url
+
+
+@pytest.fixture(scope="package")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    api = EmulatedApiServer().start()
+    _API["url"] = api.url
+    pods = PodAddresses()
+    admin = FakeBrokerAdmin()
+    runtime = Runtime(kube=kube_client(api.url), admin=admin, resolve=pods, credentials=_guest)
+    operator = OperatorRun(runtime).start()
+    launcher = FakeLauncher(admin)
+    try:
+        yield Cluster(api, operator, pods, launcher)
+    finally:
+        operator.stop()
+        launcher.stop_all()
+        api.stop()
+    assert operator.error is None, f"the operator crashed: {operator.error!r}"
+
+
+_namespaces = itertools.count()
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest) -> str:
+    return f"t{next(_namespaces)}-{request.node.name[:40].lower().replace('_', '-')}".rstrip("-")
+
+
+@pytest.fixture
+async def kube(cluster: Cluster) -> AsyncIterator[Kube]:
+    client = kube_client(cluster.url)
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+def kubelet(cluster: Cluster, kube: Kube) -> Kubelet:
+    return Kubelet(kube, cluster.pods, cluster.launcher)
+
