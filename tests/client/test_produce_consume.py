@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
 import pytest
-
 from streamlet.client import Client, Consumer, Message, OffsetSpec, StreamletError, connect
 from streamlet.protocol import Code
 
@@ -29,10 +29,8 @@ async def take(consumer: Consumer, n: int, timeout: float = 30.0) -> list[Messag
 async def take_none(consumer: Consumer, wait: float = 0.5) -> list[Message]:
     """Whatever arrives within ``wait`` seconds (used to show that nothing does)."""
     out: list[Message] = []
-    try:
+    with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(take_into(consumer, out), wait)
-    except TimeoutError:
-        pass
     return out
 
 

@@ -111,7 +111,7 @@ class Connection(asyncio.Protocol):
         self._wrote = False  # since the last heartbeat tick
         self._read = False
         self._silent_ticks = 0
-        self._wrote_since_heartbeat = False  # since the last heartbeat received
+        self._answered = False  # the last frame we wrote answered a heartbeat
 
     # --- asyncio.Protocol ------------------------------------------------------------------
 
@@ -160,7 +160,7 @@ class Connection(asyncio.Protocol):
             raise self.closed
         assert self.transport is not None
         self._wrote = True
-        self._wrote_since_heartbeat = True
+        self._answered = False
         self.transport.write(data)
 
     async def drain(self) -> None:
@@ -337,12 +337,11 @@ class Connection(asyncio.Protocol):
             if self.on_metadata_update is not None:
                 self.on_metadata_update(cmd.stream, cmd.code)
         elif isinstance(cmd, frames.Heartbeat):
-            # answer an idle server's heartbeat; never answer twice in a row, so two peers
-            # that both answer heartbeats cannot ping-pong
-            if not self._wrote_since_heartbeat:
+            # answer, unless our last frame already was an answer: two peers that both
+            # answer heartbeats must not ping-pong
+            if not self._answered:
                 self.write(_HEARTBEAT)
-            else:
-                self._wrote_since_heartbeat = False
+                self._answered = True
         elif isinstance(cmd, frames.Close):
             with contextlib.suppress(StreamletError):
                 self.write(encode(frames.CloseResponse(cmd.correlation_id, Code.OK)))

@@ -1,0 +1,68 @@
+"""streamlet.client pieces that need no peer: offset specs, frame building, filtering."""
+
+from __future__ import annotations
+
+import pytest
+from streamlet.client import OffsetSpec, StreamletError
+from streamlet.client.connection import negotiate, parse_version, plain_credentials
+from streamlet.client.consumer import chunk_records
+from streamlet.client.producer import publish_frame
+from streamlet.protocol import Code, OffsetType, frames
+from streamlet.protocol.chunk import encode_chunk, simple_entry
+
+
+def test_offset_spec_parse() -> None:
+    assert OffsetSpec.parse("first") == OffsetSpec(OffsetType.FIRST)
+    assert OffsetSpec.parse("LAST") == OffsetSpec.last()
+    assert OffsetSpec.parse("next") == OffsetSpec.next()
+    assert OffsetSpec.parse(7) == OffsetSpec(OffsetType.OFFSET, 7)
+    assert OffsetSpec.parse(OffsetSpec.timestamp(123)) == OffsetSpec(OffsetType.TIMESTAMP, 123)
+    with pytest.raises(ValueError):
+        OffsetSpec.parse("middle")
+    with pytest.raises(ValueError):
+        OffsetSpec.parse(-1)
+    with pytest.raises(TypeError):
+        OffsetSpec.parse(True)
+    with pytest.raises(TypeError):
+        OffsetSpec.parse(1.5)  # type: ignore[arg-type]
+
+
+def test_publish_frame_decodes_as_publish() -> None:
+    bodies = [b"", b"a", b"x" * 300]
+    frame = publish_frame(7, 41, bodies)
+    assert int.from_bytes(frame[:4], "big") == len(frame) - 4
+    cmd = frames.decode(memoryview(frame)[4:])
+    assert isinstance(cmd, frames.Publish)
+    assert cmd.publisher_id == 7
+    assert [m.publishing_id for m in cmd.messages] == [41, 42, 43]
+    assert [m.entry for m in cmd.messages] == [simple_entry(b) for b in bodies]
+
+
+def test_chunk_records_skips_before_requested_offset() -> None:
+    data = b"".join(simple_entry(b"r%d" % i) for i in range(10))
+    header, _ = encode_chunk(data, chunk_id=100, num_entries=10, num_records=10, timestamp=5)
+    first, recs = chunk_records(header, data, 104)
+    assert first == 104
+    assert [bytes(r) for r in recs] == [b"r%d" % i for i in range(4, 10)]
+    first, recs = chunk_records(header, data, 0)  # before the chunk: nothing skipped
+    assert first == 100 and len(list(recs)) == 10
+    first, recs = chunk_records(header, data, 200)  # past the chunk: nothing left
+    assert list(recs) == []
+
+
+def test_version_and_tuning_helpers() -> None:
+    assert parse_version("3.13.7") == (3, 13, 7)
+    assert parse_version("4.0.0-beta.1") == (4, 0, 0)
+    assert parse_version("3.10.8") < (3, 13) <= parse_version("3.13.0")
+    assert parse_version("streamlet") == ()
+    assert negotiate(0, 60) == 60 and negotiate(30, 0) == 30 and negotiate(30, 60) == 30
+    assert negotiate(0, 0) == 0
+    assert plain_credentials("u", "p\u00e9") == b"\0u\0p\xc3\xa9"
+
+
+def test_streamlet_error_keeps_codes() -> None:
+    e = StreamletError(2, "gone")
+    assert e.code is Code.STREAM_DOES_NOT_EXIST and "gone" in str(e)
+    unknown = StreamletError(999)
+    assert unknown.code == 999
+    assert isinstance(unknown, Exception)
