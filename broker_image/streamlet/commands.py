@@ -1,0 +1,112 @@
+"""The client-side CLI commands: produce, consume, streams. Errors become one-line messages."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from .client import OffsetSpec, StreamletError, connect
+from .protocol import Code
+
+
+def _offset(text: str) -> OffsetSpec:
+    if text.startswith("@"):
+        return OffsetSpec.timestamp(int(text[1:]))
+    if text.isdigit():
+        return OffsetSpec.offset(int(text))
+    return OffsetSpec.parse(text)
+
+
+async def run(args: argparse.Namespace) -> int:
+    try:
+        client = await connect(args.host, args.port, user=args.user, password=args.password,
+                               vhost=args.vhost)
+    except (OSError, TimeoutError) as e:
+        print(f"streamlet: cannot connect to {args.host}:{args.port}: {e}", file=sys.stderr)
+        return 1
+    except StreamletError as e:
+        print(f"streamlet: {e}", file=sys.stderr)
+        return 1
+    try:
+        async with client:
+            if args.command == "produce":
+                return await _produce(client, args)
+            if args.command == "consume":
+                return await _consume(client, args)
+            return await _streams(client, args)
+    except StreamletError as e:
+        print(f"streamlet: {e}", file=sys.stderr)
+        return 1
+    except ValueError as e:
+        print(f"streamlet: {e}", file=sys.stderr)
+        return 2
+
+
+async def _produce(client, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+    if args.create:
+        await client.create_stream(args.stream, exists_ok=True)
+    async with await client.producer(args.stream, reference=args.reference) as producer:
+        if args.count is not None:
+            body = b"x" * args.size
+            await producer.send_many(body for _ in range(args.count))
+            sent = args.count
+        else:
+            sent = 0
+            loop = asyncio.get_running_loop()
+            while line := await loop.run_in_executor(None, sys.stdin.buffer.readline):
+                await producer.send(line.rstrip(b"\n"))
+                sent += 1
+        await producer.flush()
+    print(f"published {sent} messages to {args.stream}", file=sys.stderr)
+    return 0
+
+
+async def _consume(client, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+    consumer = await client.consumer(args.stream, offset=_offset(args.offset), name=args.name)
+    seen = 0
+    last: int | None = None
+    try:
+        it = aiter(consumer)
+        while args.count is None or seen < args.count:
+            try:
+                msg = await asyncio.wait_for(anext(it), args.timeout)
+            except TimeoutError:
+                break
+            sys.stdout.write(f"{msg.offset}\t{msg.body.decode('utf-8', 'replace')}\n")
+            seen += 1
+            last = msg.offset
+    finally:
+        sys.stdout.flush()
+        if args.name and last is not None:
+            await consumer.store_offset(last)
+        await consumer.close()
+    return 0
+
+
+async def _streams(client, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+    if args.action == "create":
+        arguments = {}
+        if args.max_age:
+            arguments["max-age"] = args.max_age
+        if args.max_length_bytes is not None:
+            arguments["max-length-bytes"] = str(args.max_length_bytes)
+        if args.max_segment_size_bytes is not None:
+            arguments["stream-max-segment-size-bytes"] = str(args.max_segment_size_bytes)
+        if args.filter_size_bytes is not None:
+            arguments["stream-filter-size-bytes"] = str(args.filter_size_bytes)
+        await client.create_stream(args.name, arguments)
+        print(f"created {args.name}")
+    elif args.action == "delete":
+        await client.delete_stream(args.name)
+        print(f"deleted {args.name}")
+    else:
+        meta = await client.metadata(args.names)
+        for s in meta.streams:
+            if s.code != Code.OK:
+                print(f"{s.stream}\tmissing")
+                continue
+            stats = await client.stream_stats(s.stream)
+            print(f"{s.stream}\tfirst_chunk_id={stats['first_chunk_id']}\t"
+                  f"committed_chunk_id={stats['committed_chunk_id']}\tlast_chunk_id={stats['last_chunk_id']}")
+    return 0
