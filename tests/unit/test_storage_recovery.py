@@ -248,3 +248,20 @@ def test_process_crash_loses_nothing_written(tmp_path: Path, chunks_per_segment:
         last_seg = must(log.last_chunk()).segment
     assert len(index_records(d, last_seg)) > 0
     assert index_records(d, last_seg)[-1][0] == max(r[0] for r in index_records(d, last_seg))
+
+
+def test_old_segment_index_with_zero_tail_keeps_true_timestamps(tmp_path: Path) -> None:
+    d = tmp_path / "s"
+    cfg = LogConfig(max_segment_chunks=3)
+    with StreamLog(d, cfg) as log:
+        for i in range(5):
+            log.append(batch(str(i)), 2, 2, timestamp=1000 * (i + 1))
+    raw = idx(d, 0).read_bytes()
+    idx(d, 0).write_bytes(raw[: 8 + 29] + bytes(29 * 2))  # records 2 and 3 zeroed
+    with StreamLog(d, cfg) as log:
+        log.config = LogConfig(max_segment_chunks=3, max_age_ms=1000)
+        assert log.apply_retention(now_ms=3500) == 0  # segment 0 ends at 3000, not at 0
+        assert log.find_timestamp(2500) == log.find_chunk(4)
+        assert bodies(log) == expected_bodies(5)
+        assert log.apply_retention(now_ms=4001) == 1
+    assert [r[0] for r in index_records(d, 6)] == [6, 8]

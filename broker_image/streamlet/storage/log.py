@@ -39,7 +39,7 @@ from .layout import (
     ChunkRef,
     parse_name,
 )
-from .recovery import open_active, replay_tracking
+from .recovery import Event, open_active, replay_tracking
 from .segment import Segment, StorageError
 from .tracking import Tracking, encode_trailer
 
@@ -103,9 +103,10 @@ class StreamLog:
         segments = [Segment(self.directory, i) for i in seg_ids]
         # the newest segment holding a whole chunk is the active one; newer empty ones are
         # segments whose first chunk never made it to disk
-        idx_fd = -1
+        idx_fd: int = -1
+        events: list[Event] = []
         while segments:
-            idx_fd = open_active(segments[-1])
+            idx_fd, events = open_active(segments[-1])
             if segments[-1].nchunks or len(segments) == 1:
                 break
             os.close(idx_fd)
@@ -121,7 +122,7 @@ class StreamLog:
             self._index_fd = idx_fd
         active = self._active
         self._next = active.ids[-1] + active.nrec[-1] if active.nchunks else active.id
-        replay_tracking(active, self._tracking)
+        replay_tracking(active, events, self._tracking)
         self._last_ref = self._find_last_user()
 
     def _create_segment(self, seg_id: int) -> None:

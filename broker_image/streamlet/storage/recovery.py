@@ -22,15 +22,74 @@ from .layout import (
     INDEX_RECORD_SIZE,
     SEGMENT_HEADER,
 )
-from .segment import Segment, StorageError, data_crc_ok, read_header, read_index, scan_chunks
+from .segment import (
+    Header,
+    Segment,
+    StorageError,
+    data_crc_ok,
+    read_header,
+    read_index,
+    scan_chunks,
+)
 from .tracking import Tracking
 
 log = logging.getLogger(__name__)
 
 
-def open_active(seg: Segment) -> int:
+# Chunks up to this size are read in blocks (the kernel reads whole pages anyway); the header
+# and trailer of a larger chunk are read on their own.
+_SMALL_CHUNK = 4096
+_BLOCK = 1 << 20
+
+# (chunk index, chunk type, trailer or tracking data) for chunks that carry tracking
+Event = tuple[int, int, bytes]
+
+
+class _Reader:
+    """Reads small ranges of a file through one cached block."""
+
+    __slots__ = ("buf", "fd", "size", "start")
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd, self.size = fd, size
+        self.buf = memoryview(b"")
+        self.start = 0
+
+    def get(self, pos: int, n: int, small: bool) -> bytes | memoryview:
+        off = pos - self.start
+        if off >= 0 and off + n <= len(self.buf):
+            return self.buf[off : off + n]
+        if not small:
+            return os.pread(self.fd, n, pos)
+        self.buf = memoryview(os.pread(self.fd, min(_BLOCK, self.size - pos), pos))
+        self.start = pos
+        return self.buf[:n]
+
+
+def _header(buf: bytes | memoryview, pos: int, file_size: int) -> Header | None:
+    if len(buf) < HEADER_SIZE:
+        return None
+    try:
+        h = Header(buf)
+    except ValueError:
+        return None
+    return h if h.num_records >= 1 and pos + h.size <= file_size else None
+
+
+def _collect(rd: _Reader, events: list[Event], i: int, pos: int, h: Header, small: bool) -> None:
+    """Keep the bytes tracking recovery needs from chunk ``i``."""
+    data = pos + HEADER_SIZE + h.bloom_size
+    if h.chunk_type != CHUNK_USER:
+        events.append((i, h.chunk_type, bytes(rd.get(data, h.data_length, small))))
+    elif h.trailer_length:
+        trailer = rd.get(data + h.data_length, h.trailer_length, small)
+        events.append((i, CHUNK_USER, bytes(trailer)))
+
+
+def open_active(seg: Segment) -> tuple[int, list[Event]]:
     """Open ``seg`` for appending (``seg.fd``), repair its tail and index, load its table with
-    every header field. Returns the index file's fd, positioned at its end."""
+    every header field. Returns the index file's fd (positioned at its end) and the tracking
+    data of the segment's chunks, in order, for :func:`replay_tracking`."""
     fd = os.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     seg.close()
     seg.fd = fd
@@ -46,15 +105,21 @@ def open_active(seg: Segment) -> int:
 
     records = read_index(seg.index_path)
     index_ok = records is not None
+    recs = records or []
+    rd = _Reader(fd, size)
+    events: list[Event] = []
     kept = 0
     pos, expect = FILE_HEADER_SIZE, seg.id
-    for cid, _ts, _epoch, fpos, ctype in records or ():
+    for k, (cid, _ts, _epoch, fpos, ctype) in enumerate(recs):
         if fpos != pos or cid != expect:
             break
-        h = read_header(fd, pos, size)
+        span = (recs[k + 1][3] if k + 1 < len(recs) else size) - fpos
+        small = 0 < span <= _SMALL_CHUNK
+        h = _header(rd.get(pos, HEADER_SIZE, small), pos, size)
         if h is None or h.chunk_id != cid or h.chunk_type != ctype:
             break
         seg.add_header(pos, h)
+        _collect(rd, events, kept, pos, h, small)
         kept += 1
         pos += h.size
         expect += h.num_records
@@ -70,6 +135,7 @@ def open_active(seg: Segment) -> int:
     expect = seg.ids[-1] + seg.nrec[-1] if seg.nchunks else seg.id
     for p, h in scan_chunks(fd, seg.size, expect, size, True):
         seg.add_header(p, h)
+        _collect(rd, events, seg.nchunks - 1, p, h, False)
     if size > seg.size:
         log.warning("%s: cutting %d bytes of torn data after chunk end %d", seg.path,
                     size - seg.size, seg.size)
@@ -89,24 +155,19 @@ def open_active(seg: Segment) -> int:
         os.pwrite(idx_fd, missing, end)
     os.lseek(idx_fd, 0, os.SEEK_END)
     seg.loaded = True
-    return idx_fd
+    n = seg.nchunks
+    return idx_fd, [e for e in events if e[0] < n]
 
 
-def replay_tracking(seg: Segment, tracking: Tracking) -> None:
+def replay_tracking(seg: Segment, events: list[Event], tracking: Tracking) -> None:
     """Rebuild writer sequences and consumer offsets from the active segment: its first chunk
     is a snapshot of the state when it was opened (if that state was not empty), then deltas
     and user-chunk trailers apply in order, exactly as Osiris recovers its tracking."""
-    fd = seg.fd
-    for i in range(seg.nchunks):
-        ctype, pos, bloom, dlen = seg.types[i], seg.pos[i], seg.bloom[i], seg.dlen[i]
+    for i, ctype, data in events:
         try:
             if ctype == CHUNK_USER:
-                tlen = seg.csize[i] - HEADER_SIZE - bloom - dlen
-                if tlen > 0:
-                    trailer = os.pread(fd, tlen, pos + HEADER_SIZE + bloom + dlen)
-                    tracking.apply_records(seg.ids[i], trailer)
+                tracking.apply_records(seg.ids[i], data)
                 continue
-            data = os.pread(fd, dlen, pos + HEADER_SIZE + bloom)
             n = int.from_bytes(data[:4], "big")
             if len(data) < 4 or n & 0x80000000 or 4 + n > len(data):
                 raise ChunkError("tracking chunk without a simple entry")

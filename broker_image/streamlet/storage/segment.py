@@ -220,8 +220,9 @@ class Segment:
             self.fd = -1
 
     def light_open(self) -> None:
-        """Learn size, chunk count and first/last timestamps of an old segment without loading
-        its table (two index records); load it fully when the index looks wrong."""
+        """Learn size, chunk count and first/last timestamps of an old segment from its first
+        and last index records, checked against the last chunk's header (the last chunk must
+        end the file); load the table by scanning the segment when the index is not right."""
         self.size = os.stat(self.path).st_size
         try:
             with open(self.index_path, "rb") as f:
@@ -234,11 +235,17 @@ class Segment:
         if n > 0 and head[:FILE_HEADER_SIZE] == INDEX_HEADER and len(last) == INDEX_RECORD_SIZE:
             first_rec = INDEX_RECORD.unpack_from(head, FILE_HEADER_SIZE)
             last_rec = INDEX_RECORD.unpack(last)
-            if (first_rec[0] == self.id and first_rec[3] == FILE_HEADER_SIZE
-                    and last_rec[3] < self.size and last_rec[0] >= self.id):
-                self.nchunks = n
-                self.first_ts, self.last_ts = first_rec[1], last_rec[1]
-                return
+            if first_rec[0] == self.id and first_rec[3] == FILE_HEADER_SIZE:
+                fd = os.open(self.path, os.O_RDONLY)
+                try:
+                    h = read_header(fd, last_rec[3], self.size)
+                finally:
+                    os.close(fd)
+                if (h is not None and h.chunk_id == last_rec[0] and h.chunk_type == last_rec[4]
+                        and last_rec[3] + h.size == self.size):
+                    self.nchunks = n
+                    self.first_ts, self.last_ts = first_rec[1], last_rec[1]
+                    return
         self.load(None)
 
     def load(self, end_id: int | None) -> None:
