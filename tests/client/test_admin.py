@@ -141,3 +141,16 @@ async def test_metadata_update_callback_on_delete(shared_broker: Any, stream: st
         with pytest.raises(StreamletError) as e:
             await producer.send(b"late")
         assert e.value.code == Code.STREAM_NOT_AVAILABLE
+
+
+async def test_resolve_offset(client: Client, stream: str) -> None:
+    if not client.supports(Key.RESOLVE_OFFSET_SPEC):
+        pytest.skip("the server has no ResolveOffsetSpec")
+    producer = await client.producer(stream)
+    await producer.send_many([b"a", b"b"])
+    await producer.flush()
+    await producer.send_many([b"c", b"d"])
+    await producer.flush()
+    assert await client.resolve_offset(stream, "first") == 0
+    assert await client.resolve_offset(stream, 3) == 3
+    assert await client.resolve_offset(stream, "next") == 4

@@ -219,6 +219,14 @@ async def test_batches_by_batch_size_and_flush(peer: Peer, client: Client) -> No
     assert peer.of(frames.DeletePublisher)
 
 
+async def test_linger_gathers_sends_into_one_frame(peer: Peer, client: Client) -> None:
+    producer = await client.producer("s", linger_ms=50)
+    for i in range(3):
+        await producer.send(b"%d" % i)
+    (publish,) = await peer.wait_for(frames.Publish)
+    assert [m.publishing_id for m in publish.messages] == [1, 2, 3]
+
+
 async def test_explicit_ids_move_the_sequence(peer: Peer, client: Client) -> None:
     producer = await client.producer("s")
     assert await producer.send(b"a", publishing_id=100) == 100

@@ -132,6 +132,15 @@ class Client:
         resp = await self._request(lambda c: frames.StreamStats(c, name))
         return dict(resp.stats)
 
+    async def resolve_offset(self, stream: str, offset: OffsetSpec | str | int) -> int:
+        """The offset the server resolves ``offset`` to (ResolveOffsetSpec, key 31), e.g. the
+        chunk a subscription at ``"last"`` or at a timestamp would start with."""
+        self._require(Key.RESOLVE_OFFSET_SPEC)
+        spec = OffsetSpec.parse(offset)
+        resp = await self._request(
+            lambda c: frames.ResolveOffsetSpec(c, stream, spec.type, spec.value))
+        return int(resp.offset)
+
     # --- offsets and sequences -------------------------------------------------------------
 
     async def query_offset(self, reference: str, stream: str) -> int | None:
