@@ -231,8 +231,12 @@ def test_bad_arguments_write_nothing(tmp_path: Path) -> None:
             log.append(b"", 0, 0)
         with pytest.raises(ValueError):
             log.store_offset("x" * 256, 1)
-        with pytest.raises(Exception):  # noqa: B017 - bloom size is a u8
+        with pytest.raises(ValueError):  # bloom size is a u8
             log.append(batch("a", 1), 1, 1, bloom=b"b" * 256)
+        with pytest.raises(ValueError):  # NumEntries is a u16
+            log.append(batch("a", 1), 70_000, 70_000)
+        with pytest.raises(ValueError):
+            log.append(batch("a", 1), 1, 1, writer_sequences={"w" * 300: 1})
         assert log.next_offset == 0 and log.size_bytes == 8
         log.append(batch("a", 1), 1, 1)
         assert records(log) == [(0, b"a-0")]
@@ -274,7 +278,7 @@ def test_old_segments_load_lazily_with_bloom(tmp_path: Path) -> None:
 def test_next_chunk_after_retention_of_its_segment(tmp_path: Path) -> None:
     with StreamLog(tmp_path / "s", LogConfig(max_segment_chunks=2)) as log:
         refs = [log.append(batch(str(i), 1), 1, 1, timestamp=i) for i in range(6)]
-        log.config = dataclasses.replace(log.config, max_age_ms=1)  # with an explicit clock
+        log.reconfigure(dataclasses.replace(log.config, max_age_ms=1))  # with an explicit clock
         assert log.apply_retention(now_ms=3) == 1  # segment 0 (last ts 1 < 2) goes
         assert log.first_offset == 2 and log.first_chunk_id == 2
         assert log.next_chunk(refs[0]) == refs[2]

@@ -259,7 +259,7 @@ def test_old_segment_index_with_zero_tail_keeps_true_timestamps(tmp_path: Path) 
     raw = idx(d, 0).read_bytes()
     idx(d, 0).write_bytes(raw[: 8 + 29] + bytes(29 * 2))  # records 2 and 3 zeroed
     with StreamLog(d, cfg) as log:
-        log.config = LogConfig(max_segment_chunks=3, max_age_ms=1000)
+        log.reconfigure(LogConfig(max_segment_chunks=3, max_age_ms=1000))
         assert log.apply_retention(now_ms=3500) == 0  # segment 0 ends at 3000, not at 0
         assert log.find_timestamp(2500) == log.find_chunk(4)
         assert bodies(log) == expected_bodies(5)

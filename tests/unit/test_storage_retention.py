@@ -36,7 +36,7 @@ def test_max_bytes_keeps_newest_segments_that_fit(tmp_path: Path) -> None:
         fill(log, 10)  # 5 full segments of 2 chunks
         assert log.segment_count == 5
         seg_size = (d / "00000000000000000000.segment").stat().st_size
-        log.config = dataclasses.replace(cfg, max_bytes=3 * seg_size + 10)
+        log.reconfigure(dataclasses.replace(cfg, max_bytes=3 * seg_size + 10))
         assert log.apply_retention() == 2
         assert segment_ids(d) == index_ids(d) == [16, 24, 32]
         assert log.size_bytes <= 3 * seg_size + 10
@@ -72,7 +72,7 @@ def test_max_age_drops_old_segments_oldest_first(tmp_path: Path) -> None:
         for ts in (100, 200, 300, 400, 500, 600, 700):
             log.append(batch(str(ts)), 1, 1, timestamp=ts)
         assert segment_ids(d) == [0, 2, 4, 6]  # last timestamps 200, 400, 600, 700
-        log.config = dataclasses.replace(cfg, max_age_ms=100)
+        log.reconfigure(dataclasses.replace(cfg, max_age_ms=100))
         assert log.apply_retention(now_ms=450) == 1  # 200 < 350; 400 is not
         assert segment_ids(d) == [2, 4, 6]
         assert log.apply_retention(now_ms=10_000) == 2  # everything old, the newest stays
@@ -86,7 +86,7 @@ def test_age_retention_uses_the_last_chunk_of_a_segment(tmp_path: Path) -> None:
     with StreamLog(d, cfg) as log:
         for ts in (100, 900, 1000):
             log.append(batch(str(ts)), 1, 1, timestamp=ts)
-        log.config = dataclasses.replace(cfg, max_age_ms=500)
+        log.reconfigure(dataclasses.replace(cfg, max_age_ms=500))
         assert log.apply_retention(now_ms=1300) == 0  # segment 0 ends at 900 > 800
         assert log.apply_retention(now_ms=1500) == 1
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import struct
 import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
@@ -143,6 +144,13 @@ class StreamLog:
         self._seg_ids.append(seg_id)
         self._index_fd = idx_fd
 
+    def reconfigure(self, config: LogConfig) -> None:
+        """Apply new settings (segment limits, retention, fsync) from the next write on."""
+        self.config = config
+        self._fsync = _FSYNC_MODES[config.fsync]
+        self._max_seg_bytes = config.max_segment_bytes
+        self._max_seg_chunks = config.max_segment_chunks
+
     @property
     def _active(self) -> Segment:
         return self._segments[-1]
@@ -209,8 +217,11 @@ class StreamLog:
         blen = len(bloom)
         size = HEADER_SIZE + blen + dlen + len(trailer)
         pos = seg.size
-        header = HEADER.pack(MAGIC_VERSION, CHUNK_USER, num_entries, num_records, ts, EPOCH, cid,
-                             crc32(data), dlen, len(trailer), blen)
+        try:
+            header = HEADER.pack(MAGIC_VERSION, CHUNK_USER, num_entries, num_records, ts, EPOCH,
+                                 cid, crc32(data), dlen, len(trailer), blen)
+        except struct.error as e:  # entries > 65535, bloom > 255 bytes, ...
+            raise ValueError(f"chunk does not fit the Osiris header: {e}") from None
         self._write(seg, (header, bloom, data, trailer), size)
         seg.add(cid, ts, pos, num_records, size, CHUNK_USER, dlen, blen)
         self._next = cid + num_records

@@ -32,9 +32,21 @@ def _signed64(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
+_trailer_prefix: dict[str, bytes] = {}  # writer -> "0, IdLength, Id": publishers are few
+
+
 def encode_trailer(sequences: dict[str, int]) -> bytes:
     """A user chunk's trailer: one sequence record per writer."""
-    return b"".join([encode_tracking(TRACKING_SEQUENCE, ref, seq) for ref, seq in sequences.items()])
+    parts = []
+    for ref, seq in sequences.items():
+        prefix = _trailer_prefix.get(ref)
+        if prefix is None:
+            prefix = encode_tracking(TRACKING_SEQUENCE, ref, 0)[:-8]  # validates the length
+            if len(_trailer_prefix) >= 4096:
+                _trailer_prefix.clear()
+            _trailer_prefix[ref] = prefix
+        parts.append(prefix + _U64.pack(seq))
+    return b"".join(parts)
 
 
 class Tracking:
