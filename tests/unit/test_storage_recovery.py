@@ -265,3 +265,15 @@ def test_old_segment_index_with_zero_tail_keeps_true_timestamps(tmp_path: Path) 
         assert bodies(log) == expected_bodies(5)
         assert log.apply_retention(now_ms=4001) == 1
     assert [r[0] for r in index_records(d, 6)] == [6, 8]
+
+
+def test_index_is_written_at_least_every_4_mb(tmp_path: Path) -> None:
+    d = tmp_path / "s"
+    log = StreamLog(d)
+    big = simple_entry(bytes(1 << 20))
+    for _ in range(5):
+        log.append(big, 1, 1)
+    # not closed: 4 records reached the index file once the data passed 4 MB
+    assert len(index_records(d)) == 4
+    log.close()
+    assert len(index_records(d)) == 5

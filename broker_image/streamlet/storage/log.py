@@ -48,9 +48,12 @@ log = logging.getLogger(__name__)
 
 Buffer = bytes | bytearray | memoryview
 
-# Index records are buffered and written every this many bytes (and at roll, sync, close):
-# the index is rebuilt from the segment after a crash, so it need not be written per chunk.
+# Index records are buffered and written every 128 records or 4 MB of chunks (and at roll,
+# sync, close): after a crash the missing records are rebuilt by reading (and CRC-checking) the
+# chunks they describe, so the bound keeps that work small, and the index need not be written
+# per chunk.
 _INDEX_FLUSH_BYTES = 128 * INDEX_RECORD_SIZE
+_INDEX_FLUSH_DATA = 4 << 20
 _FSYNC_MODES = {"never": 0, "chunk": 1, "interval": 2}
 _FSYNC_INTERVAL_S = 1.0
 _DEFAULT_CONFIG = LogConfig()
@@ -78,6 +81,7 @@ class StreamLog:
         self._seg_ids: list[int] = []
         self._index_fd = -1
         self._index_buf = bytearray()
+        self._index_upto = 0  # active segment size covered by written index records
         self._next = 0
         self._last_ref: ChunkRef | None = None
         self._first_user: int | None = None  # first user chunk id; None: not computed yet
@@ -121,6 +125,7 @@ class StreamLog:
             self._segments = segments
             self._seg_ids = [s.id for s in segments]
             self._index_fd = idx_fd
+        self._index_upto = self._active.size
         active = self._active
         self._next = active.ids[-1] + active.nrec[-1] if active.nchunks else active.id
         replay_tracking(active, events, self._tracking)
@@ -143,6 +148,7 @@ class StreamLog:
         self._segments.append(seg)
         self._seg_ids.append(seg_id)
         self._index_fd = idx_fd
+        self._index_upto = self._active.size
 
     def reconfigure(self, config: LogConfig) -> None:
         """Apply new settings (segment limits, retention, fsync) from the next write on."""
@@ -226,7 +232,8 @@ class StreamLog:
         seg.add(cid, ts, pos, num_records, size, CHUNK_USER, dlen, blen)
         self._next = cid + num_records
         self._index_buf += INDEX_RECORD.pack(cid, ts, EPOCH, pos, CHUNK_USER)
-        if len(self._index_buf) >= _INDEX_FLUSH_BYTES:
+        if len(self._index_buf) >= _INDEX_FLUSH_BYTES \
+                or seg.size - self._index_upto >= _INDEX_FLUSH_DATA:
             self._flush_index()
         if writer_sequences:
             self._tracking.add_sequences(cid, writer_sequences)
@@ -262,7 +269,8 @@ class StreamLog:
         seg.add(cid, ts, pos, 1, size, ctype, len(data), 0)
         self._next = cid + 1
         self._index_buf += INDEX_RECORD.pack(cid, ts, EPOCH, pos, ctype)
-        if len(self._index_buf) >= _INDEX_FLUSH_BYTES:
+        if len(self._index_buf) >= _INDEX_FLUSH_BYTES \
+                or seg.size - self._index_upto >= _INDEX_FLUSH_DATA:
             self._flush_index()
         if self._fsync:
             self._sync_after_write(seg)
@@ -292,6 +300,7 @@ class StreamLog:
                 done += os.write(self._index_fd, view[done:])
             view.release()
             buf.clear()
+        self._index_upto = self._active.size
 
     def _sync_after_write(self, seg: Segment) -> None:
         if self._fsync == 1:
