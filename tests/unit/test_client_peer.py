@@ -234,7 +234,13 @@ async def test_explicit_ids_move_the_sequence(peer: Peer, client: Client) -> Non
     assert await producer.send(b"c", publishing_id=5) == 5  # a replay keeps the sequence
     assert await producer.send(b"d") == 102
     await producer.flush()
-    assert [m.publishing_id for p in peer.of(frames.Publish) for m in p.messages] == [100, 101, 5, 102]
+    assert await producer.send_many([b"e", b"f"], first_id=500) == 501
+    assert await producer.send_many([b"g"]) == 502
+    assert await producer.send_many([b"h", b"i"], first_id=7) == 8  # replays keep the sequence
+    assert await producer.send_many([]) == 502
+    await producer.flush()
+    assert [m.publishing_id for p in peer.of(frames.Publish) for m in p.messages] == [
+        100, 101, 5, 102, 500, 501, 502, 7, 8]
 
 
 async def test_frames_respect_frame_max() -> None:

@@ -148,6 +148,12 @@ class Consumer:
                 self.last_offset = first + len(records) - 1
                 return header, records, first
 
+    async def next_raw_chunk(self) -> tuple[ChunkHeader, memoryview] | None:
+        """The next user chunk undecoded: its header and data (CRC checked), or None once
+        closed. For bulk readers that decode records themselves (the Spark data source);
+        do not mix with message iteration."""
+        return await self._next_chunk()
+
     # --- the queue -------------------------------------------------------------------------
 
     async def _next_chunk(self) -> tuple[ChunkHeader, memoryview] | None:

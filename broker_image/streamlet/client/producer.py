@@ -113,12 +113,12 @@ class Producer:
         self._append(_ENTRY.pack(publishing_id, len(body)) + body)
         return publishing_id
 
-    async def send_many(self, bodies: Iterable[bytes]) -> int:
-        """Send ``bodies`` with consecutive ids, whole frames at a time; return the last id
-        (``next_publishing_id - 1`` if ``bodies`` is empty)."""
-        if self._closed is not None:
-            raise self._closed
+    async def send_many(self, bodies: Iterable[bytes], first_id: int | None = None) -> int:
+        """Send ``bodies`` with consecutive publishing ids, whole frames at a time; return the
+        last id (``first - 1`` if ``bodies`` is empty). The ids start at ``first_id`` when given
+        (deterministic ids, e.g. a Spark task's), else at :attr:`next_publishing_id`."""
         self._write_pending()  # keep the order of earlier single sends
+        next_id = self._next_id if first_id is None else first_id
         it = iter(bodies)
         conn, size = self._conn, self.batch_size
         while batch := list(islice(it, size)):
@@ -127,16 +127,22 @@ class Producer:
                 await self._wait_room(n)
             if conn.paused:
                 await conn.drain()
+            if self._closed is not None:
+                raise self._closed
             if sum(map(len, batch)) + _PER_MESSAGE * n > self._max_payload:
                 for body in batch:  # too big for one frame: let _append cut it
-                    await self.send(body)
+                    await self.send(body, publishing_id=next_id)
+                    next_id += 1
                 continue
-            first = self._next_id
-            self._next_id = first + n
             self._unconfirmed += n
-            conn.write(publish_frame(self.publisher_id, first, batch))
+            conn.write(publish_frame(self.publisher_id, next_id, batch))
+            next_id += n
+            if next_id > self._next_id:
+                self._next_id = next_id
+        if self._closed is not None:
+            raise self._closed
         self._write_pending()
-        return self._next_id - 1
+        return next_id - 1
 
     def _append(self, entry: bytes) -> None:
         size = len(entry)
