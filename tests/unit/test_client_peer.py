@@ -399,6 +399,12 @@ async def test_server_close_fails_everything_with_its_code(peer: Peer, client: C
         await client.stream_exists("s")
 
 
+async def test_unknown_frames_are_skipped(peer: Peer, client: Client) -> None:
+    peer.send(struct.pack(">IHH", 6, 0x7F00, 1) + b"??")  # a key this client does not know
+    assert await client.query_offset("r", "s") is None
+    assert not client.closed
+
+
 async def test_lost_connection_fails_waiters(peer: Peer, client: Client) -> None:
     peer.auto_confirm = False
     producer = await client.producer("s")

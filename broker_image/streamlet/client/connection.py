@@ -328,7 +328,10 @@ class Connection(asyncio.Protocol):
             if fut is not None and (cmd.key & _RESPONSE) and not fut.done():
                 fut.set_exception(StreamletError(cmd.code, cmd.reason))
                 return
-            raise ValueError(cmd.reason)
+            # a newer server may send what this client does not know: skip it, as RabbitMQ's
+            # own clients do, rather than drop the connection
+            log.warning("ignoring a frame from the server: %s", cmd.reason)
+            return
         if isinstance(cmd, frames.PublishError):
             publisher = self.publishers.get(cmd.publisher_id)
             if publisher is not None:
