@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterator
@@ -201,8 +202,11 @@ class Segment:
         """Cache bloom size and data length of chunk ``i`` from its header (read if not given)."""
         if buf is None:
             buf, at = os.pread(self.open_fd(), HEADER_SIZE, self.pos[i]), 0
-        h = Header(buf, at)
-        if h.chunk_id != self.ids[i]:
+        try:
+            h = Header(buf, at)
+        except (ValueError, struct.error):
+            h = None
+        if h is None or h.chunk_id != self.ids[i]:
             raise StorageError(f"{self.path}: chunk {self.ids[i]} not at {self.pos[i]}")
         self.dlen[i] = h.data_length
         self.bloom[i] = h.bloom_size
