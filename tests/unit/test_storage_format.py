@@ -6,6 +6,7 @@ import struct
 import zlib
 from pathlib import Path
 
+import pytest
 from streamlet.protocol.chunk import ChunkHeader, iter_records, simple_entry
 from streamlet.storage import LogConfig, StreamLog
 
@@ -128,3 +129,19 @@ def test_snapshot_opens_each_new_segment(tmp_path: Path) -> None:
     assert data[4:] in (seq + off, off + seq)
     user = ChunkHeader.unpack(raw, 8 + h.size)
     assert (user.chunk_type, user.chunk_id) == (0, 3)
+
+
+def test_rstream_decodes_a_deliver_built_from_read_chunks(tmp_path: Path) -> None:
+    """A real client's decoder accepts the stored chunk as a Deliver frame, CRC included."""
+    encoding = pytest.importorskip("rstream.encoding")
+    bodies = [b"first", b"", b"third" * 100]
+    with StreamLog(tmp_path / "s") as log:
+        log.append(entries(b"skip"), 1, 1)
+        log.store_offset("c", 0)
+        ref = log.append(entries(*bodies), 3, 3, writer_sequences={"p": 3}, bloom=b"\x01" * 16)
+        ((got, view),) = log.read_chunks(ref)
+    frame = encoding.decode_frame(struct.pack(">HHB", 8, 1, 7) + bytes(view))
+    assert frame.subscription_id == 7
+    assert frame.chunk_first_offset == ref.chunk_id == 2
+    assert (frame.num_entries, frame.num_records, frame.epoch) == (3, 3, 1)
+    assert frame.get_messages() == bodies
