@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from streamlet.protocol.chunk import iter_records, simple_entry
-from streamlet.storage import ChunkRef, LogConfig, StreamLog
+from streamlet.storage import ChunkRef, LogConfig, StorageError, StreamLog
 
 
 def must(ref: ChunkRef | None) -> ChunkRef:
@@ -293,3 +293,12 @@ def test_delete_removes_the_directory(tmp_path: Path) -> None:
     log.append(batch("a", 1), 1, 1)
     log.delete()
     assert not (tmp_path / "s").exists()
+
+
+def test_one_writer_per_directory(tmp_path: Path) -> None:
+    d = tmp_path / "s"
+    log = StreamLog(d)
+    with pytest.raises(StorageError):
+        StreamLog(d)
+    log.close()
+    StreamLog(d).close()

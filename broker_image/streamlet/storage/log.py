@@ -6,6 +6,7 @@ so reading for delivery is one ``pread`` over a run of chunks and slicing. See d
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import shutil
@@ -91,7 +92,22 @@ class StreamLog:
         self._max_seg_chunks = config.max_segment_chunks
         self._closed = False
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._open()
+        # one writer per directory: a second StreamLog (this process or another) would corrupt it
+        self._lock_fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise StorageError(f"{self.directory} is open in another StreamLog") from None
+        try:
+            self._open()
+        except BaseException:
+            for seg in self._segments:
+                seg.close()
+            if self._index_fd >= 0:
+                os.close(self._index_fd)
+            os.close(self._lock_fd)
+            raise
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -527,6 +543,7 @@ class StreamLog:
                 self._index_fd = -1
             for seg in self._segments:
                 seg.close()
+            os.close(self._lock_fd)
 
     def delete(self) -> None:
         """Close the log and remove its directory."""
