@@ -277,3 +277,16 @@ def test_index_is_written_at_least_every_4_mb(tmp_path: Path) -> None:
     assert len(index_records(d)) == 4
     log.close()
     assert len(index_records(d)) == 5
+
+
+def test_old_segment_index_pointing_into_a_chunk_is_detected(tmp_path: Path) -> None:
+    d = tmp_path / "s"
+    cfg = LogConfig(max_segment_chunks=4)
+    write(d, 6, cfg)
+    raw = bytearray(idx(d, 0).read_bytes())
+    rec = list(IDX.unpack_from(raw, 8 + 29))
+    rec[3] += 3  # the second chunk's position, off by three bytes
+    IDX.pack_into(raw, 8 + 29, *rec)
+    idx(d, 0).write_bytes(bytes(raw))
+    with StreamLog(d, cfg) as log, pytest.raises(StorageError):
+        bodies(log)  # never garbage: the header at that position does not match

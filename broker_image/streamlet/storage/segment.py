@@ -206,8 +206,9 @@ class Segment:
             h = Header(buf, at)
         except (ValueError, struct.error):
             h = None
-        if h is None or h.chunk_id != self.ids[i]:
-            raise StorageError(f"{self.path}: chunk {self.ids[i]} not at {self.pos[i]}")
+        if h is None or h.chunk_id != self.ids[i] or h.size != self.csize[i]:
+            raise StorageError(f"{self.path}: chunk {self.ids[i]} not at {self.pos[i]} "
+                               "as the index says")
         self.dlen[i] = h.data_length
         self.bloom[i] = h.bloom_size
 
