@@ -203,8 +203,12 @@ def test_not_a_segment_is_refused(tmp_path: Path) -> None:
     d = tmp_path / "s"
     d.mkdir()
     seg(d).write_bytes(b"PK\x03\x04 something else entirely")
+    fds = len(os.listdir("/proc/self/fd"))
     with pytest.raises(StorageError):
         StreamLog(d)
+    assert len(os.listdir("/proc/self/fd")) == fds  # nothing leaked, the lock is released
+    seg(d).unlink()
+    StreamLog(d).close()
 
 
 def test_old_segment_with_damaged_index_is_rebuilt_when_read(tmp_path: Path) -> None:

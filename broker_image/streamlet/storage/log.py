@@ -121,26 +121,25 @@ class StreamLog:
         for n in names:
             if n.endswith(".index.tmp"):
                 os.unlink(self.directory / n)
-        segments = [Segment(self.directory, i) for i in seg_ids]
+        # kept on self from the start so that a failure below closes what was opened
+        self._segments = segments = [Segment(self.directory, i) for i in seg_ids]
         # the newest segment holding a whole chunk is the active one; newer empty ones are
         # segments whose first chunk never made it to disk
-        idx_fd: int = -1
         events: list[Event] = []
         while segments:
-            idx_fd, events = open_active(segments[-1])
+            self._index_fd, events = open_active(segments[-1])
             if segments[-1].nchunks or len(segments) == 1:
                 break
-            os.close(idx_fd)
+            os.close(self._index_fd)
+            self._index_fd = -1
             log.warning("%s: removing empty segment %s", self.directory, segments[-1].path.name)
             segments.pop().remove_files()
         if not segments:
             self._create_segment(0)
         else:
+            self._seg_ids = [s.id for s in segments]
             for seg in segments[:-1]:
                 seg.light_open()
-            self._segments = segments
-            self._seg_ids = [s.id for s in segments]
-            self._index_fd = idx_fd
         self._index_upto = self._active.size
         active = self._active
         self._next = active.ids[-1] + active.nrec[-1] if active.nchunks else active.id
