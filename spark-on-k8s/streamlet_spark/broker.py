@@ -1,0 +1,99 @@
+"""Talking to the broker from Spark's Python workers: short synchronous calls around the
+asyncio client (each opens its own connection and event loop; workers are plain processes)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TypeVar
+
+from streamlet.client import Client, OffsetSpec, connect
+from streamlet.protocol.chunk import ChunkHeader
+
+from .offsets import Bound, Range
+from .options import Options
+
+T = TypeVar("T")
+
+
+async def open_client(opts: Options) -> Client:
+    return await connect(opts.host, opts.port, user=opts.user, password=opts.password,
+                         vhost=opts.vhost, timeout=opts.timeout,
+                         connection_name="streamlet-spark")
+
+
+def call(opts: Options, fn: Callable[[Client], Awaitable[T]]) -> T:
+    """Run ``fn(client)`` on a fresh connection and close it."""
+    async def main() -> T:
+        client = await open_client(opts)
+        try:
+            return await fn(client)
+        finally:
+            await client.close()
+    return asyncio.run(main())
+
+
+async def partition_streams(client: Client, opts: Options) -> list[str]:
+    """The streams read or written: the one stream, or the super stream's partitions in order."""
+    if opts.stream:
+        return [opts.stream]
+    assert opts.super_stream
+    return await client.partitions(opts.super_stream)
+
+
+async def end_offset(client: Client, stream: str) -> int:
+    """One after the newest record (the offset the next message will get)."""
+    return await client.resolve_offset(stream, OffsetSpec.next())
+
+
+async def resolve(client: Client, stream: str, bound: Bound) -> int:
+    """The offset a bound means now, within ``[first, end]``."""
+    first = await client.resolve_offset(stream, OffsetSpec.first())
+    end = await end_offset(client, stream)
+    if bound.kind == "first":
+        return first
+    if bound.kind == "last":
+        return end
+    if bound.kind == "timestamp":
+        return await client.resolve_offset(stream, OffsetSpec.timestamp(bound.value))
+    return min(max(bound.value, first), end)
+
+
+async def chunk_start(client: Client, stream: str, offset: int) -> int:
+    """The first offset of the chunk holding ``offset``: one chunk is fetched to learn it."""
+    consumer = await client.consumer(stream, offset=offset, credit=1, check_crc=False)
+    try:
+        got = await consumer.next_raw_chunk()
+        return offset if got is None else got[0].chunk_id
+    finally:
+        await consumer.close()
+
+
+def iter_chunks(opts: Options, rng: Range, credit: int = 8
+                ) -> Iterator[tuple[ChunkHeader, memoryview]]:
+    """The raw chunks holding ``[rng.start, rng.end)``, in order; a sync generator (Spark's
+    ``read`` is one) driving its own event loop, closed cleanly if abandoned."""
+    if rng.end <= rng.start:
+        return
+    loop = asyncio.new_event_loop()
+    client: Client | None = None
+    try:
+        client = loop.run_until_complete(open_client(opts))
+        consumer = loop.run_until_complete(
+            client.consumer(rng.stream, offset=rng.start, credit=credit))
+        while True:
+            got = loop.run_until_complete(consumer.next_raw_chunk())
+            if got is None:
+                return
+            header, data = got
+            if header.next_offset <= rng.start:
+                continue
+            yield header, data
+            if header.next_offset >= rng.end:
+                return
+    finally:
+        if client is not None:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(client.close())
+        loop.close()
