@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import gzip
+import struct
+
 import pytest
 from streamlet.client import OffsetSpec, StreamletError
 from streamlet.client.connection import negotiate, parse_version, plain_credentials
 from streamlet.client.consumer import chunk_records
 from streamlet.client.producer import publish_frame
 from streamlet.protocol import Code, OffsetType, frames
-from streamlet.protocol.chunk import encode_chunk, simple_entry
+from streamlet.protocol.chunk import ChunkError, encode_chunk, iter_records, simple_entry
 
 
 def test_offset_spec_parse() -> None:
@@ -66,3 +69,19 @@ def test_streamlet_error_keeps_codes() -> None:
     unknown = StreamletError(999)
     assert unknown.code == 999
     assert isinstance(unknown, Exception)
+
+
+def test_iter_records_mixes_simple_entries_and_sub_batches() -> None:
+    """The consumer's decoder (protocol.chunk.iter_records, with its inline fast path)."""
+    def batch(records: list[bytes], gzipped: bool) -> bytes:
+        inner = b"".join(struct.pack(">I", len(r)) + r for r in records)
+        body = gzip.compress(inner) if gzipped else inner
+        flags = 0x80 | ((1 if gzipped else 0) << 4)
+        return struct.pack(">BHII", flags, len(records), len(inner), len(body)) + body
+
+    data = (simple_entry(b"a") + batch([b"b", b"cc"], False) + simple_entry(b"")
+            + batch([b"d"] * 3, True) + simple_entry(b"e"))
+    assert [bytes(r) for r in iter_records(data)] == [b"a", b"b", b"cc", b"", b"d", b"d", b"d", b"e"]
+    for bad in (data[:-1], data[:3], simple_entry(b"abc")[:5]):
+        with pytest.raises(ChunkError):
+            list(iter_records(bad))
