@@ -76,6 +76,19 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("name")
     info = ssub.add_parser("info", help="show a stream's metadata and offsets")
     info.add_argument("names", nargs="+")
+    csuper = ssub.add_parser("create-super", help="create a super stream and its partition streams")
+    csuper.add_argument("name")
+    how = csuper.add_mutually_exclusive_group(required=True)
+    how.add_argument("--partitions", type=int,
+                     help="N partitions NAME-0..NAME-<N-1>, binding keys 0..N-1")
+    how.add_argument("--binding-keys", help="comma-separated keys: partitions NAME-<key>")
+    csuper.add_argument("--max-age", help="retention by age of each partition, e.g. 7D")
+    csuper.add_argument("--max-length-bytes", type=int, help="retention by size of each partition")
+    dsuper = ssub.add_parser("delete-super", help="delete a super stream and its partitions")
+    dsuper.add_argument("name")
+    lsuper = ssub.add_parser("partitions", help="list a super stream's partitions and binding keys")
+    lsuper.add_argument("name")
+    lsuper.add_argument("--keys", help="comma-separated routing keys to route (default: none)")
     return parser
 
 

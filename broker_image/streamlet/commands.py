@@ -100,6 +100,8 @@ async def _streams(client, args: argparse.Namespace) -> int:  # type: ignore[no-
     elif args.action == "delete":
         await client.delete_stream(args.name)
         print(f"deleted {args.name}")
+    elif args.action in ("create-super", "delete-super", "partitions"):
+        return await _super_streams(client, args)
     else:
         meta = await client.metadata(args.names)
         for s in meta.streams:
@@ -109,4 +111,33 @@ async def _streams(client, args: argparse.Namespace) -> int:  # type: ignore[no-
             stats = await client.stream_stats(s.stream)
             print(f"{s.stream}\tfirst_chunk_id={stats['first_chunk_id']}\t"
                   f"committed_chunk_id={stats['committed_chunk_id']}\tlast_chunk_id={stats['last_chunk_id']}")
+    return 0
+
+
+async def _super_streams(client, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+    if args.action == "create-super":
+        if args.partitions is not None:
+            if args.partitions < 1:
+                print("streamlet: --partitions must be at least 1", file=sys.stderr)
+                return 2
+            keys = [str(i) for i in range(args.partitions)]
+        else:
+            keys = [k.strip() for k in args.binding_keys.split(",") if k.strip()]
+        arguments = {}
+        if args.max_age:
+            arguments["max-age"] = args.max_age
+        if args.max_length_bytes is not None:
+            arguments["max-length-bytes"] = str(args.max_length_bytes)
+        partitions = [f"{args.name}-{k}" for k in keys]
+        await client.create_super_stream(args.name, partitions, keys, arguments)
+        print(f"created super stream {args.name}: {', '.join(partitions)}")
+    elif args.action == "delete-super":
+        await client.delete_super_stream(args.name)
+        print(f"deleted super stream {args.name}")
+    else:
+        for p in await client.partitions(args.name):
+            print(p)
+        for key in (args.keys or "").split(","):
+            if key:
+                print(f"route {key}\t{','.join(await client.route(key, args.name)) or '-'}")
     return 0

@@ -24,6 +24,28 @@ File format (all keys optional)::
     name = "guest"
     password = "guest"
     loopback_only = true              # default: true for guest, false otherwise
+    max_connections = 0               # this user's own limit (0: the [limits] default)
+
+    [[vhosts]]                        # default: only "/"
+    name = "/"
+
+    [[permissions]]                   # a user with no entry here may use every vhost fully
+    user = "app"
+    vhost = "/"
+    configure = "^app-"               # regular expressions on stream names, as RabbitMQ's
+    write = "^app-"                   # ("" denies everything)
+    read = ".*"
+
+    [tls]                             # no TLS listener unless this section is there
+    port = 5551
+    certfile = "server.pem"
+    keyfile = "server.key"
+    cafile = "ca.pem"                 # CA for client certificates
+    verify_peer = false               # true: require a client certificate (SASL EXTERNAL)
+
+    [limits]
+    max_connections = 0               # per broker, 0 = unlimited
+    max_connections_per_user = 0      # per user, 0 = unlimited
 """
 
 from __future__ import annotations
@@ -36,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_PORT = 5552
+DEFAULT_TLS_PORT = 5551
 DEFAULT_FRAME_MAX = 1_048_576
 DEFAULT_HEARTBEAT = 60
 DEFAULT_SEGMENT_BYTES = 500_000_000
@@ -52,6 +75,25 @@ class User:
     name: str
     password: str
     loopback_only: bool = False
+    max_connections: int = 0
+
+
+@dataclass(frozen=True)
+class Permission:
+    user: str
+    vhost: str
+    configure: str = ".*"
+    write: str = ".*"
+    read: str = ".*"
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    certfile: Path
+    keyfile: Path
+    port: int = DEFAULT_TLS_PORT
+    cafile: Path | None = None
+    verify_peer: bool = False
 
 
 @dataclass(frozen=True)
@@ -74,6 +116,11 @@ class BrokerConfig:
     fsync: str = "never"
     retention: Retention = field(default_factory=Retention)
     users: tuple[User, ...] = (User("guest", "guest", loopback_only=True),)
+    vhosts: tuple[str, ...] = ("/",)
+    permissions: tuple[Permission, ...] = ()
+    tls: TlsConfig | None = None
+    max_connections: int = 0
+    max_connections_per_user: int = 0
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -129,7 +176,7 @@ def load(path: Path | None = None, **overrides: Any) -> BrokerConfig:
 
 
 def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
-    known = {"server", "storage", "retention", "users"}
+    known = {"server", "storage", "retention", "users", "vhosts", "permissions", "tls", "limits"}
     unknown = set(doc) - known
     if unknown:
         raise ConfigError(f"unknown config section(s): {', '.join(sorted(unknown))}")
@@ -159,9 +206,49 @@ def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
             if not u.get("name") or "password" not in u:
                 raise ConfigError("every [[users]] entry needs a name and a password")
             users.append(User(str(u["name"]), str(u["password"]),
-                              bool(u.get("loopback_only", u["name"] == "guest"))))
+                              bool(u.get("loopback_only", u["name"] == "guest")),
+                              _int(u, "max_connections", "users") or 0))
         changes["users"] = tuple(users)
+    changes.update(_apply_access(doc))
     return replace(cfg, **changes)
+
+
+def _apply_access(doc: dict[str, Any]) -> dict[str, Any]:
+    """[[vhosts]], [[permissions]], [tls] and [limits]."""
+    changes: dict[str, Any] = {}
+    if "vhosts" in doc:
+        names = [str(v.get("name", "")) for v in doc["vhosts"]]
+        if not all(names):
+            raise ConfigError("every [[vhosts]] entry needs a name")
+        changes["vhosts"] = tuple(dict.fromkeys(names))
+    perms = []
+    for p in doc.get("permissions", []):
+        if not p.get("user") or not p.get("vhost"):
+            raise ConfigError("every [[permissions]] entry needs a user and a vhost")
+        kinds = {k: str(p.get(k, ".*")) for k in ("configure", "write", "read")}
+        for k, rx in kinds.items():
+            try:
+                re.compile(rx)
+            except re.error as e:
+                raise ConfigError(f"permissions for {p['user']}: {k} = {rx!r} is not a regular expression: {e}") from e
+        perms.append(Permission(str(p["user"]), str(p["vhost"]), **kinds))
+    if perms:
+        changes["permissions"] = tuple(perms)
+    tls = doc.get("tls")
+    if tls is not None:
+        if not tls.get("certfile") or not tls.get("keyfile"):
+            raise ConfigError("[tls] needs certfile and keyfile")
+        changes["tls"] = TlsConfig(
+            Path(tls["certfile"]), Path(tls["keyfile"]),
+            _int(tls, "port", "tls", 1) or DEFAULT_TLS_PORT,
+            Path(tls["cafile"]) if tls.get("cafile") else None,
+            bool(tls.get("verify_peer", False)))
+    limits = doc.get("limits", {})
+    for key in ("max_connections", "max_connections_per_user"):
+        v = _int(limits, key, "limits")
+        if v is not None:
+            changes[key] = v
+    return changes
 
 
 def _validate(cfg: BrokerConfig) -> None:
@@ -171,5 +258,12 @@ def _validate(cfg: BrokerConfig) -> None:
         raise ConfigError(f"storage.fsync must be one of {', '.join(FSYNC_POLICIES)}, got {cfg.fsync!r}")
     if cfg.frame_max and cfg.frame_max < 8192:
         raise ConfigError("server.frame_max must be 0 (no limit) or at least 8192")
+    if "/" not in cfg.vhosts:
+        raise ConfigError('[[vhosts]] must include "/"')
+    for p in cfg.permissions:
+        if p.vhost not in cfg.vhosts:
+            raise ConfigError(f"permissions for {p.user}: unknown vhost {p.vhost!r}")
+    if cfg.tls is not None and cfg.tls.verify_peer and cfg.tls.cafile is None:
+        raise ConfigError("[tls] verify_peer needs a cafile")
     if cfg.retention.max_segment_size_bytes > MAX_SEGMENT_BYTES:
         raise ConfigError(f"retention.max_segment_size_bytes must be at most {MAX_SEGMENT_BYTES}")

@@ -21,14 +21,18 @@ from ..protocol import frames as f
 from ..protocol.constants import NO_LEADER, PRE_OPEN_FRAME_MAX, RESPONSE_FLAG
 from ..protocol.publish import deliver_prefix, encode_confirm, parse_publish
 from ..protocol.wire import Malformed
+from .access import Kind
 from .arguments import parse_create_arguments, valid_stream_name
 from .auth import MECHANISMS, authenticate_plain
 from .config import ConfigError
-from .streams import Publisher
+from .filtering import matcher_from
+from .streams import Publisher, Stream, StreamManager
 from .subscription import Subscription, resolve_start
+from .tls import peer_common_name
 
 if TYPE_CHECKING:
     from .server import Broker
+    from .vhosts import VirtualHost
 
 log = logging.getLogger("streamlet.broker")
 
@@ -43,13 +47,18 @@ COMMAND_VERSIONS = [f.CommandVersion(k, 1, 2 if k == Key.PUBLISH else 1) for k i
     Key.DECLARE_PUBLISHER, Key.PUBLISH, Key.QUERY_PUBLISHER_SEQUENCE, Key.DELETE_PUBLISHER,
     Key.SUBSCRIBE, Key.CREDIT, Key.STORE_OFFSET, Key.QUERY_OFFSET, Key.UNSUBSCRIBE, Key.CREATE,
     Key.DELETE, Key.METADATA, Key.CLOSE, Key.HEARTBEAT, Key.ROUTE, Key.PARTITIONS,
-    Key.STREAM_STATS, Key.RESOLVE_OFFSET_SPEC,
+    Key.STREAM_STATS, Key.CREATE_SUPER_STREAM, Key.DELETE_SUPER_STREAM, Key.RESOLVE_OFFSET_SPEC,
 )]
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, tls: bool = False) -> None:
         self.broker = broker
+        self.tls = tls
+        self.vhost: VirtualHost | None = None
+        #: ConsumerUpdate requests sent, by correlation id, waiting for the client's answer
+        self.pending_updates: dict[int, Subscription] = {}
+        self.watching: set[Stream] = set()
         self.transport: asyncio.Transport | None = None
         self.peer: str | None = None
         self.splitter = FrameSplitter(PRE_OPEN_FRAME_MAX)
@@ -90,15 +99,41 @@ class Connection(asyncio.Protocol):
             f.ExchangeCommandVersions: self.on_exchange_command_versions,
             f.StreamStats: self.on_stream_stats,
             f.ResolveOffsetSpec: self.on_resolve_offset_spec,
+            f.ConsumerUpdateResponse: self.on_consumer_update_response,
+            f.CreateSuperStream: self.on_create_super_stream,
+            f.DeleteSuperStream: self.on_delete_super_stream,
+            f.Partitions: self.on_partitions,
+            f.Route: self.on_route,
         }
+
+    @property
+    def streams(self) -> StreamManager:
+        """This connection's virtual host's streams (handlers past Open only)."""
+        assert self.vhost is not None
+        return self.vhost.streams
+
+    def refused(self, kind: Kind, resource: str) -> bool:
+        """True (and logged) if this connection's user may not ``kind`` the ``resource``."""
+        assert self.user is not None and self.vhost is not None
+        if self.broker.access.allowed(self.user, self.vhost.name, kind, resource):
+            return False
+        log.info("connection %s: user %s refused %s on %r in vhost %s", self.peer, self.user, kind,
+                 resource, self.vhost.name)
+        return True
 
     # --- transport callbacks ------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
-        self.transport.set_write_buffer_limits(high=4 << 20, low=1 << 20)
+        self.transport = t = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        t.set_write_buffer_limits(high=4 << 20, low=1 << 20)  # type: ignore[attr-defined]
         peer = transport.get_extra_info("peername")
         self.peer = peer[0] if isinstance(peer, tuple) else None
+        limit = self.broker.config.max_connections
+        if limit and len(self.broker.connections) >= limit:
+            log.warning("connection %s refused: the broker has %d connections (limit)", self.peer, limit)
+            self.closing = True
+            t.close()
+            return
         self.broker.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -108,13 +143,22 @@ class Connection(asyncio.Protocol):
         self.broker.connections.discard(self)
         for pub in self.publishers.values():
             pub.stream.publishers.discard(pub)
-        for sub in self.subscriptions.values():
-            sub.stream.subscriptions.discard(sub)
-        for stream in self.broker.streams.streams.values():
+        for sub in list(self.subscriptions.values()):
+            self.drop_subscription(sub)
+        for stream in self.watching:
             stream.watchers.discard(self)
+        self.watching.clear()
         self.publishers.clear()
         self.subscriptions.clear()
+        self.pending_updates.clear()
 
+    def drop_subscription(self, sub: Subscription) -> None:
+        """Forget ``sub`` everywhere; a single active consumer hands over to the next in line."""
+        self.subscriptions.pop(sub.id, None)
+        sub.stream.subscriptions.discard(sub)
+        sub.active = False
+        if sub.sac_key is not None and self.vhost is not None:
+            self.vhost.sac.leave(sub)
     def pause_writing(self) -> None:
         self.paused = True
 
@@ -215,14 +259,30 @@ class Connection(asyncio.Protocol):
             "information": "streamlet, a RabbitMQ Stream protocol broker, https://streamlet.dev",
         }))
 
+    def mechanisms(self) -> list[str]:
+        """PLAIN; EXTERNAL too on a TLS connection whose client sent a verified certificate."""
+        return MECHANISMS + (["EXTERNAL"] if self.certificate_name() is not None else [])
+
+    def certificate_name(self) -> str | None:
+        if not self.tls or self.transport is None:
+            return None
+        return peer_common_name(self.transport.get_extra_info("peercert"))
+
     def on_sasl_handshake(self, cmd: f.SaslHandshake) -> None:
-        self.send(f.SaslHandshakeResponse(cmd.correlation_id, Code.OK, MECHANISMS))
+        self.send(f.SaslHandshakeResponse(cmd.correlation_id, Code.OK, self.mechanisms()))
 
     def on_sasl_authenticate(self, cmd: f.SaslAuthenticate) -> None:
-        if cmd.mechanism not in MECHANISMS:
+        if cmd.mechanism not in self.mechanisms():
             self.send(f.SaslAuthenticateResponse(cmd.correlation_id, Code.SASL_MECHANISM_NOT_SUPPORTED))
             return
-        code, user = authenticate_plain(self.broker.config.users, cmd.data, self.peer)
+        if cmd.mechanism == "EXTERNAL":  # the certificate's CN names a configured user
+            user = self.certificate_name()
+            known = any(u.name == user for u in self.broker.config.users)
+            code = Code.OK if known else Code.AUTHENTICATION_FAILURE
+        else:
+            code, user = authenticate_plain(self.broker.config.users, cmd.data, self.peer)
+        if code == Code.OK and user is not None and self._over_user_limit(user):
+            code = Code.ACCESS_REFUSED
         self.send(f.SaslAuthenticateResponse(cmd.correlation_id, code))
         if code != Code.OK:
             log.info("connection %s: authentication failed (code %d)", self.peer, code)
@@ -241,14 +301,26 @@ class Connection(asyncio.Protocol):
         self.heartbeat = min(ours, theirs) if ours and theirs else 0
         self.tuned = True
 
+    def _over_user_limit(self, user: str) -> bool:
+        cfg = self.broker.config
+        own = next((u.max_connections for u in cfg.users if u.name == user), 0)
+        limit = own or cfg.max_connections_per_user
+        if limit and self.broker.user_connections(user) >= limit:
+            log.warning("connection %s: user %s is at its limit of %d connections", self.peer, user, limit)
+            return True
+        return False
+
     def on_open(self, cmd: f.Open) -> None:
         if self.user is None:
             self.fail(Code.ACCESS_REFUSED, "Open before authentication")
             return
-        if cmd.virtual_host not in ("/", ""):
+        vhost = self.broker.vhosts.get(cmd.virtual_host or "/")
+        if vhost is None or not self.broker.access.vhost_allowed(self.user, vhost.name):
+            log.info("connection %s: user %s refused vhost %r", self.peer, self.user, cmd.virtual_host)
             self.send(f.OpenResponse(cmd.correlation_id, Code.VIRTUAL_HOST_ACCESS_FAILURE))
             self.abort()
             return
+        self.vhost = vhost
         host, port = self.broker.config.advertised
         self.opened = True
         self.splitter.max_size = self.frame_max
@@ -285,12 +357,12 @@ class Connection(asyncio.Protocol):
     # --- publishing ----------------------------------------------------------------------------------
 
     def on_declare_publisher(self, cmd: f.DeclarePublisher) -> None:
-        stream = self.broker.streams.get(cmd.stream)
+        stream = self.streams.get(cmd.stream)
         if stream is None:
             code = Code.STREAM_DOES_NOT_EXIST
-        elif cmd.publisher_id in self.publishers:
-            code = Code.PRECONDITION_FAILED
-        elif cmd.reference is not None and (
+        elif self.refused("write", cmd.stream):
+            code = Code.ACCESS_REFUSED
+        elif cmd.publisher_id in self.publishers or cmd.reference is not None and (
             len(cmd.reference.encode()) > 256
             or any(p.reference == cmd.reference for p in stream.publishers)
         ):
@@ -316,9 +388,12 @@ class Connection(asyncio.Protocol):
         pub.stream.publish(pub, batch)
 
     def on_query_publisher_sequence(self, cmd: f.QueryPublisherSequence) -> None:
-        stream = self.broker.streams.get(cmd.stream)
+        stream = self.streams.get(cmd.stream)
         if stream is None:
             self.send(f.QueryPublisherSequenceResponse(cmd.correlation_id, Code.STREAM_DOES_NOT_EXIST, 0))
+            return
+        if self.refused("read", cmd.stream):
+            self.send(f.QueryPublisherSequenceResponse(cmd.correlation_id, Code.ACCESS_REFUSED, 0))
             return
         self.send(f.QueryPublisherSequenceResponse(
             cmd.correlation_id, Code.OK, stream.sequences.get(cmd.reference, 0)))
@@ -335,13 +410,19 @@ class Connection(asyncio.Protocol):
     # --- consuming -------------------------------------------------------------------------------------
 
     def on_subscribe(self, cmd: f.Subscribe) -> None:
-        stream = self.broker.streams.get(cmd.stream)
+        stream = self.streams.get(cmd.stream)
+        props = cmd.properties
+        single_active = props.get("single-active-consumer", "false").lower() == "true"
         if stream is None:
             code = Code.STREAM_DOES_NOT_EXIST
+        elif self.refused("read", cmd.stream):
+            code = Code.ACCESS_REFUSED
         elif cmd.subscription_id in self.subscriptions:
             code = Code.SUBSCRIPTION_ID_ALREADY_EXISTS
         elif cmd.offset_type not in OffsetType.__members__.values():
             code = Code.PRECONDITION_FAILED
+        elif single_active and not props.get("name"):
+            code = Code.PRECONDITION_FAILED  # a single active consumer needs its group's name
         else:
             code = Code.OK
         if code != Code.OK or stream is None:
@@ -349,10 +430,33 @@ class Connection(asyncio.Protocol):
             return
         stream.flush()  # so "next" and "last" see every confirmed message
         start = resolve_start(stream, cmd.offset_type, cmd.offset)
-        sub = Subscription(self, cmd.subscription_id, stream, start, cmd.credit, cmd.properties)
+        sub = Subscription(self, cmd.subscription_id, stream, start, cmd.credit, props)
+        sub.matcher = matcher_from(props)
+        sub.active = not single_active  # a single active consumer waits for its ConsumerUpdate
         self.subscriptions[cmd.subscription_id] = sub
         stream.subscriptions.add(sub)
         self.send(f.SubscribeResponse(cmd.correlation_id, Code.OK))
+        if single_active:
+            assert self.vhost is not None
+            self.vhost.sac.join(sub, props["name"])
+        else:
+            sub.pump()
+
+    def send_consumer_update(self, sub: Subscription) -> None:
+        """Tell the client ``sub`` is now the active consumer; deliver once it answers."""
+        self._corr += 1
+        self.pending_updates[self._corr] = sub
+        self.send(f.ConsumerUpdate(self._corr, sub.id, 1))
+
+    def on_consumer_update_response(self, cmd: f.ConsumerUpdateResponse) -> None:
+        sub = self.pending_updates.pop(cmd.correlation_id, None)
+        if sub is None or self.subscriptions.get(sub.id) is not sub:
+            return  # unsubscribed meanwhile (the group already moved on)
+        if cmd.code == Code.OK and cmd.offset_type in OffsetType.__members__.values():
+            sub.stream.flush()
+            sub.cursor = resolve_start(sub.stream, cmd.offset_type, cmd.offset)
+        # offset type 0 (or an error answer): start where the subscription's own spec said
+        sub.active = True
         sub.pump()
 
     def on_credit(self, cmd: f.Credit) -> None:
@@ -364,23 +468,28 @@ class Connection(asyncio.Protocol):
         sub.pump()
 
     def on_unsubscribe(self, cmd: f.Unsubscribe) -> None:
-        sub = self.subscriptions.pop(cmd.subscription_id, None)
+        sub = self.subscriptions.get(cmd.subscription_id)
         if sub is None:
             self.send(f.UnsubscribeResponse(cmd.correlation_id, Code.SUBSCRIPTION_ID_DOES_NOT_EXIST))
             return
-        sub.stream.subscriptions.discard(sub)
         self.send(f.UnsubscribeResponse(cmd.correlation_id, Code.OK))
+        self.drop_subscription(sub)
 
     def on_store_offset(self, cmd: f.StoreOffset) -> None:
-        stream = self.broker.streams.get(cmd.stream)
+        stream = self.streams.get(cmd.stream)
         if stream is None or not cmd.reference or len(cmd.reference.encode()) > 255:
             return  # StoreOffset has no answer; RabbitMQ ignores these too
+        if self.refused("read", cmd.stream):
+            return
         stream.store_offset(cmd.reference, cmd.offset)
 
     def on_query_offset(self, cmd: f.QueryOffset) -> None:
-        stream = self.broker.streams.get(cmd.stream)
+        stream = self.streams.get(cmd.stream)
         if stream is None:
             self.send(f.QueryOffsetResponse(cmd.correlation_id, Code.STREAM_DOES_NOT_EXIST, 0))
+            return
+        if self.refused("read", cmd.stream):
+            self.send(f.QueryOffsetResponse(cmd.correlation_id, Code.ACCESS_REFUSED, 0))
             return
         offset = stream.log.offsets.get(cmd.reference)
         if offset is None:
@@ -389,9 +498,12 @@ class Connection(asyncio.Protocol):
             self.send(f.QueryOffsetResponse(cmd.correlation_id, Code.OK, offset))
 
     def on_resolve_offset_spec(self, cmd: f.ResolveOffsetSpec) -> None:
-        stream = self.broker.streams.get(cmd.stream)
+        stream = self.streams.get(cmd.stream)
         if stream is None:
             self.send(f.ResolveOffsetSpecResponse(cmd.correlation_id, Code.STREAM_DOES_NOT_EXIST))
+            return
+        if self.refused("read", cmd.stream):
+            self.send(f.ResolveOffsetSpecResponse(cmd.correlation_id, Code.ACCESS_REFUSED))
             return
         if cmd.offset_type not in OffsetType.__members__.values():
             self.send(f.ResolveOffsetSpecResponse(cmd.correlation_id, Code.PRECONDITION_FAILED))
@@ -407,7 +519,9 @@ class Connection(asyncio.Protocol):
         if why is not None:
             log.info("create %r refused: %s", cmd.stream, why)
             code = Code.PRECONDITION_FAILED
-        elif self.broker.streams.get(cmd.stream) is not None:
+        elif self.refused("configure", cmd.stream):
+            code = Code.ACCESS_REFUSED
+        elif self.streams.get(cmd.stream) is not None:
             code = Code.STREAM_ALREADY_EXISTS
         else:
             try:
@@ -416,43 +530,100 @@ class Connection(asyncio.Protocol):
                 log.info("create %r refused: %s", cmd.stream, e)
                 code = Code.PRECONDITION_FAILED
             else:
-                self.broker.streams.create(cmd.stream, settings)
+                self.streams.create(cmd.stream, settings)
                 code = Code.OK
         self.send(f.CreateResponse(cmd.correlation_id, code))
 
     def on_delete(self, cmd: f.Delete) -> None:
-        if self.broker.streams.get(cmd.stream) is None:
+        if self.streams.get(cmd.stream) is None:
             self.send(f.DeleteResponse(cmd.correlation_id, Code.STREAM_DOES_NOT_EXIST))
             return
+        if self.refused("configure", cmd.stream):
+            self.send(f.DeleteResponse(cmd.correlation_id, Code.ACCESS_REFUSED))
+            return
         self.send(f.DeleteResponse(cmd.correlation_id, Code.OK))
-        self.broker.delete_stream(cmd.stream)
+        assert self.vhost is not None
+        self.broker.delete_stream(self.vhost, cmd.stream)
 
     def on_metadata(self, cmd: f.Metadata) -> None:
         host, port = self.broker.config.advertised
         entries = []
         for name in cmd.streams:
-            stream = self.broker.streams.get(name)
+            stream = self.streams.get(name)
             if stream is None:
                 entries.append(f.StreamMetadata(name, Code.STREAM_DOES_NOT_EXIST, NO_LEADER, []))
             else:
                 stream.watchers.add(self)
+                self.watching.add(stream)
                 entries.append(f.StreamMetadata(name, Code.OK, 0, []))
         self.send(f.MetadataResponse(cmd.correlation_id, [f.BrokerInfo(0, host, port)], entries))
 
     def on_stream_stats(self, cmd: f.StreamStats) -> None:
-        stream = self.broker.streams.get(cmd.stream)
+        stream = self.streams.get(cmd.stream)
         if stream is None:
             self.send(f.StreamStatsResponse(cmd.correlation_id, Code.STREAM_DOES_NOT_EXIST))
+            return
+        if self.refused("read", cmd.stream):
+            self.send(f.StreamStatsResponse(cmd.correlation_id, Code.ACCESS_REFUSED))
             return
         stream.flush()
         self.send(f.StreamStatsResponse(cmd.correlation_id, Code.OK, stream.stats()))
 
-    def forget_stream(self, name: str) -> None:
+    def forget_stream(self, stream: Stream) -> None:
         """The stream is gone: drop what this connection held on it and tell the client."""
         for pid, pub in list(self.publishers.items()):
-            if pub.stream.name == name:
+            if pub.stream is stream:
                 del self.publishers[pid]
-        for sid, sub in list(self.subscriptions.items()):
-            if sub.stream.name == name:
-                del self.subscriptions[sid]
-        self.send(f.MetadataUpdate(Code.STREAM_NOT_AVAILABLE, name))
+        for sub in list(self.subscriptions.values()):
+            if sub.stream is stream:
+                self.drop_subscription(sub)
+        stream.watchers.discard(self)
+        self.watching.discard(stream)
+        self.send(f.MetadataUpdate(Code.STREAM_NOT_AVAILABLE, stream.name))
+
+    # --- super streams -------------------------------------------------------------------------------------
+
+    def on_create_super_stream(self, cmd: f.CreateSuperStream) -> None:
+        assert self.vhost is not None
+        if any(self.refused("configure", n) for n in (cmd.name, *cmd.partitions)):
+            self.send(f.CreateSuperStreamResponse(cmd.correlation_id, Code.ACCESS_REFUSED))
+            return
+        try:
+            settings = parse_create_arguments(cmd.arguments, self.broker.config.retention)
+        except ConfigError as e:
+            code, why = Code.PRECONDITION_FAILED, str(e)
+        else:
+            code, why = self.vhost.create_super_stream(cmd.name, cmd.partitions, cmd.binding_keys,
+                                                       cmd.arguments, settings)
+        if code != Code.OK:
+            log.info("create super stream %r refused: %s", cmd.name, why)
+        self.send(f.CreateSuperStreamResponse(cmd.correlation_id, code))
+
+    def on_delete_super_stream(self, cmd: f.DeleteSuperStream) -> None:
+        assert self.vhost is not None
+        ss = self.vhost.superstreams.get(cmd.name)
+        if ss is None:
+            self.send(f.DeleteSuperStreamResponse(cmd.correlation_id, Code.STREAM_DOES_NOT_EXIST))
+            return
+        if any(self.refused("configure", n) for n in (cmd.name, *ss.partitions)):
+            self.send(f.DeleteSuperStreamResponse(cmd.correlation_id, Code.ACCESS_REFUSED))
+            return
+        self.send(f.DeleteSuperStreamResponse(cmd.correlation_id, Code.OK))
+        for stream in self.vhost.delete_super_stream(cmd.name) or ():
+            self.broker.stream_gone(stream)  # one MetadataUpdate per partition
+
+    def on_partitions(self, cmd: f.Partitions) -> None:
+        assert self.vhost is not None
+        ss = self.vhost.superstreams.get(cmd.super_stream)
+        if ss is None:
+            self.send(f.PartitionsResponse(cmd.correlation_id, Code.STREAM_DOES_NOT_EXIST, []))
+            return
+        self.send(f.PartitionsResponse(cmd.correlation_id, Code.OK, list(ss.partitions)))
+
+    def on_route(self, cmd: f.Route) -> None:
+        assert self.vhost is not None
+        ss = self.vhost.superstreams.get(cmd.super_stream)
+        if ss is None:
+            self.send(f.RouteResponse(cmd.correlation_id, Code.STREAM_DOES_NOT_EXIST, []))
+            return
+        self.send(f.RouteResponse(cmd.correlation_id, Code.OK, ss.route(cmd.routing_key)))

@@ -7,9 +7,12 @@ import contextlib
 import logging
 import signal
 
+from .access import AccessControl
 from .config import BrokerConfig
 from .connection import Connection
-from .streams import StreamManager
+from .streams import Stream
+from .tls import server_context
+from .vhosts import VirtualHost
 
 log = logging.getLogger("streamlet.broker")
 
@@ -20,8 +23,11 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        self.streams = StreamManager(config.data_dir, config.fsync)
+        self.vhosts = {name: VirtualHost(name, config.data_dir, config.fsync) for name in config.vhosts}
+        self.streams = self.vhosts["/"].streams  # the default vhost's
+        self.access = AccessControl(config)
         self.connections: set[Connection] = set()
+        self.ssl_context = server_context(config.tls) if config.tls is not None else None
         self._servers: list[asyncio.Server] = []
         self._retention_task: asyncio.Task[None] | None = None
 
@@ -32,6 +38,12 @@ class Broker:
             backlog=1024,
         )
         self._servers.append(server)
+        if self.ssl_context is not None and self.config.tls is not None:
+            tls_server = await loop.create_server(
+                lambda: Connection(self, tls=True), self.config.host, self.config.tls.port,
+                ssl=self.ssl_context, reuse_address=True, backlog=1024,
+            )
+            self._servers.append(tls_server)
         self._retention_task = asyncio.create_task(self._retention_loop())
         for sock in server.sockets:
             log.info("streamlet listening on %s", sock.getsockname()[:2])
@@ -40,19 +52,27 @@ class Broker:
     def ports(self) -> list[int]:
         return [s.getsockname()[1] for srv in self._servers for s in srv.sockets]
 
-    def delete_stream(self, name: str) -> bool:
-        stream = self.streams.delete(name)
+    def delete_stream(self, vhost: VirtualHost, name: str) -> bool:
+        stream = vhost.streams.delete(name)
         if stream is None:
             return False
-        for conn in stream.holders():
-            conn.forget_stream(name)
+        self.stream_gone(stream)
         return True
+
+    def stream_gone(self, stream: Stream) -> None:
+        """Tell every connection that held ``stream`` (MetadataUpdate) and drop what it held."""
+        for conn in stream.holders():
+            conn.forget_stream(stream)
+
+    def user_connections(self, user: str) -> int:
+        return sum(1 for c in self.connections if c.user == user)
 
     async def _retention_loop(self) -> None:
         while True:
             await asyncio.sleep(RETENTION_INTERVAL_S)
             try:
-                self.streams.apply_retention()
+                for vhost in self.vhosts.values():
+                    vhost.streams.apply_retention()
             except OSError as e:
                 log.error("retention failed: %s", e)
 
@@ -66,7 +86,8 @@ class Broker:
         for server in self._servers:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 2)
-        self.streams.close()
+        for vhost in self.vhosts.values():
+            vhost.close()
         log.info("streamlet stopped")
 
 

@@ -22,6 +22,7 @@ from ..protocol import Code
 from ..protocol.publish import PublishBatch
 from ..storage import LogConfig, StreamLog
 from .arguments import StreamSettings
+from .filtering import chunk_bloom
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -67,6 +68,8 @@ class Stream:
         self._bytes = 0
         self._confirms: dict[tuple[Connection, int], list[int]] = defaultdict(list)
         self._dirty_refs: dict[str, int] = {}
+        #: filter values of the pending chunk (None: an entry without one), for its bloom
+        self._filter_values: set[str | None] = set()
         self._scheduled = False
         self.deleted = False
 
@@ -87,6 +90,10 @@ class Stream:
                 self.sequences[ref] = self._dirty_refs[ref] = max(last, ids[-1])
         if not ids:
             return
+        if batch.filter_values is None:
+            self._filter_values.add(None)
+        else:
+            self._filter_values.update(batch.filter_values)
         self._entries.extend(entries)
         if entries is batch.entries:
             self._records += batch.total_records
@@ -109,8 +116,11 @@ class Stream:
         records = self._records
         self._entries, self._records, self._bytes = [], 0, 0
         self._confirms, self._dirty_refs = defaultdict(list), {}
+        bloom = chunk_bloom(self._filter_values, self.settings.filter_size)
+        self._filter_values = set()
         try:
-            self.log.append(b"".join(entries), len(entries), records, writer_sequences=refs or None)
+            self.log.append(b"".join(entries), len(entries), records, writer_sequences=refs or None,
+                            bloom=bloom)
         except OSError as e:
             log.error("stream %s: write failed: %s", self.name, e)
             self.sequences.update({r: self.log.writer_sequences.get(r, 0) for r in refs})

@@ -8,6 +8,7 @@ from ..protocol import OffsetType
 
 if TYPE_CHECKING:
     from .connection import Connection
+    from .filtering import Matcher
     from .streams import Stream
 
 #: Bytes read from the log per batch of chunks.
@@ -33,7 +34,8 @@ def resolve_start(stream: Stream, offset_type: int, offset: int) -> int:
 
 
 class Subscription:
-    __slots__ = ("conn", "id", "stream", "credit", "cursor", "properties")
+    __slots__ = ("conn", "id", "stream", "credit", "cursor", "properties", "active", "matcher",
+                 "sac_key")
 
     def __init__(self, conn: Connection, sub_id: int, stream: Stream, start: int, credit: int,
                  properties: dict[str, str]) -> None:
@@ -44,16 +46,26 @@ class Subscription:
         #: next chunk to send is the one containing this offset, or the first after it
         self.cursor = start
         self.properties = properties
+        #: False while a single active consumer waits for its turn (or for its ConsumerUpdate answer)
+        self.active = True
+        #: the subscription's filter (filter.N properties), None when it takes every chunk
+        self.matcher: Matcher | None = None
+        self.sac_key: tuple[int, str] | None = None
 
     def pump(self) -> None:
         """Send chunks while there is credit, data, and room in the socket's buffer."""
         lg = self.stream.log
         conn = self.conn
+        if not self.active:
+            return
         while self.credit > 0 and not conn.paused and self.cursor < lg.next_offset:
             ref = lg.find_chunk(self.cursor)
             if ref is None:
                 return
             for chunk, data in lg.read_chunks(ref, READ_BYTES):
+                if self.matcher is not None and not self.matcher.accepts(lg, chunk):
+                    self.cursor = chunk.chunk_id + chunk.num_records  # skipped: costs no credit
+                    continue
                 conn.send_chunk(self.id, data, lg.committed_chunk_id)
                 self.credit -= 1
                 self.cursor = chunk.chunk_id + chunk.num_records

@@ -1,0 +1,96 @@
+"""Super streams: a name, its partition streams (in order) and one binding key per partition.
+
+RabbitMQ keeps a super stream as a direct exchange bound to its partitions; here it is a record
+in ``<vhost root>/superstreams.json``, rewritten whole and atomically on every change. Route is
+an exact binding-key match, as a direct exchange has it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .arguments import valid_stream_name
+from .config import ConfigError
+
+log = logging.getLogger("streamlet.broker")
+
+
+@dataclass(frozen=True)
+class SuperStream:
+    name: str
+    partitions: tuple[str, ...]
+    binding_keys: tuple[str, ...]
+    #: the Create arguments the partitions were made with (to re-create one lost in a crash)
+    arguments: tuple[tuple[str, str], ...] = ()
+
+    def route(self, routing_key: str) -> list[str]:
+        return [p for p, k in zip(self.partitions, self.binding_keys, strict=True) if k == routing_key]
+
+    def to_json(self) -> dict[str, object]:
+        return {"partitions": list(self.partitions), "binding_keys": list(self.binding_keys),
+                "arguments": dict(self.arguments)}
+
+    @classmethod
+    def from_json(cls, name: str, doc: dict[str, object]) -> SuperStream:
+        args = doc.get("arguments") or {}
+        assert isinstance(args, dict)
+        return cls(name, tuple(doc["partitions"]), tuple(doc["binding_keys"]),  # type: ignore[arg-type]
+                   tuple(sorted((str(k), str(v)) for k, v in args.items())))
+
+
+def validate(name: str, partitions: list[str], binding_keys: list[str]) -> str | None:
+    """None if the definition is acceptable, else why not (-> precondition failed)."""
+    why = valid_stream_name(name)
+    if why is not None:
+        return f"super stream name: {why}"
+    if not partitions:
+        return "a super stream needs at least one partition"
+    if len(partitions) != len(binding_keys):
+        return f"{len(partitions)} partitions but {len(binding_keys)} binding keys"
+    if len(set(partitions)) != len(partitions):
+        return "partition names must be distinct"
+    if len(set(binding_keys)) != len(binding_keys):
+        return "binding keys must be distinct"
+    for p in partitions:
+        why = valid_stream_name(p)
+        if why is not None:
+            return f"partition {p!r}: {why}"
+    return None
+
+
+class SuperStreams:
+    """The super streams of one virtual host, persisted in one small JSON file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.items: dict[str, SuperStream] = {}
+        if path.is_file():
+            try:
+                doc = json.loads(path.read_text())
+            except (OSError, ValueError) as e:
+                raise ConfigError(f"cannot read {path}: {e}") from e
+            for name, entry in doc.items():
+                self.items[name] = SuperStream.from_json(name, entry)
+
+    def get(self, name: str) -> SuperStream | None:
+        return self.items.get(name)
+
+    def add(self, ss: SuperStream) -> None:
+        self.items[ss.name] = ss
+        self._save()
+
+    def remove(self, name: str) -> SuperStream | None:
+        ss = self.items.pop(name, None)
+        if ss is not None:
+            self._save()
+        return ss
+
+    def _save(self) -> None:
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({n: s.to_json() for n, s in sorted(self.items.items())}, indent=1))
+        os.replace(tmp, self.path)
+

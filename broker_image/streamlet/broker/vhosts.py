@@ -1,0 +1,77 @@
+"""Virtual hosts: each has its own streams, super streams and single-active-consumer groups.
+
+"/" keeps the original layout (``<data_dir>/streams/``, ``<data_dir>/superstreams.json``);
+another virtual host lives under ``<data_dir>/vhosts/<quoted name>/`` with the same layout.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from urllib.parse import quote
+
+from ..protocol import Code
+from .arguments import StreamSettings
+from .sac import SacGroups
+from .streams import Stream, StreamManager
+from .superstreams import SuperStream, SuperStreams, validate
+
+log = logging.getLogger("streamlet.broker")
+
+
+def vhost_root(data_dir: Path, name: str) -> Path:
+    if name == "/":
+        return data_dir
+    encoded = quote(name, safe="")
+    return data_dir / "vhosts" / ("%2E" + encoded[1:] if encoded.startswith(".") else encoded)
+
+
+class VirtualHost:
+    def __init__(self, name: str, data_dir: Path, fsync: str) -> None:
+        self.name = name
+        self.root = vhost_root(data_dir, name)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.streams = StreamManager(self.root, fsync)
+        self.superstreams = SuperStreams(self.root / "superstreams.json")
+        self.sac = SacGroups()
+        self._repair_super_streams()
+
+    def _repair_super_streams(self) -> None:
+        """A crash between recording a super stream and creating its partitions: finish it."""
+        for ss in self.superstreams.items.values():
+            for p in ss.partitions:
+                if self.streams.get(p) is None:
+                    log.warning("super stream %s: re-creating missing partition %s", ss.name, p)
+                    self.streams.create(p, StreamSettings())
+
+    def create_super_stream(self, name: str, partitions: list[str], binding_keys: list[str],
+                            arguments: dict[str, str], settings: StreamSettings) -> tuple[Code, str]:
+        why = validate(name, partitions, binding_keys)
+        if why is not None:
+            return Code.PRECONDITION_FAILED, why
+        if self.superstreams.get(name) is not None:
+            return Code.STREAM_ALREADY_EXISTS, f"super stream {name} exists"
+        clash = [p for p in partitions if self.streams.get(p) is not None]
+        if clash:
+            return Code.STREAM_ALREADY_EXISTS, f"stream(s) {', '.join(clash)} exist"
+        # the record first: a crash before the partitions exist is repaired at start-up
+        self.superstreams.add(SuperStream(name, tuple(partitions), tuple(binding_keys),
+                                          tuple(sorted(arguments.items()))))
+        for p in partitions:
+            self.streams.create(p, settings)
+        return Code.OK, ""
+
+    def delete_super_stream(self, name: str) -> list[Stream] | None:
+        """Forget the super stream and delete its partitions; None if there is no such one."""
+        ss = self.superstreams.remove(name)
+        if ss is None:
+            return None
+        deleted = []
+        for p in ss.partitions:
+            stream = self.streams.delete(p)
+            if stream is not None:
+                deleted.append(stream)
+        return deleted
+
+    def close(self) -> None:
+        self.streams.close()
