@@ -233,7 +233,8 @@ class Connection(asyncio.Protocol):
     def send(self, cmd: f.Command) -> None:
         self.write(f.encode(cmd))
 
-    def send_confirm(self, publisher_id: int, ids: list[int]) -> None:
+    def send_confirm(self, publisher_id: int, ids: list[bytes]) -> None:
+        """``ids``: packed big-endian publishing ids, as PublishBatch carries them."""
         self.write(encode_confirm(publisher_id, ids))
 
     def send_publish_error(self, publisher_id: int, ids: list[int], code: Code) -> None:
@@ -321,7 +322,7 @@ class Connection(asyncio.Protocol):
             self.abort()
             return
         self.vhost = vhost
-        host, port = self.broker.config.advertised
+        host, port = self.advertised()
         self.opened = True
         self.splitter.max_size = self.frame_max
         self.send(f.OpenResponse(cmd.correlation_id, Code.OK, {
@@ -343,6 +344,14 @@ class Connection(asyncio.Protocol):
             return
         self.write(b"\x00\x00\x00\x04\x00\x17\x00\x01")  # Heartbeat
         self._schedule_heartbeat()
+
+    def advertised(self) -> tuple[str, int]:
+        """Where clients should connect for a stream: the TLS listener for a TLS connection."""
+        host, port = self.broker.config.advertised
+        tls = self.broker.config.tls
+        if self.tls and tls is not None:
+            port = tls.advertised_port or tls.port
+        return host, port
 
     def on_close(self, cmd: f.Close) -> None:
         self.send(f.CloseResponse(cmd.correlation_id, Code.OK))
@@ -383,7 +392,8 @@ class Connection(asyncio.Protocol):
             return
         pub = self.publishers.get(batch.publisher_id)
         if pub is None:
-            self.send_publish_error(batch.publisher_id, batch.publishing_ids, Code.PUBLISHER_DOES_NOT_EXIST)
+            ids = list(struct.unpack(f">{batch.count}Q", batch.ids))
+            self.send_publish_error(batch.publisher_id, ids, Code.PUBLISHER_DOES_NOT_EXIST)
             return
         pub.stream.publish(pub, batch)
 
@@ -546,7 +556,7 @@ class Connection(asyncio.Protocol):
         self.broker.delete_stream(self.vhost, cmd.stream)
 
     def on_metadata(self, cmd: f.Metadata) -> None:
-        host, port = self.broker.config.advertised
+        host, port = self.advertised()
         entries = []
         for name in cmd.streams:
             stream = self.streams.get(name)

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import shutil
+import struct
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -32,7 +33,7 @@ log = logging.getLogger("streamlet.broker")
 
 #: Flush early past these, so a chunk stays a sensible unit of delivery (NumEntries is a u16).
 CHUNK_MAX_BYTES = 4 << 20
-CHUNK_MAX_ENTRIES = 60_000
+CHUNK_MAX_ENTRIES = 65_535
 
 
 class Publisher:
@@ -63,10 +64,13 @@ class Stream:
         self.watchers: set[Connection] = set()
         #: last publishing id accepted per reference, pending writes included
         self.sequences: dict[str, int] = dict(self.log.writer_sequences)
-        self._entries: list[memoryview | bytes] = []
+        #: pending publishes: entry blobs, message count, record count, bytes
+        self._data: list[bytes] = []
+        self._count = 0
         self._records = 0
         self._bytes = 0
-        self._confirms: dict[tuple[Connection, int], list[int]] = defaultdict(list)
+        #: packed publishing ids to confirm, per (connection, publisher id)
+        self._confirms: dict[tuple[Connection, int], list[bytes]] = defaultdict(list)
         self._dirty_refs: dict[str, int] = {}
         #: filter values of the pending chunk (None: an entry without one), for its bloom
         self._filter_values: set[str | None] = set()
@@ -76,59 +80,84 @@ class Stream:
     # --- publishing ---------------------------------------------------------------------------
 
     def publish(self, publisher: Publisher, batch: PublishBatch) -> None:
-        ids = batch.publishing_ids
-        entries = batch.entries
-        records = batch.records
-        ref = publisher.reference
-        if ref is not None and ids:
-            last = self.sequences.get(ref, 0)
-            if ids[0] <= last or any(b <= a for a, b in zip(ids, ids[1:], strict=False)):
-                ids, entries, records, dup = _deduplicate(ids, entries, records, last)
-                if dup:  # already stored: confirm at once, store nothing
-                    publisher.conn.send_confirm(publisher.id, dup)
-            if ids:
-                self.sequences[ref] = self._dirty_refs[ref] = max(last, ids[-1])
-        if not ids:
+        if batch.count == 0:
             return
+        ref = publisher.reference
+        if ref is not None:
+            last = self.sequences.get(ref, 0)
+            if batch.first_id <= last or not batch.increasing:
+                batch = self._deduplicate(publisher, batch, last)
+                if batch.count == 0:
+                    return
+            self.sequences[ref] = self._dirty_refs[ref] = max(last, batch.last_id)
+        if batch.count > CHUNK_MAX_ENTRIES - self._count:
+            self.flush()  # NumEntries is a u16: a chunk never takes more than it can count
+            if batch.count > CHUNK_MAX_ENTRIES:
+                self._publish_in_parts(publisher, batch)
+                return
         if batch.filter_values is None:
             self._filter_values.add(None)
         else:
             self._filter_values.update(batch.filter_values)
-        self._entries.extend(entries)
-        if entries is batch.entries:
-            self._records += batch.total_records
-            self._bytes += batch.total_bytes
-        else:
-            self._records += sum(records)
-            self._bytes += sum(len(e) for e in entries)
-        self._confirms[(publisher.conn, publisher.id)].extend(ids)
-        if self._bytes >= CHUNK_MAX_BYTES or len(self._entries) >= CHUNK_MAX_ENTRIES:
+        self._data.append(batch.data)
+        self._count += batch.count
+        self._records += batch.num_records
+        self._bytes += len(batch.data)
+        self._confirms[(publisher.conn, publisher.id)].append(batch.ids)
+        if self._bytes >= CHUNK_MAX_BYTES:
             self.flush()
         elif not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
 
+    def _deduplicate(self, publisher: Publisher, batch: PublishBatch, last: int) -> PublishBatch:
+        """Drop messages whose id is not above every id seen; confirm those at once."""
+        kept: list[tuple[int, bytes, int]] = []
+        kept_filters: list[str | None] = []
+        dup: list[int] = []
+        filters = batch.filter_values or [None] * batch.count
+        for (pid, entry, records), fv in zip(batch.messages(), filters, strict=True):
+            if pid > last:
+                kept.append((pid, entry, records))
+                kept_filters.append(fv)
+                last = pid
+            else:
+                dup.append(pid)
+        if dup:  # already stored: confirmed, not stored again
+            publisher.conn.send_confirm(publisher.id, [struct.pack(f">{len(dup)}Q", *dup)])
+        return _batch_of(batch.publisher_id, kept,
+                         kept_filters if batch.filter_values is not None else None)
+
+    def _publish_in_parts(self, publisher: Publisher, batch: PublishBatch) -> None:
+        msgs = batch.messages()
+        filters = batch.filter_values
+        for i in range(0, len(msgs), CHUNK_MAX_ENTRIES):
+            part = _batch_of(batch.publisher_id, msgs[i : i + CHUNK_MAX_ENTRIES],
+                             filters[i : i + CHUNK_MAX_ENTRIES] if filters is not None else None)
+            self.publish(publisher, part)
+            self.flush()
+
     def flush(self) -> None:
         self._scheduled = False
-        if not self._entries or self.deleted:
+        if not self._data or self.deleted:
             return
-        entries, confirms, refs = self._entries, self._confirms, self._dirty_refs
-        records = self._records
-        self._entries, self._records, self._bytes = [], 0, 0
+        data, confirms, refs = self._data, self._confirms, self._dirty_refs
+        count, records = self._count, self._records
+        self._data, self._count, self._records, self._bytes = [], 0, 0, 0
         self._confirms, self._dirty_refs = defaultdict(list), {}
         bloom = chunk_bloom(self._filter_values, self.settings.filter_size)
         self._filter_values = set()
         try:
-            self.log.append(b"".join(entries), len(entries), records, writer_sequences=refs or None,
-                            bloom=bloom)
-        except OSError as e:
+            self.log.append(data[0] if len(data) == 1 else b"".join(data), count, records,
+                            writer_sequences=refs or None, bloom=bloom)
+        except (OSError, ValueError) as e:
             log.error("stream %s: write failed: %s", self.name, e)
             self.sequences.update({r: self.log.writer_sequences.get(r, 0) for r in refs})
-            for (conn, pid), ids in confirms.items():
-                conn.send_publish_error(pid, ids, Code.INTERNAL_ERROR)
+            for (conn, pid), packed in confirms.items():
+                conn.send_publish_error(pid, _unpack_ids(packed), Code.INTERNAL_ERROR)
             return
-        for (conn, pid), ids in confirms.items():
-            conn.send_confirm(pid, ids)
+        for (conn, pid), packed in confirms.items():
+            conn.send_confirm(pid, packed)
         for sub in list(self.subscriptions):
             sub.pump()
 
@@ -154,23 +183,19 @@ class Stream:
         self.log.close()
 
 
-def _deduplicate(
-    ids: list[int], entries: list[memoryview], records: list[int], last: int
-) -> tuple[list[int], list[memoryview], list[int], list[int]]:
-    """Keep messages whose id is above every id seen so far; return (kept..., duplicates)."""
-    keep_ids: list[int] = []
-    keep_entries: list[memoryview] = []
-    keep_records: list[int] = []
-    dup: list[int] = []
-    for pid, entry, n in zip(ids, entries, records, strict=True):
-        if pid > last:
-            keep_ids.append(pid)
-            keep_entries.append(entry)
-            keep_records.append(n)
-            last = pid
-        else:
-            dup.append(pid)
-    return keep_ids, keep_entries, keep_records, dup
+def _batch_of(publisher_id: int, msgs: list[tuple[int, bytes, int]],
+              filters: list[str | None] | None) -> PublishBatch:
+    ids = [m[0] for m in msgs]
+    return PublishBatch(
+        publisher_id, len(msgs), struct.pack(f">{len(ids)}Q", *ids),
+        b"".join(m[1] for m in msgs), sum(m[2] for m in msgs), ids[0] if ids else 0,
+        ids[-1] if ids else 0, True, filters,
+    )
+
+
+def _unpack_ids(packed: list[bytes]) -> list[int]:
+    raw = b"".join(packed)
+    return list(struct.unpack(f">{len(raw) // 8}Q", raw))
 
 
 def _dir_name(name: str) -> str:

@@ -21,36 +21,64 @@ _SUB_BATCH = struct.Struct(">BHII")
 
 @dataclass(slots=True)
 class PublishBatch:
+    """One Publish frame, as two blobs: no per-message objects on the hot path."""
+
     publisher_id: int
-    publishing_ids: list[int]
-    #: entries to store, one per message, each as stored (header included)
-    entries: list[memoryview]
-    #: records per message: 1, or NumRecords of a sub-entry batch
-    records: list[int]
-    filter_values: list[str | None] | None  # v2 only
-    total_records: int = 0
-    total_bytes: int = 0
+    count: int
+    #: the publishing ids packed as big-endian u64s: a PublishConfirm's id array as is
+    ids: bytes
+    #: the entries joined, each as stored: a chunk's data as is
+    data: bytes
+    num_records: int
+    first_id: int
+    last_id: int
+    #: ids strictly increasing within the frame (then deduplication needs no per-message work)
+    increasing: bool
+    filter_values: list[str | None] | None = None  # Publish v2 only
+
+    def messages(self) -> list[tuple[int, bytes, int]]:
+        """``(publishing id, entry, records)`` per message: the slow path, for deduplication
+        of a frame that is partly a duplicate."""
+        ids = struct.unpack(f">{self.count}Q", self.ids)
+        out = []
+        data, pos = self.data, 0
+        for pid in ids:
+            if data[pos] & 0x80 == 0:
+                size, records = 4 + _U32.unpack_from(data, pos)[0], 1
+            else:
+                _, records, _, length = _SUB_BATCH.unpack_from(data, pos)
+                size = _SUB_BATCH.size + length
+            out.append((pid, data[pos : pos + size], records))
+            pos += size
+        return out
 
 
-def parse_publish(body: memoryview, version: int) -> PublishBatch:
-    """Split a Publish body (after key and version). Raises Malformed."""
+def _split_python(body: bytes | memoryview, version: int) -> PublishBatch:
+    """Walk the frame once; the reference implementation of _speedups.split_publish_v1."""
     if len(body) < 5:
         raise Malformed("truncated publish")
     pid, count = _PID_COUNT.unpack_from(body, 0)
     end = len(body)
-    if count < 0 or count * 12 > end:
+    if count < 0 or count * 12 > end - 5:
         raise Malformed(f"bad message count {count}")
-    ids: list[int] = []
-    entries: list[memoryview] = []
-    records: list[int] = []
+    ids: list[bytes | memoryview] = []
+    entries: list[bytes | memoryview] = []
     filters: list[str | None] | None = [] if version >= 2 else None
+    records = 0
+    increasing = True
+    prev = -1
     pos = 5
-    all_simple = True
-    total_bytes = 0
-    u64, u32 = _U64.unpack_from, _U32.unpack_from
+    u32 = _U32.unpack_from
     try:
         for _ in range(count):
-            ids.append(u64(body, pos)[0])
+            if end - pos < 9:
+                raise Malformed(f"truncated message at byte {pos}")
+            raw_id = body[pos : pos + 8]
+            ids.append(raw_id)
+            pid_value = _U64.unpack_from(raw_id)[0]
+            if pid_value <= prev:
+                increasing = False
+            prev = pid_value
             pos += 8
             if filters is not None:
                 n = _I16.unpack_from(body, pos)[0]
@@ -60,35 +88,50 @@ def parse_publish(body: memoryview, version: int) -> PublishBatch:
                     pos += n
                 else:
                     filters.append(None)
-            head = body[pos]
-            if head & 0x80 == 0:
+            if body[pos] & 0x80 == 0:
                 size = 4 + u32(body, pos)[0]
-                records.append(1)
+                records += 1
             else:
                 _, n_records, _, length = _SUB_BATCH.unpack_from(body, pos)
                 size = _SUB_BATCH.size + length
-                records.append(n_records)
-                all_simple = False
-            if pos + size > end:
-                raise Malformed("truncated message")
+                records += n_records
+            if size > end - pos:
+                raise Malformed(f"truncated entry at byte {pos}")
             entries.append(body[pos : pos + size])
-            total_bytes += size
             pos += size
     except (struct.error, IndexError, UnicodeDecodeError) as e:
         raise Malformed(f"truncated publish: {e}") from e
     if pos != end:
         raise Malformed(f"{end - pos} unexpected bytes after publish")
-    n_records = len(records) if len(records) == count and all_simple else sum(records)
-    return PublishBatch(pid, ids, entries, records, filters, n_records, total_bytes)
+    packed = b"".join(ids)
+    first = _U64.unpack_from(packed)[0] if count else 0
+    return PublishBatch(pid, count, packed, b"".join(entries), records, first,
+                        prev if count else 0, increasing, filters)
+
+
+try:
+    from ._speedups import split_publish_v1 as _split_c
+except ImportError:  # no compiler at install time: the Python path gives the same results
+    _split_c = None
+
+
+def parse_publish(body: bytes | memoryview, version: int) -> PublishBatch:
+    """Split a Publish body (after key and version). Raises Malformed."""
+    if version == 1 and _split_c is not None:
+        try:
+            return PublishBatch(*_split_c(body))
+        except ValueError as e:
+            raise Malformed(str(e)) from None
+    return _split_python(body, version)
 
 
 _CONFIRM_HEAD = struct.Struct(">IHHBi")
 
 
-def encode_confirm(publisher_id: int, ids: list[int]) -> bytes:
-    """A whole PublishConfirm frame, built in one pack."""
-    n = len(ids)
-    return _CONFIRM_HEAD.pack(9 + 8 * n, 3, 1, publisher_id, n) + struct.pack(f">{n}Q", *ids)
+def encode_confirm(publisher_id: int, packed_ids: list[bytes]) -> bytes:
+    """A whole PublishConfirm frame from packed big-endian id arrays (see PublishBatch.ids)."""
+    n = sum(len(b) for b in packed_ids) // 8
+    return _CONFIRM_HEAD.pack(9 + 8 * n, 3, 1, publisher_id, n) + b"".join(packed_ids)
 
 
 _DELIVER_V1 = struct.Struct(">IHHB")

@@ -1,0 +1,76 @@
+"""The Publish split: the C accelerator and the Python path agree, on good and bad frames."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+
+from streamlet.protocol import frames as f
+from streamlet.protocol import publish
+from streamlet.protocol.wire import Malformed
+
+
+def body(cmd: f.Publish) -> bytes:
+    return f.encode(cmd)[8:]  # size, key, version cut off
+
+
+def sub_batch(records: list[bytes]) -> bytes:
+    inner = b"".join(struct.pack(">I", len(r)) + r for r in records)
+    return struct.pack(">BHII", 0x80, len(records), len(inner), len(inner)) + inner
+
+
+def test_split_gives_confirm_ids_and_chunk_data() -> None:
+    msgs = [f.PublishedMessage.simple(i, b"m%d" % i) for i in range(1, 6)]
+    msgs.append(f.PublishedMessage(6, sub_batch([b"a", b"bc", b"def"])))
+    b = publish.parse_publish(body(f.Publish(4, msgs)), 1)
+    assert (b.publisher_id, b.count, b.num_records) == (4, 6, 8)
+    assert b.ids == struct.pack(">6Q", *range(1, 7))
+    assert b.data == b"".join(m.entry for m in msgs)
+    assert (b.first_id, b.last_id, b.increasing) == (1, 6, True)
+    assert [(i, e, r) for i, e, r in b.messages()] == [
+        (m.publishing_id, m.entry, 3 if m.publishing_id == 6 else 1) for m in msgs]
+
+
+def test_non_increasing_ids_are_flagged() -> None:
+    msgs = [f.PublishedMessage.simple(i, b"x") for i in (5, 3, 9)]
+    b = publish.parse_publish(body(f.Publish(0, msgs)), 1)
+    assert (b.first_id, b.last_id, b.increasing) == (5, 9, False)
+
+
+def test_v2_carries_filter_values() -> None:
+    msgs = [f.PublishedMessage.simple(1, b"x", "red"), f.PublishedMessage.simple(2, b"y", None)]
+    b = publish.parse_publish(body(f.Publish(0, msgs, version=2)), 2)
+    assert b.filter_values == ["red", None]
+    assert b.data == msgs[0].entry + msgs[1].entry
+
+
+@pytest.mark.skipif(publish._split_c is None, reason="the C accelerator was not built here")
+def test_c_and_python_agree_on_random_frames_and_their_truncations() -> None:
+    rng = random.Random(7)
+    for _ in range(500):
+        msgs = []
+        for i in range(rng.randrange(0, 20)):
+            if rng.random() < 0.2:
+                msgs.append(f.PublishedMessage(i, sub_batch([rng.randbytes(rng.randrange(5))
+                                                             for _ in range(rng.randrange(1, 4))])))
+            else:
+                msgs.append(f.PublishedMessage.simple(rng.randrange(1 << 63), rng.randbytes(rng.randrange(40))))
+        raw = body(f.Publish(rng.randrange(256), msgs))
+        n = len(msgs)
+        cuts = [raw, raw[: rng.randrange(len(raw) + 1)], raw + b"\0", raw[:5] + b"\xff" + raw[6:],
+                # a Count that lies, either way: entries must never be copied past their room
+                raw[:1] + struct.pack(">i", n + 1) + raw[5:], raw[:1] + struct.pack(">i", max(n - 1, 0)) + raw[5:],
+                raw[:1] + struct.pack(">i", -1) + raw[5:]]
+        for frame in cuts:
+            c = py = None
+            try:
+                c = publish.parse_publish(frame, 1)
+            except Malformed:
+                c = "malformed"
+            try:
+                py = publish._split_python(frame, 1)
+            except Malformed:
+                py = "malformed"
+            assert c == py
