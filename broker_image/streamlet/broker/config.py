@@ -42,6 +42,7 @@ File format (all keys optional)::
     keyfile = "server.key"
     cafile = "ca.pem"                 # CA for client certificates
     verify_peer = false               # true: require a client certificate (SASL EXTERNAL)
+    advertised_port = 5551            # told to TLS clients in Open and Metadata (default: port)
 
     [limits]
     max_connections = 0               # per broker, 0 = unlimited
@@ -94,6 +95,7 @@ class TlsConfig:
     port: int = DEFAULT_TLS_PORT
     cafile: Path | None = None
     verify_peer: bool = False
+    advertised_port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -242,7 +244,8 @@ def _apply_access(doc: dict[str, Any]) -> dict[str, Any]:
             Path(tls["certfile"]), Path(tls["keyfile"]),
             _int(tls, "port", "tls", 1) or DEFAULT_TLS_PORT,
             Path(tls["cafile"]) if tls.get("cafile") else None,
-            bool(tls.get("verify_peer", False)))
+            bool(tls.get("verify_peer", False)),
+            _int(tls, "advertised_port", "tls", 1))
     limits = doc.get("limits", {})
     for key in ("max_connections", "max_connections_per_user"):
         v = _int(limits, key, "limits")

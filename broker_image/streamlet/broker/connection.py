@@ -233,8 +233,7 @@ class Connection(asyncio.Protocol):
     def send(self, cmd: f.Command) -> None:
         self.write(f.encode(cmd))
 
-    def send_confirm(self, publisher_id: int, ids: list[bytes]) -> None:
-        """``ids``: packed big-endian publishing ids, as PublishBatch carries them."""
+    def send_confirm(self, publisher_id: int, ids: list[int]) -> None:
         self.write(encode_confirm(publisher_id, ids))
 
     def send_publish_error(self, publisher_id: int, ids: list[int], code: Code) -> None:
@@ -392,8 +391,7 @@ class Connection(asyncio.Protocol):
             return
         pub = self.publishers.get(batch.publisher_id)
         if pub is None:
-            ids = list(struct.unpack(f">{batch.count}Q", batch.ids))
-            self.send_publish_error(batch.publisher_id, ids, Code.PUBLISHER_DOES_NOT_EXIST)
+            self.send_publish_error(batch.publisher_id, batch.publishing_ids, Code.PUBLISHER_DOES_NOT_EXIST)
             return
         pub.stream.publish(pub, batch)
 

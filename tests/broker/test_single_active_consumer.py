@@ -1,0 +1,121 @@
+"""Single active consumer with rstream: one consumer of a group receives, the next one takes
+over (from the offset its ConsumerUpdate answer names) when the active one goes away."""
+
+from __future__ import annotations
+
+import asyncio
+
+from rstream import (
+    ConsumerOffsetSpecification,
+    EventContext,
+    OffsetSpecification,
+    OffsetType,
+    RawMessage,
+)
+from rstream import Consumer as RConsumer
+from rstream import Producer as RProducer
+
+from streamlet.client import StreamletError, connect
+from streamlet.protocol import Code
+from tests.support.brokers import BrokerProcess
+
+SAC = {"single-active-consumer": "true", "name": "billing"}
+
+
+async def _publish(b: BrokerProcess, stream: str, bodies: list[bytes]) -> None:
+    async with RProducer(b.host, b.port, username="guest", password="guest") as p:
+        await p.send_batch(stream, [RawMessage(x) for x in bodies])
+
+
+async def _until(cond, what: str, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    async with asyncio.timeout(timeout):
+        while not cond():
+            await asyncio.sleep(0.02)
+
+
+async def test_rstream_single_active_consumer_failover(shared_broker: BrokerProcess) -> None:
+    b = shared_broker
+    stream = "sac-failover"
+    async with RProducer(b.host, b.port, username="guest", password="guest") as p:
+        await p.create_stream(stream)
+    await _publish(b, stream, [b"a%d" % i for i in range(100)])
+
+    got: dict[str, list[int]] = {"A": [], "B": []}
+    bodies: dict[str, list[bytes]] = {"A": [], "B": []}
+    activations: list[tuple[str, bool]] = []
+
+    def listener(who: str):  # type: ignore[no-untyped-def]
+        async def on_update(is_active: bool, ctx: EventContext) -> OffsetSpecification:
+            activations.append((who, is_active))
+            stored = None
+            try:
+                stored = await ctx.consumer.query_offset(stream, "billing")
+            except Exception:  # no offset stored yet
+                pass
+            if stored is None:
+                return OffsetSpecification(OffsetType.FIRST, 0)
+            return OffsetSpecification(OffsetType.OFFSET, stored + 1)
+        return on_update
+
+    def on_message(who: str):  # type: ignore[no-untyped-def]
+        async def handle(msg: bytes, ctx) -> None:  # type: ignore[no-untyped-def]
+            got[who].append(ctx.offset)
+            bodies[who].append(msg)
+        return handle
+
+    a = RConsumer(b.host, b.port, username="guest", password="guest")
+    bc = RConsumer(b.host, b.port, username="guest", password="guest")
+    await a.start()
+    await bc.start()
+    try:
+        await a.subscribe(stream, on_message("A"), decoder=lambda x: x, properties=dict(SAC),
+                          subscriber_name="billing", consumer_update_listener=listener("A"),
+                          offset_specification=ConsumerOffsetSpecification(OffsetType.NEXT))
+        await _until(lambda: len(got["A"]) == 100, "A gets the first 100")
+        await a.store_offset(stream, "billing", got["A"][-1])
+
+        await bc.subscribe(stream, on_message("B"), decoder=lambda x: x, properties=dict(SAC),
+                           subscriber_name="billing", consumer_update_listener=listener("B"),
+                           offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST))
+        await _publish(b, stream, [b"b%d" % i for i in range(50)])
+        await _until(lambda: len(got["A"]) == 150, "A gets 50 more")
+        await a.store_offset(stream, "billing", got["A"][-1])
+        assert got["B"] == []  # passive: nothing, although it subscribed at "first"
+        assert activations == [("A", True)]
+
+        await a.close()  # the active consumer's connection goes away
+        await _until(lambda: ("B", True) in activations, "B is activated")
+        await _publish(b, stream, [b"c%d" % i for i in range(50)])
+        await _until(lambda: len(got["B"]) >= 50, "B takes over")
+        await asyncio.sleep(0.2)
+        # B started where A's stored offset said, not at its own "first"
+        assert bodies["B"] == [b"c%d" % i for i in range(50)]
+        assert bodies["A"] == [b"a%d" % i for i in range(100)] + [b"b%d" % i for i in range(50)]
+    finally:
+        await bc.close()
+        await a.close()
+
+
+async def test_unsubscribe_hands_over_and_name_is_required(shared_broker: BrokerProcess) -> None:
+    b = shared_broker
+    async with await connect(b.host, b.port) as c:
+        await c.create_stream("sac-raw")
+        producer = await c.producer("sac-raw")
+        for i in range(10):
+            await producer.send(b"m%d" % i)
+        try:
+            await c.consumer("sac-raw", properties={"single-active-consumer": "true"})
+        except StreamletError as e:
+            assert e.code == Code.PRECONDITION_FAILED
+        else:
+            raise AssertionError("a single active consumer without a name was accepted")
+
+        # streamlet's client answers ConsumerUpdate with its own spec (no offset stored for g)
+        first = await c.consumer("sac-raw", "first", name="g", properties={"single-active-consumer": "true"})
+        async with await connect(b.host, b.port) as c2:
+            second = await c2.consumer("sac-raw", 5, name="g", properties={"single-active-consumer": "true"})
+            m = await asyncio.wait_for(anext(first), 10)
+            assert m.offset == 0
+            await first.close()  # Unsubscribe: the next in line becomes active
+            m = await asyncio.wait_for(anext(second), 10)
+            assert m.offset == 5
