@@ -1,0 +1,253 @@
+"""Start and stop the two brokers under test, each in a private temporary directory.
+
+RabbitMQ is Debian's package driven through its own scripts in /usr/lib/rabbitmq/bin (the
+/usr/sbin wrappers ``su`` to the rabbitmq user and drop our environment), with every path,
+port and the epmd port set by environment so nothing under /etc or /var/lib is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+RABBIT_BIN = Path("/usr/lib/rabbitmq/bin")
+REPO = Path(__file__).resolve().parent.parent
+
+
+class ServerError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def wait_port(port: int, timeout: float, alive: callable | None = None) -> None:  # type: ignore[valid-type]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if port_open(port):
+            return
+        if alive is not None and not alive():
+            raise ServerError(f"server exited before listening on {port}")
+        time.sleep(0.1)
+    raise ServerError(f"nothing listening on 127.0.0.1:{port} after {timeout:.0f} s")
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size from /proc (VmRSS), 0 if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+@dataclass
+class Server:
+    """A running broker: where to connect and which process to measure."""
+
+    name: str
+    port: int
+    pid: int = 0
+    data_dir: Path = field(default_factory=Path)
+
+    def rss(self) -> int:
+        return rss_bytes(self.pid)
+
+    def stop(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------------------------
+# streamlet
+
+
+@dataclass
+class Streamlet(Server):
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    @classmethod
+    def start(cls, root: Path, port: int = 0) -> Streamlet:
+        port = port or free_port()
+        data = root / "streamlet-data"
+        data.mkdir(parents=True, exist_ok=True)
+        log = root / "streamlet.log"
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(REPO / "broker_image"), env.get("PYTHONPATH", "")) if p)
+        cmd = [sys.executable, "-m", "streamlet", "serve", "--host", "127.0.0.1",
+               "--port", str(port), "--data-dir", str(data)]
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    cwd=root, start_new_session=True)
+        srv = cls("streamlet", port, proc.pid, data, proc, log)
+        try:
+            wait_port(port, 30, lambda: proc.poll() is None)
+        except ServerError as e:
+            srv.stop()
+            raise ServerError(f"{e}; log: {log.read_text()[-2000:]}") from e
+        return srv
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+def streamlet_available() -> bool:
+    """True once the broker package has a runnable ``serve``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO / "broker_image")
+    r = subprocess.run([sys.executable, "-m", "streamlet", "serve", "--help"], env=env,
+                       capture_output=True, timeout=60)
+    return r.returncode == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# RabbitMQ
+
+
+def rabbitmq_installed() -> bool:
+    return (RABBIT_BIN / "rabbitmq-server").exists()
+
+
+def install_rabbitmq() -> None:
+    """Debian's rabbitmq-server (3.10.8 on bookworm); the package does not start it."""
+    if rabbitmq_installed():
+        return
+    if os.geteuid() != 0:
+        raise ServerError("rabbitmq-server is not installed and installing it needs root")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "update", "-q"], check=True, env=env)
+    subprocess.run(["apt-get", "install", "-y", "-q", "rabbitmq-server"], check=True, env=env)
+
+
+_RABBIT_CONF = """\
+listeners.tcp.default = 127.0.0.1:{amqp}
+stream.listeners.tcp.1 = 127.0.0.1:{stream}
+stream.advertised_host = 127.0.0.1
+stream.advertised_port = {stream}
+distribution.listener.interface = 127.0.0.1
+management.tcp.port = {mgmt}
+log.console = false
+log.file.level = warning
+loopback_users.guest = true
+"""
+
+
+@dataclass
+class RabbitMQ(Server):
+    env: dict[str, str] = field(default_factory=dict)
+    nodename: str = "rabbit-bench@localhost"
+    epmd_port: int = 4370
+
+    @classmethod
+    def start(cls, root: Path, stream_port: int = 5553, amqp_port: int = 5673,
+              epmd_port: int = 4370, nodename: str = "rabbit-bench@localhost") -> RabbitMQ:
+        install_rabbitmq()
+        for p in (stream_port, amqp_port):
+            if port_open(p):
+                raise ServerError(f"port {p} is already in use: is another RabbitMQ running?")
+        base = root / "rabbitmq"
+        for sub in ("mnesia", "log", "home"):
+            (base / sub).mkdir(parents=True, exist_ok=True)
+        conf = base / "rabbitmq.conf"
+        conf.write_text(_RABBIT_CONF.format(amqp=amqp_port, stream=stream_port,
+                                            mgmt=free_port()))
+        plugins = base / "enabled_plugins"
+        plugins.write_text("[rabbitmq_stream].\n")
+        env_file = base / "rabbitmq-env.conf"
+        env_file.write_text("")
+        env = dict(os.environ)
+        env.update({
+            "HOME": str(base / "home"),  # the Erlang cookie goes here, not in /root
+            "RABBITMQ_CONF_ENV_FILE": str(env_file),
+            "RABBITMQ_CONFIG_FILE": str(conf),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(base / "advanced.config"),
+            "RABBITMQ_MNESIA_BASE": str(base / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(base / "log"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(plugins),
+            "RABBITMQ_PID_FILE": str(base / "rabbit.pid"),
+            "RABBITMQ_NODENAME": nodename,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(amqp_port),
+            "RABBITMQ_DIST_PORT": str(amqp_port + 20000),
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "ERL_EPMD_PORT": str(epmd_port),
+        })
+        srv = cls("rabbitmq", stream_port, 0, base / "mnesia", env, nodename, epmd_port)
+        with open(base / "log" / "server-stdout.log", "wb") as out:
+            subprocess.run([str(RABBIT_BIN / "rabbitmq-server"), "-detached"], env=env,
+                           cwd=base, stdout=out, stderr=subprocess.STDOUT, check=True)
+        try:
+            srv.pid = srv._find_beam()
+            wait_port(stream_port, 90, lambda: rss_bytes(srv.pid) > 0)
+        except ServerError:
+            srv.stop()
+            raise
+        return srv
+
+    def _find_beam(self) -> int:
+        """The beam.smp process started with our private HOME (3.10 passes the node name by
+        environment, not on the command line)."""
+        home = self.env["HOME"].encode()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for d in Path("/proc").iterdir():
+                if not d.name.isdigit():
+                    continue
+                try:
+                    cmd = (d / "cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if cmd and cmd[0].endswith(b"beam.smp") and home in cmd:
+                    return int(d.name)
+            time.sleep(0.2)
+        raise ServerError(f"no beam.smp process found for {self.nodename}")
+
+    def ctl(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(RABBIT_BIN / "rabbitmqctl"), "-n", self.nodename, *args],
+                              env=self.env, capture_output=True, text=True, timeout=timeout)
+
+    def stop(self) -> None:
+        """Stop the node, then our private epmd (it outlives the node)."""
+        if (self.pid and rss_bytes(self.pid)) or port_open(self.port):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.ctl("stop", timeout=60)
+            deadline = time.monotonic() + 20
+            while rss_bytes(self.pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if self.pid and rss_bytes(self.pid):
+                os.kill(self.pid, signal.SIGKILL)
+        epmd = shutil.which("epmd") or "/usr/lib/erlang/bin/epmd"
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            names = subprocess.run([epmd, "-port", str(self.epmd_port), "-names"],
+                                   capture_output=True, text=True, timeout=10)
+            if names.returncode == 0 and "name " not in names.stdout:
+                subprocess.run([epmd, "-port", str(self.epmd_port), "-kill"],
+                               capture_output=True, timeout=10)

@@ -1,0 +1,245 @@
+"""Client processes: each runs one job on its own uvloop event loop.
+
+The runner starts every process of a phase, waits until all of them are set up (connected,
+publishers declared, latency consumers subscribed), then releases them together with one
+event, so connection set-up is never timed. Times are ``time.monotonic()``, the same clock in
+every process, so the runner can combine them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import queue
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.synchronize import Event
+from typing import Any
+
+from streamlet.protocol.constants import OffsetType
+
+from .client import Conn, connect
+from .load import CountingConsumer, LatencyConsumer, Publisher, RatePublisher, percentile
+
+
+@dataclass
+class Job:
+    kind: str  # publish | consume | latency_pub | latency_sub | stalled
+    port: int
+    streams: list[str]
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+async def _wait_event(ev: Event, timeout: float) -> bool:
+    return await asyncio.get_running_loop().run_in_executor(None, ev.wait, timeout)
+
+
+async def _bounded(futs: list[asyncio.Future[None]], timeout: float) -> bool:
+    """Wait for every future; False when the time ran out (the counts then tell how far)."""
+    try:
+        await asyncio.wait_for(asyncio.gather(*futs), timeout)
+        return True
+    except (TimeoutError, asyncio.TimeoutError):
+        return False
+
+
+async def _publish(job: Job, conn: Conn, ready: Callable[[], None], go: Event) -> dict[str, Any]:
+    p = job.params
+    pubs = []
+    for i, stream in enumerate(job.streams):
+        await conn.declare_publisher(i, stream)
+        pubs.append(Publisher(conn, i, p["count"], p["size"], p.get("batch", 100),
+                              p.get("window", 20_000)))
+    ready()
+    await _wait_event(go, 120)
+    for pub in pubs:
+        pub.start()
+    ok = await _bounded([pub.done for pub in pubs], p.get("timeout", 600))
+    return {
+        "sent": sum(x.sent for x in pubs), "confirmed": sum(x.confirmed for x in pubs),
+        "errors": sum(x.errored for x in pubs), "complete": ok,
+        "t0": min(x.started for x in pubs),
+        "t1": max(x.finished or time.monotonic() for x in pubs),
+    }
+
+
+async def _consume(job: Job, conn: Conn, ready: Callable[[], None], go: Event) -> dict[str, Any]:
+    p = job.params
+    ready()
+    await _wait_event(go, 120)
+    subs = []
+    t0 = time.monotonic()
+    for i, stream in enumerate(job.streams):
+        sink = CountingConsumer(conn, i, p["count"], p.get("credit", 64))
+        subs.append(sink)
+        await conn.subscribe(i, stream, OffsetType.FIRST, sink.initial_credit, sink)
+    ok = await _bounded([s.done for s in subs], p.get("timeout", 600))
+    return {
+        "records": sum(s.records for s in subs), "chunks": sum(s.chunks for s in subs),
+        "data_bytes": sum(s.data_bytes for s in subs), "complete": ok, "t0": t0,
+        "t1": max(s.finished or time.monotonic() for s in subs),
+    }
+
+
+async def _latency_pub(job: Job, conn: Conn, ready: Callable[[], None],
+                       go: Event) -> dict[str, Any]:
+    p = job.params
+    await conn.declare_publisher(0, job.streams[0])
+    pub = RatePublisher(conn, 0, p["rate"], p["duration"], p["size"])
+    ready()
+    await _wait_event(go, 120)
+    t0 = time.monotonic()
+    try:
+        await asyncio.wait_for(pub.run(), p["duration"] + 60)
+    except (TimeoutError, asyncio.TimeoutError):
+        pass
+    return {"sent": pub.sent, "confirmed": pub.confirmed, "errors": pub.errored,
+            "complete": pub.confirmed == pub.total, "t0": t0, "t1": time.monotonic()}
+
+
+async def _latency_sub(job: Job, conn: Conn, ready: Callable[[], None],
+                       go: Event) -> dict[str, Any]:
+    p = job.params
+    expected = int(p["rate"] * p["duration"])
+    sink = LatencyConsumer(conn, 0, expected)
+    await conn.subscribe(0, job.streams[0], OffsetType.NEXT, 32, sink)
+    ready()
+    await _wait_event(go, 120)
+    # the first part of the run is warm-up: its latencies are not kept
+    sink.skip_before_ns = time.monotonic_ns() + int(p.get("warmup", 0) * 1e9)
+    t0 = time.monotonic()
+    ok = await _bounded([sink.done], p["duration"] + 60)
+    lat = sorted(sink.latencies)
+    return {
+        "records": sink.records, "chunks": sink.chunks, "complete": ok, "t0": t0,
+        "t1": time.monotonic(), "samples": len(lat),
+        "p50_ms": percentile(lat, 0.50) / 1e6, "p99_ms": percentile(lat, 0.99) / 1e6,
+        "max_ms": (lat[-1] / 1e6) if lat else float("nan"),
+    }
+
+
+async def _stalled(job: Job, conn: Conn, ready: Callable[[], None], go: Event,
+                   stop: Event) -> dict[str, Any]:
+    """Subscribe with credit, then never read the socket again until told to stop."""
+    sink = CountingConsumer(conn, 0, 1 << 62, job.params.get("credit", 64))
+    sink.grant = False
+    await conn.subscribe(0, job.streams[0], OffsetType.FIRST, sink.initial_credit, sink)
+    assert conn.transport is not None
+    conn.transport.pause_reading()
+    ready()
+    await _wait_event(go, 120)
+    await _wait_event(stop, job.params.get("timeout", 600))
+    return {"records": sink.records, "chunks": sink.chunks, "complete": True}
+
+
+async def _run(job: Job, ready: Callable[[], None], go: Event, stop: Event) -> dict[str, Any]:
+    conn = await connect(job.port)
+    try:
+        if job.kind == "publish":
+            res = await _publish(job, conn, ready, go)
+        elif job.kind == "consume":
+            res = await _consume(job, conn, ready, go)
+        elif job.kind == "latency_pub":
+            res = await _latency_pub(job, conn, ready, go)
+        elif job.kind == "latency_sub":
+            res = await _latency_sub(job, conn, ready, go)
+        elif job.kind == "stalled":
+            res = await _stalled(job, conn, ready, go, stop)
+        else:
+            raise ValueError(f"unknown job kind {job.kind}")
+    finally:
+        if job.kind == "stalled" and conn.transport is not None:
+            conn.transport.close()
+        else:
+            await conn.close()
+    res["server_errors"] = conn.errors[:5]
+    return res
+
+
+def _main(index: int, job: Job, results: mp.Queue[Any], go: Event, stop: Event) -> None:
+    try:
+        import uvloop
+
+        run: Callable[..., Any] = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        run = asyncio.run
+    try:
+        res = run(_run(job, lambda: results.put(("ready", index, None)), go, stop))
+        results.put(("result", index, res))
+    except BaseException:
+        results.put(("error", index, traceback.format_exc()))
+
+
+class PhaseError(RuntimeError):
+    pass
+
+
+def run_parallel(jobs: list[Job], *, on_start: Callable[[], None] | None = None,
+                 until: Callable[[list[dict[str, Any] | None]], bool] | None = None,
+                 timeout: float = 900) -> list[dict[str, Any]]:
+    """Run every job in its own process; release them together; return their results.
+
+    ``on_start`` runs once all are ready, just before release. ``until``, if given, is polled
+    with the results so far; when it returns True the stop event is set (stalled consumers
+    wait for it)."""
+    ctx = mp.get_context("spawn")
+    results: mp.Queue[Any] = ctx.Queue()
+    go, stop = ctx.Event(), ctx.Event()
+    procs = [ctx.Process(target=_main, args=(i, job, results, go, stop), daemon=True)
+             for i, job in enumerate(jobs)]
+    for proc in procs:
+        proc.start()
+    out: list[dict[str, Any] | None] = [None] * len(jobs)
+    ready = 0
+    deadline = time.monotonic() + timeout
+    try:
+        while any(r is None for r in out):
+            if until is not None and go.is_set() and until(out):
+                stop.set()
+            try:
+                kind, index, value = results.get(timeout=0.05)
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    raise PhaseError(f"phase did not finish in {timeout:.0f} s") from None
+                if not all(p.is_alive() for p in procs) and results.empty():
+                    dead = [i for i, p in enumerate(procs) if not p.is_alive() and out[i] is None]
+                    if dead:
+                        time.sleep(0.5)
+                        if results.empty():
+                            raise PhaseError(f"client process(es) {dead} died") from None
+                continue
+            if kind == "error":
+                raise PhaseError(f"{jobs[index].kind} client failed:\n{value}")
+            if kind == "ready":
+                ready += 1
+                if ready == len(jobs):
+                    if on_start is not None:
+                        on_start()
+                    go.set()
+            else:
+                out[index] = value
+    finally:
+        stop.set()
+        go.set()
+        for proc in procs:
+            proc.join(10)
+            if proc.is_alive():
+                proc.kill()
+    return [r for r in out if r is not None]
+
+
+async def admin(port: int, create: list[str] = (), delete: list[str] = ()) -> None:  # type: ignore[assignment]
+    conn = await connect(port)
+    try:
+        for s in delete:
+            await conn.delete(s)
+        for s in create:
+            await conn.create(s)
+    finally:
+        await conn.close()
+
+
+def admin_sync(port: int, create: list[str] | None = None, delete: list[str] | None = None) -> None:
+    asyncio.run(admin(port, create or [], delete or []))
