@@ -10,6 +10,7 @@ message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import socket
 import struct
@@ -234,10 +235,8 @@ class Conn(asyncio.BufferedProtocol):
     async def close(self) -> None:
         if self.transport is None or self.transport.is_closing():
             return
-        try:
+        with contextlib.suppress(BenchError, TimeoutError, asyncio.TimeoutError):
             await asyncio.wait_for(self.request(f.Close(0, Code.OK, "bench done")), 5)
-        except (BenchError, TimeoutError, asyncio.TimeoutError):
-            pass
         self.transport.close()
 
 

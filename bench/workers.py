@@ -9,6 +9,7 @@ every process, so the runner can combine them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing as mp
 import queue
 import time
@@ -41,7 +42,7 @@ async def _bounded(futs: list[asyncio.Future[None]], timeout: float) -> bool:
     try:
         await asyncio.wait_for(asyncio.gather(*futs), timeout)
         return True
-    except (TimeoutError, asyncio.TimeoutError):
+    except TimeoutError:
         return False
 
 
@@ -91,10 +92,8 @@ async def _latency_pub(job: Job, conn: Conn, ready: Callable[[], None],
     ready()
     await _wait_event(go, 120)
     t0 = time.monotonic()
-    try:
+    with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
         await asyncio.wait_for(pub.run(), p["duration"] + 60)
-    except (TimeoutError, asyncio.TimeoutError):
-        pass
     return {"sent": pub.sent, "confirmed": pub.confirmed, "errors": pub.errored,
             "complete": pub.confirmed == pub.total, "t0": t0, "t1": time.monotonic()}
 
