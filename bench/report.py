@@ -1,0 +1,130 @@
+"""The side-by-side table, the target checks and the plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .workloads import Row
+
+#: rows where lower is better compare this metric; every other row compares msg/s
+_LOWER_IS_BETTER = {"latency": "p99_ms"}
+
+
+def _num(v: float | None, fmt: str = "{:,.0f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def ratio(stream: Row, rabbit: Row) -> tuple[str, float | None]:
+    """streamlet / RabbitMQ of the row's key metric, and its label."""
+    metric = _LOWER_IS_BETTER.get(stream.workload)
+    if metric:
+        a, b = getattr(stream, metric), getattr(rabbit, metric)
+        return metric.replace("_ms", ""), (a / b if a is not None and b else None)
+    return "msg/s", (stream.msg_s / rabbit.msg_s if rabbit.msg_s else None)
+
+
+def table(rows: list[Row]) -> str:
+    """A Markdown table, one line per workload and server, the ratio on streamlet's line."""
+    by = {(r.workload, r.server): r for r in rows}
+    head = ("| workload | server | msg/s | MB/s | records/chunk | p50 ms | p99 ms | RSS peak MB "
+            "| exact | streamlet / RabbitMQ |")
+    lines = [head, "|" + "---|" * 10]
+    for r in rows:
+        other = by.get((r.workload, "rabbitmq"))
+        rat = ""
+        if r.server == "streamlet" and other is not None:
+            name, v = ratio(r, other)
+            rat = f"{v:.2f}x {name}" if v is not None else "-"
+        rss = f"{r.rss_peak_mb:,.0f}"
+        if r.workload == "many-streams":
+            rss += f" (after: {r.rss_end_mb:,.0f})"
+        if r.workload == "stalled":
+            rss += f" (+{r.extra.get('rss_growth_mb', 0):,.0f})"
+        lines.append(
+            f"| {r.label} | {r.server} | {r.msg_s:,.0f} | {r.mb_s:,.1f} "
+            f"| {_num(r.records_per_chunk)} | {_num(r.p50_ms, '{:.2f}')} "
+            f"| {_num(r.p99_ms, '{:.2f}')} | {rss} | {'yes' if r.exact else 'NO'} | {rat} |")
+    return "\n".join(lines)
+
+
+def targets(rows: list[Row], physical: dict[str, float]) -> list[str]:
+    """One line per target of issue 4: met, missed, or not measured."""
+    by = {(r.workload, r.server): r for r in rows}
+    out: list[str] = []
+
+    def pair(key: str) -> tuple[Row | None, Row | None]:
+        return by.get((key, "streamlet")), by.get((key, "rabbitmq"))
+
+    for key in ("publish-100", "consume-100", "publish-1000", "consume-1000"):
+        s, r = pair(key)
+        if s and r:
+            v = s.msg_s / r.msg_s if r.msg_s else 0.0
+            out.append(f"{'MET ' if v >= 1.0 else 'MISS'} {key} throughput >= 1.0x RabbitMQ: "
+                       f"{v:.2f}x")
+    s, r = pair("latency")
+    if s and r and s.p99_ms is not None and r.p99_ms is not None:
+        ok = s.p99_ms <= r.p99_ms
+        out.append(f"{'MET ' if ok else 'MISS'} p99 latency <= RabbitMQ's: "
+                   f"{s.p99_ms:.2f} ms vs {r.p99_ms:.2f} ms")
+    s, _ = pair("many-streams")
+    if s:
+        out.append(f"{'MET ' if s.rss_end_mb < 200 else 'MISS'} RSS < 200 MB after "
+                   f"{s.expected:,} messages over many streams: {s.rss_end_mb:.0f} MB")
+    s, _ = pair("stalled")
+    if s:
+        g = s.extra.get("rss_growth_mb", 0.0)
+        out.append(f"{'MET ' if g < 50 else 'MISS'} flat memory while a consumer stops reading: "
+                   f"RSS grew {g:.0f} MB while {s.expected * s.size / 1e6:,.0f} MB were pushed")
+    s, _ = pair("publish-1000")
+    if s and physical:
+        parts = [f"{s.mb_s:,.0f} MB/s publishing 1,000 B messages"]
+        for name, v in physical.items():
+            parts.append(f"{100 * s.mb_s / v:.0f}% of {name} ({v:,.0f} MB/s)")
+        out.append("INFO streamlet " + ", ".join(parts))
+    return out
+
+
+def plot(rows: list[Row], path: Path, title: str) -> None:
+    """Throughput bars (log scale) and latency bars for both servers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    servers = [s for s in ("rabbitmq", "streamlet") if any(r.server == s for r in rows)]
+    colors = {"rabbitmq": "#ff6600", "streamlet": "#1f77b4"}
+    thr = [k for k in dict.fromkeys(r.workload for r in rows) if k not in ("latency",)]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5.5),
+                                   gridspec_kw={"width_ratios": [3, 1]})
+    width = 0.8 / max(1, len(servers))
+    by = {(r.workload, r.server): r for r in rows}
+    for i, srv in enumerate(servers):
+        vals = [by[(k, srv)].msg_s if (k, srv) in by else 0 for k in thr]
+        xs = [x + i * width for x in range(len(thr))]
+        ax1.bar(xs, vals, width, label=srv, color=colors[srv])
+    ax1.set_yscale("log")
+    ax1.set_xticks([x + width * (len(servers) - 1) / 2 for x in range(len(thr))])
+    ax1.set_xticklabels(thr, rotation=30, ha="right")
+    ax1.set_ylabel("messages / s (log scale)")
+    ax1.set_title("throughput")
+    ax1.legend()
+    lat = [(srv, by[("latency", srv)]) for srv in servers if ("latency", srv) in by]
+    for i, (srv, r) in enumerate(lat):
+        ax2.bar([0 + i * width, 1 + i * width], [r.p50_ms or 0, r.p99_ms or 0], width,
+                label=srv, color=colors[srv])
+    ax2.set_xticks([width * (len(lat) - 1) / 2, 1 + width * (len(lat) - 1) / 2])
+    ax2.set_xticklabels(["p50", "p99"])
+    ax2.set_ylabel("publish-to-deliver latency, ms")
+    ax2.set_title("latency at a fixed rate")
+    ax2.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def to_json(rows: list[Row], physical: dict[str, float], meta: dict[str, Any]) -> dict[str, Any]:
+    return {"meta": meta, "physical_mb_s": physical, "rows": [r.as_dict() for r in rows],
+            "targets": targets(rows, physical)}

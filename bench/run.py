@@ -1,0 +1,162 @@
+"""Run the workloads of issue 4 against RabbitMQ and streamlet and print them side by side.
+
+    python -m bench.run [--quick] [--only streamlet|rabbitmq] [--json out.json]
+                        [--plot docs/performance.png]
+
+Each server runs alone: RabbitMQ is started, measured and stopped, then streamlet, so neither
+competes with the other for the machine's cores. Both keep their data in one temporary
+directory on the same disk, which is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO / "broker_image") not in sys.path:  # run from a checkout without installing
+    sys.path.insert(0, str(REPO / "broker_image"))
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench import physical, report  # noqa: E402
+from bench.servers import RabbitMQ, Server, Streamlet  # noqa: E402
+from bench.workloads import WORKLOADS, Row, Sizes  # noqa: E402
+
+SERVERS = ("rabbitmq", "streamlet")
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def started(name: str, root: Path, args: argparse.Namespace) -> Iterator[Server]:
+    srv: Server
+    if name == "rabbitmq":
+        srv = RabbitMQ.start(root, stream_port=args.rabbitmq_port, amqp_port=args.amqp_port)
+    else:
+        srv = Streamlet.start(root, port=args.streamlet_port)
+    log(f"{name} up on 127.0.0.1:{srv.port} (pid {srv.pid}, RSS {srv.rss() / 1e6:.0f} MB)")
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        log(f"{name} stopped")
+
+
+def run_server(name: str, root: Path, sizes: Sizes, selected: list[str],
+               args: argparse.Namespace) -> list[Row]:
+    rows: list[Row] = []
+    with started(name, root, args) as srv:
+        for key in selected:
+            t0 = time.monotonic()
+            new = WORKLOADS[key](srv, sizes)
+            for r in new:
+                log(f"{name:9} {r.workload:13} {r.msg_s:>12,.0f} msg/s {r.mb_s:>8,.1f} MB/s "
+                    f"exact={r.exact} ({time.monotonic() - t0:.1f} s)")
+                for e in r.extra.get("server_errors", []):
+                    log(f"  server said: {e}")
+            rows.extend(new)
+    return rows
+
+
+def measure_physical(root: Path, total: int) -> dict[str, float]:
+    log(f"physical references with {total >> 20} MB")
+    return {
+        "loopback TCP": physical.loopback_mb_s(total),
+        "sequential disk write": physical.disk_write_mb_s(root, total),
+    }
+
+
+def meta(sizes: Sizes, args: argparse.Namespace) -> dict[str, object]:
+    def cmd(*c: str) -> str:
+        try:
+            return subprocess.run(c, capture_output=True, text=True, timeout=10,
+                                  cwd=REPO).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+
+    return {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpus": os.cpu_count(), "machine": platform.machine(), "kernel": platform.release(),
+        "python": platform.python_version(),
+        "rabbitmq": cmd("dpkg-query", "-W", "-f", "${Version}", "rabbitmq-server"),
+        "streamlet_commit": cmd("git", "rev-parse", "--short", "HEAD"),
+        "quick": args.quick, "sizes": asdict(sizes),
+    }
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="scaled-down sizes (smoke test)")
+    p.add_argument("--only", choices=SERVERS, help="run against one server only")
+    p.add_argument("--workloads", default=",".join(WORKLOADS),
+                   help=f"comma-separated subset of {','.join(WORKLOADS)}")
+    p.add_argument("--no-physical", action="store_true",
+                   help="skip the loopback and disk references")
+    p.add_argument("--pub-procs", type=int, default=1,
+                   help="publisher processes sharing the stream in the single-stream workloads")
+    p.add_argument("--json", type=Path, help="write rows, references and targets here")
+    p.add_argument("--plot", type=Path, help="write a PNG of throughput and latency here")
+    p.add_argument("--workdir", type=Path, default=None,
+                   help="where the temporary data directory goes (default: system temp)")
+    p.add_argument("--streamlet-port", type=int, default=0, help="default: a free port")
+    p.add_argument("--rabbitmq-port", type=int, default=5553, help="RabbitMQ stream port")
+    p.add_argument("--amqp-port", type=int, default=5673, help="RabbitMQ AMQP port")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    sizes = Sizes.quick() if args.quick else Sizes()
+    sizes.pub_procs = args.pub_procs
+    selected = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = [w for w in selected if w not in WORKLOADS]
+    if unknown:
+        print(f"unknown workloads: {unknown}; choose from {list(WORKLOADS)}", file=sys.stderr)
+        return 2
+    servers = [args.only] if args.only else list(SERVERS)
+    root = Path(tempfile.mkdtemp(prefix="streamlet-bench-", dir=args.workdir))
+    rows: list[Row] = []
+    refs: dict[str, float] = {}
+    try:
+        if not args.no_physical:
+            refs = measure_physical(root, sizes.physical_bytes)
+        for name in servers:
+            rows += run_server(name, root, sizes, selected, args)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    info = meta(sizes, args)
+    print(f"\nstreamlet vs RabbitMQ {info['rabbitmq']} - {info['date']}, {info['cpus']} CPUs"
+          f"{' (quick sizes)' if args.quick else ''}\n")
+    print(report.table(rows))
+    if refs:
+        print("\nphysical references: " + ", ".join(f"{k} {v:,.0f} MB/s" for k, v in refs.items()))
+    lines = report.targets(rows, refs)
+    if lines:
+        print("\ntargets:\n  " + "\n  ".join(lines))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report.to_json(rows, refs, info), indent=1))
+    if args.plot:
+        report.plot(rows, args.plot, f"streamlet vs RabbitMQ {info['rabbitmq']}, "
+                    f"{info['date']}, {info['cpus']} CPUs")
+    return 0 if all(r.exact for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

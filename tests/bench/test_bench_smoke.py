@@ -1,0 +1,63 @@
+"""The load generator in --quick mode against a real streamlet broker: exact counts only.
+
+Timing is never asserted here (benchmarks are not tests); what must hold on any machine is that
+every message the generator published was confirmed and every one was consumed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_quick_run_counts_are_exact(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--quick", "--only", "streamlet", "--no-physical",
+         "--workdir", str(tmp_path), "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=110,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    rows = {r["workload"]: r for r in data["rows"]}
+    assert set(rows) == {
+        "publish-100", "consume-100", "publish-1000", "consume-1000", "fan-publish",
+        "fan-consume", "latency", "many-streams", "stalled",
+    }
+    assert all(r["server"] == "streamlet" for r in rows.values())
+    sizes = data["meta"]["sizes"]
+
+    for size, count in ((100, sizes["pub_small"]), (1000, sizes["pub_large"])):
+        pub, con = rows[f"publish-{size}"], rows[f"consume-{size}"]
+        assert (pub["sent"], pub["confirmed"], pub["errors"]) == (count, count, 0)
+        assert con["consumed"] == count  # read back from first, counted from chunk headers
+        assert 0 < con["chunks"] <= count
+
+    fan_total = sizes["fan_streams"] * sizes["fan_count"]
+    assert rows["fan-publish"]["confirmed"] == rows["fan-publish"]["sent"] == fan_total
+    assert rows["fan-consume"]["consumed"] == fan_total
+
+    lat = rows["latency"]
+    expected = int(sizes["lat_rate"] * sizes["lat_seconds"])
+    assert lat["sent"] == lat["confirmed"] == lat["consumed"] == expected
+    assert lat["p50_ms"] is not None and lat["p99_ms"] >= lat["p50_ms"] >= 0
+
+    many = rows["many-streams"]
+    assert many["sent"] == many["confirmed"] == sizes["many_total"]
+    assert many["rss_end_mb"] > 0
+
+    stalled = rows["stalled"]
+    assert stalled["sent"] == stalled["confirmed"] == sizes["stall_count"]
+    assert stalled["extra"]["rss_series_mb"], "broker RSS was never sampled"
+    # the stalled consumer got at most its initial credit of 64 chunks
+    assert stalled["extra"]["stalled_records"] <= sizes["stall_count"]
+
+    assert all(r["exact"] for r in rows.values())
