@@ -128,3 +128,45 @@ def plot(rows: list[Row], path: Path, title: str) -> None:
 def to_json(rows: list[Row], physical: dict[str, float], meta: dict[str, Any]) -> dict[str, Any]:
     return {"meta": meta, "physical_mb_s": physical, "rows": [r.as_dict() for r in rows],
             "targets": targets(rows, physical)}
+
+
+BEGIN = "<!-- bench:results:begin (written by python -m bench.run --update-doc) -->"
+END = "<!-- bench:results:end -->"
+
+
+def results_section(rows: list[Row], physical: dict[str, float], meta: dict[str, Any],
+                    plot_name: str | None) -> str:
+    """The generated part of docs/performance.md."""
+    sizes = " (quick sizes: not representative)" if meta.get("quick") else ""
+    parts = [
+        BEGIN,
+        f"Run of {meta.get('date')} on {meta.get('cpus')} CPUs ({meta.get('machine')}, Linux "
+        f"{meta.get('kernel')}, Python {meta.get('python')}), RabbitMQ "
+        f"{meta.get('rabbitmq') or 'not run'}, streamlet at commit "
+        f"{meta.get('streamlet_commit')}{sizes}.",
+        "",
+        table(rows),
+        "",
+    ]
+    if physical:
+        parts += ["Physical references on the same machine: "
+                  + ", ".join(f"{k} {v:,.0f} MB/s" for k, v in physical.items()) + ".", ""]
+    lines = targets(rows, physical)
+    if lines:
+        parts += ["Targets of issue 4:", ""] + [f"- {line}" for line in lines] + [""]
+    if plot_name:
+        parts += [f"![throughput and latency, both servers]({plot_name})", ""]
+    parts.append(END)
+    return "\n".join(parts)
+
+
+def update_doc(path: Path, section: str) -> None:
+    """Replace the generated section of ``path`` (or append it when the markers are absent)."""
+    text = path.read_text() if path.exists() else "# Performance\n"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1]
+        text = head + section + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    path.write_text(text)

@@ -108,10 +108,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help=f"comma-separated subset of {','.join(WORKLOADS)}")
     p.add_argument("--no-physical", action="store_true",
                    help="skip the loopback and disk references")
-    p.add_argument("--pub-procs", type=int, default=1,
+    p.add_argument("--pub-procs", type=int, default=2,
                    help="publisher processes sharing the stream in the single-stream workloads")
     p.add_argument("--json", type=Path, help="write rows, references and targets here")
     p.add_argument("--plot", type=Path, help="write a PNG of throughput and latency here")
+    p.add_argument("--update-doc", type=Path,
+                   help="rewrite the generated results section of this Markdown file")
     p.add_argument("--workdir", type=Path, default=None,
                    help="where the temporary data directory goes (default: system temp)")
     p.add_argument("--streamlet-port", type=int, default=0, help="default: a free port")
@@ -153,8 +155,17 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report.to_json(rows, refs, info), indent=1))
     if args.plot:
-        report.plot(rows, args.plot, f"streamlet vs RabbitMQ {info['rabbitmq']}, "
-                    f"{info['date']}, {info['cpus']} CPUs")
+        try:
+            report.plot(rows, args.plot, f"streamlet vs RabbitMQ {info['rabbitmq']}, "
+                        f"{info['date']}, {info['cpus']} CPUs")
+        except ImportError:
+            log("matplotlib is not installed: no plot (pip install matplotlib)")
+            args.plot = None
+    if args.update_doc:
+        plot_name = None
+        if args.plot:
+            plot_name = os.path.relpath(args.plot.resolve(), args.update_doc.resolve().parent)
+        report.update_doc(args.update_doc, report.results_section(rows, refs, info, plot_name))
     return 0 if all(r.exact for r in rows) else 1
 
 

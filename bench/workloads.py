@@ -35,7 +35,7 @@ class Sizes:
     stall_count: int = 200_000  # of `large` messages
     stall_hold: float = 2.0  # keep sampling this long after the publisher finished
     physical_bytes: int = 1 << 30
-    pub_procs: int = 1  # publisher processes sharing one stream in the single-stream workloads
+    pub_procs: int = 2  # publisher processes sharing one stream in the single-stream workloads
 
     @classmethod
     def quick(cls) -> Sizes:
