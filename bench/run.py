@@ -3,9 +3,9 @@
     python -m bench.run [--quick] [--only streamlet|rabbitmq] [--json out.json]
                         [--plot docs/performance.png]
 
-Each server runs alone: RabbitMQ is started, measured and stopped, then streamlet, so neither
-competes with the other for the machine's cores. Both keep their data in one temporary
-directory on the same disk, which is removed at the end.
+Both servers are started, and each workload runs on RabbitMQ then at once on streamlet, so a
+change in the machine's background load hits both alike (``--sequential``: one server at a
+time). Both keep their data in one temporary directory on the same disk, removed at the end.
 """
 
 from __future__ import annotations
@@ -57,20 +57,36 @@ def started(name: str, root: Path, args: argparse.Namespace) -> Iterator[Server]
         log(f"{name} stopped")
 
 
-def run_server(name: str, root: Path, sizes: Sizes, selected: list[str],
-               args: argparse.Namespace) -> list[Row]:
-    rows: list[Row] = []
-    with started(name, root, args) as srv:
-        for key in selected:
-            t0 = time.monotonic()
-            new = WORKLOADS[key](srv, sizes)
-            for r in new:
-                log(f"{name:9} {r.workload:13} {r.msg_s:>12,.0f} msg/s {r.mb_s:>8,.1f} MB/s "
-                    f"exact={r.exact} ({time.monotonic() - t0:.1f} s)")
-                for e in r.extra.get("server_errors", []):
-                    log(f"  server said: {e}")
-            rows.extend(new)
+def run_one(name: str, srv: Server, key: str, sizes: Sizes) -> list[Row]:
+    t0 = time.monotonic()
+    rows = WORKLOADS[key](srv, sizes)
+    for r in rows:
+        log(f"{name:9} {r.workload:13} {r.msg_s:>12,.0f} msg/s {r.mb_s:>8,.1f} MB/s "
+            f"exact={r.exact} ({time.monotonic() - t0:.1f} s)")
+        for e in r.extra.get("server_errors", []):
+            log(f"  server said: {e}")
     return rows
+
+
+def run_all(servers: list[str], root: Path, sizes: Sizes, selected: list[str],
+            args: argparse.Namespace) -> list[Row]:
+    """Interleaved (default): both servers up, each workload run on one then the other, so a
+    change in the machine's background load hits both alike. Sequential: one server at a
+    time, the other stopped."""
+    rows: list[Row] = []
+    if args.sequential:
+        for name in servers:
+            with started(name, root, args) as srv:
+                for key in selected:
+                    rows += run_one(name, srv, key, sizes)
+    else:
+        with contextlib.ExitStack() as stack:
+            srvs = {name: stack.enter_context(started(name, root, args)) for name in servers}
+            for key in selected:
+                for name in servers:
+                    rows += run_one(name, srvs[name], key, sizes)
+    order = {w: i for i, w in enumerate(dict.fromkeys(r.workload for r in rows))}
+    return sorted(rows, key=lambda r: (order[r.workload], SERVERS.index(r.server)))
 
 
 def measure_physical(root: Path, total: int) -> dict[str, float]:
@@ -110,6 +126,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="skip the loopback and disk references")
     p.add_argument("--pub-procs", type=int, default=2,
                    help="publisher processes sharing the stream in the single-stream workloads")
+    p.add_argument("--sequential", action="store_true",
+                   help="run one server at a time (default: both up, workloads interleaved)")
     p.add_argument("--json", type=Path, help="write rows, references and targets here")
     p.add_argument("--plot", type=Path, help="write a PNG of throughput and latency here")
     p.add_argument("--update-doc", type=Path,
@@ -138,8 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not args.no_physical:
             refs = measure_physical(root, sizes.physical_bytes)
-        for name in servers:
-            rows += run_server(name, root, sizes, selected, args)
+        rows = run_all(servers, root, sizes, selected, args)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     info = meta(sizes, args)
