@@ -4,7 +4,9 @@ over (from the offset its ConsumerUpdate answer names) when the active one goes 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
+from rstream import Consumer as RConsumer
 from rstream import (
     ConsumerOffsetSpecification,
     EventContext,
@@ -12,7 +14,6 @@ from rstream import (
     OffsetType,
     RawMessage,
 )
-from rstream import Consumer as RConsumer
 from rstream import Producer as RProducer
 
 from streamlet.client import StreamletError, connect
@@ -48,10 +49,8 @@ async def test_rstream_single_active_consumer_failover(shared_broker: BrokerProc
         async def on_update(is_active: bool, ctx: EventContext) -> OffsetSpecification:
             activations.append((who, is_active))
             stored = None
-            try:
+            with contextlib.suppress(Exception):  # no offset stored yet
                 stored = await ctx.consumer.query_offset(stream, "billing")
-            except Exception:  # no offset stored yet
-                pass
             if stored is None:
                 return OffsetSpecification(OffsetType.FIRST, 0)
             return OffsetSpecification(OffsetType.OFFSET, stored + 1)

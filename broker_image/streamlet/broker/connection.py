@@ -41,6 +41,8 @@ _HANDSHAKE = (f.PeerProperties, f.SaslHandshake, f.SaslAuthenticate, f.Tune, f.O
               f.Heartbeat)
 #: The version RabbitMQ clients check to enable features (3.13 semantics: v2 frames, filters).
 ANNOUNCED_VERSION = "3.13.0"
+#: How long a connection refused at Open stays up for the client to close it.
+OPEN_REFUSED_LINGER_S = 2.0
 
 #: What we advertise in ExchangeCommandVersions, in RabbitMQ's order (rstream reads by position).
 COMMAND_VERSIONS = [f.CommandVersion(k, 1, 2 if k == Key.PUBLISH else 1) for k in (
@@ -233,7 +235,8 @@ class Connection(asyncio.Protocol):
     def send(self, cmd: f.Command) -> None:
         self.write(f.encode(cmd))
 
-    def send_confirm(self, publisher_id: int, ids: list[int]) -> None:
+    def send_confirm(self, publisher_id: int, ids: list[bytes]) -> None:
+        """``ids``: packed big-endian publishing ids, as PublishBatch carries them."""
         self.write(encode_confirm(publisher_id, ids))
 
     def send_publish_error(self, publisher_id: int, ids: list[int], code: Code) -> None:
@@ -318,7 +321,9 @@ class Connection(asyncio.Protocol):
         if vhost is None or not self.broker.access.vhost_allowed(self.user, vhost.name):
             log.info("connection %s: user %s refused vhost %r", self.peer, self.user, cmd.virtual_host)
             self.send(f.OpenResponse(cmd.correlation_id, Code.VIRTUAL_HOST_ACCESS_FAILURE))
-            self.abort()
+            # let the client read the answer and close first (rstream reports a closed socket
+            # instead of the code if the close wins the race); the connection stays unopened
+            asyncio.get_running_loop().call_later(OPEN_REFUSED_LINGER_S, self.abort)
             return
         self.vhost = vhost
         host, port = self.advertised()
@@ -391,7 +396,8 @@ class Connection(asyncio.Protocol):
             return
         pub = self.publishers.get(batch.publisher_id)
         if pub is None:
-            self.send_publish_error(batch.publisher_id, batch.publishing_ids, Code.PUBLISHER_DOES_NOT_EXIST)
+            ids = list(struct.unpack(f">{batch.count}Q", batch.ids))
+            self.send_publish_error(batch.publisher_id, ids, Code.PUBLISHER_DOES_NOT_EXIST)
             return
         pub.stream.publish(pub, batch)
 

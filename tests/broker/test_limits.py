@@ -1,0 +1,131 @@
+"""Limits: a silent peer is closed after missed heartbeats, a consumer that never reads does
+not grow the broker's memory, and connection limits per broker and per user hold."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from streamlet.client import StreamletError, connect
+from streamlet.protocol import Code
+from streamlet.protocol import frames as f
+from tests.support.brokers import BrokerProcess
+from tests.support.raw import RawPeer
+
+
+def _open_with_heartbeat(peer: RawPeer, heartbeat: int) -> None:
+    peer.send(f.PeerProperties(peer.next_corr(), {"product": "raw-test"}))
+    peer.recv_until(f.PeerPropertiesResponse)
+    peer.send(f.SaslHandshake(peer.next_corr()))
+    peer.recv_until(f.SaslHandshakeResponse)
+    peer.send(f.SaslAuthenticate(peer.next_corr(), "PLAIN", b"\0guest\0guest"))
+    peer.recv_until(f.SaslAuthenticateResponse)
+    tune = peer.recv_until(f.Tune)
+    assert isinstance(tune, f.Tune)
+    peer.send(f.Tune(tune.frame_max, heartbeat))
+    peer.send(f.Open(peer.next_corr(), "/"))
+    peer.recv_until(f.OpenResponse)
+
+
+def test_missed_heartbeats_close_the_connection(shared_broker: BrokerProcess) -> None:
+    with RawPeer(shared_broker.host, shared_broker.port, timeout=20) as peer:
+        _open_with_heartbeat(peer, 1)
+        heartbeats = 0
+        while True:  # the broker sends heartbeats, then gives up on a peer that sends nothing
+            cmd = peer.recv()
+            if cmd is None:
+                break
+            heartbeats += isinstance(cmd, f.Heartbeat)
+        assert heartbeats >= 1
+    assert shared_broker.alive()
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+async def test_consumer_that_never_reads_does_not_grow_broker_memory(broker: BrokerProcess) -> None:
+    stream, body, count = "never-read", b"x" * 65536, 1600  # 100 MiB stored
+    async with await connect(broker.host, broker.port) as c:
+        await c.create_stream(stream)
+        producer = await c.producer(stream)
+        for _ in range(0, count, 100):
+            await producer.send_many([body] * 100)
+        await producer.close()
+    baseline = _rss_kib(broker.pid)
+
+    # a raw consumer with all the credit it can ask for that never reads its socket
+    stuck = socket.create_connection((broker.host, broker.port))
+    stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    peer = RawPeer.__new__(RawPeer)
+    peer.sock, peer.buf, peer.corr = stuck, b"", 0
+    peer.handshake()
+    peer.send(f.Subscribe(peer.next_corr(), 1, stream, 1, 0, 0xFFFF))  # from the first offset
+
+    # meanwhile a well-behaved consumer reads all of it through the same broker
+    async with await connect(broker.host, broker.port) as c:
+        consumer = await c.consumer(stream, "first", credit=20)
+        n = 0
+        async for m in consumer:
+            n += 1
+            if m.offset >= count - 1:
+                break
+    assert n == count
+    grown_mib = (_rss_kib(broker.pid) - baseline) / 1024
+    stuck.close()
+    # without back-pressure the stuck consumer would hold ~100 MiB of chunks in the broker
+    assert grown_mib < 40, f"broker RSS grew by {grown_mib:.0f} MiB"
+    assert broker.alive()
+
+
+async def test_connection_limits(broker_factory: Callable[..., BrokerProcess], tmp_path: Path) -> None:
+    cfg = tmp_path / "limits.toml"
+    cfg.write_text('[limits]\nmax_connections = 3\nmax_connections_per_user = 2\n'
+                   '[[users]]\nname = "guest"\npassword = "guest"\n'
+                   '[[users]]\nname = "solo"\npassword = "solo"\nmax_connections = 1\n')
+    b = broker_factory(config=cfg)
+    solo = await connect(b.host, b.port, user="solo", password="solo")
+    with pytest.raises(StreamletError) as err:
+        await connect(b.host, b.port, user="solo", password="solo")  # solo's own limit: 1
+    assert err.value.code == Code.ACCESS_REFUSED
+    g1 = await connect(b.host, b.port)
+    await asyncio.sleep(0.1)  # let the refused connection's close reach the broker
+    g2 = await connect(b.host, b.port)
+    with pytest.raises((StreamletError, ConnectionError, OSError)):
+        await connect(b.host, b.port, timeout=5)  # the broker's limit: 3
+    await solo.close()
+    for _ in range(50):  # the broker notices the close asynchronously
+        try:
+            g3 = await connect(b.host, b.port, user="solo", password="solo")
+            break
+        except (StreamletError, ConnectionError, OSError):
+            await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("a freed connection slot was never reusable")
+    with pytest.raises((StreamletError, ConnectionError, OSError)):
+        await connect(b.host, b.port, timeout=5)  # the broker is full again
+    for c in (g1, g2, g3):
+        await c.close()
+
+
+async def test_per_user_limit_from_limits_section(broker_factory: Callable[..., BrokerProcess],
+                                                  tmp_path: Path) -> None:
+    cfg = tmp_path / "limits.toml"
+    cfg.write_text('[limits]\nmax_connections_per_user = 1\n'
+                   '[[users]]\nname = "guest"\npassword = "guest"\n'
+                   '[[users]]\nname = "other"\npassword = "other"\n')
+    b = broker_factory(config=cfg)
+    async with await connect(b.host, b.port):
+        with pytest.raises(StreamletError) as err:
+            await connect(b.host, b.port)
+        assert err.value.code == Code.ACCESS_REFUSED
+        async with await connect(b.host, b.port, user="other", password="other"):
+            pass  # another user has its own count
