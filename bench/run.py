@@ -31,7 +31,7 @@ if str(REPO / "broker_image") not in sys.path:  # run from a checkout without in
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import physical, report  # noqa: E402
+from bench import physical, profiling, report  # noqa: E402
 from bench.servers import RabbitMQ, Server, Streamlet  # noqa: E402
 from bench.workloads import WORKLOADS, Row, Sizes  # noqa: E402
 
@@ -98,9 +98,16 @@ def run_all(servers: list[str], root: Path, sizes: Sizes, selected: list[str],
     time, the other stopped. Each workload runs ``repeat`` times; the median is kept."""
     runs: dict[tuple[str, str], list[list[Row]]] = {}
 
-    def one(name: str, srv: Server, key: str) -> None:
+    def one(name: str, srv: Server, key: str, last: bool = True) -> None:
         for _ in range(args.repeat if args.sequential else 1):
             runs.setdefault((key, name), []).append(run_one(name, srv, key, sizes))
+        if args.profile and name == "streamlet" and last:
+            # one more run under py-spy, kept out of the table: sampling costs the broker time
+            out = args.profile / f"{key}.txt"
+            with profiling.recording(srv.pid, out):
+                run_one(f"{name}+py-spy", srv, key, sizes)
+            log(profiling.summary(out))
+            (args.profile / f"{key}-top.txt").write_text(profiling.summary(out, 40) + "\n")
 
     if args.sequential:
         for name in servers:
@@ -111,9 +118,9 @@ def run_all(servers: list[str], root: Path, sizes: Sizes, selected: list[str],
         with contextlib.ExitStack() as stack:
             srvs = {name: stack.enter_context(started(name, root, args)) for name in servers}
             for key in selected:
-                for _ in range(args.repeat):
+                for i in range(args.repeat):
                     for name in servers:
-                        one(name, srvs[name], key)
+                        one(name, srvs[name], key, last=i == args.repeat - 1)
     rows = [r for key in selected for name in servers
             for r in median_rows(runs.get((key, name), []))]
     return rows
@@ -161,6 +168,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="run one server at a time (default: both up, workloads interleaved)")
     p.add_argument("--repeat", type=int, default=None,
                    help="runs of each workload; the median is reported (default 3, quick 1)")
+    p.add_argument("--profile", type=Path, metavar="DIR",
+                   help="also profile streamlet in one extra run per workload with py-spy "
+                        "(raw stacks and top frames in DIR; not counted in the table)")
     p.add_argument("--json", type=Path, help="write rows, references and targets here")
     p.add_argument("--plot", type=Path, help="write a PNG of throughput and latency here")
     p.add_argument("--update-doc", type=Path,
