@@ -13,6 +13,7 @@ from rstream import (
     OffsetSpecification,
     OffsetType,
     RawMessage,
+    SuperStreamConsumer,
 )
 from rstream import Producer as RProducer
 
@@ -118,3 +119,54 @@ async def test_unsubscribe_hands_over_and_name_is_required(shared_broker: Broker
             await first.close()  # Unsubscribe: the next in line becomes active
             m = await asyncio.wait_for(anext(second), 10)
             assert m.offset == 5
+
+
+async def test_super_stream_partitions_spread_over_a_group(shared_broker: BrokerProcess) -> None:
+    """RabbitMQ's rule: partition i's active consumer is member i % n, in order of arrival."""
+    b = shared_broker
+    name = "sac-ss"
+    async with await connect(b.host, b.port) as c:
+        await c.create_super_stream(name, [f"{name}-0", f"{name}-1", f"{name}-2"], ["0", "1", "2"])
+    props = {"single-active-consumer": "true", "name": "grp", "super-stream": name}
+    updates: list[tuple[str, str, bool]] = []
+    got: dict[str, set[str]] = {"one": set(), "two": set()}
+
+    def listener(who: str):  # type: ignore[no-untyped-def]
+        async def on_update(is_active: bool, ctx: EventContext) -> OffsetSpecification:
+            updates.append((who, ctx.stream, is_active))
+            return OffsetSpecification(OffsetType.NEXT, 0)
+        return on_update
+
+    def on_message(who: str):  # type: ignore[no-untyped-def]
+        async def handle(msg: bytes, ctx) -> None:  # type: ignore[no-untyped-def]
+            got[who].add(ctx.stream)
+        return handle
+
+    consumers = {who: SuperStreamConsumer(b.host, b.port, username="guest", password="guest",
+                                          super_stream=name) for who in ("one", "two")}
+    try:
+        await consumers["one"].start()
+        await consumers["one"].subscribe(on_message("one"), decoder=lambda x: x, properties=dict(props),
+                                         subscriber_name="grp", consumer_update_listener=listener("one"))
+        await _until(lambda: len(updates) == 3, "one is active on every partition")
+        await consumers["two"].start()
+        await consumers["two"].subscribe(on_message("two"), decoder=lambda x: x, properties=dict(props),
+                                         subscriber_name="grp", consumer_update_listener=listener("two"))
+        # partition 1 moves: one steps down first, then two is activated
+        await _until(lambda: ("two", f"{name}-1", True) in updates, "two takes partition 1")
+        assert updates.index(("one", f"{name}-1", False)) < updates.index(("two", f"{name}-1", True))
+        assert not any(who == "two" and s != f"{name}-1" for who, s, _ in updates)
+
+        async with await connect(b.host, b.port) as c:
+            for p in range(3):
+                producer = await c.producer(f"{name}-{p}")
+                await producer.send(b"x")
+                await producer.close()
+        await _until(lambda: len(got["one"]) == 2 and len(got["two"]) == 1, "deliveries")
+        assert got == {"one": {f"{name}-0", f"{name}-2"}, "two": {f"{name}-1"}}
+
+        await consumers["two"].close()  # partition 1 goes back to one
+        await _until(lambda: updates.count(("one", f"{name}-1", True)) == 2, "one takes partition 1 back")
+    finally:
+        for consumer in consumers.values():
+            await consumer.close()

@@ -59,7 +59,7 @@ class Connection(asyncio.Protocol):
         self.tls = tls
         self.vhost: VirtualHost | None = None
         #: ConsumerUpdate requests sent, by correlation id, waiting for the client's answer
-        self.pending_updates: dict[int, Subscription] = {}
+        self.pending_updates: dict[int, tuple[Subscription, bool]] = {}
         self.watching: set[Stream] = set()
         self.transport: asyncio.Transport | None = None
         self.peer: str | None = None
@@ -452,20 +452,35 @@ class Connection(asyncio.Protocol):
         self.send(f.SubscribeResponse(cmd.correlation_id, Code.OK))
         if single_active:
             assert self.vhost is not None
-            self.vhost.sac.join(sub, props["name"])
+            self.vhost.sac.join(sub, props["name"], self._partition_index(props, cmd.stream))
         else:
             sub.pump()
 
-    def send_consumer_update(self, sub: Subscription) -> None:
-        """Tell the client ``sub`` is now the active consumer; deliver once it answers."""
+    def _partition_index(self, props: dict[str, str], stream: str) -> int:
+        """The stream's position in the ``super-stream`` property's super stream, else -1."""
+        assert self.vhost is not None
+        ss = self.vhost.superstreams.get(props.get("super-stream", ""))
+        return ss.partitions.index(stream) if ss is not None and stream in ss.partitions else -1
+
+    def send_consumer_update(self, sub: Subscription, active: bool) -> None:
+        """Tell the client ``sub`` became active (it delivers once the client answers) or
+        passive (it already stopped)."""
         self._corr += 1
-        self.pending_updates[self._corr] = sub
-        self.send(f.ConsumerUpdate(self._corr, sub.id, 1))
+        self.pending_updates[self._corr] = (sub, active)
+        self.send(f.ConsumerUpdate(self._corr, sub.id, int(active)))
 
     def on_consumer_update_response(self, cmd: f.ConsumerUpdateResponse) -> None:
-        sub = self.pending_updates.pop(cmd.correlation_id, None)
-        if sub is None or self.subscriptions.get(sub.id) is not sub:
+        pending = self.pending_updates.pop(cmd.correlation_id, None)
+        if pending is None:
+            return
+        sub, activated = pending
+        if self.subscriptions.get(sub.id) is not sub or self.vhost is None:
             return  # unsubscribed meanwhile (the group already moved on)
+        if not activated:
+            self.vhost.sac.stepped_down(sub)
+            return
+        if not self.vhost.sac.is_active(sub):
+            return  # told to step down before this answer came
         if cmd.code == Code.OK and cmd.offset_type in OffsetType.__members__.values():
             sub.stream.flush()
             sub.cursor = resolve_start(sub.stream, cmd.offset_type, cmd.offset)
