@@ -28,8 +28,8 @@ def table(rows: list[Row]) -> str:
     """A Markdown table, one line per workload and server, the ratio on streamlet's line."""
     by = {(r.workload, r.server): r for r in rows}
     head = ("| workload | server | msg/s | MB/s | records/chunk | p50 ms | p99 ms | RSS peak MB "
-            "| exact | streamlet / RabbitMQ |")
-    lines = [head, "|" + "---|" * 10]
+            "| CPU % broker / client | exact | streamlet / RabbitMQ |")
+    lines = [head, "|" + "---|" * 11]
     for r in rows:
         other = by.get((r.workload, "rabbitmq"))
         rat = ""
@@ -44,7 +44,9 @@ def table(rows: list[Row]) -> str:
         lines.append(
             f"| {r.label} | {r.server} | {r.msg_s:,.0f} | {r.mb_s:,.1f} "
             f"| {_num(r.records_per_chunk)} | {_num(r.p50_ms, '{:.2f}')} "
-            f"| {_num(r.p99_ms, '{:.2f}')} | {rss} | {'yes' if r.exact else 'NO'} | {rat} |")
+            f"| {_num(r.p99_ms, '{:.2f}')} | {rss} "
+            f"| {_num(r.broker_cpu_pct)} / {_num(r.client_cpu_pct)} "
+            f"| {'yes' if r.exact else 'NO'} | {rat} |")
     return "\n".join(lines)
 
 

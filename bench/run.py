@@ -162,7 +162,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help=f"comma-separated subset of {','.join(WORKLOADS)}")
     p.add_argument("--no-physical", action="store_true",
                    help="skip the loopback and disk references")
-    p.add_argument("--pub-procs", type=int, default=2,
+    p.add_argument("--pub-procs", type=int, default=1,
                    help="publisher processes sharing the stream in the single-stream workloads")
     p.add_argument("--sequential", action="store_true",
                    help="run one server at a time (default: both up, workloads interleaved)")

@@ -61,6 +61,19 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads), 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICK
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 @dataclass
 class Server:
     """A running broker: where to connect and which process to measure."""
@@ -72,6 +85,9 @@ class Server:
 
     def rss(self) -> int:
         return rss_bytes(self.pid)
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.pid)
 
     def stop(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError

@@ -37,6 +37,15 @@ async def _wait_event(ev: Event, timeout: float) -> bool:
     return await asyncio.get_running_loop().run_in_executor(None, ev.wait, timeout)
 
 
+#: (monotonic, process CPU seconds) when this process was released; one job per process
+_released: list[float] = []
+
+
+async def _go(go: Event) -> None:
+    await _wait_event(go, 120)
+    _released[:] = [time.monotonic(), time.process_time()]
+
+
 async def _bounded(futs: list[asyncio.Future[None]], timeout: float) -> bool:
     """Wait for every future; False when the time ran out (the counts then tell how far)."""
     try:
@@ -54,7 +63,7 @@ async def _publish(job: Job, conn: Conn, ready: Callable[[], None], go: Event) -
         pubs.append(Publisher(conn, i, p["count"], p["size"], p.get("batch", 100),
                               p.get("window", 20_000)))
     ready()
-    await _wait_event(go, 120)
+    await _go(go)
     for pub in pubs:
         pub.start()
     ok = await _bounded([pub.done for pub in pubs], p.get("timeout", 600))
@@ -69,7 +78,7 @@ async def _publish(job: Job, conn: Conn, ready: Callable[[], None], go: Event) -
 async def _consume(job: Job, conn: Conn, ready: Callable[[], None], go: Event) -> dict[str, Any]:
     p = job.params
     ready()
-    await _wait_event(go, 120)
+    await _go(go)
     subs = []
     t0 = time.monotonic()
     for i, stream in enumerate(job.streams):
@@ -90,7 +99,7 @@ async def _latency_pub(job: Job, conn: Conn, ready: Callable[[], None],
     await conn.declare_publisher(0, job.streams[0])
     pub = RatePublisher(conn, 0, p["rate"], p["duration"], p["size"])
     ready()
-    await _wait_event(go, 120)
+    await _go(go)
     t0 = time.monotonic()
     with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
         await asyncio.wait_for(pub.run(), p["duration"] + 60)
@@ -105,7 +114,7 @@ async def _latency_sub(job: Job, conn: Conn, ready: Callable[[], None],
     sink = LatencyConsumer(conn, 0, expected)
     await conn.subscribe(0, job.streams[0], OffsetType.NEXT, 32, sink)
     ready()
-    await _wait_event(go, 120)
+    await _go(go)
     # the first part of the run is warm-up: its latencies are not kept
     sink.skip_before_ns = time.monotonic_ns() + int(p.get("warmup", 0) * 1e9)
     t0 = time.monotonic()
@@ -128,7 +137,7 @@ async def _stalled(job: Job, conn: Conn, ready: Callable[[], None], go: Event,
     assert conn.transport is not None
     conn.transport.pause_reading()
     ready()
-    await _wait_event(go, 120)
+    await _go(go)
     await _wait_event(stop, job.params.get("timeout", 600))
     return {"records": sink.records, "chunks": sink.chunks, "complete": True}
 
@@ -148,12 +157,17 @@ async def _run(job: Job, ready: Callable[[], None], go: Event, stop: Event) -> d
             res = await _stalled(job, conn, ready, go, stop)
         else:
             raise ValueError(f"unknown job kind {job.kind}")
+        if _released:  # CPU of this process from release to the end of its load
+            wall = time.monotonic() - _released[0]
+            res["client_cpu_pct"] = 100 * (time.process_time() - _released[1]) / wall
+        t = time.monotonic()
     finally:
         if job.kind == "stalled" and conn.transport is not None:
             conn.transport.close()
         else:
             await conn.close()
     res["server_errors"] = conn.errors[:5]
+    res["close_s"] = time.monotonic() - t
     return res
 
 

@@ -35,7 +35,7 @@ class Sizes:
     stall_count: int = 200_000  # of `large` messages
     stall_hold: float = 2.0  # keep sampling this long after the publisher finished
     physical_bytes: int = 1 << 30
-    pub_procs: int = 2  # publisher processes sharing one stream in the single-stream workloads
+    pub_procs: int = 1  # publisher processes sharing one stream in the single-stream workloads
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -61,6 +61,9 @@ class Row:
     p99_ms: float | None = None
     rss_peak_mb: float = 0.0
     rss_end_mb: float = 0.0
+    #: broker CPU over the timed window (100 = one core), and the busiest client process's
+    broker_cpu_pct: float | None = None
+    client_cpu_pct: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     #: which count the row is about: "confirmed" (publish rows) or "consumed"
     measures: str = "confirmed"
@@ -97,17 +100,20 @@ class Row:
 
 
 class RssSampler:
-    """Samples the broker's RSS every ``interval`` seconds in a thread."""
+    """Samples the broker's RSS and CPU time every ``interval`` seconds in a thread."""
 
-    def __init__(self, server: Server, interval: float = 0.1) -> None:
+    def __init__(self, server: Server, interval: float = 0.05) -> None:
         self.server, self.interval = server, interval
         self.samples: list[tuple[float, int]] = []
+        self.cpu: list[tuple[float, float]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.samples.append((time.monotonic(), self.server.rss()))
+            now = time.monotonic()
+            self.samples.append((now, self.server.rss()))
+            self.cpu.append((now, self.server.cpu()))
             self._stop.wait(self.interval)
 
     def start(self) -> None:
@@ -117,6 +123,14 @@ class RssSampler:
         self._stop.set()
         self._thread.join()
         self.samples.append((time.monotonic(), self.server.rss()))
+
+    def cpu_pct(self, t0: float, t1: float) -> float | None:
+        """Broker CPU between two instants, from the samples nearest to them."""
+        if len(self.cpu) < 2 or t1 <= t0:
+            return None
+        a = min(self.cpu, key=lambda s: abs(s[0] - t0))
+        b = min(self.cpu, key=lambda s: abs(s[0] - t1))
+        return 100 * (b[1] - a[1]) / (b[0] - a[0]) if b[0] > a[0] else None
 
     @property
     def peak_mb(self) -> float:
@@ -146,27 +160,34 @@ def _split(items: list[str], parts: int) -> list[list[str]]:
     return [items[i::parts] for i in range(parts)]
 
 
+def _cpu(row: Row, results: list[dict[str, Any]], sampler: RssSampler) -> Row:
+    row.broker_cpu_pct = sampler.cpu_pct(min(r["t0"] for r in results),
+                                         max(r["t1"] for r in results))
+    row.client_cpu_pct = max((r.get("client_cpu_pct", 0.0) for r in results), default=None)
+    return row
+
+
 def _errors(results: list[dict[str, Any]]) -> list[str]:
     return [e for r in results for e in r.get("server_errors", [])]
 
 
 def _publish_row(key: str, label: str, server: Server, size: int, expected: int,
                  results: list[dict[str, Any]], sampler: RssSampler) -> Row:
-    return Row(key, label, server.name, size, expected,
+    return _cpu(Row(key, label, server.name, size, expected,
                sent=sum(r["sent"] for r in results),
                confirmed=sum(r["confirmed"] for r in results),
                errors=sum(r["errors"] for r in results), seconds=_span(results),
                rss_peak_mb=sampler.peak_mb, rss_end_mb=sampler.last_mb,
-               extra={"server_errors": _errors(results)})
+               extra={"server_errors": _errors(results)}), results, sampler)
 
 
 def _consume_row(key: str, label: str, server: Server, size: int, expected: int,
                  results: list[dict[str, Any]], sampler: RssSampler) -> Row:
-    return Row(key, label, server.name, size, expected,
+    return _cpu(Row(key, label, server.name, size, expected,
                consumed=sum(r["records"] for r in results),
                chunks=sum(r["chunks"] for r in results), seconds=_span(results),
                rss_peak_mb=sampler.peak_mb, rss_end_mb=sampler.last_mb, measures="consumed",
-               extra={"server_errors": _errors(results)})
+               extra={"server_errors": _errors(results)}), results, sampler)
 
 
 def publish_then_consume(server: Server, sz: Sizes, size: int, count: int) -> list[Row]:
@@ -226,14 +247,14 @@ def latency(server: Server, sz: Sizes) -> list[Row]:
         sub = next(r for r in results if "p99_ms" in r)
         pub = next(r for r in results if "sent" in r)
         expected = int(sz.lat_rate * sz.lat_seconds)
-        return [Row("latency", f"latency at {sz.lat_rate:,} msg/s x {sz.small} B", server.name,
+        return [_cpu(Row("latency", f"latency at {sz.lat_rate:,} msg/s x {sz.small} B", server.name,
                     sz.small, expected, sent=pub["sent"], confirmed=pub["confirmed"],
                     consumed=sub["records"], errors=pub["errors"], chunks=sub["chunks"],
                     seconds=pub["t1"] - pub["t0"], p50_ms=sub["p50_ms"], p99_ms=sub["p99_ms"],
                     rss_peak_mb=sampler.peak_mb, rss_end_mb=sampler.last_mb,
                     measures="consumed",
                     extra={"max_ms": sub["max_ms"], "samples": sub["samples"],
-                           "server_errors": _errors(results)})]
+                           "server_errors": _errors(results)}), results, sampler)]
     finally:
         admin_sync(server.port, delete=[stream])
 
