@@ -150,8 +150,8 @@ def _make_certs(d: Path) -> None:
                  "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", *extra, cwd=d)
 
 
-@pytest.fixture
-def tls_broker(broker_factory: Callable[..., BrokerProcess], tmp_path: Path) -> tuple[BrokerProcess, int, Path]:
+def _tls_broker(broker_factory: Callable[..., BrokerProcess], tmp_path: Path,
+                verify_peer: bool) -> tuple[BrokerProcess, int, Path]:
     if shutil.which("openssl") is None:
         pytest.skip("the openssl command is needed to make test certificates")
     d = tmp_path / "certs"
@@ -165,8 +165,14 @@ port = {tls_port}
 certfile = "{d / 'server.pem'}"
 keyfile = "{d / 'server.key'}"
 cafile = "{d / 'ca.pem'}"
+verify_peer = {str(verify_peer).lower()}
 ''')
     return broker_factory(config=cfg), tls_port, d
+
+
+@pytest.fixture
+def tls_broker(broker_factory: Callable[..., BrokerProcess], tmp_path: Path) -> tuple[BrokerProcess, int, Path]:
+    return _tls_broker(broker_factory, tmp_path, verify_peer=False)
 
 
 def _client_context(d: Path, with_cert: bool) -> ssl.SSLContext:
@@ -203,3 +209,15 @@ async def test_tls_plain_and_external_with_rstream(tls_broker: tuple[BrokerProce
             if len(got) == 2:
                 break
     assert got == [b"over tls", b"as app"]
+
+
+async def test_tls_verify_peer_requires_a_client_certificate(
+        broker_factory: Callable[..., BrokerProcess], tmp_path: Path) -> None:
+    b, tls_port, d = _tls_broker(broker_factory, tmp_path, verify_peer=True)
+    with pytest.raises((ssl.SSLError, ConnectionError, OSError, StreamletError)):
+        c = await connect(b.host, tls_port, user="admin", password="admin-pw",
+                          ssl=_client_context(d, with_cert=False), timeout=10)
+        await c.stream_exists("x")  # TLS 1.3 may only report the refusal on first use
+    async with await connect(b.host, tls_port, user="admin", password="admin-pw",
+                             ssl=_client_context(d, with_cert=True)) as c:
+        assert not await c.stream_exists("x")

@@ -1,0 +1,49 @@
+"""Config sections for vhosts, permissions, TLS and limits, and the permission rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streamlet.broker.access import AccessControl
+from streamlet.broker.config import ConfigError, load
+
+
+def _load(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
+    p = tmp_path / "c.toml"
+    p.write_text(text)
+    return load(p)
+
+
+def test_defaults_keep_the_old_behaviour(tmp_path: Path) -> None:
+    cfg = _load(tmp_path, '[[users]]\nname = "app"\npassword = "x"\n')
+    assert cfg.vhosts == ("/",) and cfg.permissions == () and cfg.tls is None
+    assert cfg.max_connections == 0 and cfg.max_connections_per_user == 0
+    acl = AccessControl(cfg)
+    assert acl.vhost_allowed("app", "/") and acl.allowed("app", "/", "configure", "anything")
+
+
+def test_permissions_follow_rabbitmq(tmp_path: Path) -> None:
+    cfg = _load(tmp_path, '[[vhosts]]\nname = "/"\n[[vhosts]]\nname = "t"\n'
+                '[[permissions]]\nuser = "app"\nvhost = "/"\nconfigure = "^app-"\nwrite = "orders"\nread = ""\n')
+    acl = AccessControl(cfg)
+    assert acl.allowed("app", "/", "configure", "app-1")
+    assert not acl.allowed("app", "/", "configure", "x-app-1")  # anchored
+    assert acl.allowed("app", "/", "write", "eu-orders-1")  # unanchored: matches anywhere
+    assert not acl.allowed("app", "/", "read", "app-1")  # "" denies everything
+    assert not acl.vhost_allowed("app", "t") and not acl.allowed("app", "t", "read", "x")
+    assert acl.vhost_allowed("other", "t")  # no entries: full access
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('[[permissions]]\nuser = "a"\nvhost = "nope"\n', "unknown vhost"),
+    ('[[permissions]]\nuser = "a"\nvhost = "/"\nread = "("\n', "not a regular expression"),
+    ('[[vhosts]]\nname = "other"\n', 'must include "/"'),
+    ('[tls]\nport = 5551\n', "needs certfile and keyfile"),
+    ('[tls]\ncertfile = "a"\nkeyfile = "b"\nverify_peer = true\n', "verify_peer needs a cafile"),
+    ('[limits]\nmax_connections = -1\n', "limits.max_connections"),
+])
+def test_bad_sections_are_named(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _load(tmp_path, text)
