@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
 from streamlet.client import Client, OffsetSpec, connect
-from streamlet.protocol.chunk import ChunkHeader
+from streamlet.protocol.chunk import CHUNK_USER, ChunkHeader
 
 from .offsets import Bound, Range
 from .options import Options
@@ -72,25 +72,35 @@ async def chunk_start(client: Client, stream: str, offset: int) -> int:
 
 def iter_chunks(opts: Options, rng: Range, credit: int = 8
                 ) -> Iterator[tuple[ChunkHeader, memoryview]]:
-    """The raw chunks holding ``[rng.start, rng.end)``, in order; a sync generator (Spark's
-    ``read`` is one) driving its own event loop, closed cleanly if abandoned."""
+    """The user chunks holding ``[rng.start, rng.end)``, in order; a sync generator (Spark's
+    ``read`` is one) driving its own event loop, closed cleanly if abandoned.
+
+    The broker sends user chunks only, but tracking chunks (stored offsets) take offsets too,
+    so a range may end in offsets no chunk will ever be sent for. The last user chunk is
+    asked first: reading stops at it, or at the first chunk reaching the range's end."""
     if rng.end <= rng.start:
         return
     loop = asyncio.new_event_loop()
     client: Client | None = None
     try:
         client = loop.run_until_complete(open_client(opts))
+        last = loop.run_until_complete(client.resolve_offset(rng.stream, OffsetSpec.last()))
+        end = loop.run_until_complete(end_offset(client, rng.stream))
+        if last >= end:
+            return  # no user chunk at all ("last" resolves to the end then)
         consumer = loop.run_until_complete(
-            client.consumer(rng.stream, offset=rng.start, credit=credit))
+            client.consumer(rng.stream, offset=min(rng.start, last), credit=credit))
         while True:
-            got = loop.run_until_complete(consumer.next_raw_chunk())
+            got = loop.run_until_complete(
+                asyncio.wait_for(consumer.next_raw_chunk(), opts.timeout))
             if got is None:
                 return
             header, data = got
-            if header.next_offset <= rng.start:
-                continue
-            yield header, data
-            if header.next_offset >= rng.end:
+            if header.chunk_id >= rng.end:
+                return
+            if header.chunk_type == CHUNK_USER and header.next_offset > rng.start:
+                yield header, data
+            if header.next_offset >= rng.end or header.chunk_id >= last:
                 return
     finally:
         if client is not None:

@@ -10,6 +10,7 @@ import struct
 
 import numpy as np
 import pyarrow as pa
+
 from streamlet.protocol.chunk import ChunkError, iter_records
 
 _U32 = struct.Struct(">I").unpack_from

@@ -15,6 +15,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
+
 from streamlet.client import Client
 
 from . import broker
@@ -32,6 +33,11 @@ class StreamletStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.schema = schema
         self._streams: list[str] | None = None
         self._target: Offset | None = None  # availableNow: the end fixed at the start
+        # Storing an offset writes a tracking chunk, which takes an offset: without care each
+        # commit would make the next (empty) micro-batch, forever. After a store we note the
+        # end it left, and treat offsets up to it as nothing new.
+        self._stored_at: Offset = {}  # the batch end we stored
+        self._quiet_end: Offset = {}  # the stream's end right after that store
 
     def _ends(self) -> Offset:
         async def ends(client: Client) -> tuple[list[str], Offset]:
@@ -61,6 +67,9 @@ class StreamletStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         ends = self._ends() if self._target is None else dict(self._target)
         starts = {s: int(start.get(s, 0)) for s in ends}
         ends = {s: max(e, starts[s]) for s, e in ends.items()}
+        for s in ends:  # only our own tracking chunk since the last stored batch end
+            if starts[s] == self._stored_at.get(s) and ends[s] <= self._quiet_end.get(s, -1):
+                ends[s] = starts[s]
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return limit_ranges(starts, ends, max_rows)
 
@@ -88,10 +97,15 @@ class StreamletStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if not ref:
             return
 
-        async def store(client: Client) -> None:
+        if all(int(end[s]) == self._stored_at.get(s) for s in end):
+            return  # nothing new since the last store
+
+        async def store(client: Client) -> Offset:
             for s, offset in end.items():
                 if offset > 0:
                     await client.store_offset(ref, s, int(offset) - 1)
-            await client.query_offset(ref, next(iter(end)))  # a round trip: the stores landed
+            # a round trip per stream: the stores landed before the ends are read
+            return {s: await broker.end_offset(client, s) for s in end}
         if end:
-            broker.call(self.opts, store)
+            self._quiet_end = broker.call(self.opts, store)
+            self._stored_at = {s: int(o) for s, o in end.items()}

@@ -20,6 +20,7 @@ from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
+
 from streamlet.client import Client, Producer
 
 from . import broker

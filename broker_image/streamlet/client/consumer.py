@@ -149,23 +149,24 @@ class Consumer:
                 return header, records, first
 
     async def next_raw_chunk(self) -> tuple[ChunkHeader, memoryview] | None:
-        """The next user chunk undecoded: its header and data (CRC checked), or None once
-        closed. For bulk readers that decode records themselves (the Spark data source);
-        do not mix with message iteration."""
-        return await self._next_chunk()
+        """The next chunk undecoded, tracking chunks included (see ``header.chunk_type``; they
+        take offsets too): its header and data (CRC checked), or None once closed. For bulk
+        readers that decode records themselves (the Spark data source); do not mix with
+        message iteration."""
+        return await self._next_chunk(user_only=False)
 
     # --- the queue -------------------------------------------------------------------------
 
-    async def _next_chunk(self) -> tuple[ChunkHeader, memoryview] | None:
-        """The next user chunk, or None once closed; raises the reason the subscription ended
-        (after the chunks received before it)."""
+    async def _next_chunk(self, user_only: bool = True) -> tuple[ChunkHeader, memoryview] | None:
+        """The next user chunk (any chunk without ``user_only``), or None once closed; raises
+        the reason the subscription ended (after the chunks received before it)."""
         while True:
             queue = self._queue
             if queue:
                 header, data = queue.popleft()
                 if self._conn.closed is None and self._end is None:
                     self._conn.write(self._credit_frame)
-                if header.chunk_type != CHUNK_USER:
+                if user_only and header.chunk_type != CHUNK_USER:
                     continue
                 if self.check_crc and crc32(data) != header.data_crc:
                     raise StreamletError(

@@ -1,0 +1,66 @@
+"""Batch writes: deterministic publishing ids make a retried task publish nothing twice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.spark.helpers import body, publish, read_all
+from tests.support.brokers import BrokerProcess
+
+
+def test_batch_write_round_trip(spark: Any, shared_broker: BrokerProcess) -> None:
+    port = shared_broker.port
+    publish(port, "w-plain", [], create=True)
+    rows = [(body(i),) for i in range(1000)]
+    df = spark.createDataFrame(rows, "value BINARY").repartition(3)
+    (df.write.format("streamlet").option("port", str(port)).option("stream", "w-plain")
+     .option("publisherReference", "w-plain-job").mode("append").save())
+    got = sorted(b for _, b in read_all(port, "w-plain"))
+    assert got == sorted(r[0] for r in rows)
+    # the same job again with the same reference: every id is known, nothing is stored
+    (df.write.format("streamlet").option("port", str(port)).option("stream", "w-plain")
+     .option("publisherReference", "w-plain-job").mode("append").save())
+    assert len(read_all(port, "w-plain")) == 1000
+
+def test_retried_write_task_publishes_no_duplicates(spark: Any, shared_broker: BrokerProcess,
+                                                    tmp_path: Path) -> None:
+
+    port = shared_broker.port
+    publish(port, "w-retry", [], create=True)
+    n = 4000
+    marker = tmp_path / "failed-once"
+
+    def fail_once(batches: Any) -> Any:
+        """Pass rows on; in the first attempt of task 0, fail once half of them reached the
+        stream (so the retry meets ids the broker already has)."""
+        from pyspark import TaskContext
+
+        from tests.spark.helpers import read_all as read_stream
+
+        ctx = TaskContext.get()
+        seen = 0
+        for batch in batches:
+            yield batch
+            seen += batch.num_rows
+            if ctx.partitionId() == 0 and ctx.attemptNumber() == 0 and seen >= 1000:
+                import time
+                deadline = time.monotonic() + 60
+                while len(read_stream(port, "w-retry")) < 500 and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                marker.write_text(str(len(read_stream(port, "w-retry"))))
+                raise RuntimeError("injected failure after publishing")
+
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "250")
+    try:
+        df = (spark.range(n, numPartitions=2)
+              .selectExpr("cast(concat('r', cast(id as string)) as binary) as value")
+              .mapInArrow(fail_once, "value BINARY"))
+        (df.write.format("streamlet").option("port", str(port)).option("stream", "w-retry")
+         .option("publisherReference", "w-retry-job").mode("append").save())
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert marker.exists() and int(marker.read_text()) >= 500  # the first attempt published
+    got = [b for _, b in read_all(port, "w-retry")]
+    assert len(got) == n
+    assert sorted(got) == sorted(b"r%d" % i for i in range(n))
