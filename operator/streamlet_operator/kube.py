@@ -18,6 +18,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "Secret": ("api/v1", "secrets"),
     "Service": ("api/v1", "services"),
     "Pod": ("api/v1", "pods"),
+    "Event": ("api/v1", "events"),
     "StatefulSet": ("apis/apps/v1", "statefulsets"),
     "PodDisruptionBudget": ("apis/policy/v1", "poddisruptionbudgets"),
     "Broker": ("apis/streamlet.dev/v1alpha1", "brokers"),

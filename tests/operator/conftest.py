@@ -12,15 +12,15 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 # The operator's timers take their intervals at import: short ones, so drift is repaired quickly.
-os.environ.setdefault("STREAMLET_OPERATOR_BROKER_INTERVAL", "0.3")
-os.environ.setdefault("STREAMLET_OPERATOR_STREAM_INTERVAL", "0.3")
+os.environ.setdefault("STREAMLET_OPERATOR_BROKER_INTERVAL", "1")
+os.environ.setdefault("STREAMLET_OPERATOR_STREAM_INTERVAL", "1")
 
 import kopf  # noqa: E402
 import pytest  # noqa: E402
+
 from streamlet_operator.kube import Kube  # noqa: E402
 from streamlet_operator.runtime import Runtime  # noqa: E402
-
-from tests.operator.fakes import FakeBrokerAdmin  # noqa: E402
+from tests.operator.fakes import FakeBrokerAdmin, FakeProbe  # noqa: E402
 from tests.operator.harness import (  # noqa: E402
     EmulatedApiServer,
     OperatorRun,
@@ -48,6 +48,7 @@ class Cluster:
     operator: OperatorRun
     pods: PodAddresses
     launcher: Launcher
+    probe: FakeProbe
 
     @property
     def url(self) -> str:
@@ -64,7 +65,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     operator = OperatorRun(runtime).start()
     launcher = FakeLauncher(admin)
     try:
-        yield Cluster(api, operator, pods, launcher)
+        yield Cluster(api, operator, pods, launcher, FakeProbe(admin))
     finally:
         operator.stop()
         launcher.stop_all()
@@ -76,15 +77,24 @@ _namespaces = itertools.count()
 
 
 @pytest.fixture
-def namespace(request: pytest.FixtureRequest) -> str:
-    return f"t{next(_namespaces)}-{request.node.name[:40].lower().replace('_', '-')}".rstrip("-")
-
-
-@pytest.fixture
 async def kube(cluster: Cluster) -> AsyncIterator[Kube]:
     client = kube_client(cluster.url)
     yield client
     await client.close()
+
+
+@pytest.fixture
+async def namespace(request: pytest.FixtureRequest, kube: Kube,
+                    cluster: Cluster) -> AsyncIterator[str]:
+    """A namespace of its own; emptied afterwards so its timers stop loading the operator."""
+    name = f"t{next(_namespaces)}-{request.node.name[5:45].lower().replace('_', '-')}".rstrip("-")
+    yield name
+    for kind in ("Stream", "Broker"):
+        for obj in await kube.list(kind, name):
+            await kube.delete(kind, name, obj["metadata"]["name"])
+    for (ns, broker, ordinal) in list(cluster.pods.pods):
+        if ns == name:
+            cluster.launcher.stop(cluster.pods.pods.pop((ns, broker, ordinal)))
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@ subscription. This subclass: fills those fields; bumps one global resourceVersio
 answers 409 to a stale resourceVersion and 422 to a failed JSON-patch test; keeps an event log
 so a watch from a resourceVersion replays exactly what came after it; takes the watch snapshot
 and the bus mark under one lock; honours a declared status subresource (writes to the object
-ignore status, writes to /status change only status); names objects from generateName.
+ignore status, writes to /status change only status); names objects from generateName; and
+forgets old requests, which kmock would otherwise scan on every new one.
 """
 
 from __future__ import annotations
@@ -48,10 +49,19 @@ class StrictEmulator(kmock.KubernetesEmulator):
     def _has_status(self, resource: Any) -> bool:
         return resource in self.resources and "status" in self.resources[resource].subresources
 
+    async def _route(self, request: rendering.Request) -> Any:
+        # kmock routes a request by scanning every request it has seen (it keeps them all for
+        # assertions), so a long operator run slows down with each call. Keep only this one: the
+        # routing up to the chosen reaction runs without yielding, so no other request interferes.
+        self._requests[:] = [request]
+        for payload in self._payloads:
+            payload._requests.clear()
+        return await KubernetesScaffold._handle(self, request)
+
     async def _handle(self, request: rendering.Request) -> Any:
         if request.resource is None or request.action not in (
                 enums.action.CREATE, enums.action.UPDATE, enums.action.DELETE):
-            return await KubernetesScaffold._handle(self, request)
+            return await self._route(request)
         gc_key = None
         async with self._lock:
             if request.action == enums.action.CREATE:
@@ -77,7 +87,7 @@ class StrictEmulator(kmock.KubernetesEmulator):
                     await self._emit(request.resource, "MODIFIED", obj.raw)
                 gc_key = key
         try:
-            return await KubernetesScaffold._handle(self, request)
+            return await self._route(request)
         finally:
             if gc_key is not None:
                 await self._collect(request.resource, gc_key)

@@ -59,3 +59,17 @@ class FakeBrokerAdmin:
         if broker is None:
             raise BrokerUnavailable(f"nothing at {address}")
         yield _Session(broker)
+
+
+class FakeProbe:
+    """What a test asks a pod directly (as an admin would with a client)."""
+
+    def __init__(self, admin: FakeBrokerAdmin) -> None:
+        self.admin = admin
+
+    async def exists(self, address: Address, name: str) -> bool:
+        broker = self.admin.brokers.get(address)
+        return broker is not None and name in broker.streams
+
+    async def delete(self, address: Address, name: str) -> None:
+        self.admin.brokers[address].streams.pop(name)

@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import kmock
+
 from streamlet_operator.brokers import Address, BrokerUnavailable
 from streamlet_operator.kube import Kube
-
 from tests.operator.emulator import StrictEmulator
 
 VERBS = ["get", "list", "watch", "create", "patch", "update", "delete"]
@@ -101,6 +101,7 @@ class OperatorRun:
 
     async def _main(self) -> None:
         import kopf
+
         import streamlet_operator.handlers  # noqa: F401  (registers the handlers)
 
         await kopf.operator(standalone=True, clusterwide=True, memo=kopf.Memo(runtime=self.runtime),

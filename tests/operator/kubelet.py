@@ -12,7 +12,6 @@ from typing import Protocol
 
 from streamlet_operator.brokers import Address
 from streamlet_operator.kube import Kube
-
 from tests.operator.fakes import FakeBroker, FakeBrokerAdmin
 from tests.operator.harness import PodAddresses
 from tests.support.brokers import BrokerProcess

@@ -8,7 +8,6 @@ from typing import Any
 
 from streamlet_operator import names
 from streamlet_operator.kube import Kube
-
 from tests.operator.harness import eventually
 from tests.operator.kubelet import Kubelet
 

@@ -22,6 +22,7 @@ from .common import placements, runtime_of, write_status
 
 RESOURCE = (GROUP, VERSION, "brokers")
 Logger = logging.Logger | logging.LoggerAdapter[Any]
+log = logging.getLogger(__name__)
 
 
 async def _users(runtime: Runtime, broker: BrokerModel) -> tuple[dict[str, str], str | None]:
@@ -57,7 +58,7 @@ async def reconcile_broker(body: dict[str, Any], runtime: Runtime, index: Any,
                    f" streams {streams}; delete or move those streams first")
         conditions = set_condition(conditions, "ScaleDownBlocked", True, "PodsHoldStreams",
                                    message, gen)
-        logger.warning(message)
+        log.warning(f"{broker.namespace}/{broker.name}: {message}")  # not an Event per pass
     else:
         conditions = set_condition(conditions, "ScaleDownBlocked", False, "NoStreamsStranded",
                                    "", gen)
@@ -117,7 +118,8 @@ async def broker_changed(*, body: kopf.Body, memo: Any, patch: kopf.Patch, logge
     await _run(body, memo, patch, logger, stream_placements)
 
 
-@kopf.timer(*RESOURCE, interval=SETTINGS.broker_interval, initial_delay=SETTINGS.broker_interval)
+@kopf.timer(*RESOURCE, interval=SETTINGS.broker_interval, initial_delay=SETTINGS.broker_interval,
+            backoff=SETTINGS.broker_interval)
 @instrumented("Broker", "timer")
 async def broker_timer(*, body: kopf.Body, memo: Any, patch: kopf.Patch, logger: Logger,
                        stream_placements: Any = None, **_: Any) -> None:

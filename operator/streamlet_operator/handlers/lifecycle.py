@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -30,6 +31,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
     settings.watching.server_timeout = 300
+    # Timers run every few seconds per object: post Events for warnings only, not each success.
+    settings.posting.level = logging.WARNING
+    # A Stream's finalizer waits for its timer to exit; look again soon, not after kopf's 60 s.
+    settings.background.cancellation_polling = 1.0
     if getattr(memo, "runtime", None) is None:
         memo.runtime = Runtime(kube=default_kube(settings))
 

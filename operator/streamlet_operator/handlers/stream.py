@@ -22,6 +22,7 @@ from .common import placements, runtime_of, write_status
 
 RESOURCE = (GROUP, VERSION, "streams")
 Logger = logging.Logger | logging.LoggerAdapter[Any]
+log = logging.getLogger(__name__)
 
 
 @kopf.index(*RESOURCE)
@@ -117,7 +118,7 @@ async def reconcile_stream(body: dict[str, Any], runtime: Runtime, index: Any,
             stats: StreamStats = await session.stream_stats(partitions[0])
     except Exception as e:  # the broker's answer becomes the condition; the timer retries
         reason, message = _failure(e)
-        logger.warning(f"stream {target_stream.stream!r} on {pod}: {message}")
+        log.warning(f"{stream.namespace}/{stream.name}: {target_stream.stream!r} on {pod}: {message}")
         status["phase"] = "Pending" if not applied else "Degraded"
         status["leader"] = pod
         status["conditions"] = set_condition(conditions, "Ready", False, reason,
@@ -174,7 +175,8 @@ async def stream_changed(*, body: kopf.Body, memo: Any, patch: kopf.Patch, logge
     await _run(body, memo, patch, logger, stream_placements)
 
 
-@kopf.timer(*RESOURCE, interval=SETTINGS.stream_interval, initial_delay=SETTINGS.stream_interval)
+@kopf.timer(*RESOURCE, interval=SETTINGS.stream_interval, initial_delay=SETTINGS.stream_interval,
+            backoff=SETTINGS.stream_interval)
 @instrumented("Stream", "timer")
 async def stream_timer(*, body: kopf.Body, memo: Any, patch: kopf.Patch, logger: Logger,
                        stream_placements: Any = None, **_: Any) -> None:

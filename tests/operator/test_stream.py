@@ -1,0 +1,224 @@
+"""Stream resources: placement, creation on the broker, status, finalizer, refusals, repair."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from prometheus_client import REGISTRY
+
+from streamlet_operator.constants import FINALIZER
+from streamlet_operator.kube import Kube
+from tests.operator.conftest import Cluster
+from tests.operator.harness import eventually
+from tests.operator.kubelet import Kubelet
+from tests.operator.test_broker import broker_body, condition
+
+
+def stream_body(namespace: str, name: str, broker: str = "b", **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "streamlet.dev/v1alpha1", "kind": "Stream",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"broker": broker, **spec}}
+
+
+async def running_broker(kube: Kube, kubelet: Kubelet, namespace: str, replicas: int,
+                         name: str = "b") -> None:
+    await kube.create(broker_body(namespace, name, replicas=replicas))
+    await eventually(lambda: kube.get("StatefulSet", namespace, name), what="StatefulSet")
+    await kubelet.sync(namespace, name)
+
+
+async def ready(kube: Kube, namespace: str, name: str, reason: str = "StreamReady",
+                status: str = "True") -> dict[str, Any]:
+    async def check() -> Any:
+        s = await kube.get("Stream", namespace, name)
+        cond = condition(s, "Ready")
+        return s if (cond.get("status"), cond.get("reason")) == (status, reason) else None
+
+    result: dict[str, Any] = await eventually(check, what=f"Stream {name} Ready={status} {reason}")
+    return result
+
+
+async def gone(kube: Kube, kind: str, namespace: str, name: str) -> None:
+    async def check() -> bool:
+        return await kube.get(kind, namespace, name) is None
+
+    await eventually(check, what=f"{kind} {name} deleted")
+
+
+async def test_stream_is_created_on_its_pod(cluster: Cluster, kube: Kube, kubelet: Kubelet,
+                                            namespace: str) -> None:
+    await running_broker(kube, kubelet, namespace, replicas=2)
+    await kube.create(stream_body(namespace, "orders",
+                                  retention={"maxAge": "1D"}, filterSizeBytes=32))
+    s = await ready(kube, namespace, "orders")
+    st = s["status"]
+    assert st["leader"] == "b-0" and st["partitions"] == 1
+    assert st["placement"] == [{"stream": "orders", "pod": "b-0", "ordinal": 0}]
+    assert st["applied"]["arguments"] == {"max-age": "1D", "stream-filter-size-bytes": "32"}
+    assert st["observedGeneration"] == s["metadata"]["generation"]
+    assert FINALIZER in s["metadata"]["finalizers"]
+    assert await cluster.probe.exists(cluster.pods.pods[(namespace, "b", 0)], "orders")
+    assert not await cluster.probe.exists(cluster.pods.pods[(namespace, "b", 1)], "orders")
+
+
+async def test_placement_balances_stream_counts(cluster: Cluster, kube: Kube, kubelet: Kubelet,
+                                                namespace: str) -> None:
+    await running_broker(kube, kubelet, namespace, replicas=3)
+    # Created all at once: placements made before kopf's index sees them must count too.
+    names = [f"s{i}" for i in range(6)]
+    await asyncio.gather(*(kube.create(stream_body(namespace, n)) for n in names))
+    pods = [(await ready(kube, namespace, n))["status"]["leader"] for n in names]
+    assert sorted(pods) == ["b-0", "b-0", "b-1", "b-1", "b-2", "b-2"]
+
+    async def counts() -> Any:
+        b = await kube.get("Broker", namespace, "b")
+        per_pod = (b or {}).get("status", {}).get("streams")
+        return per_pod if per_pod == {"b-0": 2, "b-1": 2, "b-2": 2} else None
+
+    await eventually(counts, what="Broker status counts streams per pod")
+
+
+async def test_stream_waits_for_its_broker(kube: Kube, kubelet: Kubelet, namespace: str) -> None:
+    await kube.create(stream_body(namespace, "early", broker="later"))
+    s = await ready(kube, namespace, "early", reason="BrokerNotFound", status="False")
+    assert "'later' does not exist" in condition(s, "Ready")["message"]
+    await kube.create(broker_body(namespace, "later"))
+    s = await ready(kube, namespace, "early", reason="BrokerUnavailable", status="False")
+    await eventually(lambda: kube.get("StatefulSet", namespace, "later"))
+    await kubelet.sync(namespace, "later")
+    s = await ready(kube, namespace, "early")
+    assert s["status"]["leader"] == "later-0"
+
+
+async def test_delete_removes_the_stream_from_its_broker(cluster: Cluster, kube: Kube,
+                                                         kubelet: Kubelet, namespace: str) -> None:
+    await running_broker(kube, kubelet, namespace, replicas=1)
+    await kube.create(stream_body(namespace, "doomed"))
+    await ready(kube, namespace, "doomed")
+    pod = cluster.pods.pods[(namespace, "b", 0)]
+    assert await cluster.probe.exists(pod, "doomed")
+    await kube.delete("Stream", namespace, "doomed")
+    await gone(kube, "Stream", namespace, "doomed")
+    assert not await cluster.probe.exists(pod, "doomed")
+
+
+async def test_retain_keeps_the_stream(cluster: Cluster, kube: Kube, kubelet: Kubelet,
+                                       namespace: str) -> None:
+    await running_broker(kube, kubelet, namespace, replicas=1)
+    await kube.create(stream_body(namespace, "kept", deletionPolicy="retain"))
+    await ready(kube, namespace, "kept")
+    await kube.delete("Stream", namespace, "kept")
+    await gone(kube, "Stream", namespace, "kept")
+    assert await cluster.probe.exists(cluster.pods.pods[(namespace, "b", 0)], "kept")
+
+
+async def test_immutable_change_is_refused(kube: Kube, kubelet: Kubelet, namespace: str) -> None:
+    await running_broker(kube, kubelet, namespace, replicas=1)
+    await kube.create(stream_body(namespace, "fixed", retention={"maxAge": "1D"}))
+    await ready(kube, namespace, "fixed")
+    await kube.patch("Stream", namespace, "fixed", {"spec": {"retention": {"maxAge": "2D"}}})
+    s = await ready(kube, namespace, "fixed", reason="ImmutableFieldChanged", status="False")
+    message = condition(s, "Ready")["message"]
+    assert "spec.arguments" in message and "'2D'" in message and "delete and re-create" in message
+    assert s["status"]["applied"]["arguments"] == {"max-age": "1D"}
+    # Changing it back is accepted again.
+    await kube.patch("Stream", namespace, "fixed", {"spec": {"retention": {"maxAge": "1D"}}})
+    await ready(kube, namespace, "fixed")
+
+
+async def test_scale_down_is_refused_while_pods_hold_streams(
+        kube: Kube, kubelet: Kubelet, namespace: str) -> None:
+    await running_broker(kube, kubelet, namespace, replicas=2)
+    await kube.create(stream_body(namespace, "first"))
+    await ready(kube, namespace, "first")
+    await kube.create(stream_body(namespace, "second"))
+    assert (await ready(kube, namespace, "second"))["status"]["leader"] == "b-1"
+
+    await kube.patch("Broker", namespace, "b", {"spec": {"replicas": 1}})
+
+    async def blocked() -> Any:
+        b = await kube.get("Broker", namespace, "b")
+        cond = condition(b, "ScaleDownBlocked")
+        return b if cond.get("status") == "True" else None
+
+    b = await eventually(blocked, what="ScaleDownBlocked")
+    assert "second (pod 1)" in condition(b, "ScaleDownBlocked")["message"]
+    assert b["status"]["phase"] == "ScaleDownBlocked"
+    sts = await kube.get("StatefulSet", namespace, "b")
+    assert sts is not None and sts["spec"]["replicas"] == 2
+
+    await kube.delete("Stream", namespace, "second")
+    await gone(kube, "Stream", namespace, "second")
+
+    async def scaled() -> Any:
+        sts = await kube.get("StatefulSet", namespace, "b")
+        return sts if sts and sts["spec"]["replicas"] == 1 else None
+
+    await eventually(scaled, what="scale-down applied once pod 1 holds no stream")
+    b = await eventually(lambda: kube.get("Broker", namespace, "b"))
+    await eventually(
+        lambda: _cond_status(kube, namespace, "ScaleDownBlocked", "False"), what="unblocked")
+
+
+async def _cond_status(kube: Kube, namespace: str, type_: str, status: str) -> bool:
+    return condition(await kube.get("Broker", namespace, "b"), type_).get("status") == status
+
+
+async def test_missing_stream_is_recreated(cluster: Cluster, kube: Kube, kubelet: Kubelet,
+                                           namespace: str) -> None:
+    await running_broker(kube, kubelet, namespace, replicas=1)
+    await kube.create(stream_body(namespace, "drifty"))
+    await ready(kube, namespace, "drifty")
+    pod = cluster.pods.pods[(namespace, "b", 0)]
+    before = REGISTRY.get_sample_value(
+        "streamlet_operator_drift_repairs_total", {"namespace": namespace}) or 0.0
+
+    await cluster.probe.delete(pod, "drifty")  # someone deletes it behind the operator's back
+
+    async def back() -> bool:
+        return await cluster.probe.exists(pod, "drifty")
+
+    await eventually(back, what="stream re-created by the timer")
+
+    async def counted() -> Any:
+        return REGISTRY.get_sample_value(
+            "streamlet_operator_drift_repairs_total", {"namespace": namespace})
+
+    assert await eventually(counted, what="drift repair counted") == before + 1
+
+    async def event() -> Any:
+        events = await kube.list("Event", namespace)
+        return [e for e in events if e.get("reason") == "StreamRecreated"]
+
+    found = await eventually(event, what="a StreamRecreated event")
+    assert "drifty was missing on b-0" in found[0]["message"]
+
+
+async def test_super_stream_partitions_share_a_pod(cluster: Cluster, kube: Kube,
+                                                   kubelet: Kubelet, namespace: str) -> None:
+    await running_broker(kube, kubelet, namespace, replicas=2)
+    await kube.create(stream_body(namespace, "invoices", partitions=3))
+    s = await ready(kube, namespace, "invoices")
+    assert s["status"]["partitions"] == 3
+    assert [p["stream"] for p in s["status"]["placement"]] == [
+        "invoices-0", "invoices-1", "invoices-2"]
+    pod = cluster.pods.pods[(namespace, "b", 0)]
+    for i in range(3):
+        assert await cluster.probe.exists(pod, f"invoices-{i}")
+    # Three streams on pod 0: the next stream goes to pod 1.
+    await kube.create(stream_body(namespace, "single"))
+    assert (await ready(kube, namespace, "single"))["status"]["leader"] == "b-1"
+    await kube.delete("Stream", namespace, "invoices")
+    await gone(kube, "Stream", namespace, "invoices")
+    assert not await cluster.probe.exists(pod, "invoices-0")
+
+
+def test_reconciliations_are_counted(cluster: Cluster) -> None:
+    total = REGISTRY.get_sample_value("streamlet_operator_reconciliations_total",
+                                      {"kind": "Stream", "handler": "change"})
+    assert total is not None and total > 0
+    assert REGISTRY.get_sample_value("streamlet_operator_reconciliation_duration_seconds_count",
+                                     {"kind": "Broker", "handler": "change"})
+
+
