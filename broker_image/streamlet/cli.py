@@ -122,6 +122,9 @@ def _serve(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"streamlet: cannot serve on {config.host}:{config.port}: {e.strerror}", file=sys.stderr)
         return 1
+    except ConfigError as e:  # found when the broker starts, e.g. unreadable TLS certificates
+        print(f"streamlet: {e}", file=sys.stderr)
+        return 2
     logging.getLogger("streamlet").info("served for %.0f s", time.monotonic() - started)
     return 0
 

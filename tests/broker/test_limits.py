@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -129,3 +130,23 @@ async def test_per_user_limit_from_limits_section(broker_factory: Callable[..., 
         assert err.value.code == Code.ACCESS_REFUSED
         async with await connect(b.host, b.port, user="other", password="other"):
             pass  # another user has its own count
+
+
+def test_a_peer_that_never_opens_is_closed(broker_factory: Callable[..., BrokerProcess],
+                                           tmp_path: Path) -> None:
+    cfg = tmp_path / "handshake.toml"
+    cfg.write_text("[server]\nhandshake_timeout = 1\n")
+    b = broker_factory(config=cfg)
+    with RawPeer(b.host, b.port, timeout=20) as silent:
+        assert silent.closed()
+    with RawPeer(b.host, b.port, timeout=20) as halfway:
+        halfway.send(f.PeerProperties(halfway.next_corr(), {}))
+        halfway.recv_until(f.PeerPropertiesResponse)
+        close = halfway.recv_until(f.Close)
+        assert isinstance(close, f.Close) and close.code == Code.ACCESS_REFUSED
+    with RawPeer(b.host, b.port, timeout=20) as opened:
+        opened.handshake()
+        opened.send(f.Heartbeat())
+        time.sleep(1.5)  # past the handshake timeout: an opened connection stays
+        meta = opened.request(f.Metadata(opened.next_corr(), ["x"]), f.MetadataResponse)
+        assert isinstance(meta, f.MetadataResponse)

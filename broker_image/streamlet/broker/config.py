@@ -10,6 +10,7 @@ File format (all keys optional)::
     advertised_port = 5552            # or env STREAMLET_ADVERTISED_PORT
     frame_max = 1048576
     heartbeat = 60
+    handshake_timeout = 10            # seconds from connect to Open before the broker closes
     cluster_name = "streamlet"
 
     [storage]
@@ -114,6 +115,7 @@ class BrokerConfig:
     advertised_port: int | None = None
     frame_max: int = DEFAULT_FRAME_MAX
     heartbeat: int = DEFAULT_HEARTBEAT
+    handshake_timeout: int = 10
     cluster_name: str = "streamlet"
     fsync: str = "never"
     retention: Retention = field(default_factory=Retention)
@@ -189,7 +191,7 @@ def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
             changes[key] = str(server[key])
     if "data_dir" in server:
         changes["data_dir"] = Path(server["data_dir"])
-    for key in ("port", "advertised_port", "frame_max", "heartbeat"):
+    for key in ("port", "advertised_port", "frame_max", "heartbeat", "handshake_timeout"):
         v = _int(server, key, "server")
         if v is not None:
             changes[key] = v

@@ -137,6 +137,15 @@ class Connection(asyncio.Protocol):
             t.close()
             return
         self.broker.connections.add(self)
+        if self.broker.config.handshake_timeout:  # a peer that never opens is closed
+            self._heartbeat_handle = asyncio.get_running_loop().call_later(
+                self.broker.config.handshake_timeout, self._on_handshake_timeout)
+
+    def _on_handshake_timeout(self) -> None:
+        if not self.opened and not self.closing:
+            log.info("connection %s: no Open within %ds, closing", self.peer,
+                     self.broker.config.handshake_timeout)
+            self.fail(Code.ACCESS_REFUSED, "handshake timeout")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
@@ -329,6 +338,9 @@ class Connection(asyncio.Protocol):
         host, port = self.advertised()
         self.opened = True
         self.splitter.max_size = self.frame_max
+        if self._heartbeat_handle:  # the handshake timer
+            self._heartbeat_handle.cancel()
+            self._heartbeat_handle = None
         self.send(f.OpenResponse(cmd.correlation_id, Code.OK, {
             "advertised_host": host, "advertised_port": str(port),
         }))

@@ -44,18 +44,18 @@ def chunk_bloom(values: set[str | None], size: int) -> bytes:
     """The bloom section of a chunk whose entries carried ``values`` (None or "" = an entry
     without a filter value); b"" when no entry had one."""
     if not values or (len(values) == 1 and (None in values or "" in values)):
+        return b""  # the common cases first: no Publish v2, or v2 without values
+    real = [v for v in values if v]
+    if not real:
         return b""
     bloom = bytearray(size)
     bits = size * 8
-    for v in values:
-        if v:
-            h1, h2 = _hash(v, bits)
-            _set(bloom, h1)
-            _set(bloom, h2)
-        else:
-            _set(bloom, 0)
-    if not any(bloom[i] for i in range(size)):
-        return b""
+    for v in real:
+        h1, h2 = _hash(v, bits)
+        _set(bloom, h1)
+        _set(bloom, h2)
+    if len(real) < len(values):
+        _set(bloom, 0)  # the chunk also holds entries without a filter value
     return bytes(bloom)
 
 

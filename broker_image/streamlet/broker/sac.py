@@ -69,7 +69,7 @@ class SacGroups:
             group.stepping_down = None
         if not group.members:
             del self._groups[key]
-        else:
+        elif not sub.stream.deleted:  # a deleted stream's members are all being dropped
             self._rebalance(group)
 
     def stepped_down(self, sub: Subscription) -> None:

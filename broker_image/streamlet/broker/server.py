@@ -56,6 +56,7 @@ class Broker:
         stream = vhost.streams.delete(name)
         if stream is None:
             return False
+        vhost.superstreams.forget_partition(name)
         self.stream_gone(stream)
         return True
 

@@ -89,6 +89,19 @@ class SuperStreams:
             self._save()
         return ss
 
+    def forget_partition(self, stream: str) -> None:
+        """A partition stream was deleted on its own: unbind it, as RabbitMQ does when a
+        partition queue goes (the super stream stays, with the other partitions)."""
+        changed = False
+        for name, ss in list(self.items.items()):
+            if stream in ss.partitions:
+                kept = [(p, k) for p, k in zip(ss.partitions, ss.binding_keys, strict=True) if p != stream]
+                self.items[name] = SuperStream(name, tuple(p for p, _ in kept),
+                                               tuple(k for _, k in kept), ss.arguments)
+                changed = True
+        if changed:
+            self._save()
+
     def _save(self) -> None:
         tmp = self.path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps({n: s.to_json() for n, s in sorted(self.items.items())}, indent=1))
