@@ -17,7 +17,7 @@ import struct
 from typing import Any, Protocol, cast
 
 from streamlet.protocol import frames as f
-from streamlet.protocol.chunk import HEADER, HEADER_SIZE
+from streamlet.protocol.chunk import HEADER_SIZE
 from streamlet.protocol.constants import Code, Key
 
 _FRAME_HEAD = struct.Struct(">IHH")
@@ -99,7 +99,7 @@ class Conn(asyncio.BufferedProtocol):
         if unread + need > len(self._buf):
             new = bytearray(max(2 * len(self._buf), unread + need))
             new[:unread] = self._buf[self._r : self._w]
-            self._view.release()
+            # no release() of the old view: the loop may still hold a slice of it
             self._buf, self._view = new, memoryview(new)
         elif self._r:
             self._buf[:unread] = self._buf[self._r : self._w]
@@ -255,9 +255,3 @@ async def connect(port: int, host: str = "127.0.0.1", user: str = "guest",
     conn.send(f.encode(f.Tune(tune.frame_max, 0)))
     await conn.ok(f.Open(0, "/"))
     return conn
-
-
-def parse_header(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int, int, int]:
-    """(chunk_type, num_records, chunk_id, data_length) of the chunk header at ``pos``."""
-    (_, ctype, _, records, _, _, chunk_id, _, data_len, _, _) = HEADER.unpack_from(buf, pos)
-    return ctype, records, chunk_id, data_len
