@@ -78,12 +78,15 @@ def targets(rows: list[Row], physical: dict[str, float]) -> list[str]:
         g = s.extra.get("rss_growth_mb", 0.0)
         out.append(f"{'MET ' if g < 50 else 'MISS'} flat memory while a consumer stops reading: "
                    f"RSS grew {g:.0f} MB while {s.expected * s.size / 1e6:,.0f} MB were pushed")
-    s, _ = pair("publish-1000")
-    if s and physical:
-        parts = [f"{s.mb_s:,.0f} MB/s publishing 1,000 B messages"]
-        for name, v in physical.items():
-            parts.append(f"{100 * s.mb_s / v:.0f}% of {name} ({v:,.0f} MB/s)")
-        out.append("INFO streamlet " + ", ".join(parts))
+    for key, verb in (("publish-1000", "publishing"), ("consume-1000", "consuming")):
+        s, _ = pair(key)
+        if s and physical:
+            parts = [f"{s.mb_s:,.0f} MB/s {verb} 1,000 B messages"]
+            for name, v in physical.items():
+                if verb == "consuming" and "disk" in name:
+                    continue  # a catch-up read comes from the page cache, not the disk
+                parts.append(f"{100 * s.mb_s / v:.0f}% of {name} ({v:,.0f} MB/s)")
+            out.append("INFO streamlet " + ", ".join(parts))
     return out
 
 
