@@ -18,16 +18,16 @@ os.environ.setdefault("STREAMLET_OPERATOR_STREAM_INTERVAL", "1")
 import kopf  # noqa: E402
 import pytest  # noqa: E402
 
+from streamlet_operator.brokers import ClientBrokerAdmin  # noqa: E402
 from streamlet_operator.kube import Kube  # noqa: E402
 from streamlet_operator.runtime import Runtime  # noqa: E402
-from tests.operator.fakes import FakeBrokerAdmin, FakeProbe  # noqa: E402
 from tests.operator.harness import (  # noqa: E402
     EmulatedApiServer,
     OperatorRun,
     PodAddresses,
     kube_client,
 )
-from tests.operator.kubelet import FakeLauncher, Kubelet, Launcher  # noqa: E402
+from tests.operator.kubelet import ClientProbe, Kubelet, ProcessLauncher  # noqa: E402
 
 _API: dict[str, str] = {}
 
@@ -47,8 +47,8 @@ class Cluster:
     api: EmulatedApiServer
     operator: OperatorRun
     pods: PodAddresses
-    launcher: Launcher
-    probe: FakeProbe
+    launcher: ProcessLauncher
+    probe: ClientProbe
 
     @property
     def url(self) -> str:
@@ -60,12 +60,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     api = EmulatedApiServer().start()
     _API["url"] = api.url
     pods = PodAddresses()
-    admin = FakeBrokerAdmin()
-    runtime = Runtime(kube=kube_client(api.url), admin=admin, resolve=pods, credentials=_guest)
+    runtime = Runtime(kube=kube_client(api.url), admin=ClientBrokerAdmin(), resolve=pods,
+                      credentials=_guest)
     operator = OperatorRun(runtime).start()
-    launcher = FakeLauncher(admin)
+    launcher = ProcessLauncher(tmp_path_factory.mktemp("pods"))
     try:
-        yield Cluster(api, operator, pods, launcher, FakeProbe(admin))
+        yield Cluster(api, operator, pods, launcher, ClientProbe())
     finally:
         operator.stop()
         launcher.stop_all()

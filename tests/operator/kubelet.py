@@ -1,8 +1,8 @@
 """The test plays Kubernetes' controllers: it runs the pods of the StatefulSets the operator made.
 
-A "pod" is a broker reachable on 127.0.0.1: a real `python -m streamlet serve` process, or an
-in-memory FakeBroker where no real broker can run. Readiness goes into the StatefulSet's status
-as the StatefulSet controller would write it.
+A "pod" is a real broker, `python -m streamlet serve` on 127.0.0.1, with a data folder of its
+own (its PVC). Readiness goes into the StatefulSet's status as the StatefulSet controller would
+write it.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+from streamlet.client import connect
 from streamlet_operator.brokers import Address
 from streamlet_operator.kube import Kube
-from tests.operator.fakes import FakeBroker, FakeBrokerAdmin
 from tests.operator.harness import PodAddresses
 from tests.support.brokers import BrokerProcess
 
@@ -48,22 +48,22 @@ class ProcessLauncher:
             self.stop(address)
 
 
-class FakeLauncher:
-    def __init__(self, admin: FakeBrokerAdmin) -> None:
-        self.admin = admin
-        self._next = 20000
+class ClientProbe:
+    """What a test asks a pod directly, as an admin would with a client."""
 
-    def start(self, namespace: str, broker: str, ordinal: int) -> Address:
-        self._next += 1
-        address = ("127.0.0.1", self._next)
-        self.admin.brokers[address] = FakeBroker()
-        return address
+    async def exists(self, address: Address, name: str) -> bool:
+        client = await connect(*address)
+        try:
+            return bool(await client.stream_exists(name))
+        finally:
+            await client.close()
 
-    def stop(self, address: Address) -> None:
-        self.admin.brokers.pop(address, None)
-
-    def stop_all(self) -> None:
-        self.admin.brokers.clear()
+    async def delete(self, address: Address, name: str) -> None:
+        client = await connect(*address)
+        try:
+            await client.delete_stream(name)
+        finally:
+            await client.close()
 
 
 class Kubelet:
