@@ -6,13 +6,13 @@ import asyncio
 import time
 
 import pytest
+from rstream import Consumer as RConsumer
 from rstream import (
     ConsumerOffsetSpecification,
     OffsetType,
     OnClosedErrorInfo,
     RawMessage,
 )
-from rstream import Consumer as RConsumer
 from rstream import Producer as RProducer
 
 from tests.support.brokers import BrokerProcess
