@@ -1,0 +1,137 @@
+"""The chart, rendered and linted by Helm's own library, every manifest checked by Kubernetes'
+own schemas, the optional Broker by its CRD's schema."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import helm_python
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.chart.conftest import CHART, KUBE_VERSIONS, crd_schema
+from tests.chart.schema import validate
+
+helm_python.disable_logging()
+
+
+@pytest.fixture(scope="module")
+def chart() -> Iterator[helm_python.Chart]:
+    loaded = helm_python.Chart.load(CHART)
+    yield loaded
+    loaded.close()
+
+
+def render(chart: helm_python.Chart, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    out = chart.render(values or {}, name="streamlet", namespace="streamlet-system",
+                       is_install=True)
+    docs = []
+    for path, text in sorted(out.items()):
+        if path.endswith(".yaml"):
+            docs += [d for d in yaml.safe_load_all(text) if d]
+    return docs
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    [doc] = [d for d in docs if d["kind"] == kind]
+    return doc
+
+
+VALUE_SETS = {
+    "defaults": {},
+    "everything": {
+        "broker": {"create": True, "spec": {"replicas": 3, "usersSecret": "app-users"}},
+        "operator": {"watchNamespaces": ["team-a", "team-b"], "verbose": True,
+                     "imagePullSecrets": [{"name": "regcred"}],
+                     "nodeSelector": {"kubernetes.io/os": "linux"},
+                     "tolerations": [{"key": "k", "operator": "Exists"}]},
+        "serviceAccount": {"annotations": {"a": "b"}},
+    },
+    "minimal": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "x"},
+                "operator": {"metrics": {"enabled": False}}},
+}
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+@pytest.mark.parametrize("version", KUBE_VERSIONS)
+def test_every_manifest_is_valid(chart: helm_python.Chart, values: dict[str, Any],
+                                 version: str) -> None:
+    docs = render(chart, values)
+    assert docs
+    for doc in docs:
+        if doc["apiVersion"].startswith("streamlet.dev/"):
+            validate(doc, crd_schema(doc["kind"]))
+        else:
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_lint_is_clean(values: dict[str, Any]) -> None:
+    result = helm_python.lint(CHART, values, strict=True, kube_version="1.30.0", quiet=True)
+    assert result["errors"] == []
+    serious = [m for m in result["messages"] if m["severity"] >= 2]  # warnings and errors
+    assert serious == []
+
+
+def test_default_install(chart: helm_python.Chart) -> None:
+    docs = render(chart)
+    assert sorted(d["kind"] for d in docs) == [
+        "ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+    deployment = by_kind(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["image"] == "ghcr.io/streamlet/operator:0.1.0"
+    assert container["args"] == ["--liveness=http://0.0.0.0:8080/healthz"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["serviceAccountName"] == by_kind(docs, "ServiceAccount")["metadata"]["name"]
+    binding = by_kind(docs, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == by_kind(docs, "ClusterRole")["metadata"]["name"]
+    assert binding["subjects"][0]["namespace"] == "streamlet-system"
+
+
+def test_rbac_is_least_privilege(chart: helm_python.Chart) -> None:
+    rules = by_kind(render(chart), "ClusterRole")["rules"]
+    for rule in rules:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+        assert "delete" not in rule["verbs"] and "deletecollection" not in rule["verbs"]
+    granted = {(g, r): set(rule["verbs"]) for rule in rules
+               for g in rule["apiGroups"] for r in rule["resources"]}
+    assert granted[("", "secrets")] == {"get", "create", "patch"}
+    assert granted[("streamlet.dev", "streams/status")] == {"get", "patch", "update"}
+    assert granted[("apps", "statefulsets")] == {"get", "create", "patch"}
+    assert ("", "pods") not in granted
+
+
+def test_watch_namespaces_and_broker(chart: helm_python.Chart) -> None:
+    docs = render(chart, VALUE_SETS["everything"])
+    args = by_kind(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[1:] == ["--namespace=team-a", "--namespace=team-b", "--verbose"]
+    broker = by_kind(docs, "Broker")
+    assert broker["metadata"] == {**broker["metadata"], "name": "streamlet",
+                                  "namespace": "streamlet-system"}
+    assert broker["spec"]["replicas"] == 3 and broker["spec"]["usersSecret"] == "app-users"
+
+
+def test_metrics_can_be_turned_off(chart: helm_python.Chart) -> None:
+    docs = render(chart, VALUE_SETS["minimal"])
+    assert [d["kind"] for d in docs] == ["Deployment"]
+    env = {e["name"]: e["value"] for e in
+           docs[0]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["STREAMLET_OPERATOR_METRICS_PORT"] == "0"
+
+
+@pytest.mark.parametrize("values", [
+    {"operator": {"image": {"repository": ""}}},
+    {"operator": {"watchNamespaces": ["Not_A_Namespace"]}},
+    {"operator": {"metrics": {"port": 70000}}},
+    {"broker": {"spec": {"replicas": 0}}},
+    {"unknownKey": True},
+], ids=["empty-image", "bad-namespace", "bad-port", "zero-replicas", "unknown-key"])
+def test_values_schema_refuses(chart: helm_python.Chart, values: dict[str, Any]) -> None:
+    with pytest.raises(helm_python.HelmError):
+        render(chart, values)
