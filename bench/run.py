@@ -205,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     info = meta(sizes, args)
-    print(f"\nstreamlet vs RabbitMQ {info['rabbitmq']} - {info['date']}, {info['cpus']} CPUs"
+    who = (f"{args.only} only" if args.only else f"streamlet vs RabbitMQ {info['rabbitmq']}")
+    print(f"\n{who} - {info['date']}, {info['cpus']} CPUs"
           f"{' (quick sizes)' if args.quick else ''}\n")
     print(report.table(rows))
     if refs:
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(report.to_json(rows, refs, info), indent=1))
     if args.plot:
         try:
-            report.plot(rows, args.plot, f"streamlet vs RabbitMQ {info['rabbitmq']}, "
+            report.plot(rows, args.plot, f"{who}, "
                         f"{info['date']}, {info['cpus']} CPUs")
         except ImportError:
             log("matplotlib is not installed: no plot (pip install matplotlib)")
