@@ -159,8 +159,21 @@ def install_rabbitmq() -> None:
     if os.geteuid() != 0:
         raise ServerError("rabbitmq-server is not installed and installing it needs root")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    epmd_before = port_open(4369)
     subprocess.run(["apt-get", "update", "-q"], check=True, env=env)
     subprocess.run(["apt-get", "install", "-y", "-q", "rabbitmq-server"], check=True, env=env)
+    if not epmd_before and port_open(4369):
+        _kill_epmd(4369)  # the package's scripts may leave the default epmd behind
+
+
+def _kill_epmd(port: int) -> None:
+    """Stop the epmd on ``port`` if no Erlang node is registered with it any more."""
+    epmd = shutil.which("epmd") or "/usr/lib/erlang/bin/epmd"
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        names = subprocess.run([epmd, "-port", str(port), "-names"], capture_output=True,
+                               text=True, timeout=10)
+        if names.returncode == 0 and "name " not in names.stdout:
+            subprocess.run([epmd, "-port", str(port), "-kill"], capture_output=True, timeout=10)
 
 
 _RABBIT_CONF = """\
@@ -260,10 +273,4 @@ class RabbitMQ(Server):
                 time.sleep(0.2)
             if self.pid and rss_bytes(self.pid):
                 os.kill(self.pid, signal.SIGKILL)
-        epmd = shutil.which("epmd") or "/usr/lib/erlang/bin/epmd"
-        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            names = subprocess.run([epmd, "-port", str(self.epmd_port), "-names"],
-                                   capture_output=True, text=True, timeout=10)
-            if names.returncode == 0 and "name " not in names.stdout:
-                subprocess.run([epmd, "-port", str(self.epmd_port), "-kill"],
-                               capture_output=True, timeout=10)
+        _kill_epmd(self.epmd_port)
