@@ -1,0 +1,154 @@
+"""The real thing: a kind cluster, the images built and loaded, `helm install`, a Broker and a
+Stream applied with kubectl, messages produced and consumed from a pod, scaling, deleting.
+
+Runs where docker, kind, helm and kubectl exist (a laptop, the e2e GitHub workflow); skips
+elsewhere. It uses a kubeconfig of its own, so it never touches the user's clusters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = os.environ.get("STREAMLET_E2E_CLUSTER", "streamlet-e2e")
+TAG = "e2e"
+NS = "streamlet-system"
+APP = "apps"
+
+pytestmark = pytest.mark.timeout(1500)
+
+
+def _missing_tools() -> str | None:
+    missing = [tool for tool in ("docker", "kind", "helm", "kubectl") if shutil.which(tool) is None]
+    if missing:
+        return f"needs {', '.join(missing)} on PATH (a kind cluster): not available here"
+    probe = subprocess.run(["docker", "info"], capture_output=True, timeout=30)
+    if probe.returncode != 0:
+        return "needs a running Docker engine: `docker info` failed"
+    return None
+
+
+class Kind:
+    def __init__(self, kubeconfig: Path) -> None:
+        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+
+    def run(self, *args: str, timeout: float = 600, input_: str | None = None) -> str:
+        result = subprocess.run(list(args), env=self.env, capture_output=True, text=True,
+                                timeout=timeout, input=input_, cwd=ROOT)
+        if result.returncode != 0:
+            raise AssertionError(f"{' '.join(args)} failed ({result.returncode}):\n"
+                                 f"{result.stdout}\n{result.stderr}")
+        return result.stdout
+
+    def kubectl(self, *args: str, **kw: Any) -> str:
+        return self.run("kubectl", *args, **kw)
+
+    def get(self, kind: str, name: str, ns: str = APP) -> dict[str, Any]:
+        return dict(json.loads(self.kubectl("-n", ns, "get", kind, name, "-o", "json")))
+
+    def wait_for(self, what: str, check: Any, timeout: float = 300) -> Any:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            try:
+                last = check()
+            except AssertionError as e:
+                last = str(e)[-300:]
+            else:
+                if last:
+                    return last
+            time.sleep(3)
+        raise AssertionError(f"{what} not reached in {timeout} s; last: {last!r}")
+
+    def client_pod(self, name: str, *command: str) -> str:
+        """Run a one-off pod with the broker image (it has the streamlet CLI); return its log."""
+        self.kubectl("-n", APP, "run", name, f"--image=streamlet/broker:{TAG}",
+                     "--image-pull-policy=Never", "--restart=Never", "--command", "--",
+                     *command)
+        self.wait_for(f"pod {name} done", lambda: self.get("pod", name)["status"].get(
+            "phase") in ("Succeeded", "Failed"), timeout=180)
+        log = self.kubectl("-n", APP, "logs", name)
+        assert self.get("pod", name)["status"]["phase"] == "Succeeded", log
+        self.kubectl("-n", APP, "delete", "pod", name, "--wait=false")
+        return log
+
+
+@pytest.fixture(scope="module")
+def kind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kind]:
+    reason = _missing_tools()
+    if reason:
+        pytest.skip(reason)
+    k = Kind(tmp_path_factory.mktemp("kind") / "kubeconfig")
+    k.run("kind", "create", "cluster", "--name", CLUSTER, "--kubeconfig", k.env["KUBECONFIG"],
+          "--wait", "180s", timeout=600)
+    try:
+        for image, dockerfile in (("broker", "broker_image/Dockerfile"),
+                                  ("operator", "operator/Dockerfile")):
+            k.run("docker", "build", "-f", dockerfile, "-t", f"streamlet/{image}:{TAG}", ".",
+                  timeout=1200)
+            k.run("kind", "load", "docker-image", f"streamlet/{image}:{TAG}", "--name", CLUSTER)
+        yield k
+    finally:
+        if not os.environ.get("STREAMLET_E2E_KEEP"):
+            subprocess.run(["kind", "delete", "cluster", "--name", CLUSTER], timeout=300,
+                           capture_output=True)
+
+
+def _ready(obj: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def test_install_stream_produce_consume_scale_delete(kind: Kind) -> None:
+    kind.run("helm", "install", "streamlet", "charts/streamlet", "--namespace", NS,
+             "--create-namespace", "--wait", "--timeout", "5m",
+             "--set", "operator.image.repository=streamlet/operator",
+             "--set", f"operator.image.tag={TAG}", "--set", "operator.image.pullPolicy=Never",
+             "--set", "operator.brokerInterval=3", "--set", "operator.streamInterval=3")
+    kind.kubectl("create", "namespace", APP)
+    kind.kubectl("-n", APP, "create", "secret", "generic", "app-users",
+                 "--from-literal=app=app-password")
+    broker = f"""
+apiVersion: streamlet.dev/v1alpha1
+kind: Broker
+metadata: {{name: streamlet}}
+spec:
+  replicas: 2
+  image: streamlet/broker:{TAG}
+  imagePullPolicy: Never
+  usersSecret: app-users
+  storage: {{size: 1Gi}}
+"""
+    kind.kubectl("-n", APP, "apply", "-f", "-", input_=broker)
+    kind.wait_for("Broker ready", lambda: _ready(kind.get("broker", "streamlet")))
+
+    stream = (ROOT / "examples" / "stream.yaml").read_text()
+    kind.kubectl("-n", APP, "apply", "-f", "-", input_=stream)
+    status = kind.wait_for("Stream ready", lambda: _ready(s := kind.get("stream", "orders"))
+                           and s["status"])
+    assert status["leader"] in ("streamlet-0", "streamlet-1")
+
+    auth = ["--host", "streamlet", "--user", "app", "--password", "app-password"]
+    kind.client_pod("producer", "streamlet", "produce", "orders", "--count", "1000", *auth)
+    log = kind.client_pod("consumer", "streamlet", "consume", "orders", "--count", "1000",
+                          "--timeout", "60", *auth)
+    assert len([line for line in log.splitlines() if "\t" in line]) == 1000  # offset<TAB>body
+
+    kind.kubectl("-n", APP, "patch", "broker", "streamlet", "--type", "merge",
+                 "-p", '{"spec": {"replicas": 3}}')
+    kind.wait_for("3 broker pods ready", lambda: kind.get("broker", "streamlet")["status"].get(
+        "readyReplicas") == 3)
+
+    kind.kubectl("-n", APP, "delete", "stream", "orders", "--timeout", "120s")
+    # `streamlet streams` takes the connection options before its action.
+    info = kind.client_pod("inspect", "streamlet", "streams", *auth, "info", "orders")
+    assert "orders\tmissing" in info
