@@ -137,7 +137,9 @@ spec:
                            and s["status"])
     assert status["leader"] in ("streamlet-0", "streamlet-1")
 
-    auth = ["--host", "streamlet", "--user", "app", "--password", "app-password"]
+    # Pods are independent brokers: talk to the one holding the stream.
+    leader = f"{status['leader']}.streamlet-headless.{APP}.svc.cluster.local"
+    auth = ["--host", leader, "--user", "app", "--password", "app-password"]
     kind.client_pod("producer", "streamlet", "produce", "orders", "--count", "1000", *auth)
     log = kind.client_pod("consumer", "streamlet", "consume", "orders", "--count", "1000",
                           "--timeout", "60", *auth)
