@@ -91,5 +91,12 @@ class Kubelet:
         return [self.pods.pods[(namespace, name, o)] for o in range(replicas)]
 
     def kill(self, namespace: str, name: str, ordinal: int) -> None:
+        """The pod's broker stops; its data folder (the PVC) stays."""
         address = self.pods.pods.pop((namespace, name, ordinal))
         self.launcher.stop(address)
+
+    def restart(self, namespace: str, name: str, ordinal: int) -> Address:
+        """The pod comes back on the same volume (at a new address: tests resolve it anew)."""
+        address = self.launcher.start(namespace, name, ordinal)
+        self.pods.pods[(namespace, name, ordinal)] = address
+        return address

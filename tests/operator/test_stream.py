@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from prometheus_client import REGISTRY
+from rstream import AMQPMessage, Producer
 
 from streamlet_operator.constants import FINALIZER
 from streamlet_operator.kube import Kube
@@ -193,6 +194,37 @@ async def test_missing_stream_is_recreated(cluster: Cluster, kube: Kube, kubelet
 
     found = await eventually(event, what="a StreamRecreated event")
     assert "drifty was missing on b-0" in found[0]["message"]
+
+
+async def test_pod_restart_keeps_the_stream(cluster: Cluster, kube: Kube, kubelet: Kubelet,
+                                            namespace: str) -> None:
+    """A pod that dies makes the Stream Degraded; back on its volume, the stream is found as it
+    was (not re-created)."""
+    await running_broker(kube, kubelet, namespace, replicas=1)
+    await kube.create(stream_body(namespace, "durable"))
+    await ready(kube, namespace, "durable")
+    async with Producer(*cluster.pods.pods[(namespace, "b", 0)], username="guest",
+                        password="guest") as producer:
+        for i in range(10):
+            await producer.send_wait("durable", AMQPMessage(body=b"x%d" % i))
+    repairs = REGISTRY.get_sample_value(
+        "streamlet_operator_drift_repairs_total", {"namespace": namespace}) or 0.0
+
+    kubelet.kill(namespace, "b", 0)
+    s = await ready(kube, namespace, "durable", reason="BrokerUnavailable", status="False")
+    assert s["status"]["phase"] == "Degraded"
+    kubelet.restart(namespace, "b", 0)
+
+    async def caught_up() -> Any:
+        s = await kube.get("Stream", namespace, "durable")
+        st = (s or {}).get("status") or {}
+        ok = condition(s, "Ready").get("status") == "True" and st.get("lastOffset", -1) >= 0
+        return st if ok else None
+
+    status = await eventually(caught_up, what="Ready again with its messages")
+    assert status["firstOffset"] == 0
+    assert (REGISTRY.get_sample_value(
+        "streamlet_operator_drift_repairs_total", {"namespace": namespace}) or 0.0) == repairs
 
 
 async def test_super_stream_partitions_share_a_pod(cluster: Cluster, kube: Kube,
