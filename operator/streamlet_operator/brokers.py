@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -60,6 +60,14 @@ class BrokerSession(Protocol):
     async def stream_exists(self, name: str) -> bool: ...
 
     async def stream_stats(self, name: str) -> StreamStats: ...
+
+    def read(self, name: str) -> contextlib.AbstractAsyncContextManager[
+            AsyncIterator[tuple[int, list[bytes]]]]:
+        """The stream's chunks from the first: (chunk id, records), waiting for new ones."""
+
+    def write(self, name: str) -> contextlib.AbstractAsyncContextManager[
+            Callable[[list[bytes]], Awaitable[None]]]:
+        """A function publishing records to the stream and waiting for their confirms."""
 
 
 class BrokerAdmin(Protocol):
@@ -117,6 +125,34 @@ class _ClientSession:
 
     async def stream_exists(self, name: str) -> bool:
         return bool(await self._client.stream_exists(name))
+
+    @contextlib.asynccontextmanager
+    async def read(self, name: str) -> AsyncIterator[AsyncIterator[tuple[int, list[bytes]]]]:
+        consumer = await self._client.consumer(name, offset="first", credit=4)
+
+        async def chunks() -> AsyncIterator[tuple[int, list[bytes]]]:
+            async for header, records, _first in consumer.chunks():
+                yield header.chunk_id, [bytes(r) for r in records]
+
+        try:
+            yield chunks()
+        finally:
+            with contextlib.suppress(Exception):
+                await consumer.close()
+
+    @contextlib.asynccontextmanager
+    async def write(self, name: str) -> AsyncIterator[Callable[[list[bytes]], Awaitable[None]]]:
+        producer = await self._client.producer(name)
+
+        async def publish(records: list[bytes]) -> None:
+            await producer.send_many(records)
+            await producer.flush()
+
+        try:
+            yield publish
+        finally:
+            with contextlib.suppress(Exception):
+                await producer.close()
 
     async def stream_stats(self, name: str) -> StreamStats:
         stats = await self._client.stream_stats(name)

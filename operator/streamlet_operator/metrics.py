@@ -21,6 +21,10 @@ DRIFT_REPAIRS = Counter(
     "streamlet_operator_drift_repairs_total", "Streams found missing on their broker and re-created",
     ["namespace"])
 
+MOVES = Counter(
+    "streamlet_operator_stream_moves_total", "Streams moved off broker pods being removed",
+    ["namespace"])
+
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 

@@ -46,6 +46,7 @@ class BrokerModel:
     uid: str
     generation: int
     replicas: int = 1
+    scale_down_policy: str = "Refuse"
     image: str = DEFAULT_IMAGE
     image_pull_policy: str = "IfNotPresent"
     resources: dict[str, Any] = field(default_factory=dict)
@@ -73,6 +74,7 @@ class BrokerModel:
             uid=meta.get("uid", ""),
             generation=int(meta.get("generation") or 0),
             replicas=int(spec.get("replicas", 1)),
+            scale_down_policy=spec.get("scaleDownPolicy") or "Refuse",
             image=spec.get("image") or DEFAULT_IMAGE,
             image_pull_policy=spec.get("imagePullPolicy") or "IfNotPresent",
             resources=dict(spec.get("resources") or {}),

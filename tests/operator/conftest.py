@@ -6,6 +6,7 @@ independent by each working in its own namespace.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from collections.abc import AsyncIterator, Iterator
@@ -25,6 +26,7 @@ from tests.operator.harness import (  # noqa: E402
     EmulatedApiServer,
     OperatorRun,
     PodAddresses,
+    eventually,
     kube_client,
 )
 from tests.operator.kubelet import ClientProbe, Kubelet, ProcessLauncher  # noqa: E402
@@ -89,12 +91,20 @@ async def namespace(request: pytest.FixtureRequest, kube: Kube,
     """A namespace of its own; emptied afterwards so its timers stop loading the operator."""
     name = f"t{next(_namespaces)}-{request.node.name[5:45].lower().replace('_', '-')}".rstrip("-")
     yield name
-    for kind in ("Stream", "Broker"):
-        for obj in await kube.list(kind, name):
-            await kube.delete(kind, name, obj["metadata"]["name"])
+    # Streams first, while their pods still run: their finalizers delete them on the brokers.
+    for obj in await kube.list("Stream", name):
+        await kube.delete("Stream", name, obj["metadata"]["name"])
+    with contextlib.suppress(AssertionError):
+        await eventually(lambda: _none_left(kube, name), timeout=10, what="streams finalized")
+    for obj in await kube.list("Broker", name):
+        await kube.delete("Broker", name, obj["metadata"]["name"])
     for (ns, broker, ordinal) in list(cluster.pods.pods):
         if ns == name:
             cluster.launcher.stop(cluster.pods.pods.pop((ns, broker, ordinal)))
+
+
+async def _none_left(kube: Kube, namespace: str) -> bool:
+    return not await kube.list("Stream", namespace)
 
 
 @pytest.fixture

@@ -54,10 +54,13 @@ async def reconcile_broker(body: dict[str, Any], runtime: Runtime, index: Any,
     if blocked:
         streams = ", ".join(f"{n} (pod {', '.join(str(o) for o in sorted(set(o)))})"
                             for n, o in sorted(blocked.items()))
+        moving = broker.scale_down_policy == "MoveStreams"
         message = (f"keeping {replicas} pods instead of {broker.replicas}: pods to be removed hold"
-                   f" streams {streams}; delete or move those streams first")
-        conditions = set_condition(conditions, "ScaleDownBlocked", True, "PodsHoldStreams",
-                                   message, gen)
+                   f" streams {streams}; " + ("moving them to the remaining pods" if moving else
+                                              "delete those streams, or set scaleDownPolicy:"
+                                              " MoveStreams"))
+        conditions = set_condition(conditions, "ScaleDownBlocked", True,
+                                   "MovingStreams" if moving else "PodsHoldStreams", message, gen)
         log.warning(f"{broker.namespace}/{broker.name}: {message}")  # not an Event per pass
     else:
         conditions = set_condition(conditions, "ScaleDownBlocked", False, "NoStreamsStranded",

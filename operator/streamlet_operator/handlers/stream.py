@@ -13,8 +13,9 @@ from .. import names
 from ..brokers import BrokerSession, BrokerUnavailable, StreamStats
 from ..conditions import set_condition
 from ..constants import GROUP, VERSION
-from ..metrics import DRIFT_REPAIRS, instrumented
+from ..metrics import DRIFT_REPAIRS, MOVES, instrumented
 from ..model import BrokerModel, StreamModel
+from ..moves import copy_stream
 from ..placement import place, stream_counts
 from ..runtime import Runtime
 from ..settings import SETTINGS
@@ -69,11 +70,55 @@ async def _choose_pod(runtime: Runtime, index: Any, stream: StreamModel,
         return ordinal
 
 
+async def _move(runtime: Runtime, index: Any, stream: StreamModel, arguments: dict[str, str],
+                broker: BrokerModel, source: int) -> tuple[int, int]:
+    """Move the stream off pod ``source`` (being removed); return (new ordinal, messages copied).
+
+    Copy first, then record the new placement, then delete the old stream: the deletion makes
+    the old pod send MetadataUpdate to the stream's clients, who find it on the new pod.
+    """
+    async with runtime.placement_lock:
+        held = placements(index, runtime, stream.namespace, broker.name)
+        held.pop(stream.name, None)
+        target = place(stream_counts(held.values(), broker.replicas), stream.partitions)
+    partitions = stream.partition_names
+    new_placement = [{"stream": p, "pod": names.pod(broker.name, target), "ordinal": target}
+                     for p in partitions]
+    async with _session(runtime, broker, source) as old, _session(runtime, broker, target) as new:
+        if not await _create(new, stream, arguments):
+            # Left by a move that failed half-way (the status still points at the old pod).
+            await _delete(new, stream)
+            await _create(new, stream, arguments)
+        copied = 0
+        for partition in partitions:
+            copied += await copy_stream(old, new, partition)
+        # Record the switch before deleting, so no repair ever re-creates the old stream.
+        await runtime.kube.patch("Stream", stream.namespace, stream.name, {"status": {
+            "placement": new_placement, "leader": names.pod(broker.name, target)}},
+            subresource="status")
+        runtime.recent[(stream.namespace, broker.name)][stream.name] = [target] * len(partitions)
+        await _delete(old, stream)
+    MOVES.labels(stream.namespace).inc()
+    return target, copied
+
+
+async def _create(session: BrokerSession, stream: StreamModel, arguments: dict[str, str]) -> bool:
+    if stream.partitions > 1:
+        return await session.create_super_stream(stream.stream, stream.partition_names, arguments)
+    return await session.create_stream(stream.stream, arguments)
+
+
+async def _delete(session: BrokerSession, stream: StreamModel) -> bool:
+    if stream.partitions > 1:
+        return await session.delete_super_stream(stream.stream, stream.partition_names)
+    return await session.delete_stream(stream.stream)
+
+
 async def reconcile_stream(body: dict[str, Any], runtime: Runtime, index: Any,
-                           logger: Logger) -> tuple[dict[str, Any], str | None]:
+                           logger: Logger) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """Place and create one Stream (again, if it went missing).
 
-    Returns its new status, and what was repaired (for an event) if anything was.
+    Returns its new status, and Events to post: (reason, message), warnings first.
     """
     stream = StreamModel.from_body(body)
     status: dict[str, Any] = dict(body.get("status") or {})
@@ -100,7 +145,7 @@ async def reconcile_stream(body: dict[str, Any], runtime: Runtime, index: Any,
         status["conditions"] = set_condition(
             conditions, "Ready", False, "BrokerNotFound",
             f"Broker {target_stream.broker!r} does not exist in namespace {stream.namespace}", gen)
-        return status, None
+        return status, []
     broker = BrokerModel.from_body(broker_body)
 
     placed = status.get("placement") or []
@@ -108,13 +153,16 @@ async def reconcile_stream(body: dict[str, Any], runtime: Runtime, index: Any,
         runtime, index, target_stream, broker)
     pod = names.pod(broker.name, ordinal)
     partitions = target_stream.partition_names
+    events: list[tuple[str, str]] = []
     try:
+        if (placed and applied and ordinal >= broker.replicas
+                and broker.scale_down_policy == "MoveStreams"):
+            ordinal, copied = await _move(runtime, index, target_stream, arguments, broker, ordinal)
+            events.append(("StreamMoved", f"{target_stream.stream} moved from {pod} to "
+                           f"{names.pod(broker.name, ordinal)} ({copied} messages copied)"))
+            pod = names.pod(broker.name, ordinal)
         async with _session(runtime, broker, ordinal) as session:
-            if target_stream.partitions > 1:
-                created = await session.create_super_stream(target_stream.stream, partitions,
-                                                            arguments)
-            else:
-                created = await session.create_stream(target_stream.stream, arguments)
+            created = await _create(session, target_stream, arguments)
             stats: StreamStats = await session.stream_stats(partitions[0])
     except Exception as e:  # the broker's answer becomes the condition; the timer retries
         reason, message = _failure(e)
@@ -126,13 +174,13 @@ async def reconcile_stream(body: dict[str, Any], runtime: Runtime, index: Any,
         if not placed:
             status["placement"] = [{"stream": p, "pod": pod, "ordinal": ordinal}
                                    for p in partitions]
-        return status, None
+        return status, events
 
-    repaired = None
-    if created and applied:
+    if created and applied and not events:
         DRIFT_REPAIRS.labels(stream.namespace).inc()
         repaired = f"{target_stream.stream} was missing on {pod}; re-created it (empty)"
         logger.warning(repaired)
+        events.insert(0, ("StreamRecreated", repaired))
     status.update({
         "phase": "Ready",
         "leader": pod,
@@ -152,7 +200,7 @@ async def reconcile_stream(body: dict[str, Any], runtime: Runtime, index: Any,
     else:
         status["conditions"] = set_condition(
             conditions, "Ready", True, "StreamReady", f"{target_stream.stream} on {pod}", gen)
-    return status, repaired
+    return status, events
 
 
 async def _run(body: kopf.Body, memo: Any, patch: kopf.Patch, logger: Logger,
@@ -160,10 +208,13 @@ async def _run(body: kopf.Body, memo: Any, patch: kopf.Patch, logger: Logger,
     runtime = runtime_of(memo)
     meta = body["metadata"]
     async with runtime.lock("Stream", meta["namespace"], meta["name"]):
-        status, repaired = await reconcile_stream(dict(body), runtime, index, logger)
+        status, events = await reconcile_stream(dict(body), runtime, index, logger)
     write_status(patch, body.get("status"), status)
-    if repaired:
-        kopf.warn(body, reason="StreamRecreated", message=repaired)
+    for reason, message in events:
+        # kopf.event, not kopf.info: the operator posts only warnings from its logs (timers run
+        # often), but a move is worth a Normal event.
+        kind = "Warning" if reason == "StreamRecreated" else "Normal"
+        kopf.event(body, type=kind, reason=reason, message=message)
 
 
 @kopf.on.create(*RESOURCE)
