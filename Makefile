@@ -40,8 +40,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check broker_image operator spark-on-k8s tests bench
 	$(VENV)/bin/mypy broker_image/streamlet
 
+# Installs RabbitMQ (Debian's rabbitmq-server) if missing, runs both side by side, and rewrites
+# the results section of docs/performance.md and its plot.
 bench: $(STAMP)
-	$(PY) -m bench.run $(BENCH_ARGS)
+	$(PY) -m pip install --quiet -e ".[bench]"
+	$(PY) -m bench.run --json bench/results/latest.json --plot docs/performance.png --update-doc docs/performance.md $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
