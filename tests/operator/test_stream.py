@@ -254,3 +254,23 @@ def test_reconciliations_are_counted(cluster: Cluster) -> None:
                                      {"kind": "Broker", "handler": "change"})
 
 
+
+
+async def test_never_created_stream_does_not_block_scale_down(
+        kube: Kube, kubelet: Kubelet, namespace: str) -> None:
+    await running_broker(kube, kubelet, namespace, replicas=2)
+    kubelet.kill(namespace, "b", 1)  # pod 1 is down: a stream placed there waits
+    await kube.create(stream_body(namespace, "first"))
+    await ready(kube, namespace, "first")
+    await kube.create(stream_body(namespace, "second"))
+    waiting = await ready(kube, namespace, "second", reason="BrokerUnavailable", status="False")
+    assert waiting["status"]["leader"] == "b-1" and "applied" not in waiting["status"]
+
+    await kube.patch("Broker", namespace, "b", {"spec": {"replicas": 1}})
+    assert (await ready(kube, namespace, "second"))["status"]["leader"] == "b-0"
+
+    async def scaled() -> Any:
+        sts = await kube.get("StatefulSet", namespace, "b")
+        return sts if sts and sts["spec"]["replicas"] == 1 else None
+
+    await eventually(scaled, what="scale-down not blocked by a stream never created")

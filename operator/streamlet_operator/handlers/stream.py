@@ -149,6 +149,8 @@ async def reconcile_stream(body: dict[str, Any], runtime: Runtime, index: Any,
     broker = BrokerModel.from_body(broker_body)
 
     placed = status.get("placement") or []
+    if placed and not applied and int(placed[0]["ordinal"]) >= broker.replicas:
+        placed = []  # placed on a pod being removed, never created there: place it anew
     ordinal = int(placed[0]["ordinal"]) if placed else await _choose_pod(
         runtime, index, target_stream, broker)
     pod = names.pod(broker.name, ordinal)
@@ -171,7 +173,7 @@ async def reconcile_stream(body: dict[str, Any], runtime: Runtime, index: Any,
         status["leader"] = pod
         status["conditions"] = set_condition(conditions, "Ready", False, reason,
                                              f"{pod}: {message}", gen)
-        if not placed:
+        if not applied:
             status["placement"] = [{"stream": p, "pod": pod, "ordinal": ordinal}
                                    for p in partitions]
         return status, events
