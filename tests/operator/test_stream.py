@@ -121,7 +121,7 @@ async def test_immutable_change_is_refused(kube: Kube, kubelet: Kubelet, namespa
     await kube.patch("Stream", namespace, "fixed", {"spec": {"retention": {"maxAge": "2D"}}})
     s = await ready(kube, namespace, "fixed", reason="ImmutableFieldChanged", status="False")
     message = condition(s, "Ready")["message"]
-    assert "spec.arguments" in message and "'2D'" in message and "delete and re-create" in message
+    assert "spec.retention" in message and "'2D'" in message and "delete and re-create" in message
     assert s["status"]["applied"]["arguments"] == {"max-age": "1D"}
     # Changing it back is accepted again.
     await kube.patch("Stream", namespace, "fixed", {"spec": {"retention": {"maxAge": "1D"}}})

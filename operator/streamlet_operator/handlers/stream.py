@@ -47,16 +47,20 @@ async def _session(runtime: Runtime, broker: BrokerModel,
 
 def _failure(exc: BaseException) -> tuple[str, str]:
     """A condition reason and message for a failed broker call."""
-    if isinstance(exc, BrokerUnavailable | OSError | TimeoutError):
+    lost = type(exc).__name__ == "ConnectionClosed"  # streamlet.client: the pod went away
+    if lost or isinstance(exc, BrokerUnavailable | OSError | TimeoutError):
         return "BrokerUnavailable", str(exc) or type(exc).__name__
     code = getattr(exc, "code", None)
     return "BrokerRefused", f"{getattr(code, 'name', code)}: {exc}"
 
 
+IMMUTABLE_FIELDS = {"name": "spec.name", "broker": "spec.broker", "partitions": "spec.partitions",
+                    "arguments": "spec.retention/spec.filterSizeBytes"}
+
+
 def _immutable_changes(applied: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
-    return [f"spec.{key} (was {applied.get(key)!r}, now {wanted.get(key)!r})"
-            for key in ("name", "broker", "partitions", "arguments")
-            if applied.get(key) != wanted.get(key)]
+    return [f"{field} (was {applied.get(key)!r}, now {wanted.get(key)!r})"
+            for key, field in IMMUTABLE_FIELDS.items() if applied.get(key) != wanted.get(key)]
 
 
 async def _choose_pod(runtime: Runtime, index: Any, stream: StreamModel,
