@@ -164,23 +164,54 @@ class _ClientSession:
 
 
 class ClientBrokerAdmin:
-    """BrokerAdmin over streamlet.client (the RabbitMQ Stream protocol)."""
+    """BrokerAdmin over streamlet.client (the RabbitMQ Stream protocol).
+
+    One connection per pod and user, kept between reconciliations: timers visit every stream
+    every few seconds, and a handshake per visit would cost both sides. A connection found
+    closed is replaced; one that fails a call is dropped, so the next pass reconnects.
+    """
+
+    def __init__(self) -> None:
+        self._clients: dict[tuple[Address, str, str], Any] = {}
+        self._locks: dict[tuple[Address, str, str], asyncio.Lock] = {}
+
+    async def _client(self, address: Address, user: str, password: str) -> Any:
+        from streamlet.client import connect  # imported late: the operator image has it, tests too
+
+        key = (address, user, password)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            client = self._clients.get(key)
+            if client is not None and not client.closed:
+                return client
+            host, port = address
+            try:
+                client = await asyncio.wait_for(
+                    connect(host, port, user=user, password=password, vhost="/"),
+                    CONNECT_TIMEOUT)
+            except (OSError, TimeoutError) as e:
+                raise BrokerUnavailable(f"cannot reach {host}:{port}: {e}") from e
+            except Exception as e:  # authentication and handshake failures
+                raise BrokerUnavailable(f"{host}:{port} refused the operator: {e}") from e
+            self._clients[key] = client
+            return client
 
     @contextlib.asynccontextmanager
     async def session(self, address: Address, user: str,
                       password: str) -> AsyncIterator[BrokerSession]:
-        from streamlet.client import connect  # imported late: the operator image has it, tests too
-
-        host, port = address
-        try:
-            client = await asyncio.wait_for(
-                connect(host, port, user=user, password=password, vhost="/"), CONNECT_TIMEOUT)
-        except (OSError, TimeoutError) as e:
-            raise BrokerUnavailable(f"cannot reach {host}:{port}: {e}") from e
-        except Exception as e:  # authentication and handshake failures
-            raise BrokerUnavailable(f"{host}:{port} refused the operator: {e}") from e
+        client = await self._client(address, user, password)
         try:
             yield _ClientSession(client)
-        finally:
-            with contextlib.suppress(Exception):
-                await client.close()
+        except BaseException as e:
+            if client.closed or isinstance(e, OSError | TimeoutError | asyncio.CancelledError):
+                await self._drop((address, user, password), client)
+            raise
+
+    async def _drop(self, key: tuple[Address, str, str], client: Any) -> None:
+        if self._clients.get(key) is client:
+            del self._clients[key]
+        with contextlib.suppress(Exception):
+            await client.close()
+
+    async def close(self) -> None:
+        for key, client in list(self._clients.items()):
+            await self._drop(key, client)

@@ -43,4 +43,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 async def close(memo: kopf.Memo, **_: Any) -> None:
     runtime = getattr(memo, "runtime", None)
     if isinstance(runtime, Runtime):
+        close_admin = getattr(runtime.admin, "close", None)
+        if close_admin is not None:
+            await close_admin()
         await runtime.kube.close()

@@ -1,0 +1,85 @@
+"""The broker adapter against real broker processes: pooled connections, failures, copying."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from streamlet.client import connect
+from streamlet_operator.brokers import BrokerUnavailable, ClientBrokerAdmin
+from streamlet_operator.moves import copy_stream
+from tests.support.brokers import BrokerProcess, free_port
+
+BrokerFactory = Callable[..., BrokerProcess]
+
+
+async def test_connections_are_reused_and_replaced(broker_factory: BrokerFactory) -> None:
+    broker = broker_factory()
+    admin = ClientBrokerAdmin()
+    address = (broker.host, broker.port)
+    try:
+        async with admin.session(address, "guest", "guest") as first:
+            assert await first.create_stream("pooled", {"max-age": "1h"})
+        async with admin.session(address, "guest", "guest") as again:
+            assert not await again.create_stream("pooled", {})  # it exists: nothing done
+            assert again._client is first._client  # type: ignore[attr-defined]
+        broker.restart()  # same address, same data; the pooled connection is dead
+        await asyncio.sleep(0.2)  # let the loop see the connection close
+        async with admin.session(address, "guest", "guest") as after:
+            assert after._client is not first._client  # type: ignore[attr-defined]
+            assert await after.stream_exists("pooled")
+    finally:
+        await admin.close()
+
+
+async def test_unreachable_or_refused_is_broker_unavailable(broker_factory: BrokerFactory) -> None:
+    broker = broker_factory()
+    admin = ClientBrokerAdmin()
+    try:
+        with pytest.raises(BrokerUnavailable, match="refused the operator"):
+            async with admin.session((broker.host, broker.port), "guest", "wrong"):
+                pass
+        with pytest.raises(BrokerUnavailable, match="cannot reach"):
+            async with admin.session(("127.0.0.1", free_port()), "guest", "guest"):
+                pass
+    finally:
+        await admin.close()
+
+
+async def test_copy_stream_keeps_messages_and_offsets(broker_factory: BrokerFactory) -> None:
+    source, target = broker_factory(), broker_factory()
+    client = await connect(source.host, source.port)
+    try:
+        await client.create_stream("big")
+        producer = await client.producer("big", batch_size=50)
+        for start in range(0, 3000, 300):  # several publishes: many chunks
+            await producer.send_many([b"m%d" % i for i in range(start, start + 300)])
+            await producer.flush()
+        await producer.close()
+    finally:
+        await client.close()
+
+    admin = ClientBrokerAdmin()
+    try:
+        async with admin.session((source.host, source.port), "guest", "guest") as old, \
+                admin.session((target.host, target.port), "guest", "guest") as new:
+            assert await new.create_stream("big", {})
+            assert await copy_stream(old, new, "big") == 3000
+            assert (await new.stream_stats("big")).last_offset > 0
+    finally:
+        await admin.close()
+
+    client = await connect(target.host, target.port)
+    try:
+        consumer = await client.consumer("big", offset="first")
+        got = []
+        async for message in consumer:
+            got.append((message.offset, message.body))
+            if len(got) == 3000:
+                break
+        await consumer.close()
+    finally:
+        await client.close()
+    assert got == [(i, b"m%d" % i) for i in range(3000)]
