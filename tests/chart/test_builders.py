@@ -81,6 +81,16 @@ def test_config_is_what_the_broker_reads(tmp_path: Path) -> None:
     assert not users["app"].loopback_only
 
 
+def test_tls_config_is_what_the_broker_reads(tmp_path: Path) -> None:
+    model = broker(tls={"secretName": "events-tls", "port": 5671})
+    path = tmp_path / "streamlet.toml"
+    path.write_text(render_config(model) + "\n" + render_users({"u": "p"}))
+    cfg = broker_config.load(path)
+    assert cfg.tls is not None and cfg.tls.port == 5671
+    assert str(cfg.tls.certfile) == "/etc/streamlet/tls/tls.crt"
+    assert str(cfg.tls.keyfile) == "/etc/streamlet/tls/tls.key"
+
+
 def test_users_secret_carries_the_users_file() -> None:
     secret = [m for m in build_all(broker(), 1, {"u": "p"}) if m["kind"] == "Secret"][0]
     text = base64.b64decode(secret["data"][names.USERS_KEY]).decode()

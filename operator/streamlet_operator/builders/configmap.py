@@ -36,8 +36,9 @@ def render_config(broker: BrokerModel) -> str:
         lines += [
             "[tls]",
             f"port = {broker.tls_port}",
-            f"cert_file = {toml_string(TLS_DIR + '/tls.crt')}",
-            f"key_file = {toml_string(TLS_DIR + '/tls.key')}",
+            # The keys of a kubernetes.io/tls Secret, mounted at TLS_DIR.
+            f"certfile = {toml_string(TLS_DIR + '/tls.crt')}",
+            f"keyfile = {toml_string(TLS_DIR + '/tls.key')}",
             "",
         ]
     return "\n".join(lines)
