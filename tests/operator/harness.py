@@ -7,7 +7,6 @@ to the API server, and (for brokers) over the stream protocol.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -54,11 +53,6 @@ class LoopThread:
     def start(self, main: Callable[[], Awaitable[None]]) -> None:
         self._main = main
         self.thread.start()
-
-    def call(self, coro: Awaitable[Any], timeout: float = 10) -> Any:
-        future: concurrent.futures.Future[Any] = asyncio.run_coroutine_threadsafe(
-            coro, self.loop)  # type: ignore[arg-type]
-        return future.result(timeout)
 
 
 class EmulatedApiServer:

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from streamlet_operator import __main__ as entry
+import streamlet_operator.__main__ as entry
 
 
 def test_help_runs() -> None:

@@ -1,5 +1,8 @@
 """Builders: pure functions from a Broker to the manifests that run it (no I/O, no cluster)."""
 
+from typing import Any
+
+from ..model import BrokerModel
 from .configmap import build_configmap, render_config
 from .pdb import build_pdb
 from .secret import build_users_secret, render_users
@@ -7,7 +10,7 @@ from .services import build_client_service, build_headless_service
 from .statefulset import build_statefulset
 
 
-def build_all(broker, replicas: int, users: dict[str, str]) -> list[dict]:  # type: ignore[no-untyped-def]
+def build_all(broker: BrokerModel, replicas: int, users: dict[str, str]) -> list[dict[str, Any]]:
     """Every child of a Broker, in the order they should be applied."""
     return [
         build_configmap(broker),
