@@ -12,6 +12,10 @@ File format (all keys optional)::
     heartbeat = 60
     handshake_timeout = 10            # seconds from connect to Open before the broker closes
     cluster_name = "streamlet"
+    users_file = "users.toml"         # more [[users]] entries, in a file of their own
+
+    [cluster]
+    directory_file = "streams.json"   # where streams held by other brokers live (directory.py)
 
     [storage]
     fsync = "never"                   # never | interval | chunk
@@ -125,6 +129,8 @@ class BrokerConfig:
     tls: TlsConfig | None = None
     max_connections: int = 0
     max_connections_per_user: int = 0
+    users_file: Path | None = None
+    directory_file: Path | None = None
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -180,7 +186,8 @@ def load(path: Path | None = None, **overrides: Any) -> BrokerConfig:
 
 
 def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
-    known = {"server", "storage", "retention", "users", "vhosts", "permissions", "tls", "limits"}
+    known = {"server", "storage", "retention", "users", "vhosts", "permissions", "tls", "limits",
+             "cluster"}
     unknown = set(doc) - known
     if unknown:
         raise ConfigError(f"unknown config section(s): {', '.join(sorted(unknown))}")
@@ -204,17 +211,53 @@ def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
         max_len = _int(ret, "max_length_bytes", "retention") or None
         seg = _int(ret, "max_segment_size_bytes", "retention", 1) or DEFAULT_SEGMENT_BYTES
         changes["retention"] = Retention(max_age, max_len, seg)
-    if "users" in doc:
-        users = []
-        for u in doc["users"]:
-            if not u.get("name") or "password" not in u:
-                raise ConfigError("every [[users]] entry needs a name and a password")
-            users.append(User(str(u["name"]), str(u["password"]),
-                              bool(u.get("loopback_only", u["name"] == "guest")),
-                              _int(u, "max_connections", "users") or 0))
-        changes["users"] = tuple(users)
+    users = _users(doc.get("users", []), "[[users]]") if "users" in doc else None
+    if server.get("users_file"):
+        changes["users_file"] = path = Path(str(server["users_file"]))
+        users = _check_unique((*(users or ()), *_read_users_file(path)))
+    if users is not None:
+        changes["users"] = users
+    cluster = doc.get("cluster", {})
+    if cluster.get("directory_file"):
+        changes["directory_file"] = Path(str(cluster["directory_file"]))
     changes.update(_apply_access(doc))
     return replace(cfg, **changes)
+
+
+def _users(entries: Any, where: str) -> tuple[User, ...]:
+    if not isinstance(entries, list) or not all(isinstance(u, dict) for u in entries):
+        raise ConfigError(f"{where} must be a list of tables")
+    users = []
+    for u in entries:
+        if not u.get("name") or "password" not in u:
+            raise ConfigError(f"every {where} entry needs a name and a password")
+        users.append(User(str(u["name"]), str(u["password"]),
+                          bool(u.get("loopback_only", u["name"] == "guest")),
+                          _int(u, "max_connections", "users") or 0))
+    return tuple(users)
+
+
+def _read_users_file(path: Path) -> tuple[User, ...]:
+    """``server.users_file``: a TOML file of ``[[users]]`` tables only (e.g. from a Secret)."""
+    try:
+        doc = tomllib.loads(path.read_text())
+    except OSError as e:
+        raise ConfigError(f"cannot read users file {path}: {e.strerror}") from e
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"users file {path} is not valid TOML: {e}") from e
+    extra = set(doc) - {"users"}
+    if extra:
+        raise ConfigError(f"users file {path} may hold only [[users]], not {', '.join(sorted(extra))}")
+    return _users(doc.get("users", []), f"[[users]] in {path}")
+
+
+def _check_unique(users: tuple[User, ...]) -> tuple[User, ...]:
+    seen: set[str] = set()
+    for u in users:
+        if u.name in seen:
+            raise ConfigError(f"user {u.name!r} is defined twice")
+        seen.add(u.name)
+    return users
 
 
 def _apply_access(doc: dict[str, Any]) -> dict[str, Any]:

@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..protocol import Code, FrameSplitter, FrameTooLarge, Key, OffsetType
 from ..protocol import frames as f
-from ..protocol.constants import NO_LEADER, PRE_OPEN_FRAME_MAX, RESPONSE_FLAG
+from ..protocol.constants import PRE_OPEN_FRAME_MAX, RESPONSE_FLAG
 from ..protocol.publish import deliver_prefix, encode_confirm, parse_publish
 from ..protocol.wire import Malformed
 from .access import Kind
 from .arguments import parse_create_arguments, valid_stream_name
 from .auth import MECHANISMS, authenticate_plain
 from .config import ConfigError
+from .directory import Address, answer_metadata
 from .filtering import matcher_from
 from .streams import Publisher, Stream, StreamManager
 from .subscription import Subscription, resolve_start
@@ -587,17 +588,28 @@ class Connection(asyncio.Protocol):
         self.broker.delete_stream(self.vhost, cmd.stream)
 
     def on_metadata(self, cmd: f.Metadata) -> None:
-        host, port = self.advertised()
-        entries = []
+        assert self.vhost is not None
+        vhost, directory = self.vhost.name, self.broker.directory()
+        tls = self.broker.config.tls if self.tls else None
+
+        def elsewhere(name: str) -> Address | None:
+            """Where the stream directory says a stream not held here lives."""
+            address = directory.leader(vhost, name)
+            if address is None or address == self.broker.config.advertised:
+                return None  # unknown, or a stale entry naming this broker
+            # A Broker's pods share their ports: a TLS client goes to the other pod's TLS port.
+            return (address[0], tls.advertised_port or tls.port) if tls else address
+
+        answer = answer_metadata(cmd.streams, lambda n: self.streams.get(n) is not None,
+                                 self.advertised(), elsewhere)
         for name in cmd.streams:
             stream = self.streams.get(name)
-            if stream is None:
-                entries.append(f.StreamMetadata(name, Code.STREAM_DOES_NOT_EXIST, NO_LEADER, []))
-            else:
+            if stream is not None:
                 stream.watchers.add(self)
                 self.watching.add(stream)
-                entries.append(f.StreamMetadata(name, Code.OK, 0, []))
-        self.send(f.MetadataResponse(cmd.correlation_id, [f.BrokerInfo(0, host, port)], entries))
+        self.send(f.MetadataResponse(
+            cmd.correlation_id, [f.BrokerInfo(*b) for b in answer.brokers],
+            [f.StreamMetadata(name, code, leader, []) for name, code, leader in answer.streams]))
 
     def on_stream_stats(self, cmd: f.StreamStats) -> None:
         stream = self.streams.get(cmd.stream)
@@ -655,7 +667,8 @@ class Connection(asyncio.Protocol):
 
     def on_partitions(self, cmd: f.Partitions) -> None:
         assert self.vhost is not None
-        ss = self.vhost.superstreams.get(cmd.super_stream)
+        ss = self.vhost.superstreams.get(cmd.super_stream) or self.broker.directory().super_stream(
+            self.vhost.name, cmd.super_stream)  # held elsewhere: its partitions are too
         if ss is None:
             self.send(f.PartitionsResponse(cmd.correlation_id, Code.STREAM_DOES_NOT_EXIST, []))
             return
@@ -663,7 +676,8 @@ class Connection(asyncio.Protocol):
 
     def on_route(self, cmd: f.Route) -> None:
         assert self.vhost is not None
-        ss = self.vhost.superstreams.get(cmd.super_stream)
+        ss = self.vhost.superstreams.get(cmd.super_stream) or self.broker.directory().super_stream(
+            self.vhost.name, cmd.super_stream)
         if ss is None:
             self.send(f.RouteResponse(cmd.correlation_id, Code.STREAM_DOES_NOT_EXIST, []))
             return

@@ -10,6 +10,7 @@ import signal
 from .access import AccessControl
 from .config import BrokerConfig
 from .connection import Connection
+from .directory import EMPTY, Directory, DirectoryFile
 from .streams import Stream
 from .tls import server_context
 from .vhosts import VirtualHost
@@ -30,6 +31,7 @@ class Broker:
         self.ssl_context = server_context(config.tls) if config.tls is not None else None
         self._servers: list[asyncio.Server] = []
         self._retention_task: asyncio.Task[None] | None = None
+        self._directory = DirectoryFile(config.directory_file) if config.directory_file else None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -64,6 +66,10 @@ class Broker:
         """Tell every connection that held ``stream`` (MetadataUpdate) and drop what it held."""
         for conn in stream.holders():
             conn.forget_stream(stream)
+
+    def directory(self) -> Directory:
+        """Where the streams other brokers hold live (empty without [cluster] directory_file)."""
+        return self._directory.current() if self._directory is not None else EMPTY
 
     def user_connections(self, user: str) -> int:
         return sum(1 for c in self.connections if c.user == user)
