@@ -85,14 +85,14 @@ class _ClientSession:
         self._client = client
 
     async def create_stream(self, name: str, arguments: dict[str, str]) -> bool:
-        if await self._client.stream_exists(name):
+        if await self.stream_exists(name):
             return False
         await self._client.create_stream(name, arguments or None, exists_ok=True)
         return True
 
     async def create_super_stream(self, name: str, partitions: list[str],
                                   arguments: dict[str, str]) -> bool:
-        if await self._client.stream_exists(partitions[0]):
+        if await self.stream_exists(partitions[0]):
             return False
         keys = [str(i) for i in range(len(partitions))]
         try:
@@ -104,7 +104,7 @@ class _ClientSession:
         return True
 
     async def delete_stream(self, name: str) -> bool:
-        if not await self._client.stream_exists(name):
+        if not await self.stream_exists(name):
             return False
         await self._client.delete_stream(name, missing_ok=True)
         return True
@@ -124,7 +124,15 @@ class _ClientSession:
         return found
 
     async def stream_exists(self, name: str) -> bool:
-        return bool(await self._client.stream_exists(name))
+        """Whether this pod holds the stream. Not Metadata: with the stream directory, any pod
+        answers Metadata for a stream another pod holds. StreamStats answers for its own only."""
+        try:
+            await self._client.stream_stats(name)
+        except Exception as e:
+            if "DOES_NOT_EXIST" in _code_name(e):
+                return False
+            raise
+        return True
 
     @contextlib.asynccontextmanager
     async def read(self, name: str) -> AsyncIterator[AsyncIterator[tuple[int, list[bytes]]]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 CONFIG_KEY = "streamlet.toml"
 USERS_KEY = "users.toml"
+DIRECTORY_KEY = "streams.json"
 OPERATOR_USER = "streamlet-operator"
 
 
@@ -17,6 +18,10 @@ def client_service(broker: str) -> str:
 
 def configmap(broker: str) -> str:
     return f"{broker}-config"
+
+
+def directory_configmap(broker: str) -> str:
+    return f"{broker}-directory"
 
 
 def users_secret(broker: str) -> str:

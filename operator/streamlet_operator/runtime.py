@@ -12,13 +12,20 @@ import collections
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from . import names
 from .brokers import AddressResolver, BrokerAdmin, ClientBrokerAdmin, pod_dns_address
 from .kube import ApiError, Kube
+from .model import BrokerModel
+
+if TYPE_CHECKING:
+    from .builders.directory import Placed
 
 #: (namespace, broker) -> (user, password) the operator logs into that broker's pods with.
 CredentialsFn = Callable[[str, str], Awaitable[tuple[str, str]]]
+#: (broker, pod ordinal) -> the "host:port" that pod advertises to clients (None: unknown).
+AdvertisedFn = Callable[[BrokerModel, int], Awaitable[str | None]]
 
 
 @dataclass
@@ -27,10 +34,15 @@ class Runtime:
     admin: BrokerAdmin = field(default_factory=ClientBrokerAdmin)
     resolve: AddressResolver = pod_dns_address
     credentials: CredentialsFn | None = None
+    #: Tests, whose pods listen on 127.0.0.1 ports, say where; else the Broker's advertise spec.
+    advertised: AdvertisedFn | None = None
     #: Placements decided but maybe not yet seen by kopf's index: (ns, broker) -> name -> ordinals.
     recent: dict[tuple[str, str], dict[str, list[int]]] = field(
         default_factory=lambda: collections.defaultdict(dict))
     placement_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: Stream directory entries not yet seen in a listing: (ns, broker) -> name -> placement.
+    directory_recent: dict[tuple[str, str], dict[str, Placed | None]] = field(
+        default_factory=lambda: collections.defaultdict(dict))
     _locks: dict[tuple[str, str, str], asyncio.Lock] = field(default_factory=dict)
 
     def lock(self, kind: str, namespace: str, name: str) -> asyncio.Lock:

@@ -10,9 +10,16 @@ import kubernetes_validate
 import pytest
 
 from streamlet.broker import config as broker_config
+from streamlet.broker.directory import parse as parse_directory
 from streamlet_operator import names
 from streamlet_operator.builders import build_all, render_config, render_users
-from streamlet_operator.builders.statefulset import build_statefulset
+from streamlet_operator.builders.directory import (
+    Placed,
+    advertised_host,
+    build_directory_configmap,
+    render_directory,
+)
+from streamlet_operator.builders.statefulset import PRE_STOP, build_statefulset
 from streamlet_operator.model import BrokerModel
 from tests.chart.conftest import KUBE_VERSIONS
 
@@ -43,7 +50,9 @@ SPECS: dict[str, dict[str, Any]] = {
 @pytest.mark.parametrize("version", KUBE_VERSIONS)
 @pytest.mark.parametrize("spec", SPECS.values(), ids=SPECS.keys())
 def test_manifests_are_valid(spec: dict[str, Any], version: str) -> None:
-    for manifest in build_all(broker(**spec), 3, {"streamlet-operator": "pw", "app": "x"}):
+    model = broker(**spec)
+    directory = build_directory_configmap(model, render_directory([], lambda o: None))
+    for manifest in [*build_all(model, 3, {"streamlet-operator": "pw", "app": "x"}), directory]:
         kubernetes_validate.validate(manifest, version, strict=True)
 
 
@@ -62,15 +71,30 @@ def test_children_are_owned_and_selected() -> None:
     assert manifests["PodDisruptionBudget/events"]["spec"]["selector"]["matchLabels"] == selector
 
 
+def _mounted(tmp_path: Path, model: BrokerModel, users: dict[str, str]) -> Path:
+    """The pod's files under tmp_path: the ConfigMap's config naming the Secret's users file
+    at the paths the StatefulSet mounts them (checked here too)."""
+    container = build_statefulset(model, 1)["spec"]["template"]["spec"]["containers"][0]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    config_path = container["command"][-1]
+    assert container["command"][:3] == ["streamlet", "serve", "--config"]
+    assert config_path == f"{mounts['config']}/{names.CONFIG_KEY}"
+    text = render_config(model)
+    users_path = f"{mounts['users']}/{names.USERS_KEY}"
+    assert f'users_file = "{users_path}"' in text
+    assert f'directory_file = "{mounts["directory"]}/{names.DIRECTORY_KEY}"' in text
+    (tmp_path / "users.toml").write_text(render_users(users))
+    path = tmp_path / "streamlet.toml"
+    path.write_text(text.replace(users_path, str(tmp_path / "users.toml")))
+    return path
+
+
 def test_config_is_what_the_broker_reads(tmp_path: Path) -> None:
-    """The ConfigMap's file plus the users Secret's file, joined as the pod joins them, loaded
-    by the broker's own config loader."""
+    """The ConfigMap's file and the users Secret's file, loaded by the broker's own loader."""
     model = broker(port=6000, retention={"maxAge": "2D", "maxLengthBytes": 5000,
                                          "maxSegmentSizeBytes": 1000000})
-    path = tmp_path / "streamlet.toml"
-    path.write_text(render_config(model) + "\n" + render_users({"streamlet-operator": "p w\"x",
-                                                                "app": "secret"}))
-    cfg = broker_config.load(path)
+    cfg = broker_config.load(_mounted(tmp_path, model, {"streamlet-operator": "p w\"x",
+                                                        "app": "secret"}))
     assert cfg.port == 6000 and cfg.host == "0.0.0.0"
     assert str(cfg.data_dir) == "/var/lib/streamlet"
     assert cfg.retention.max_age_ms == 2 * 86400_000
@@ -83,9 +107,7 @@ def test_config_is_what_the_broker_reads(tmp_path: Path) -> None:
 
 def test_tls_config_is_what_the_broker_reads(tmp_path: Path) -> None:
     model = broker(tls={"secretName": "events-tls", "port": 5671})
-    path = tmp_path / "streamlet.toml"
-    path.write_text(render_config(model) + "\n" + render_users({"u": "p"}))
-    cfg = broker_config.load(path)
+    cfg = broker_config.load(_mounted(tmp_path, model, {"u": "p"}))
     assert cfg.tls is not None and cfg.tls.port == 5671
     assert str(cfg.tls.certfile) == "/etc/streamlet/tls/tls.crt"
     assert str(cfg.tls.keyfile) == "/etc/streamlet/tls/tls.key"
@@ -134,3 +156,50 @@ def test_config_change_rolls_pods() -> None:
 
 def test_scale_down_guard_keeps_replicas() -> None:
     assert build_statefulset(broker(replicas=1), 3)["spec"]["replicas"] == 3
+
+
+def test_directory_names_each_stream_s_pod_as_the_pod_advertises_it() -> None:
+    model = broker(replicas=3)
+    placed = [Placed("orders", 1, (("orders", 2),)),
+              Placed("inv", 2, (("inv-0", 0), ("inv-1", 0)))]
+    text = render_directory(placed, lambda o: f"{advertised_host(model, o)}:5552")
+    directory = parse_directory(text)  # what the broker reads
+    assert directory.leader("/", "orders") == ("events-2.events-headless.prod.svc.cluster.local",
+                                               5552)
+    assert directory.leader("/", "inv-1") == ("events-0.events-headless.prod.svc.cluster.local",
+                                              5552)
+    ss = directory.super_stream("/", "inv")
+    assert ss is not None and ss.route("1") == ["inv-1"]  # brokers.py's binding keys
+    assert text == render_directory(reversed(placed), lambda o: f"{advertised_host(model, o)}:5552")
+    # a pod whose address is unknown (PodIP before it runs) is left out, not guessed
+    assert parse_directory(render_directory(placed, lambda o: None)).streams == {}
+    cm = build_directory_configmap(model, text)
+    assert cm["metadata"]["name"] == "events-directory" and cm["data"] == {"streams.json": text}
+
+
+def test_advertised_host_matches_the_pod_env() -> None:
+    """The directory must name a pod exactly as the pod advertises itself (its env)."""
+    for spec, pod_name in (({}, "events-1"), (SPECS["template"], "events-1")):
+        model = broker(**spec)
+        env = _env(build_statefulset(model, 2))["STREAMLET_ADVERTISED_HOST"]
+        assert advertised_host(model, 1) == env.replace("$(POD_NAME)", pod_name)
+    assert advertised_host(broker(advertise={"mode": "PodIP"}), 1) is None
+
+
+def test_directory_volume_is_live_and_optional() -> None:
+    spec = build_statefulset(broker(), 1)["spec"]["template"]["spec"]
+    volume = next(v for v in spec["volumes"] if v["name"] == "directory")
+    assert volume["configMap"] == {"name": "events-directory", "optional": True}
+    mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "directory")
+    assert "subPath" not in mount  # subPath mounts never see ConfigMap updates
+
+
+def test_pre_stop_waits_for_endpoints_and_sigterm_drains() -> None:
+    container = build_statefulset(broker(), 1)["spec"]["template"]["spec"]["containers"][0]
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == PRE_STOP == ["sleep", "5"]
+
+
+def test_users_change_rolls_pods() -> None:
+    def annotations(users: dict[str, str]) -> Any:
+        return build_statefulset(broker(), 1, users)["spec"]["template"]["metadata"]["annotations"]
+    assert annotations({"a": "1"}) == annotations({"a": "1"}) != annotations({"a": "2"})

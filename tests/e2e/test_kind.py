@@ -103,6 +103,33 @@ def kind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kind]:
                            capture_output=True)
 
 
+# Run in a client pod: ask the client Service (any pod) for the stream's leader until six
+# answers in a row name the same one (the Service spreads connections over the pods; a pod
+# not holding the stream answers from the directory ConfigMap, which the kubelet delivers
+# within about a minute), then print it.
+LOCATE = """
+import asyncio, sys, time
+from streamlet.client import connect
+
+async def main() -> None:
+    seen, deadline = [], time.monotonic() + 240
+    while len(seen) < 6 or len(set(seen[-6:])) > 1:
+        assert time.monotonic() < deadline, f"no stable leader: {seen[-6:]}"
+        c = await connect(sys.argv[1], 5552, user="app", password="app-password")
+        try:
+            m = await c.metadata([sys.argv[2]])
+        finally:
+            await c.close()
+        brokers = {b.reference: f"{b.host}:{b.port}" for b in m.brokers}
+        s = m.streams[0]
+        seen.append(brokers[s.leader] if s.code == 1 else "missing")
+        await asyncio.sleep(1 if seen[-1] != "missing" else 5)
+    print("leader=" + seen[-1])
+
+asyncio.run(main())
+"""
+
+
 def _ready(obj: dict[str, Any]) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True"
                for c in (obj.get("status") or {}).get("conditions") or [])
@@ -137,8 +164,12 @@ spec:
                            and s["status"])
     assert status["leader"] in ("streamlet-0", "streamlet-1")
 
-    # Pods are independent brokers: talk to the one holding the stream.
+    # Any pod, reached through the client Service, names the stream's pod (stream directory).
     leader = f"{status['leader']}.streamlet-headless.{APP}.svc.cluster.local"
+    located = kind.client_pod("locate", "python", "-c", LOCATE, f"streamlet.{APP}.svc", "orders")
+    assert f"leader={leader}:5552" in located
+    # The streamlet CLI does not follow Metadata's leader (rstream and the Java client do):
+    # give it the address the Service's answer named.
     auth = ["--host", leader, "--user", "app", "--password", "app-password"]
     kind.client_pod("producer", "streamlet", "produce", "orders", "--count", "1000", *auth)
     log = kind.client_pod("consumer", "streamlet", "consume", "orders", "--count", "1000",

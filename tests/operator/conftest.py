@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
 # The operator's timers take their intervals at import: short ones, so drift is repaired quickly.
@@ -21,6 +21,7 @@ import pytest  # noqa: E402
 
 from streamlet_operator.brokers import ClientBrokerAdmin  # noqa: E402
 from streamlet_operator.kube import Kube  # noqa: E402
+from streamlet_operator.model import BrokerModel  # noqa: E402
 from streamlet_operator.runtime import Runtime  # noqa: E402
 from tests.operator.harness import (  # noqa: E402
     EmulatedApiServer,
@@ -41,7 +42,15 @@ def _login_to_emulator(**_: object) -> kopf.ConnectionInfo:
 
 
 async def _guest(namespace: str, broker: str) -> tuple[str, str]:
-    return "guest", "guest"  # the default user of a broker started without a config
+    return "guest", "guest"  # the default user of a broker started without users
+
+
+def _advertised(pods: PodAddresses) -> Callable[[BrokerModel, int], Awaitable[str | None]]:
+    """What each test pod advertises: its broker listens on 127.0.0.1 at a port of its own."""
+    async def advertised(broker: BrokerModel, ordinal: int) -> str | None:
+        address = pods.pods.get((broker.namespace, broker.name, ordinal))
+        return f"{address[0]}:{address[1]}" if address else None
+    return advertised
 
 
 @dataclass
@@ -63,7 +72,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     _API["url"] = api.url
     pods = PodAddresses()
     runtime = Runtime(kube=kube_client(api.url), admin=ClientBrokerAdmin(), resolve=pods,
-                      credentials=_guest)
+                      credentials=_guest, advertised=_advertised(pods))
     operator = OperatorRun(runtime).start()
     launcher = ProcessLauncher(tmp_path_factory.mktemp("pods"))
     try:

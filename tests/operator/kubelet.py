@@ -1,16 +1,19 @@
 """The test plays Kubernetes' controllers: it runs the pods of the StatefulSets the operator made.
 
 A "pod" is a real broker, `python -m streamlet serve` on 127.0.0.1, with a data folder of its
-own (its PVC). Readiness goes into the StatefulSet's status as the StatefulSet controller would
-write it.
+own (its PVC) and the Broker's stream directory file, which the kubelet fills from the
+directory ConfigMap as it would a ConfigMap volume. Readiness goes into the StatefulSet's
+status as the StatefulSet controller would write it.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Protocol
 
 from streamlet.client import connect
+from streamlet_operator import names
 from streamlet_operator.brokers import Address
 from streamlet_operator.kube import Kube
 from tests.operator.harness import PodAddresses
@@ -21,6 +24,8 @@ class Launcher(Protocol):
     def start(self, namespace: str, broker: str, ordinal: int) -> Address: ...
 
     def stop(self, address: Address) -> None: ...
+
+    def directory_file(self, namespace: str, broker: str) -> Path: ...
 
 
 class ProcessLauncher:
@@ -33,7 +38,9 @@ class ProcessLauncher:
     def start(self, namespace: str, broker: str, ordinal: int) -> Address:
         data = self.root / namespace / f"{broker}-{ordinal}" / "data"
         data.parent.mkdir(parents=True, exist_ok=True)
-        proc = BrokerProcess(data).start()
+        config = data.parent / "streamlet.toml"
+        config.write_text(f'[cluster]\ndirectory_file = "{self.directory_file(namespace, broker)}"\n')
+        proc = BrokerProcess(data, config=config).start()
         address = (proc.host, proc.port)
         self.procs[address] = proc
         return address
@@ -42,6 +49,12 @@ class ProcessLauncher:
         proc = self.procs.pop(address, None)
         if proc is not None:
             proc.stop()
+
+    def directory_file(self, namespace: str, broker: str) -> Path:
+        """The file every pod of the Broker reads: its one directory ConfigMap "volume"."""
+        path = self.root / namespace / f"{broker}-directory" / names.DIRECTORY_KEY
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
 
     def stop_all(self) -> None:
         for address in list(self.procs):
@@ -52,9 +65,15 @@ class ClientProbe:
     """What a test asks a pod directly, as an admin would with a client."""
 
     async def exists(self, address: Address, name: str) -> bool:
+        """Whether the pod holds the stream (StreamStats: Metadata would follow the directory)."""
         client = await connect(*address)
         try:
-            return bool(await client.stream_exists(name))
+            await client.stream_stats(name)
+            return True
+        except Exception as e:
+            if "DOES_NOT_EXIST" in str(getattr(getattr(e, "code", None), "name", e)):
+                return False
+            raise
         finally:
             await client.close()
 
@@ -88,7 +107,22 @@ class Kubelet:
         await self.kube.patch("StatefulSet", namespace, name, {"status": {
             "replicas": replicas, "readyReplicas": replicas, "availableReplicas": replicas,
             "observedGeneration": sts["metadata"].get("generation", 1)}}, subresource="status")
+        await self.sync_directory(namespace, name)
         return [self.pods.pods[(namespace, name, o)] for o in range(replicas)]
+
+    async def sync_directory(self, namespace: str, name: str) -> str | None:
+        """Write the directory ConfigMap's content to the pods' file, replacing it in one step
+        as the kubelet swaps a ConfigMap volume; returns the content (None: no ConfigMap yet)."""
+        cm = await self.kube.get("ConfigMap", namespace, names.directory_configmap(name))
+        if cm is None:
+            return None
+        text: str = (cm.get("data") or {}).get(names.DIRECTORY_KEY, "")
+        path = self.launcher.directory_file(namespace, name)
+        if not path.exists() or path.read_text() != text:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)
+        return text
 
     def kill(self, namespace: str, name: str, ordinal: int) -> None:
         """The pod's broker stops; its data folder (the PVC) stays."""

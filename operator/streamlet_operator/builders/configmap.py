@@ -10,10 +10,13 @@ from .common import metadata, toml_string
 
 DATA_DIR = "/var/lib/streamlet"
 TLS_DIR = "/etc/streamlet/tls"
+USERS_DIR = "/etc/streamlet/users"
+# Where the stream directory ConfigMap is mounted (builders/directory.py).
+DIRECTORY_FILE = f"/etc/streamlet/directory/{names.DIRECTORY_KEY}"
 
 
 def render_config(broker: BrokerModel) -> str:
-    """TOML without users: those come from a Secret, appended when the pod starts.
+    """The broker's TOML. Users come from a Secret, mounted as the file ``users_file`` names.
 
     The advertised host is per pod, so it is not here: each pod sets STREAMLET_ADVERTISED_HOST.
     """
@@ -25,6 +28,10 @@ def render_config(broker: BrokerModel) -> str:
         f"advertised_port = {broker.advertise.port or broker.port}",
         f"data_dir = {toml_string(DATA_DIR)}",
         f"cluster_name = {toml_string(broker.name)}",
+        f"users_file = {toml_string(USERS_DIR + '/' + names.USERS_KEY)}",
+        "",
+        "[cluster]",
+        f"directory_file = {toml_string(DIRECTORY_FILE)}",
         "",
         "[retention]",
         f"max_age = {toml_string(r.max_age or '0s')}",

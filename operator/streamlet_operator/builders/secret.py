@@ -11,7 +11,7 @@ from .common import metadata, toml_string
 
 
 def render_users(users: dict[str, str]) -> str:
-    """`[[users]]` tables, appended to the broker's config file when the pod starts."""
+    """`[[users]]` tables: the file the broker's ``server.users_file`` names."""
     out = []
     for user in sorted(users):
         out += ["[[users]]", f"name = {toml_string(user)}", f"password = {toml_string(users[user])}",

@@ -1,4 +1,4 @@
-"""The broker StatefulSet: a PVC per pod, probes on the stream port, a drain before stopping."""
+"""The broker StatefulSet: a PVC per pod, probes on the stream port, SIGTERM as the drain."""
 
 from __future__ import annotations
 
@@ -9,22 +9,21 @@ from typing import Any
 from .. import names
 from ..model import BrokerModel
 from .common import metadata
-from .configmap import DATA_DIR, TLS_DIR, render_config
+from .configmap import DATA_DIR, DIRECTORY_FILE, TLS_DIR, USERS_DIR, render_config
+from .secret import render_users
 
 CONFIG_DIR = "/etc/streamlet/config"
-USERS_DIR = "/etc/streamlet/users"
-RUN_DIR = "/run/streamlet"
+DIRECTORY_DIR = DIRECTORY_FILE.rsplit("/", 1)[0]
 UID = 10001
 
-# The users live in a Secret, the rest in a ConfigMap; the broker reads one file, so the pod
-# joins them (users.toml holds only [[users]] tables, which TOML allows after any table).
-START = (
-    f"cat {CONFIG_DIR}/{names.CONFIG_KEY} {USERS_DIR}/{names.USERS_KEY} > {RUN_DIR}/streamlet.toml"
-    f" && exec streamlet serve --config {RUN_DIR}/streamlet.toml"
-)
-# Drain: let the broker tell clients to go (if this build has `streamlet drain`), else wait for
-# the endpoints to drop this pod before SIGTERM.
-PRE_STOP = "streamlet drain --timeout 20 2>/dev/null || sleep 5"
+# The config names the users file (the Secret) and the stream directory (a ConfigMap).
+COMMAND = ["streamlet", "serve", "--config", f"{CONFIG_DIR}/{names.CONFIG_KEY}"]
+# No drain command: a stream lives on one pod only, so there is nowhere for its clients to go
+# while the pod is down. SIGTERM is the drain (the broker stops listening, flushes what it
+# accepted, closes its logs and connections; clients reconnect when it is back). The preStop
+# sleep only gives the endpoints controller time to take the pod out of the client Service, so
+# new connections go to other pods instead of a closed port.
+PRE_STOP = ["sleep", "5"]
 
 
 def _advertised_host_env(broker: BrokerModel) -> dict[str, Any]:
@@ -56,7 +55,8 @@ def _container(broker: BrokerModel) -> dict[str, Any]:
         {"name": "data", "mountPath": DATA_DIR},
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
         {"name": "users", "mountPath": USERS_DIR, "readOnly": True},
-        {"name": "run", "mountPath": RUN_DIR},
+        # A whole-directory mount (no subPath): the kubelet updates it when the ConfigMap changes.
+        {"name": "directory", "mountPath": DIRECTORY_DIR, "readOnly": True},
     ]
     if broker.tls_secret:
         ports.append({"name": "stream-tls", "containerPort": broker.tls_port, "protocol": "TCP"})
@@ -65,7 +65,7 @@ def _container(broker: BrokerModel) -> dict[str, Any]:
         "name": "broker",
         "image": broker.image,
         "imagePullPolicy": broker.image_pull_policy,
-        "command": ["/bin/sh", "-c", START],
+        "command": list(COMMAND),
         "env": env,
         "ports": ports,
         "volumeMounts": mounts,
@@ -73,7 +73,7 @@ def _container(broker: BrokerModel) -> dict[str, Any]:
                            "failureThreshold": 2},
         "livenessProbe": {"tcpSocket": {"port": "stream"}, "initialDelaySeconds": 15,
                           "periodSeconds": 10, "failureThreshold": 6},
-        "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", PRE_STOP]}}},
+        "lifecycle": {"preStop": {"exec": {"command": list(PRE_STOP)}}},
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
@@ -90,7 +90,10 @@ def _volumes(broker: BrokerModel) -> list[dict[str, Any]]:
     volumes: list[dict[str, Any]] = [
         {"name": "config", "configMap": {"name": names.configmap(broker.name)}},
         {"name": "users", "secret": {"secretName": names.users_secret(broker.name)}},
-        {"name": "run", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+        # optional: a pod may start before the operator first writes it (the broker then knows
+        # only its own streams until the file appears).
+        {"name": "directory", "configMap": {"name": names.directory_configmap(broker.name),
+                                            "optional": True}},
     ]
     if broker.tls_secret:
         volumes.append({"name": "tls", "secret": {"secretName": broker.tls_secret}})
@@ -121,16 +124,19 @@ def _merge_named(base: list[dict[str, Any]], override: list[dict[str, Any]]) -> 
     return out
 
 
-def config_hash(broker: BrokerModel) -> str:
-    return hashlib.sha256(render_config(broker).encode()).hexdigest()[:16]
+def config_hash(broker: BrokerModel, users: dict[str, str] | None = None) -> str:
+    text = render_config(broker) + (render_users(users) if users is not None else "")
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def build_statefulset(broker: BrokerModel, replicas: int) -> dict[str, Any]:
+def build_statefulset(broker: BrokerModel, replicas: int,
+                      users: dict[str, str] | None = None) -> dict[str, Any]:
     """``replicas`` may exceed spec.replicas while pods to be removed still hold streams."""
     pod_meta: dict[str, Any] = {
         "labels": names.labels(broker.name),
-        # A new config rolls the pods: the file is read once, at start.
-        "annotations": {"streamlet.dev/config-hash": config_hash(broker)},
+        # A new config or user list rolls the pods: the broker reads them once, at start.
+        # (The stream directory is not hashed: the broker re-reads it while running.)
+        "annotations": {"streamlet.dev/config-hash": config_hash(broker, users)},
     }
     pod_spec: dict[str, Any] = {
         "terminationGracePeriodSeconds": 30,

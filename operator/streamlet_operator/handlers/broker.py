@@ -13,6 +13,7 @@ from ..builders import build_all
 from ..builders.statefulset import IMMUTABLE_SPEC_FIELDS
 from ..conditions import set_condition
 from ..constants import GROUP, VERSION
+from ..directory import sync_directory
 from ..metrics import instrumented
 from ..model import BrokerModel
 from ..placement import blocked_scale_down, effective_replicas
@@ -71,6 +72,8 @@ async def reconcile_broker(body: dict[str, Any], runtime: Runtime, index: Any,
         conditions, "UsersConfigured", users_problem is None,
         "UsersSecretNotFound" if users_problem else "UsersApplied", users_problem or "", gen)
 
+    # Before the StatefulSet: its pods mount the directory (optional, but better there at start).
+    await sync_directory(runtime, broker)
     for manifest in build_all(broker, replicas, users):
         immutable = IMMUTABLE_SPEC_FIELDS if manifest["kind"] == "StatefulSet" else ()
         await runtime.kube.apply(manifest, immutable=immutable)

@@ -11,8 +11,10 @@ import kopf
 
 from .. import names
 from ..brokers import BrokerSession, BrokerUnavailable, StreamStats
+from ..builders.directory import Placed
 from ..conditions import set_condition
 from ..constants import GROUP, VERSION
+from ..directory import sync_directory
 from ..metrics import DRIFT_REPAIRS, MOVES, instrumented
 from ..model import BrokerModel, StreamModel
 from ..moves import copy_stream
@@ -101,6 +103,10 @@ async def _move(runtime: Runtime, index: Any, stream: StreamModel, arguments: di
             "placement": new_placement, "leader": names.pod(broker.name, target)}},
             subresource="status")
         runtime.recent[(stream.namespace, broker.name)][stream.name] = [target] * len(partitions)
+        # Every pod names the new one before the old stream goes (on a cluster the kubelet
+        # delivers the ConfigMap within about a minute; clients' retries cover the gap).
+        await sync_directory(runtime, broker, {stream.name: Placed(
+            stream.stream, stream.partitions, tuple((p, target) for p in partitions))})
         await _delete(old, stream)
     MOVES.labels(stream.namespace).inc()
     return target, copied
@@ -198,6 +204,9 @@ async def reconcile_stream(body: dict[str, Any], runtime: Runtime, index: Any,
         "lastOffset": stats.last_offset,
         "size": stats.size,
     })
+    new_place = Placed.from_status(status)
+    if new_place != Placed.from_status(body.get("status") or {}):
+        await _sync_directory(broker, runtime, {stream.name: new_place})
     if refused:
         status["conditions"] = set_condition(
             conditions, "Ready", False, "ImmutableFieldChanged",
@@ -207,6 +216,15 @@ async def reconcile_stream(body: dict[str, Any], runtime: Runtime, index: Any,
         status["conditions"] = set_condition(
             conditions, "Ready", True, "StreamReady", f"{target_stream.stream} on {pod}", gen)
     return status, events
+
+
+async def _sync_directory(broker: BrokerModel, runtime: Runtime,
+                          changes: dict[str, Placed | None]) -> None:
+    """Best effort: the Broker's timer writes the directory again on its next pass."""
+    try:
+        await sync_directory(runtime, broker, changes)
+    except Exception as e:
+        log.warning(f"{broker.namespace}/{broker.name}: stream directory not updated: {e}")
 
 
 async def _run(body: kopf.Body, memo: Any, patch: kopf.Patch, logger: Logger,
@@ -255,17 +273,19 @@ async def stream_deleted(*, body: kopf.Body, memo: Any, logger: Logger, **_: Any
     if stream.deletion_policy == "retain" or not placed or not applied:
         logger.info(f"leaving the broker's stream in place (policy {stream.deletion_policy})")
     else:
-        await _delete_on_broker(runtime, stream.namespace, applied, placed, logger)
+        await _delete_on_broker(runtime, stream.namespace, meta["name"], applied, placed, logger)
     runtime.recent.get((stream.namespace, broker_name), {}).pop(meta["name"], None)
 
 
-async def _delete_on_broker(runtime: Runtime, namespace: str, applied: dict[str, Any],
+async def _delete_on_broker(runtime: Runtime, namespace: str, stream_name: str,
+                            applied: dict[str, Any],
                             placed: list[dict[str, Any]], logger: Logger) -> None:
     broker_body = await runtime.kube.get("Broker", namespace, applied["broker"])
     if broker_body is None or broker_body["metadata"].get("deletionTimestamp"):
         logger.info("its Broker is gone: there is no broker to delete the stream on")
         return
     broker = BrokerModel.from_body(broker_body)
+    await _sync_directory(broker, runtime, {stream_name: None})  # other pods stop naming it
     try:
         async with _session(runtime, broker, int(placed[0]["ordinal"])) as session:
             if int(applied.get("partitions", 1)) > 1:

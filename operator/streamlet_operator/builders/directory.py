@@ -1,0 +1,80 @@
+"""The stream directory: which pod holds each stream, as a ConfigMap every broker pod mounts.
+
+With it any pod answers Metadata for any stream of its Broker (broker/directory.py), so clients
+can start from the client Service and follow the leader the answer names. Pure functions: the
+reconciler (streamlet_operator/directory.py) gathers the placements and addresses.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .. import names
+from ..model import BrokerModel
+from .common import metadata
+from .configmap import DIRECTORY_FILE
+
+DIRECTORY_DIR = DIRECTORY_FILE.rsplit("/", 1)[0]
+
+
+@dataclass(frozen=True)
+class Placed:
+    """One Stream resource as created on its broker: its name there and its partitions' pods."""
+
+    stream: str
+    partitions: int
+    placement: tuple[tuple[str, int], ...]  # (broker stream, pod ordinal)
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any]) -> Placed | None:
+        """From a Stream's status; None until it has been created somewhere."""
+        applied, placed = status.get("applied"), status.get("placement")
+        if not applied or not placed:
+            return None
+        return cls(str(applied["name"]), int(applied.get("partitions") or 1),
+                   tuple((str(p["stream"]), int(p["ordinal"])) for p in placed))
+
+
+def advertised_host(broker: BrokerModel, ordinal: int) -> str | None:
+    """The host pod ``ordinal`` advertises (what the StatefulSet's env makes it); None in PodIP
+    mode, where only the pod knows it."""
+    adv, pod = broker.advertise, names.pod(broker.name, ordinal)
+    if adv.mode == "PodIP":
+        return None
+    if adv.mode == "Template" and adv.host_template:
+        return (adv.host_template.replace("{pod}", pod).replace("{ordinal}", str(ordinal))
+                .replace("{broker}", broker.name).replace("{namespace}", broker.namespace))
+    return names.pod_dns(broker.name, ordinal, broker.namespace, adv.cluster_domain)
+
+
+def render_directory(placed: Iterable[Placed], address: Callable[[int], str | None]) -> str:
+    """The directory file's JSON (sorted: the same placements give the same bytes).
+
+    ``address`` gives ``host:port`` for a pod ordinal, None when unknown (then left out: the
+    other pods answer "does not exist" rather than name a wrong pod).
+    """
+    streams: dict[str, str] = {}
+    supers: dict[str, dict[str, list[str]]] = {}
+    for p in placed:
+        for stream, ordinal in p.placement:
+            where = address(ordinal)
+            if where is not None:
+                streams[stream] = where
+        if p.partitions > 1:
+            partitions = [s for s, _ in p.placement]
+            # The operator creates super streams with binding keys "0".."n-1" (brokers.py).
+            supers[p.stream] = {"partitions": partitions,
+                                "binding_keys": [str(i) for i in range(len(partitions))]}
+    return json.dumps({"streams": streams, "super_streams": supers}, indent=1, sort_keys=True)
+
+
+def build_directory_configmap(broker: BrokerModel, text: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(broker, names.directory_configmap(broker.name)),
+        "data": {names.DIRECTORY_KEY: text},
+    }
