@@ -23,7 +23,10 @@ from rstream import (
 
 from streamlet.client import connect
 from streamlet_operator.brokers import Address
+from streamlet_operator.directory import pod_address
 from streamlet_operator.kube import Kube
+from streamlet_operator.model import BrokerModel
+from streamlet_operator.runtime import Runtime
 from tests.operator.conftest import Cluster
 from tests.operator.harness import eventually
 from tests.operator.kubelet import Kubelet
@@ -183,3 +186,21 @@ async def test_a_producer_follows_a_moved_stream(cluster: Cluster, kube: Kube, k
         f"after{i}".encode() for i in range(MESSAGES)]
     assert all(b.endswith(f"before{i}".encode()) for i, b in enumerate(bodies[:MESSAGES]))
     assert condition(moved, "Ready")["status"] == "True"
+
+
+async def test_pod_ip_and_dns_addresses(kube: Kube, namespace: str) -> None:
+    """Without the tests' resolver: PodDNS from the spec, PodIP from the pod's status."""
+    def model(**spec: Any) -> BrokerModel:
+        return BrokerModel.from_body({"metadata": {"name": "b", "namespace": namespace},
+                                      "spec": spec})
+    runtime = Runtime(kube=kube)
+    assert await pod_address(runtime, model(), 1) == (
+        f"b-1.b-headless.{namespace}.svc.cluster.local:5552")
+    pod_ip = model(advertise={"mode": "PodIP", "port": 30000})
+    assert await pod_address(runtime, pod_ip, 0) is None  # no pod yet: left out
+    await kube.create({"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": "b-0", "namespace": namespace},
+                       "spec": {"containers": [{"name": "broker", "image": "x"}]}})
+    await kube.patch("Pod", namespace, "b-0", {"status": {"podIP": "fd00::7"}},
+                     subresource="status")
+    assert await pod_address(runtime, pod_ip, 0) == "[fd00::7]:30000"
