@@ -6,8 +6,7 @@ import argparse
 import asyncio
 import sys
 
-from .client import OffsetSpec, StreamletError, connect
-from .protocol import Code
+from .client import Client, OffsetSpec, StreamletError, connect
 
 
 def _offset(text: str) -> OffsetSpec:
@@ -30,10 +29,17 @@ async def run(args: argparse.Namespace) -> int:
         return 1
     try:
         async with client:
-            if args.command == "produce":
-                return await _produce(client, args)
-            if args.command == "consume":
-                return await _consume(client, args)
+            if args.command in ("produce", "consume"):
+                if args.command == "produce" and args.create:
+                    await client.create_stream(args.stream, exists_ok=True)
+                leader = await client.leader(args.stream)
+                if leader is not None and not client.is_local(leader):
+                    # the stream lives on another broker (a pod of the same cluster): go there
+                    print(f"streamlet: {args.stream} is on {leader[0]}:{leader[1]}", file=sys.stderr)
+                    async with await connect(leader[0], leader[1], user=args.user,
+                                             password=args.password, vhost=args.vhost) as owner:
+                        return await _client_command(owner, args)
+                return await _client_command(client, args)
             return await _streams(client, args)
     except StreamletError as e:
         print(f"streamlet: {e}", file=sys.stderr)
@@ -43,9 +49,13 @@ async def run(args: argparse.Namespace) -> int:
         return 2
 
 
-async def _produce(client, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
-    if args.create:
-        await client.create_stream(args.stream, exists_ok=True)
+async def _client_command(client: Client, args: argparse.Namespace) -> int:
+    if args.command == "produce":
+        return await _produce(client, args)
+    return await _consume(client, args)
+
+
+async def _produce(client: Client, args: argparse.Namespace) -> int:
     async with await client.producer(args.stream, reference=args.reference) as producer:
         if args.count is not None:
             body = b"x" * args.size
@@ -62,7 +72,7 @@ async def _produce(client, args: argparse.Namespace) -> int:  # type: ignore[no-
     return 0
 
 
-async def _consume(client, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+async def _consume(client: Client, args: argparse.Namespace) -> int:
     consumer = await client.consumer(args.stream, offset=_offset(args.offset), name=args.name)
     seen = 0
     last: int | None = None
@@ -84,18 +94,18 @@ async def _consume(client, args: argparse.Namespace) -> int:  # type: ignore[no-
     return 0
 
 
-async def _streams(client, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+def _stream_arguments(args: argparse.Namespace) -> dict[str, str]:
+    """The protocol's Create arguments from the flags given (retention, segment, filter)."""
+    flags = {"max_age": "max-age", "max_length_bytes": "max-length-bytes",
+             "max_segment_size_bytes": "stream-max-segment-size-bytes",
+             "filter_size_bytes": "stream-filter-size-bytes"}
+    return {arg: str(getattr(args, flag)) for flag, arg in flags.items()
+            if getattr(args, flag, None) is not None}
+
+
+async def _streams(client: Client, args: argparse.Namespace) -> int:
     if args.action == "create":
-        arguments = {}
-        if args.max_age:
-            arguments["max-age"] = args.max_age
-        if args.max_length_bytes is not None:
-            arguments["max-length-bytes"] = str(args.max_length_bytes)
-        if args.max_segment_size_bytes is not None:
-            arguments["stream-max-segment-size-bytes"] = str(args.max_segment_size_bytes)
-        if args.filter_size_bytes is not None:
-            arguments["stream-filter-size-bytes"] = str(args.filter_size_bytes)
-        await client.create_stream(args.name, arguments)
+        await client.create_stream(args.name, _stream_arguments(args))
         print(f"created {args.name}")
     elif args.action == "delete":
         await client.delete_stream(args.name)
@@ -103,18 +113,20 @@ async def _streams(client, args: argparse.Namespace) -> int:  # type: ignore[no-
     elif args.action in ("create-super", "delete-super", "partitions"):
         return await _super_streams(client, args)
     else:
-        meta = await client.metadata(args.names)
-        for s in meta.streams:
-            if s.code != Code.OK:
-                print(f"{s.stream}\tmissing")
-                continue
-            stats = await client.stream_stats(s.stream)
-            print(f"{s.stream}\tfirst_chunk_id={stats['first_chunk_id']}\t"
-                  f"committed_chunk_id={stats['committed_chunk_id']}\tlast_chunk_id={stats['last_chunk_id']}")
+        for name in args.names:
+            where = await client.leader(name)
+            if where is None:
+                print(f"{name}\tmissing")
+            elif not client.is_local(where):  # held by another broker of the cluster
+                print(f"{name}\ton {where[0]}:{where[1]}")
+            else:
+                stats = await client.stream_stats(name)
+                print(f"{name}\tfirst_chunk_id={stats['first_chunk_id']}\t"
+                      f"committed_chunk_id={stats['committed_chunk_id']}\tlast_chunk_id={stats['last_chunk_id']}")
     return 0
 
 
-async def _super_streams(client, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+async def _super_streams(client: Client, args: argparse.Namespace) -> int:
     if args.action == "create-super":
         if args.partitions is not None:
             if args.partitions < 1:
@@ -123,13 +135,8 @@ async def _super_streams(client, args: argparse.Namespace) -> int:  # type: igno
             keys = [str(i) for i in range(args.partitions)]
         else:
             keys = [k.strip() for k in args.binding_keys.split(",") if k.strip()]
-        arguments = {}
-        if args.max_age:
-            arguments["max-age"] = args.max_age
-        if args.max_length_bytes is not None:
-            arguments["max-length-bytes"] = str(args.max_length_bytes)
         partitions = [f"{args.name}-{k}" for k in keys]
-        await client.create_super_stream(args.name, partitions, keys, arguments)
+        await client.create_super_stream(args.name, partitions, keys, _stream_arguments(args))
         print(f"created super stream {args.name}: {', '.join(partitions)}")
     elif args.action == "delete-super":
         await client.delete_super_stream(args.name)

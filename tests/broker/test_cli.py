@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -67,4 +68,27 @@ def test_config_file_sets_users_and_retention(tmp_path: Path) -> None:
         meta = (tmp_path / "data" / "streams" / "x" / "stream.json").read_text()
         assert '"max_age_ms": 7200000' in meta
     finally:
+        b.stop()
+
+
+def test_cli_follows_a_stream_to_the_broker_that_holds_it(tmp_path: Path) -> None:
+    """With a stream directory, `produce`/`consume` given any broker reach the stream's own."""
+    directory = tmp_path / "streams.json"
+    directory.write_text("{}")
+    cfg = tmp_path / "cluster.toml"
+    cfg.write_text(f'[cluster]\ndirectory_file = "{directory}"\n')
+    a = BrokerProcess(tmp_path / "a" / "data", config=cfg).start()
+    b = BrokerProcess(tmp_path / "b" / "data", config=cfg).start()
+    try:
+        cli("streams", *conn(b), "create", "far-away")
+        directory.write_text(json.dumps({"streams": {"far-away": f"127.0.0.1:{b.port}"}}))
+        sent = cli("produce", *conn(a), "far-away", stdin=b"x\ny\n")
+        assert f"far-away is on 127.0.0.1:{b.port}".encode() in sent.stderr
+        assert cli("consume", *conn(a), "far-away", "--count", "2").stdout == b"0\tx\n1\ty\n"
+        info = cli("streams", *conn(a), "info", "far-away").stdout.decode()
+        assert info == f"far-away\ton 127.0.0.1:{b.port}\n"
+        local = cli("streams", *conn(b), "info", "far-away").stdout.decode()
+        assert local.startswith("far-away\tfirst_chunk_id=0")
+    finally:
+        a.stop()
         b.stop()

@@ -50,6 +50,7 @@ class BrokerProcess:
         if self.config is not None:
             args += ["--config", str(self.config)]
         args += self.extra_args
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                      env={**os.environ, **self.env})

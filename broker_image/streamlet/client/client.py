@@ -119,6 +119,23 @@ class Client:
         resp: frames.MetadataResponse = await self._request(lambda c: frames.Metadata(c, list(names)))
         return resp
 
+    async def leader(self, stream: str) -> tuple[str, int] | None:
+        """Where ``stream`` lives, from Metadata: its leader's advertised host and port, or
+        None when no broker knows it. With a stream directory, any broker answers this."""
+        meta = await self.metadata([stream])
+        entry = meta.streams[0] if meta.streams else None
+        if entry is None or entry.code != Code.OK:
+            return None
+        for b in meta.brokers:
+            if b.reference == entry.leader:
+                return b.host, b.port
+        return None
+
+    def is_local(self, address: tuple[str, int]) -> bool:
+        """True if ``address`` is this connection's own broker (as it advertised itself)."""
+        props = self.connection_properties
+        return (props.get("advertised_host"), props.get("advertised_port")) == (address[0], str(address[1]))
+
     async def stream_exists(self, name: str) -> bool:
         """True unless the server says the stream does not exist (a stream whose leader is
         down exists)."""
