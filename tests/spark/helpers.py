@@ -32,18 +32,20 @@ def publish(port: int, stream: str, bodies: list[bytes], create: bool = True,
 
 
 def read_all(port: int, stream: str) -> list[tuple[int, bytes]]:
-    """Every (offset, body) in the stream, read with the client."""
+    """Every (offset, body) in the stream, read with the client (up to its last user chunk:
+    tracking chunks take offsets but are not sent)."""
     async def main() -> list[tuple[int, bytes]]:
         client = await connect("127.0.0.1", port)
         try:
+            last = await client.resolve_offset(stream, OffsetSpec.last())
             end = await client.resolve_offset(stream, OffsetSpec.next())
             out: list[tuple[int, bytes]] = []
-            if end == 0:
+            if last >= end:
                 return out
             consumer = await client.consumer(stream, offset="first", credit=10)
-            async for msg in consumer:
-                out.append((msg.offset, msg.body))
-                if msg.offset >= end - 1:
+            async for header, records, first in consumer.chunks():
+                out.extend(enumerate(records, first))
+                if header.chunk_id >= last:
                     break
             await consumer.close()
             return out
