@@ -1,0 +1,228 @@
+"""A Stream's ``spec.export`` as Kubernetes objects: a CronJob running spark-submit in cluster
+mode, or a ScheduledSparkApplication when the Spark operator's CRD is installed.
+
+Pure functions of the Stream resource (no API calls), so handlers decide what to apply and
+tests validate the output against the schemas. The export itself is
+spark-on-k8s/jobs/export_parquet.py: its progress is a stored offset (consumer reference
+``export-<resource>``) in the stream, so every run exports only what is new."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .. import names
+from ..constants import API_VERSION
+from ..model import DEFAULT_PORT, StreamModel
+
+SPARK_OPERATOR_API = "sparkoperator.k8s.io/v1beta2"
+DEFAULT_IMAGE = "streamlet-spark:0.1.0"
+SERVICE_ACCOUNT = "streamlet-spark"
+MASTER = "k8s://https://kubernetes.default.svc:443"
+JOB_FILE = "local:///opt/streamlet/jobs/export_parquet.py"
+SPARK_SUBMIT = "/opt/spark/bin/spark-submit"
+SPARK_VERSION = "4.0.1"
+FORMATS = ("parquet",)
+
+
+@dataclass(frozen=True)
+class ExportSpec:
+    schedule: str
+    destination: str
+    format: str = "parquet"
+    image: str = DEFAULT_IMAGE
+
+    @classmethod
+    def from_stream(cls, body: dict[str, Any]) -> ExportSpec | None:
+        """``spec.export`` checked, or None when the Stream has no export."""
+        export = (body.get("spec") or {}).get("export")
+        if not export:
+            return None
+        schedule, destination = export.get("schedule"), export.get("destination")
+        if not schedule or not destination:
+            raise ValueError("spec.export needs a schedule and a destination")
+        fmt = (export.get("format") or "parquet").lower()
+        if fmt not in FORMATS:
+            raise ValueError(f"spec.export.format {fmt!r} is not supported ({', '.join(FORMATS)})")
+        return cls(schedule, destination, fmt, export.get("image") or DEFAULT_IMAGE)
+
+
+def export_name(stream: StreamModel) -> str:
+    return f"{stream.name}-export"
+
+
+def export_reference(stream: StreamModel) -> str:
+    """The consumer reference holding the export's progress in the stream."""
+    return f"export-{stream.name}"
+
+
+def labels(stream: StreamModel) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "streamlet-export",
+        "app.kubernetes.io/instance": export_name(stream),
+        "app.kubernetes.io/component": "export",
+        "app.kubernetes.io/part-of": "streamlet",
+        "app.kubernetes.io/managed-by": "streamlet-operator",
+        "streamlet.dev/stream": stream.name,
+    }
+
+
+def _metadata(body: dict[str, Any], stream: StreamModel) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": export_name(stream), "namespace": stream.namespace,
+                            "labels": labels(stream)}
+    uid = (body.get("metadata") or {}).get("uid")
+    if uid:  # the Stream owns its export: deleting it removes the schedule
+        meta["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": "Stream",
+                                    "name": stream.name, "uid": uid, "controller": True,
+                                    "blockOwnerDeletion": True}]
+    return meta
+
+
+def job_arguments(stream: StreamModel, export: ExportSpec, port: int = DEFAULT_PORT) -> list[str]:
+    """The export job's own arguments (after the application file)."""
+    host = f"{names.client_service(stream.broker)}.{stream.namespace}.svc"
+    target = (["--super-stream", stream.stream] if stream.partitions > 1
+              else ["--stream", stream.stream])
+    return ["--host", host, "--port", str(port), *target, "--destination", export.destination,
+            "--reference", export_reference(stream)]
+
+
+def _credentials_env(stream: StreamModel) -> list[dict[str, Any]]:
+    return [
+        {"name": "STREAMLET_USER", "value": names.OPERATOR_USER},
+        {"name": "STREAMLET_PASSWORD", "valueFrom": {"secretKeyRef": {
+            "name": names.operator_secret(stream.broker), "key": "password"}}},
+    ]
+
+
+def spark_submit_command(stream: StreamModel, export: ExportSpec, port: int = DEFAULT_PORT,
+                         service_account: str = SERVICE_ACCOUNT, master: str = MASTER) -> list[str]:
+    """spark-submit in cluster mode: the driver runs in its own pod, which makes executors."""
+    secret = names.operator_secret(stream.broker)
+    conf = {
+        "spark.kubernetes.namespace": stream.namespace,
+        "spark.kubernetes.container.image": export.image,
+        "spark.kubernetes.authenticate.driver.serviceAccountName": service_account,
+        "spark.kubernetes.driverEnv.STREAMLET_USER": names.OPERATOR_USER,
+        "spark.kubernetes.driver.secretKeyRef.STREAMLET_PASSWORD": f"{secret}:password",
+        "spark.kubernetes.driver.label.streamlet.dev/stream": stream.name,
+        "spark.kubernetes.submission.waitAppCompletion": "true",
+        "spark.executor.instances": "1",
+    }
+    args = [SPARK_SUBMIT, "--master", master, "--deploy-mode", "cluster",
+            "--name", export_name(stream)]
+    for key, value in conf.items():
+        args += ["--conf", f"{key}={value}"]
+    return [*args, JOB_FILE, *job_arguments(stream, export, port)]
+
+
+def build_export_cronjob(body: dict[str, Any], port: int = DEFAULT_PORT,
+                         service_account: str = SERVICE_ACCOUNT) -> dict[str, Any] | None:
+    """The CronJob for the Stream resource ``body``, or None without ``spec.export``."""
+    export = ExportSpec.from_stream(body)
+    if export is None:
+        return None
+    stream = StreamModel.from_body(body)
+    pod = {
+        "metadata": {"labels": labels(stream)},
+        "spec": {
+            "serviceAccountName": service_account,
+            "restartPolicy": "Never",
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 185},
+            "containers": [{
+                "name": "spark-submit",
+                "image": export.image,
+                "command": spark_submit_command(stream, export, port, service_account),
+                "env": _credentials_env(stream),
+                "resources": {"requests": {"cpu": "100m", "memory": "512Mi"},
+                              "limits": {"memory": "1Gi"}},
+                "securityContext": {"allowPrivilegeEscalation": False,
+                                    "capabilities": {"drop": ["ALL"]}},
+            }],
+        },
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": _metadata(body, stream),
+        "spec": {
+            "schedule": export.schedule,
+            "concurrencyPolicy": "Forbid",  # one run at a time: runs share the stored offset
+            "startingDeadlineSeconds": 300,
+            "successfulJobsHistoryLimit": 3,
+            "failedJobsHistoryLimit": 3,
+            "jobTemplate": {"metadata": {"labels": labels(stream)},
+                            "spec": {"backoffLimit": 2, "template": pod}},
+        },
+    }
+
+
+def build_scheduled_spark_application(body: dict[str, Any], port: int = DEFAULT_PORT,
+                                      service_account: str = SERVICE_ACCOUNT
+                                      ) -> dict[str, Any] | None:
+    """The same schedule as a ScheduledSparkApplication (kubeflow Spark operator)."""
+    export = ExportSpec.from_stream(body)
+    if export is None:
+        return None
+    stream = StreamModel.from_body(body)
+    env = _credentials_env(stream)
+    template = {
+        "type": "Python",
+        "pythonVersion": "3",
+        "mode": "cluster",
+        "image": export.image,
+        "imagePullPolicy": "IfNotPresent",
+        "mainApplicationFile": JOB_FILE,
+        "arguments": job_arguments(stream, export, port),
+        "sparkVersion": SPARK_VERSION,
+        "restartPolicy": {"type": "Never"},
+        "driver": {"cores": 1, "memory": "1g", "serviceAccount": service_account,
+                   "labels": labels(stream), "env": env},
+        "executor": {"cores": 1, "instances": 1, "memory": "1g", "labels": labels(stream)},
+    }
+    return {
+        "apiVersion": SPARK_OPERATOR_API,
+        "kind": "ScheduledSparkApplication",
+        "metadata": _metadata(body, stream),
+        "spec": {
+            "schedule": export.schedule,
+            "concurrencyPolicy": "Forbid",
+            "successfulRunHistoryLimit": 3,
+            "failedRunHistoryLimit": 3,
+            "template": template,
+        },
+    }
+
+
+# --- the last run's outcome, for the Stream's status -------------------------------------------
+
+def status_from_jobs(jobs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """``status.export`` from the CronJob's Jobs: the newest finished one's outcome."""
+    finished = []
+    for job in jobs:
+        st = job.get("status") or {}
+        for cond in st.get("conditions") or []:
+            if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+                finished.append((cond.get("lastTransitionTime") or "", job, cond))
+    if not finished:
+        return None
+    when, job, cond = max(finished, key=lambda f: f[0])
+    return {"lastRun": job["metadata"]["name"], "lastRunTime": when,
+            "outcome": "Succeeded" if cond["type"] == "Complete" else "Failed",
+            "message": cond.get("message") or cond.get("reason") or ""}
+
+
+def status_from_scheduled_app(app: dict[str, Any]) -> dict[str, Any] | None:
+    """``status.export`` from a ScheduledSparkApplication's status."""
+    st = app.get("status") or {}
+    name = st.get("lastRunName")
+    if not name:
+        return None
+    if name in (st.get("pastFailedRunNames") or []):
+        outcome = "Failed"
+    elif name in (st.get("pastSuccessfulRunNames") or []):
+        outcome = "Succeeded"
+    else:
+        outcome = "Running"
+    return {"lastRun": name, "lastRunTime": st.get("lastRun", ""), "outcome": outcome,
+            "message": st.get("reason") or ""}
