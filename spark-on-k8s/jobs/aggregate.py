@@ -39,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     spark = SparkSession.builder.appName("streamlet-aggregate").getOrCreate()
     spark.dataSource.register(StreamletDataSource)
     df = (spark.read.format("streamlet").option("host", a.host).option("port", a.port)
+          .option("user", os.environ.get("STREAMLET_USER", "guest"))
+          .option("password", os.environ.get("STREAMLET_PASSWORD", "guest"))
           .option("stream", a.stream).option("format", "amqp" if a.amqp else "raw").load())
     result = per_minute(df, a.amqp)
     if a.output:

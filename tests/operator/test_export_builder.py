@@ -127,3 +127,13 @@ def test_last_run_outcome_for_status() -> None:
                       "pastSuccessfulRunNames": ["orders-export-1"]}}
     assert status_from_scheduled_app(app)["outcome"] == "Succeeded"  # type: ignore[index]
     assert status_from_scheduled_app({}) is None
+
+
+@pytest.mark.parametrize("version", KUBE_VERSIONS)
+def test_spark_rbac_manifest_is_valid(version: str) -> None:
+    import yaml
+
+    docs = list(yaml.safe_load_all((ROOT / "spark-on-k8s" / "manifests" / "rbac.yaml").read_text()))
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding"]
+    for doc in docs:
+        kubernetes_validate.validate(doc, version, strict=True)

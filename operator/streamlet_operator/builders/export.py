@@ -21,7 +21,7 @@ SERVICE_ACCOUNT = "streamlet-spark"
 MASTER = "k8s://https://kubernetes.default.svc:443"
 JOB_FILE = "local:///opt/streamlet/jobs/export_parquet.py"
 SPARK_SUBMIT = "/opt/spark/bin/spark-submit"
-SPARK_VERSION = "4.0.1"
+SPARK_VERSION = "4.3.0"  # the PySpark the image installs (the data source needs >= 4.2)
 FORMATS = ("parquet",)
 
 
