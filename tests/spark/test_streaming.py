@@ -85,4 +85,5 @@ def test_replayed_micro_batch_publishes_nothing_twice(spark: Any, shared_broker:
     publish(port, "replay-src", bodies[2000:], create=False)
     run()
     assert [b for _, b in read_all(port, "replay-dst")] == bodies
+    assert (checkpoint / "commits" / str(last)).exists()  # the batch did run a second time
     assert max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit()) > last
