@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from rstream import AMQPMessage, Producer
-from rstream._pyamqp.message import Properties
+from rstream._pyamqp.message import Properties  # type: ignore[attr-defined]
 
 from streamlet_spark.amqp import AmqpError, decode_message, decode_value
 from tests.spark.helpers import publish

@@ -39,6 +39,7 @@ def test_retried_write_task_publishes_no_duplicates(spark: Any, shared_broker: B
         from tests.spark.helpers import read_all as read_stream
 
         ctx = TaskContext.get()
+        assert ctx is not None
         seen = 0
         for batch in batches:
             yield batch
