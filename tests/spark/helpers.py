@@ -62,3 +62,16 @@ def stored_offset(port: int, reference: str, stream: str) -> int | None:
         finally:
             await client.close()
     return asyncio.run(main())
+
+
+def create_super_stream(port: int, name: str, partitions: int) -> list[str]:
+    """A super stream with partitions ``name-0``..., as RabbitMQ names them."""
+    async def main() -> list[str]:
+        client = await connect("127.0.0.1", port)
+        try:
+            names = [f"{name}-{i}" for i in range(partitions)]
+            await client.create_super_stream(name, names, [str(i) for i in range(partitions)])
+            return await client.partitions(name)
+        finally:
+            await client.close()
+    return asyncio.run(main())
