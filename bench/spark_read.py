@@ -58,6 +58,43 @@ async def fill(port: int, stream: str, n: int, size: int) -> None:
     await client.close()
 
 
+def memory_source(rows: int, size: int, batch_rows: int) -> type:
+    """A data source yielding the same Arrow batches as streamlet's, built in memory: the
+    ceiling of Spark's Python data source path for these rows, without the broker."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from streamlet_spark.schema import RAW_COLUMNS, arrow_schema, chunk_batch
+
+    class Reader(DataSourceReader):  # type: ignore[misc]
+        def __init__(self, schema: object) -> None:
+            self.schema = schema
+
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(0), InputPartition(1)]
+
+        def read(self, partition: InputPartition):  # type: ignore[no-untyped-def]
+            import pyarrow as pa
+            target = arrow_schema(self.schema)
+            pad = b"x" * max(size - 12, 0)
+            values = pa.array([b"%012d" % i + pad for i in range(batch_rows)], pa.binary())
+            for start in range(0, rows // 2, batch_rows):
+                n = min(batch_rows, rows // 2 - start)
+                yield chunk_batch(target, "bench", 0, 1700000000000, start, values.slice(0, n))
+
+    class Memory(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "memory"
+
+        def schema(self) -> str:
+            return RAW_COLUMNS
+
+        def reader(self, schema: object) -> Reader:
+            return Reader(schema)
+
+    return Memory
+
+
 def best_rate(run: object, rows: int, runs: int) -> float:
     best = float("inf")
     for _ in range(runs):
@@ -73,6 +110,7 @@ def main() -> None:
     p.add_argument("--size", type=int, default=100, help="message body bytes")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--partitions", type=int, default=2, help="minPartitions of the read")
+    p.add_argument("--batch-rows", type=int, default=65536, help="rows per Arrow batch")
     a = p.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -92,7 +130,8 @@ def main() -> None:
 
         def stream_df():  # type: ignore[no-untyped-def]
             return (spark.read.format("streamlet").option("port", str(port))
-                    .option("stream", "bench").option("minPartitions", str(a.partitions)).load())
+                    .option("stream", "bench").option("minPartitions", str(a.partitions))
+                    .option("batchRows", str(a.batch_rows)).load())
 
         parquet = str(tmp / "parquet")
         stream_df().write.parquet(parquet)
@@ -105,16 +144,25 @@ def main() -> None:
         def read_parquet() -> None:
             spark.read.parquet(parquet).write.format("noop").mode("overwrite").save()
 
+        spark.dataSource.register(memory_source(rows, a.size, a.batch_rows))
+
+        def read_memory() -> None:
+            spark.read.format("memory").load().write.format("noop").mode("overwrite").save()
+
         read_stream()  # warm up: Python workers, JIT
         read_parquet()
+        read_memory()
         streamlet_rate = best_rate(read_stream, rows, a.runs)
         parquet_rate = best_rate(read_parquet, rows, a.runs)
+        memory_rate = best_rate(read_memory, rows, a.runs)
         spark.stop()
         print(json.dumps({
             "messages": rows, "body_bytes": a.size, "cores": os.cpu_count(),
+            "partitions": a.partitions, "batch_rows": a.batch_rows,
             "streamlet_rows_per_s": round(streamlet_rate),
             "parquet_rows_per_s": round(parquet_rate),
             "ratio": round(streamlet_rate / parquet_rate, 3),
+            "python_source_ceiling_rows_per_s": round(memory_rate),
         }))
     finally:
         broker.terminate()
