@@ -62,11 +62,12 @@ def memory_source(rows: int, size: int, batch_rows: int) -> type:
     """A data source yielding the same Arrow batches as streamlet's, built in memory: the
     ceiling of Spark's Python data source path for these rows, without the broker."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+    from pyspark.sql.types import StructType
 
     from streamlet_spark.schema import RAW_COLUMNS, arrow_schema, chunk_batch
 
     class Reader(DataSourceReader):  # type: ignore[misc]
-        def __init__(self, schema: object) -> None:
+        def __init__(self, schema: StructType) -> None:
             self.schema = schema
 
         def partitions(self) -> list[InputPartition]:
@@ -89,7 +90,7 @@ def memory_source(rows: int, size: int, batch_rows: int) -> type:
         def schema(self) -> str:
             return RAW_COLUMNS
 
-        def reader(self, schema: object) -> Reader:
+        def reader(self, schema: StructType) -> Reader:
             return Reader(schema)
 
     return Memory

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+
 from streamlet.client import Client, connect
 
 _RABBITMQ = os.environ.get("STREAMLET_TEST_RABBITMQ", "")

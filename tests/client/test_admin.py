@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 import pytest
+
 from streamlet.client import Client, ConnectionClosed, StreamletError, connect
 from streamlet.protocol import Code, Key
 from streamlet.protocol.constants import NO_LEADER

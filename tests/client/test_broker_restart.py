@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
+
 from streamlet.client import ConnectionClosed, connect
 from streamlet.protocol import Code
 

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+
 from streamlet.client import Client, Consumer, Message, OffsetSpec, StreamletError, connect
 from streamlet.protocol import Code
 

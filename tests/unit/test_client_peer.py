@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+
 from streamlet.client import (
     Client,
     ConnectionClosed,

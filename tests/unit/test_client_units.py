@@ -6,6 +6,7 @@ import gzip
 import struct
 
 import pytest
+
 from streamlet.client import OffsetSpec, StreamletError
 from streamlet.client.connection import negotiate, parse_version, plain_credentials
 from streamlet.client.consumer import chunk_records

@@ -7,6 +7,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+
 from streamlet.protocol.chunk import ChunkHeader, iter_records, simple_entry
 from streamlet.storage import LogConfig, StreamLog
 

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from streamlet.protocol.chunk import iter_records, simple_entry
 from streamlet.storage import ChunkRef, LogConfig, StorageError, StreamLog
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
 from streamlet.protocol.chunk import iter_records, simple_entry
 from streamlet.storage import ChunkRef, LogConfig, StreamLog
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from streamlet.protocol.chunk import iter_records, simple_entry
 from streamlet.storage import ChunkRef, LogConfig, StorageError, StreamLog
 
