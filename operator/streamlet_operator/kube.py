@@ -10,6 +10,7 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 
@@ -23,7 +24,14 @@ KINDS: dict[str, tuple[str, str]] = {
     "PodDisruptionBudget": ("apis/policy/v1", "poddisruptionbudgets"),
     "Broker": ("apis/streamlet.dev/v1alpha1", "brokers"),
     "Stream": ("apis/streamlet.dev/v1alpha1", "streams"),
+    "CronJob": ("apis/batch/v1", "cronjobs"),
+    "Job": ("apis/batch/v1", "jobs"),
+    "ScheduledSparkApplication": ("apis/sparkoperator.k8s.io/v1beta2",
+                                  "scheduledsparkapplications"),
+    "CustomResourceDefinition": ("apis/apiextensions.k8s.io/v1", "customresourcedefinitions"),
 }
+#: Kinds without a namespace: their URLs have no namespaces/<ns> part (callers pass "").
+CLUSTER_SCOPED = frozenset({"CustomResourceDefinition"})
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
@@ -104,7 +112,10 @@ class Kube:
     def _url(self, kind: str, namespace: str, name: str | None = None,
              subresource: str | None = None) -> str:
         prefix, plural = KINDS[kind]
-        url = f"{self.server}/{prefix}/namespaces/{namespace}/{plural}"
+        if kind in CLUSTER_SCOPED:
+            url = f"{self.server}/{prefix}/{plural}"
+        else:
+            url = f"{self.server}/{prefix}/namespaces/{namespace}/{plural}"
         if name:
             url += f"/{name}"
         if subresource:
@@ -130,12 +141,21 @@ class Kube:
             raise
         return result
 
-    async def list(self, kind: str, namespace: str) -> list[dict[str, Any]]:
-        result = await self._call("GET", self._url(kind, namespace))
-        return list(result.get("items") or [])
+    async def list(self, kind: str, namespace: str,
+                   labels: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        """Objects of ``kind``; with ``labels``, only those carrying all of them."""
+        url = self._url(kind, namespace)
+        if labels:
+            url += "?" + urlencode({"labelSelector": ",".join(f"{k}={v}"
+                                                              for k, v in labels.items())})
+        result = await self._call("GET", url)
+        items = list(result.get("items") or [])
+        # Filtered here too: a server (or emulator) ignoring the selector changes nothing.
+        return [i for i in items if labels is None or is_subset(
+            labels, (i.get("metadata") or {}).get("labels") or {})]
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        ns = obj["metadata"]["namespace"]
+        ns = obj["metadata"].get("namespace", "")
         result: dict[str, Any] = await self._call("POST", self._url(obj["kind"], ns), obj)
         return result
 
@@ -161,7 +181,7 @@ class Kube:
         ``immutable`` names spec fields left out of the patch: the API server would refuse them.
         """
         meta = obj["metadata"]
-        current = await self.get(obj["kind"], meta["namespace"], meta["name"])
+        current = await self.get(obj["kind"], meta.get("namespace", ""), meta["name"])
         if current is None:
             return await self.create(obj)
         desired = dict(obj)
@@ -169,4 +189,4 @@ class Kube:
             desired["spec"] = {k: v for k, v in desired["spec"].items() if k not in immutable}
         if is_subset(desired, current):
             return current
-        return await self.patch(obj["kind"], meta["namespace"], meta["name"], desired)
+        return await self.patch(obj["kind"], meta.get("namespace", ""), meta["name"], desired)

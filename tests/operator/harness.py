@@ -29,6 +29,12 @@ def register_crds(emulator: kmock.KubernetesEmulator) -> None:
     emulator.resources["streamlet.dev/v1alpha1/streams"] = kmock.ResourceInfo(
         kind="Stream", singular="stream", namespaced=True, verbs=VERBS,
         shortnames={"sls"}, subresources={"status"})
+    # Served always; whether the Spark operator is "installed" is its CRD object existing,
+    # which is what the operator checks (tests/operator/test_export.py creates and deletes it).
+    emulator.resources["sparkoperator.k8s.io/v1beta2/scheduledsparkapplications"] = (
+        kmock.ResourceInfo(kind="ScheduledSparkApplication", singular="scheduledsparkapplication",
+                           namespaced=True, verbs=VERBS, shortnames={"scheduledsparkapp"},
+                           subresources={"status"}))
 
 
 class LoopThread:

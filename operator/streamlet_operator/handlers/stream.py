@@ -15,6 +15,7 @@ from ..builders.directory import Placed
 from ..conditions import set_condition
 from ..constants import GROUP, VERSION
 from ..directory import sync_directory
+from ..exports import FAILED, INVALID, reconcile_export
 from ..metrics import DRIFT_REPAIRS, MOVES, instrumented
 from ..model import BrokerModel, StreamModel
 from ..moves import copy_stream
@@ -24,6 +25,7 @@ from ..settings import SETTINGS
 from .common import placements, runtime_of, write_status
 
 RESOURCE = (GROUP, VERSION, "streams")
+WARNINGS = frozenset({"StreamRecreated", INVALID, FAILED})
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 log = logging.getLogger(__name__)
 
@@ -126,10 +128,19 @@ async def _delete(session: BrokerSession, stream: StreamModel) -> bool:
 
 async def reconcile_stream(body: dict[str, Any], runtime: Runtime, index: Any,
                            logger: Logger) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """Place and create one Stream (again, if it went missing).
+    """Place and create one Stream (again, if it went missing), then its scheduled export.
 
     Returns its new status, and Events to post: (reason, message), warnings first.
     """
+    status, events = await _reconcile_on_broker(body, runtime, index, logger)
+    # The export is a schedule on Kubernetes, independent of the broker's state right now.
+    gen = int(body["metadata"].get("generation") or 0)
+    events += await reconcile_export(body, runtime.kube, status, gen)
+    return status, events
+
+
+async def _reconcile_on_broker(body: dict[str, Any], runtime: Runtime, index: Any,
+                               logger: Logger) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     stream = StreamModel.from_body(body)
     status: dict[str, Any] = dict(body.get("status") or {})
     conditions = status.get("conditions") or []
@@ -236,8 +247,8 @@ async def _run(body: kopf.Body, memo: Any, patch: kopf.Patch, logger: Logger,
     write_status(patch, body.get("status"), status)
     for reason, message in events:
         # kopf.event, not kopf.info: the operator posts only warnings from its logs (timers run
-        # often), but a move is worth a Normal event.
-        kind = "Warning" if reason == "StreamRecreated" else "Normal"
+        # often), but a move or a new export schedule is worth a Normal event.
+        kind = "Warning" if reason in WARNINGS else "Normal"
         kopf.event(body, type=kind, reason=reason, message=message)
 
 

@@ -1,0 +1,105 @@
+"""A Stream's scheduled export: keep the CronJob (or ScheduledSparkApplication) that
+builders/export.py makes, remove it when ``spec.export`` goes, and report the last run.
+
+Runs at the end of every Stream reconciliation (change handler and timer), so the status
+follows the runs without watching Jobs. The ``ExportReady`` condition records which kind was
+made (its reason), so a Stream without an export costs no API call at all.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .builders.export import (
+    build_export_cronjob,
+    build_scheduled_spark_application,
+    export_name,
+    labels,
+    status_from_jobs,
+    status_from_scheduled_app,
+)
+from .conditions import get_condition, remove_condition, set_condition
+from .kube import ApiError, Kube
+from .model import StreamModel
+
+CONDITION = "ExportReady"
+SPARK_CRD = "scheduledsparkapplications.sparkoperator.k8s.io"
+#: The ExportReady reason that says which kind of object holds the schedule.
+SCHEDULED = {"CronJob": "CronJobScheduled",
+             "ScheduledSparkApplication": "SparkApplicationScheduled"}
+INVALID, FAILED = "ExportInvalid", "ExportFailed"
+log = logging.getLogger(__name__)
+
+
+async def spark_operator_installed(kube: Kube) -> bool:
+    return await kube.get("CustomResourceDefinition", "", SPARK_CRD) is not None
+
+
+async def reconcile_export(body: dict[str, Any], kube: Kube, status: dict[str, Any],
+                           generation: int) -> list[tuple[str, str]]:
+    """Bring the export in line with ``spec.export``; update ``status`` (its ``export`` field
+    and the ExportReady condition) in place; return Events to post (reason, message)."""
+    conditions = status.get("conditions") or []
+    old = get_condition(conditions, CONDITION)
+    where = f"{body['metadata'].get('namespace')}/{body['metadata']['name']}"
+    if not (body.get("spec") or {}).get("export"):
+        if old is not None or status.get("export"):
+            try:
+                await _remove(kube, body, kinds=("CronJob", "ScheduledSparkApplication"))
+            except (ApiError, OSError, TimeoutError) as e:  # the condition stays: retried
+                log.warning(f"{where}: export not removed: {e}")
+                return _set(status, conditions, old, False, FAILED, f"not removed: {e}",
+                            generation, warn=True)
+            status["conditions"] = remove_condition(conditions, CONDITION)
+        status["export"] = None  # a merge patch with null drops the field
+        return []
+
+    try:
+        spark = await spark_operator_installed(kube)
+        build = build_scheduled_spark_application if spark else build_export_cronjob
+        try:
+            obj = build(body)
+        except ValueError as e:  # the user's spec: say so, leave any running schedule alone
+            return _set(status, conditions, old, False, INVALID, str(e), generation, warn=True)
+        assert obj is not None
+        kind = obj["kind"]
+        # The Spark operator came or went: one schedule only, the new kind's.
+        others = tuple(k for k, reason in SCHEDULED.items()
+                       if k != kind and old is not None and old.get("reason") == reason)
+        if others:
+            await _remove(kube, body, kinds=others)
+        applied = await kube.apply(obj)
+        if spark:
+            last = status_from_scheduled_app(applied)
+        else:
+            stream = StreamModel.from_body(body)
+            last = status_from_jobs(await kube.list(
+                "Job", stream.namespace,
+                labels={"app.kubernetes.io/instance": labels(stream)["app.kubernetes.io/instance"]}))
+    except (ApiError, OSError, TimeoutError) as e:  # RBAC, API server: the timer retries
+        log.warning(f"{where}: export not reconciled: {e}")
+        return _set(status, conditions, old, False, FAILED, str(e), generation, warn=True)
+    if last is not None or status.get("export"):
+        status["export"] = last
+    schedule = obj["spec"]["schedule"]
+    return _set(status, conditions, old, True, SCHEDULED[kind],
+                f"{kind} {obj['metadata']['name']} on schedule {schedule!r}", generation)
+
+
+def _set(status: dict[str, Any], conditions: list[dict[str, Any]], old: dict[str, Any] | None,
+         ok: bool, reason: str, message: str, generation: int,
+         warn: bool = False) -> list[tuple[str, str]]:
+    status["conditions"] = set_condition(conditions, CONDITION, ok, reason, message, generation)
+    changed = old is None or (old.get("reason"), old.get("message")) != (reason, message)
+    # Timers run often: an Event only when the outcome changes, not on every pass.
+    return [(reason, message)] if changed and (warn or old is None or
+                                               old.get("reason") != reason) else []
+
+
+async def _remove(kube: Kube, body: dict[str, Any], kinds: tuple[str, ...]) -> None:
+    stream = StreamModel.from_body(body)
+    for kind in kinds:
+        if kind == "ScheduledSparkApplication" and not await spark_operator_installed(kube):
+            continue  # the kind is not served: there is nothing to delete
+        await kube.delete(kind, stream.namespace, export_name(stream))
