@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from streamlet.protocol import Code
+from streamlet.protocol import Code, chunk
 from streamlet.protocol import frames as f
 from tests.support.brokers import BrokerProcess
 from tests.support.raw import RawPeer
@@ -145,3 +145,38 @@ def test_credit_for_unknown_subscription(shared_broker: BrokerProcess, bystander
         resp = peer.recv_until(f.CreditResponse)
         assert isinstance(resp, f.CreditResponse)
         assert (resp.code, resp.subscription_id) == (Code.SUBSCRIPTION_ID_DOES_NOT_EXIST, 77)
+
+
+def test_a_frame_with_more_messages_than_a_chunk_holds(shared_broker: BrokerProcess) -> None:
+    """70,000 messages in one Publish (more than a chunk's u16 NumEntries), from a publisher
+    with a reference, and again: every message stored once, the repeat confirmed, not stored."""
+    n = 70_000
+    with RawPeer(shared_broker.host, shared_broker.port) as peer:
+        peer.handshake()
+        peer.request(f.Create(peer.next_corr(), "huge-frame", {}), f.CreateResponse)
+        peer.request(f.DeclarePublisher(peer.next_corr(), 1, "huge", "huge-frame"),
+                     f.DeclarePublisherResponse)
+        frame = f.Publish(1, [f.PublishedMessage.simple(i, b"%d" % (i % 10)) for i in range(1, n + 1)])
+        for _ in range(2):
+            peer.send(frame)
+            confirmed = 0
+            while confirmed < n:
+                c = peer.recv_until(f.PublishConfirm)
+                assert isinstance(c, f.PublishConfirm)
+                confirmed += len(c.publishing_ids)
+        stats = peer.request(f.StreamStats(peer.next_corr(), "huge-frame"), f.StreamStatsResponse)
+        assert isinstance(stats, f.StreamStatsResponse)
+        seq = peer.request(f.QueryPublisherSequence(peer.next_corr(), "huge", "huge-frame"),
+                           f.QueryPublisherSequenceResponse)
+        assert isinstance(seq, f.QueryPublisherSequenceResponse) and seq.sequence == n
+        peer.request(f.Subscribe(peer.next_corr(), 1, "huge-frame", 1, 0, 100), f.SubscribeResponse)
+        records = 0
+        while True:
+            d = peer.recv_until(f.Deliver)
+            assert isinstance(d, f.Deliver)
+            header = chunk.ChunkHeader.unpack(d.chunk)
+            assert header.num_entries <= 0xFFFF
+            records += header.num_records
+            if header.chunk_id >= stats.stats["last_chunk_id"]:
+                break
+        assert records == n

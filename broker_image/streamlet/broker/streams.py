@@ -82,6 +82,9 @@ class Stream:
     def publish(self, publisher: Publisher, batch: PublishBatch) -> None:
         if batch.count == 0:
             return
+        if batch.count > CHUNK_MAX_ENTRIES:  # NumEntries is a u16: split before anything else
+            self._publish_in_parts(publisher, batch)
+            return
         ref = publisher.reference
         if ref is not None:
             last = self.sequences.get(ref, 0)
@@ -91,10 +94,7 @@ class Stream:
                     return
             self.sequences[ref] = self._dirty_refs[ref] = max(last, batch.last_id)
         if batch.count > CHUNK_MAX_ENTRIES - self._count:
-            self.flush()  # NumEntries is a u16: a chunk never takes more than it can count
-            if batch.count > CHUNK_MAX_ENTRIES:
-                self._publish_in_parts(publisher, batch)
-                return
+            self.flush()  # a chunk never takes more entries than its header can count
         if batch.filter_values is None:
             self._filter_values.add(None)
         else:
@@ -135,7 +135,6 @@ class Stream:
             part = _batch_of(batch.publisher_id, msgs[i : i + CHUNK_MAX_ENTRIES],
                              filters[i : i + CHUNK_MAX_ENTRIES] if filters is not None else None)
             self.publish(publisher, part)
-            self.flush()
 
     def flush(self) -> None:
         self._scheduled = False
@@ -186,10 +185,11 @@ class Stream:
 def _batch_of(publisher_id: int, msgs: list[tuple[int, bytes, int]],
               filters: list[str | None] | None) -> PublishBatch:
     ids = [m[0] for m in msgs]
+    increasing = all(a < b for a, b in zip(ids, ids[1:], strict=False))
     return PublishBatch(
         publisher_id, len(msgs), struct.pack(f">{len(ids)}Q", *ids),
         b"".join(m[1] for m in msgs), sum(m[2] for m in msgs), ids[0] if ids else 0,
-        ids[-1] if ids else 0, True, filters,
+        ids[-1] if ids else 0, increasing, filters,
     )
 
 
