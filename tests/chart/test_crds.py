@@ -11,6 +11,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from streamlet_operator.builders.export import status_from_jobs, status_from_scheduled_app
+from streamlet_operator.conditions import set_condition
+from streamlet_operator.exports import CONDITION, SCHEDULED
 from streamlet_operator.model import BrokerModel, StreamModel
 from tests.chart.conftest import CHART, CRDS, EXAMPLES, KUBE_VERSIONS, crd_schema, load_crds
 from tests.chart.schema import to_jsonschema, validate
@@ -86,6 +89,7 @@ def test_examples_validate(path: Path) -> None:
     ({"broker": "b", "filterSizeBytes": 8}, "filterSizeBytes"),
     ({"broker": "b", "replicas": 3}, "unexpected"),
     ({"partitions": 2}, "broker"),
+    ({"broker": "b", "export": {"schedule": "0 * * * *"}}, "destination"),
 ])
 def test_invalid_streams_are_rejected(spec: dict[str, Any], problem: str) -> None:
     obj = {"apiVersion": "streamlet.dev/v1alpha1", "kind": "Stream",
@@ -136,3 +140,17 @@ def test_operator_defaults_match_the_crds() -> None:
     filled = _defaults(crd_schema("Stream")["properties"]["spec"], {"broker": "b"})
     assert StreamModel.from_body(stream) == StreamModel.from_body({**stream, "spec": filled})
     assert filled["deletionPolicy"] == "delete" and filled["partitions"] == 1
+
+
+def test_operator_export_status_fits_the_crd() -> None:
+    """What the export reconciler writes is what the CRD's status schema accepts."""
+    job = {"metadata": {"name": "s-export-1"}, "status": {"conditions": [
+        {"type": "Failed", "status": "True", "lastTransitionTime": "2026-11-21T10:00:00Z",
+         "message": "BackoffLimitExceeded"}]}}
+    app = {"status": {"lastRunName": "s-export-2", "lastRun": "2026-11-21T10:00:00Z"}}
+    for export in (status_from_jobs([job]), status_from_scheduled_app(app)):
+        assert export is not None
+        conditions = set_condition([], CONDITION, True, SCHEDULED["CronJob"], "CronJob s-export", 1)
+        obj = {"apiVersion": "streamlet.dev/v1alpha1", "kind": "Stream", "metadata": {"name": "s"},
+               "spec": {"broker": "b"}, "status": {"export": export, "conditions": conditions}}
+        validate(obj, crd_schema("Stream"))
