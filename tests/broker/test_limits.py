@@ -45,13 +45,6 @@ def test_missed_heartbeats_close_the_connection(shared_broker: BrokerProcess) ->
     assert shared_broker.alive()
 
 
-def _rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
 async def test_consumer_that_never_reads_does_not_grow_broker_memory(broker: BrokerProcess) -> None:
     stream, body, count = "never-read", b"x" * 65536, 1600  # 100 MiB stored
@@ -61,7 +54,7 @@ async def test_consumer_that_never_reads_does_not_grow_broker_memory(broker: Bro
         for _ in range(0, count, 100):
             await producer.send_many([body] * 100)
         await producer.close()
-    baseline = _rss_kib(broker.pid)
+    baseline = broker.rss_kib()
 
     # a raw consumer with all the credit it can ask for that never reads its socket
     stuck = socket.create_connection((broker.host, broker.port))
@@ -80,7 +73,7 @@ async def test_consumer_that_never_reads_does_not_grow_broker_memory(broker: Bro
             if m.offset >= count - 1:
                 break
     assert n == count
-    grown_mib = (_rss_kib(broker.pid) - baseline) / 1024
+    grown_mib = (broker.rss_kib() - baseline) / 1024
     stuck.close()
     # without back-pressure the stuck consumer would hold ~100 MiB of chunks in the broker
     assert grown_mib < 40, f"broker RSS grew by {grown_mib:.0f} MiB"
@@ -150,3 +143,44 @@ def test_a_peer_that_never_opens_is_closed(broker_factory: Callable[..., BrokerP
         time.sleep(1.5)  # past the handshake timeout: an opened connection stays
         meta = opened.request(f.Metadata(opened.next_corr(), ["x"]), f.MetadataResponse)
         assert isinstance(meta, f.MetadataResponse)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+def test_a_publisher_that_never_reads_its_confirms_is_held_back(broker: BrokerProcess) -> None:
+    """Confirms a publisher does not read must not pile up in the broker: once its outgoing
+    buffer is full the broker stops reading from that connection, and TCP holds the
+    publisher back. When it reads again, everything it sent is confirmed and stored."""
+    frame_messages = 20_000
+    with RawPeer(broker.host, broker.port, timeout=3.0) as peer:
+        peer.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        peer.handshake()
+        peer.request(f.Create(peer.next_corr(), "unread-confirms", {}), f.CreateResponse)
+        peer.request(f.DeclarePublisher(peer.next_corr(), 1, None, "unread-confirms"),
+                     f.DeclarePublisherResponse)
+        baseline = broker.rss_kib()
+        sent = 0
+        blocked = False
+        next_id = 1
+        # 1-byte bodies: a confirm (8 bytes) is 60% of what the message took to send
+        while sent < 400_000_000:
+            frame = f.encode(f.Publish(1, [f.PublishedMessage.simple(i, b"x")
+                                           for i in range(next_id, next_id + frame_messages)]))
+            try:
+                peer.sock.sendall(frame)
+            except TimeoutError:
+                blocked = True
+                break
+            next_id += frame_messages
+            sent += len(frame)
+        grown_mib = (broker.rss_kib() - baseline) / 1024
+        assert blocked, f"the broker kept reading {sent >> 20} MiB from a publisher that reads nothing"
+        assert grown_mib < 60, f"broker memory grew {grown_mib:.0f} MiB"
+        # now read: every id of every frame fully sent comes back confirmed
+        peer.sock.settimeout(30)
+        confirmed = 0
+        while confirmed < next_id - 1:
+            c = peer.recv_until(f.PublishConfirm)
+            assert isinstance(c, f.PublishConfirm)
+            confirmed += len(c.publishing_ids)
+        assert confirmed >= next_id - 1
+    assert broker.alive()

@@ -89,5 +89,12 @@ class BrokerProcess:
         self.stop()
         return self.start()
 
+    def rss_kib(self) -> int:
+        """The broker process's resident memory, from /proc."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmRSS in /proc status")
+
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -172,10 +172,17 @@ class Connection(asyncio.Protocol):
         if sub.sac_key is not None and self.vhost is not None:
             self.vhost.sac.leave(sub)
     def pause_writing(self) -> None:
+        # The peer is not reading what we send (confirms, chunks): stop reading what it sends
+        # too, so a publisher that ignores its confirms is held back by TCP instead of growing
+        # our buffers; subscriptions stop pumping until the buffer drains.
         self.paused = True
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()
 
     def resume_writing(self) -> None:
         self.paused = False
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
         for sub in list(self.subscriptions.values()):
             sub.pump()
 
