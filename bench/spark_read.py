@@ -64,7 +64,7 @@ def memory_source(rows: int, size: int, batch_rows: int) -> type:
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
     from pyspark.sql.types import StructType
 
-    from streamlet_spark.schema import RAW_COLUMNS, arrow_schema, chunk_batch
+    from streamlet_spark.schema import RAW_COLUMNS, RowsPart, arrow_schema, rows_batch
 
     class Reader(DataSourceReader):  # type: ignore[misc]
         def __init__(self, schema: StructType) -> None:
@@ -80,7 +80,7 @@ def memory_source(rows: int, size: int, batch_rows: int) -> type:
             values = pa.array([b"%012d" % i + pad for i in range(batch_rows)], pa.binary())
             for start in range(0, rows // 2, batch_rows):
                 n = min(batch_rows, rows // 2 - start)
-                yield chunk_batch(target, "bench", 0, 1700000000000, start, values.slice(0, n))
+                yield rows_batch(target, "bench", 0, [RowsPart(1700000000000, start, values.slice(0, n))])
 
     class Memory(DataSource):  # type: ignore[misc]
         @classmethod

@@ -14,7 +14,7 @@ from . import broker
 from .offsets import Range, cut, parse_bounds, split_points
 from .options import Options
 from .records import chunk_values
-from .schema import arrow_schema, chunk_batch
+from .schema import RowsPart, arrow_schema, rows_batch
 
 
 class RangePartition(InputPartition):  # type: ignore[misc]
@@ -44,24 +44,19 @@ async def plan_ranges(client: Client, opts: Options, starting: str | None, endin
 
 
 def read_range(opts: Options, rng: Range, target: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """The rows of ``[rng.start, rng.end)`` as batches of about ``opts.batch_rows`` rows
-    (small chunks are gathered: a batch costs Spark a fixed overhead)."""
-    pending: list[pa.RecordBatch] = []
-    rows = 0
-    for header, data in broker.iter_chunks(opts, rng):
-        values = chunk_values(data)
-        lo = max(rng.start - header.chunk_id, 0)
-        hi = min(rng.end - header.chunk_id, len(values))
-        if hi <= lo:
-            continue
-        pending.append(chunk_batch(target, rng.stream, rng.partition, header.timestamp,
-                                   header.chunk_id + lo, values.slice(lo, hi - lo)))
-        rows += hi - lo
-        if rows >= opts.batch_rows:
-            yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
-            pending, rows = [], 0
-    if pending:
-        yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+    """The rows of ``[rng.start, rng.end)`` as batches of about ``opts.batch_rows`` rows: one
+    Arrow batch per group of chunks (a batch costs Spark, and Arrow, a fixed overhead)."""
+    for group in broker.iter_chunk_groups(opts, rng, opts.batch_rows):
+        parts: list[RowsPart] = []
+        for header, data in group:
+            values = chunk_values(data)
+            lo = max(rng.start - header.chunk_id, 0)
+            hi = min(rng.end - header.chunk_id, len(values))
+            if hi > lo:
+                parts.append(RowsPart(header.timestamp, header.chunk_id + lo,
+                                      values.slice(lo, hi - lo)))
+        if parts:
+            yield rows_batch(target, rng.stream, rng.partition, parts)
 
 
 class StreamletReader(DataSourceReader):  # type: ignore[misc]

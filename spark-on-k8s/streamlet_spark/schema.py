@@ -5,6 +5,8 @@ Spark checks a yielded batch's Arrow schema against the one it derives from the 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -25,15 +27,33 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def chunk_batch(target: pa.Schema, stream: str, partition: int, timestamp_ms: int,
-                first_offset: int, values: pa.BinaryArray) -> pa.RecordBatch:
-    """One chunk's rows (``values`` already cut to the range) as a batch of ``target``."""
-    n = len(values)
+class RowsPart(NamedTuple):
+    """The rows one chunk gives a batch: the chunk's timestamp, the first row's offset, the
+    values (consecutive offsets from there)."""
+
+    timestamp_ms: int
+    first_offset: int
+    values: pa.BinaryArray
+
+
+def rows_batch(target: pa.Schema, stream: str, partition: int,
+               parts: list[RowsPart]) -> pa.RecordBatch:
+    """Rows of one partition stream, from one or more chunks, as one batch of ``target``:
+    columns are built once per batch with numpy, never per row."""
+    counts = np.fromiter((len(p.values) for p in parts), dtype=np.int64, count=len(parts))
+    n = int(counts.sum())
+    firsts = np.fromiter((p.first_offset for p in parts), dtype=np.int64, count=len(parts))
+    # each chunk's offsets are consecutive: the chunk's first offset repeated, plus 0..count-1
+    starts = np.repeat(firsts - (np.cumsum(counts) - counts), counts)
+    offsets = starts + np.arange(n, dtype=np.int64)
+    stamps = np.repeat(np.fromiter((p.timestamp_ms * 1000 for p in parts), dtype=np.int64,
+                                   count=len(parts)), counts)
+    values = parts[0].values if len(parts) == 1 else pa.concat_arrays([p.values for p in parts])
     columns: dict[str, pa.Array] = {
         "stream": pa.repeat(pa.scalar(stream, pa.string()), n),
         "partition": pa.repeat(pa.scalar(partition, pa.int32()), n),
-        "offset": pa.array(np.arange(first_offset, first_offset + n, dtype=np.int64)),
-        "timestamp": pa.repeat(pa.scalar(timestamp_ms * 1000, target.field("timestamp").type), n),
+        "offset": pa.array(offsets),
+        "timestamp": pa.array(stamps).cast(target.field("timestamp").type),
         "value": values,
     }
     if "body" in target.names:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING
 
 from ..protocol import OffsetType
+from ..storage import ChunkRef
 
 if TYPE_CHECKING:
     from .connection import Connection
     from .filtering import Matcher
     from .streams import Stream
 
-#: Bytes read from the log per batch of chunks.
-READ_BYTES = 1 << 20
+#: Bytes read from the log at a time: a run of chunks, kept until credit lets them go out, so a
+#: client that returns credit one chunk at a time costs one read per run, not per chunk.
+READ_BYTES = 256 << 10
 
 
 def resolve_start(stream: Stream, offset_type: int, offset: int) -> int:
@@ -34,8 +37,8 @@ def resolve_start(stream: Stream, offset_type: int, offset: int) -> int:
 
 
 class Subscription:
-    __slots__ = ("conn", "id", "stream", "credit", "cursor", "properties", "active", "matcher",
-                 "sac_key")
+    __slots__ = ("conn", "id", "stream", "credit", "_cursor", "properties", "active", "matcher",
+                 "sac_key", "_ahead")
 
     def __init__(self, conn: Connection, sub_id: int, stream: Stream, start: int, credit: int,
                  properties: dict[str, str]) -> None:
@@ -43,8 +46,10 @@ class Subscription:
         self.id = sub_id
         self.stream = stream
         self.credit = credit
+        #: chunks read from the log and not sent yet, in order, from the cursor on
+        self._ahead: deque[tuple[ChunkRef, memoryview]] = deque()
         #: next chunk to send is the one containing this offset, or the first after it
-        self.cursor = start
+        self._cursor = start
         self.properties = properties
         #: False while a single active consumer waits for its turn (or for its ConsumerUpdate answer)
         self.active = True
@@ -52,22 +57,34 @@ class Subscription:
         self.matcher: Matcher | None = None
         self.sac_key: tuple[int, str] | None = None
 
+    @property
+    def cursor(self) -> int:
+        return self._cursor
+
+    @cursor.setter
+    def cursor(self, offset: int) -> None:
+        """Move the subscription (a single active consumer's answer): what was read ahead goes."""
+        self._cursor = offset
+        self._ahead.clear()
+
     def pump(self) -> None:
         """Send chunks while there is credit, data, and room in the socket's buffer."""
         lg = self.stream.log
         conn = self.conn
         if not self.active:
             return
-        while self.credit > 0 and not conn.paused and self.cursor < lg.next_offset:
-            ref = lg.find_chunk(self.cursor)
-            if ref is None:
-                return
-            for chunk, data in lg.read_chunks(ref, READ_BYTES):
-                if self.matcher is not None and not self.matcher.accepts(lg, chunk):
-                    self.cursor = chunk.chunk_id + chunk.num_records  # skipped: costs no credit
-                    continue
-                conn.send_chunk(self.id, data, lg.committed_chunk_id)
-                self.credit -= 1
-                self.cursor = chunk.chunk_id + chunk.num_records
-                if self.credit == 0 or conn.paused:
+        ahead = self._ahead
+        while self.credit > 0 and not conn.paused:
+            if not ahead:
+                if self._cursor >= lg.next_offset:
                     return
+                ref = lg.find_chunk(self._cursor)
+                if ref is None:
+                    return
+                ahead.extend(lg.read_chunks(ref, READ_BYTES))
+            chunk, data = ahead.popleft()
+            self._cursor = chunk.chunk_id + chunk.num_records
+            if self.matcher is not None and not self.matcher.accepts(lg, chunk):
+                continue  # skipped: costs no credit
+            conn.send_chunk(self.id, data, lg.committed_chunk_id)
+            self.credit -= 1
