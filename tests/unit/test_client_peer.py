@@ -325,7 +325,10 @@ async def test_chunks_awaitable_skip_tracking_chunks_and_expand_sub_batches(
         header, records, first = await chunks.__anext__()
     assert (header.chunk_id, first, records) == (1, 1, [b"plain", b"g1", b"g2", b"g3"])
     assert consumer.last_offset == 4
-    assert len(await peer.wait_for(frames.Credit, 2)) == 2  # the tracking chunk too
+    async with asyncio.timeout(10):  # credit comes back for the tracking chunk too
+        while sum(c.credit for c in peer.of(frames.Credit)) < 2:
+            await asyncio.sleep(0.01)
+    assert sum(c.credit for c in peer.of(frames.Credit)) == 2
 
 
 async def test_bad_crc_is_refused(peer: Peer, client: Client) -> None:
@@ -443,3 +446,23 @@ async def test_idle_heartbeats_then_missed_server_heartbeats_close() -> None:
         with pytest.raises(ConnectionClosed) as e:
             await c.stream_exists("s")
         assert e.value.code == Code.STREAM_NOT_AVAILABLE
+
+
+async def test_credit_goes_back_in_batches_and_whenever_the_queue_empties(
+    peer: Peer, client: Client
+) -> None:
+    """Credit 8: with 8 chunks queued, credit goes back a quarter (2) at a time, one frame per
+    batch; then a lone chunk taken from a queue that runs empty gives its credit back at once."""
+    consumer = await client.consumer("s", credit=8)
+    sub = consumer.subscription_id
+    for i in range(8):
+        peer.send(deliver(sub, [b"m%d" % i], i))
+    async with asyncio.timeout(10):
+        while len(consumer._queue) < 8:
+            await asyncio.sleep(0.01)
+    for _ in range(8):
+        await consumer.next_raw_chunk()
+    assert [c.credit for c in await peer.wait_for(frames.Credit, 4)] == [2, 2, 2, 2]
+    peer.send(deliver(sub, [b"m8"], 8))
+    await consumer.next_raw_chunk()
+    assert [c.credit for c in await peer.wait_for(frames.Credit, 5)][-1] == 1

@@ -1,9 +1,10 @@
 """A subscription: chunks arrive from the connection into a queue; the application takes them
 as messages (``async for``) or as whole chunks (:meth:`Consumer.chunks`).
 
-Flow control is by chunk: the subscription starts with ``credit`` chunks and gives one back
-each time the application takes a chunk from the queue, so at most ``credit`` chunks wait in
-memory however slow the application is.
+Flow control is by chunk: the subscription starts with ``credit`` chunks and gives credit back
+as the application takes chunks from the queue: in batches of a quarter of the credit (one Credit
+frame per batch, not per chunk), and all it owes whenever the queue runs empty, so the broker
+never waits on us. At most ``credit`` chunks wait in memory however slow the application is.
 """
 
 from __future__ import annotations
@@ -76,7 +77,9 @@ class Consumer:
         self.last_offset: int | None = None
         self._client = client
         self._conn = client._conn
-        self._credit_frame = encode(frames.Credit(subscription_id, 1))
+        #: chunks taken whose credit is not given back yet, and how many to give back at once
+        self._owed = 0
+        self._credit_batch = max(1, credit // 4)
         self._min_offset = spec.value if spec.type == OffsetType.OFFSET else 0
         self._queue: deque[tuple[ChunkHeader, memoryview]] = deque()
         self._waiter: asyncio.Future[None] | None = None
@@ -164,8 +167,11 @@ class Consumer:
             queue = self._queue
             if queue:
                 header, data = queue.popleft()
-                if self._conn.closed is None and self._end is None:
-                    self._conn.write(self._credit_frame)
+                self._owed += 1
+                if (self._owed >= self._credit_batch or not queue) \
+                        and self._conn.closed is None and self._end is None:
+                    self._conn.write(encode(frames.Credit(self.subscription_id, self._owed)))
+                    self._owed = 0
                 if user_only and header.chunk_type != CHUNK_USER:
                     continue
                 if self.check_crc and crc32(data) != header.data_crc:
