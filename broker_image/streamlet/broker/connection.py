@@ -75,6 +75,8 @@ class Connection(asyncio.Protocol):
         self.heartbeat = broker.config.heartbeat
         self.deliver_v2 = False
         self.publishers: dict[int, Publisher] = {}
+        #: ids of publishers dropped because their stream moved away: a late Publish gets code 6
+        self.moved_publishers: set[int] = set()
         self.subscriptions: dict[int, Subscription] = {}
         self.last_received = time.monotonic()
         self._heartbeat_handle: asyncio.TimerHandle | None = None
@@ -259,11 +261,16 @@ class Connection(asyncio.Protocol):
     def send_publish_error(self, publisher_id: int, ids: list[int], code: Code) -> None:
         self.send(f.PublishError(publisher_id, [(i, code) for i in ids]))
 
-    def send_chunk(self, sub_id: int, chunk: memoryview, committed: int) -> None:
+    def send_chunks(self, sub_id: int, chunks: list[memoryview], committed: int) -> None:
+        """Deliver frames for stored chunks (header + data as on disk), all in one writev."""
         if self.transport is None or self.transport.is_closing():
             return
-        prefix = deliver_prefix(sub_id, len(chunk), committed if self.deliver_v2 else None)
-        self.transport.writelines((prefix, chunk))
+        v2 = committed if self.deliver_v2 else None
+        buffers: list[bytes | memoryview] = []
+        for chunk in chunks:
+            buffers.append(deliver_prefix(sub_id, len(chunk), v2))
+            buffers.append(chunk)
+        self.transport.writelines(buffers)
 
     # --- handshake ---------------------------------------------------------------------------------
 
@@ -395,6 +402,8 @@ class Connection(asyncio.Protocol):
             code = Code.STREAM_DOES_NOT_EXIST
         elif self.refused("write", cmd.stream):
             code = Code.ACCESS_REFUSED
+        elif stream.sealed:
+            code = Code.STREAM_NOT_AVAILABLE  # moved: Metadata names its new broker
         elif cmd.publisher_id in self.publishers or cmd.reference is not None and (
             len(cmd.reference.encode()) > 256
             or any(p.reference == cmd.reference for p in stream.publishers)
@@ -403,6 +412,7 @@ class Connection(asyncio.Protocol):
         else:
             pub = Publisher(cmd.publisher_id, cmd.reference or None, stream, self)
             self.publishers[cmd.publisher_id] = pub
+            self.moved_publishers.discard(cmd.publisher_id)
             stream.publishers.add(pub)
             code = Code.OK
         self.send(f.DeclarePublisherResponse(cmd.correlation_id, code))
@@ -417,7 +427,9 @@ class Connection(asyncio.Protocol):
         pub = self.publishers.get(batch.publisher_id)
         if pub is None:
             ids = list(struct.unpack(f">{batch.count}Q", batch.ids))
-            self.send_publish_error(batch.publisher_id, ids, Code.PUBLISHER_DOES_NOT_EXIST)
+            moved = batch.publisher_id in self.moved_publishers
+            self.send_publish_error(batch.publisher_id, ids, Code.STREAM_NOT_AVAILABLE if moved
+                                    else Code.PUBLISHER_DOES_NOT_EXIST)
             return
         pub.stream.publish(pub, batch)
 
@@ -434,6 +446,10 @@ class Connection(asyncio.Protocol):
 
     def on_delete_publisher(self, cmd: f.DeletePublisher) -> None:
         pub = self.publishers.pop(cmd.publisher_id, None)
+        if pub is None and cmd.publisher_id in self.moved_publishers:
+            self.moved_publishers.discard(cmd.publisher_id)  # already dropped by the move
+            self.send(f.DeletePublisherResponse(cmd.correlation_id, Code.OK))
+            return
         if pub is None:
             self.send(f.DeletePublisherResponse(cmd.correlation_id, Code.PUBLISHER_DOES_NOT_EXIST))
             return
@@ -607,8 +623,11 @@ class Connection(asyncio.Protocol):
             # A Broker's pods share their ports: a TLS client goes to the other pod's TLS port.
             return (address[0], tls.advertised_port or tls.port) if tls else address
 
-        answer = answer_metadata(cmd.streams, lambda n: self.streams.get(n) is not None,
-                                 self.advertised(), elsewhere)
+        def here(name: str) -> bool:  # a sealed stream moved: the directory names its leader
+            stream = self.streams.get(name)
+            return stream is not None and not stream.sealed
+
+        answer = answer_metadata(cmd.streams, here, self.advertised(), elsewhere)
         for name in cmd.streams:
             stream = self.streams.get(name)
             if stream is not None:
@@ -628,6 +647,15 @@ class Connection(asyncio.Protocol):
             return
         stream.flush()
         self.send(f.StreamStatsResponse(cmd.correlation_id, Code.OK, stream.stats()))
+
+    def publishers_moved(self, stream: Stream) -> None:
+        """``stream`` moved to another broker: its publishers here are gone; the client asks
+        Metadata again (which names the new broker) and declares them there."""
+        for pid, pub in list(self.publishers.items()):
+            if pub.stream is stream:
+                del self.publishers[pid]
+                self.moved_publishers.add(pid)
+        self.send(f.MetadataUpdate(Code.STREAM_NOT_AVAILABLE, stream.name))
 
     def forget_stream(self, stream: Stream) -> None:
         """The stream is gone: drop what this connection held on it and tell the client."""

@@ -9,8 +9,10 @@ them, so a Metadata request to any broker names the right leader::
      "super_streams": {"invoices": {"partitions": ["invoices-0", "invoices-1"],
                                     "binding_keys": ["0", "1"]}}}
 
-A key is the stream's name for the vhost ``/``, else ``<vhost>/<stream>``. The file is read again
-when it changes (checked at most once a second, when a request needs it); a file that cannot be
+A key is the stream's name for the vhost ``/``, else ``<vhost>/<stream>``. A stream this broker
+holds whose entry changes to name another broker has been moved there: it is sealed here
+(``seal_changes``). The file is read again when it changes (its stat is checked at most once a
+second, by a timer and when a request needs it); a file that cannot be
 read or parsed is logged and the last good one kept. Everything but ``DirectoryFile`` is pure.
 """
 
@@ -106,6 +108,29 @@ def parse(text: str) -> Directory:
                                  " two lists of strings of the same length")
         supers[name] = SuperStreamEntry(tuple(parts), tuple(keys))
     return Directory(streams, supers)
+
+
+def seal_changes(previous: Directory | None, current: Directory, vhost: str,
+                 held: Iterable[str], here: Address) -> tuple[set[str], set[str]]:
+    """Which of the streams ``held`` in ``vhost`` to seal and which to unseal, now that the
+    directory went from ``previous`` (None: first load) to ``current``.
+
+    A stream whose entry changed to name another broker was moved there: the operator copied
+    it and switched the directory. This broker seals its copy (no more publishing; reads go
+    on) so nothing is confirmed here after the switch, which the operator's last copy would
+    miss. Only a change seals: a move's new stream is created while the directory still names
+    the old broker, and must take the copy. A stream named here again (a move undone) is
+    unsealed; an entry that disappears changes nothing.
+    """
+    seal: set[str] = set()
+    unseal: set[str] = set()
+    for name in held:
+        now = current.leader(vhost, name)
+        if now == here:
+            unseal.add(name)
+        elif now is not None and (previous is None or previous.leader(vhost, name) != now):
+            seal.add(name)
+    return seal, unseal
 
 
 @dataclass

@@ -10,7 +10,7 @@ import signal
 from .access import AccessControl
 from .config import BrokerConfig
 from .connection import Connection
-from .directory import EMPTY, Directory, DirectoryFile
+from .directory import CHECK_INTERVAL_S, EMPTY, Directory, DirectoryFile, seal_changes
 from .streams import Stream
 from .tls import server_context
 from .vhosts import VirtualHost
@@ -32,6 +32,8 @@ class Broker:
         self._servers: list[asyncio.Server] = []
         self._retention_task: asyncio.Task[None] | None = None
         self._directory = DirectoryFile(config.directory_file) if config.directory_file else None
+        self._sealed_by: Directory | None = None  # the directory the seals were last set from
+        self._directory_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -47,6 +49,8 @@ class Broker:
             )
             self._servers.append(tls_server)
         self._retention_task = asyncio.create_task(self._retention_loop())
+        if self._directory is not None:
+            self._directory_task = asyncio.create_task(self._directory_loop())
         for sock in server.sockets:
             log.info("streamlet listening on %s", sock.getsockname()[:2])
 
@@ -69,7 +73,40 @@ class Broker:
 
     def directory(self) -> Directory:
         """Where the streams other brokers hold live (empty without [cluster] directory_file)."""
-        return self._directory.current() if self._directory is not None else EMPTY
+        if self._directory is None:
+            return EMPTY
+        directory = self._directory.current()
+        if directory is not self._sealed_by:
+            previous, self._sealed_by = self._sealed_by, directory
+            self._apply_seals(previous, directory)
+        return directory
+
+    def _apply_seals(self, previous: Directory | None, directory: Directory) -> None:
+        """Seal the streams the directory says moved away; unseal those it names here again."""
+        here = self.config.advertised
+        for vhost in self.vhosts.values():
+            streams = vhost.streams.streams
+            seal, unseal = seal_changes(previous, directory, vhost.name, streams, here)
+            for name in seal:
+                stream = streams[name]
+                if not stream.sealed:
+                    log.info("stream %s moved to %s: sealed here (reads only)", name,
+                             directory.leader(vhost.name, name))
+                    for conn in {p.conn for p in stream.seal()}:
+                        conn.publishers_moved(stream)
+            for name in unseal:
+                if streams[name].sealed:
+                    log.info("stream %s is named here again: unsealed", name)
+                    streams[name].sealed = False
+
+    async def _directory_loop(self) -> None:
+        # A move seals the old stream when the directory changes, without waiting for a client.
+        while True:
+            await asyncio.sleep(CHECK_INTERVAL_S)
+            try:
+                self.directory()
+            except Exception:  # never let the timer die: the next tick tries again
+                log.exception("stream directory check failed")
 
     def user_connections(self, user: str) -> int:
         return sum(1 for c in self.connections if c.user == user)
@@ -88,6 +125,8 @@ class Broker:
             server.close()
         if self._retention_task:
             self._retention_task.cancel()
+        if self._directory_task:
+            self._directory_task.cancel()
         for conn in list(self.connections):
             conn.abort()
         for server in self._servers:

@@ -76,11 +76,17 @@ class Stream:
         self._filter_values: set[str | None] = set()
         self._scheduled = False
         self.deleted = False
+        #: moved to another broker (the stream directory names it): reads only, see seal()
+        self.sealed = False
 
     # --- publishing ---------------------------------------------------------------------------
 
     def publish(self, publisher: Publisher, batch: PublishBatch) -> None:
         if batch.count == 0:
+            return
+        if self.sealed:  # never confirmed here: the operator's last copy would miss it
+            publisher.conn.send_publish_error(publisher.id, _unpack_ids([batch.ids]),
+                                              Code.STREAM_NOT_AVAILABLE)
             return
         if batch.count > CHUNK_MAX_ENTRIES:  # NumEntries is a u16: split before anything else
             self._publish_in_parts(publisher, batch)
@@ -160,6 +166,15 @@ class Stream:
         for sub in list(self.subscriptions):
             sub.pump()
 
+    def seal(self) -> set[Publisher]:
+        """Stop taking publishes (the stream moved to another broker); what is pending was
+        published before, so it is written and confirmed first. Returns the publishers, now
+        dropped: their connections are told the stream is not available here."""
+        self.flush()
+        self.sealed = True
+        publishers, self.publishers = self.publishers, set()
+        return publishers
+
     # --- consumer offsets ----------------------------------------------------------------------
 
     def store_offset(self, reference: str, offset: int) -> None:
@@ -172,6 +187,7 @@ class Stream:
             "first_chunk_id": lg.first_chunk_id,
             "committed_chunk_id": lg.committed_chunk_id,
             "last_chunk_id": lg.last_chunk_id,
+            "sealed": int(self.sealed),
         }
 
     def holders(self) -> set[Connection]:
