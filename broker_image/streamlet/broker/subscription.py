@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,8 @@ if TYPE_CHECKING:
 #: Bytes read from the log at a time: a run of chunks, kept until credit lets them go out, so a
 #: client that returns credit one chunk at a time costs one read per run, not per chunk.
 READ_BYTES = 256 << 10
+#: Bytes one pump writes at most before yielding to the event loop.
+PUMP_BYTES = 1 << 20
 
 
 def resolve_start(stream: Stream, offset_type: int, offset: int) -> int:
@@ -68,23 +71,32 @@ class Subscription:
         self._ahead.clear()
 
     def pump(self) -> None:
-        """Send chunks while there is credit, data, and room in the socket's buffer."""
+        """Send chunks while there is credit, data, and room in the socket's buffer; what one
+        call sends goes out in one write (a writev of every frame), not one per chunk."""
         lg = self.stream.log
         conn = self.conn
-        if not self.active:
+        if not self.active or conn.paused or conn.closing or self.stream.deleted:
             return
         ahead = self._ahead
-        while self.credit > 0 and not conn.paused:
+        out: list[memoryview] = []
+        size = 0
+        while self.credit > 0 and size < PUMP_BYTES:
             if not ahead:
                 if self._cursor >= lg.next_offset:
-                    return
+                    break
                 ref = lg.find_chunk(self._cursor)
                 if ref is None:
-                    return
+                    break
                 ahead.extend(lg.read_chunks(ref, READ_BYTES))
             chunk, data = ahead.popleft()
             self._cursor = chunk.chunk_id + chunk.num_records
             if self.matcher is not None and not self.matcher.accepts(lg, chunk):
                 continue  # skipped: costs no credit
-            conn.send_chunk(self.id, data, lg.committed_chunk_id)
+            out.append(data)
+            size += len(data)
             self.credit -= 1
+        if out:
+            conn.send_chunks(self.id, out, lg.committed_chunk_id)
+            if size >= PUMP_BYTES and self.credit > 0 and not conn.paused:
+                # more to send: after the loop has served others (and the socket has drained)
+                asyncio.get_running_loop().call_soon(self.pump)
