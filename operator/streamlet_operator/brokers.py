@@ -35,6 +35,8 @@ class StreamStats:
     first_offset: int
     committed_offset: int
     last_offset: int
+    #: the pod's directory names another pod for it (a move switched it): no more publishing
+    sealed: bool = False
 
     @property
     def size(self) -> int:
@@ -61,13 +63,18 @@ class BrokerSession(Protocol):
 
     async def stream_stats(self, name: str) -> StreamStats: ...
 
-    def read(self, name: str) -> contextlib.AbstractAsyncContextManager[
-            AsyncIterator[tuple[int, list[bytes]]]]:
-        """The stream's chunks from the first: (chunk id, records), waiting for new ones."""
+    async def publisher_sequence(self, name: str, reference: str) -> int:
+        """The last publishing id the stream stored for ``reference`` (0 if none)."""
 
-    def write(self, name: str) -> contextlib.AbstractAsyncContextManager[
-            Callable[[list[bytes]], Awaitable[None]]]:
-        """A function publishing records to the stream and waiting for their confirms."""
+    def read(self, name: str, offset: int = 0) -> contextlib.AbstractAsyncContextManager[
+            AsyncIterator[tuple[int, int, list[bytes]]]]:
+        """The stream's chunks from the one holding ``offset``: (chunk id, offset of the first
+        record, records at or after ``offset``), waiting for new ones."""
+
+    def write(self, name: str, reference: str | None = None) -> contextlib.AbstractAsyncContextManager[
+            Callable[[list[bytes], int], Awaitable[None]]]:
+        """A function publishing records with consecutive publishing ids from the given one and
+        waiting for their confirms; with ``reference`` the broker drops ids it already has."""
 
 
 class BrokerAdmin(Protocol):
@@ -134,13 +141,17 @@ class _ClientSession:
             raise
         return True
 
-    @contextlib.asynccontextmanager
-    async def read(self, name: str) -> AsyncIterator[AsyncIterator[tuple[int, list[bytes]]]]:
-        consumer = await self._client.consumer(name, offset="first", credit=4)
+    async def publisher_sequence(self, name: str, reference: str) -> int:
+        return int(await self._client.query_publisher_sequence(reference, name))
 
-        async def chunks() -> AsyncIterator[tuple[int, list[bytes]]]:
-            async for header, records, _first in consumer.chunks():
-                yield header.chunk_id, [bytes(r) for r in records]
+    @contextlib.asynccontextmanager
+    async def read(self, name: str,
+                   offset: int = 0) -> AsyncIterator[AsyncIterator[tuple[int, int, list[bytes]]]]:
+        consumer = await self._client.consumer(name, offset=offset or "first", credit=4)
+
+        async def chunks() -> AsyncIterator[tuple[int, int, list[bytes]]]:
+            async for header, records, first in consumer.chunks():
+                yield header.chunk_id, first, [bytes(r) for r in records]
 
         try:
             yield chunks()
@@ -149,11 +160,12 @@ class _ClientSession:
                 await consumer.close()
 
     @contextlib.asynccontextmanager
-    async def write(self, name: str) -> AsyncIterator[Callable[[list[bytes]], Awaitable[None]]]:
-        producer = await self._client.producer(name)
+    async def write(self, name: str, reference: str | None = None,
+                    ) -> AsyncIterator[Callable[[list[bytes], int], Awaitable[None]]]:
+        producer = await self._client.producer(name, reference=reference)
 
-        async def publish(records: list[bytes]) -> None:
-            await producer.send_many(records)
+        async def publish(records: list[bytes], first_id: int) -> None:
+            await producer.send_many(records, first_id=first_id)
             await producer.flush()
 
         try:
@@ -168,6 +180,7 @@ class _ClientSession:
             first_offset=int(stats.get("first_chunk_id", -1)),
             committed_offset=int(stats.get("committed_chunk_id", -1)),
             last_offset=int(stats.get("last_chunk_id", -1)),
+            sealed=bool(stats.get("sealed", 0)),  # brokers before the seal do not report it
         )
 
 

@@ -1,32 +1,81 @@
-"""Moving a stream between broker pods: copy its messages, then the caller switches and deletes.
+"""Moving a stream between broker pods without losing a confirmed message.
 
-The copy goes through the protocol (subscribe on the old pod, publish on the new one), chunk by
-chunk, until it has reached the old stream's last chunk. Offsets are kept when the old stream
-still starts at offset 0 (nothing removed by retention). Messages published to the old pod
-after the copy finished and before its stream is deleted are lost: for a lossless move, stop
-producers first (they get MetadataUpdate when the old stream goes, and reconnect).
+A move, driven by the Stream reconciler across as many passes as it needs:
+
+1. create the stream on the new pod and copy the old one into it (``copy_stream``);
+2. record the new placement (and ``status.move``) and write the directory naming the new pod;
+3. wait until the old pod has read that directory and sealed its stream (``sealed``): it then
+   confirms nothing more, tells its publishers (MetadataUpdate) and they go to the new pod;
+4. copy again: the messages the old pod confirmed since step 1, now final;
+5. delete the old stream.
+
+Copies publish with the publisher reference ``MOVE_REFERENCE`` and publishing id = source
+offset + 1, so the new pod deduplicates: a copy interrupted at any point is resumed, never
+doubled, and the tail copy starts where the stored sequence says. Offsets stay the same when
+the old stream still starts at offset 0 (nothing removed by retention). Stored consumer
+offsets (StoreOffset) are not copied: consumers that track offsets on the server start again
+from their own offset specification.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from .brokers import BrokerSession
 
+#: The new pod's publisher reference for copied messages (its dedup key; never a client's).
+MOVE_REFERENCE = "streamlet-operator-move"
+#: How long one pass waits for the old pod to seal before leaving it to the next pass.
+SEAL_WAIT_S = 5.0
+SEAL_POLL_S = 0.2
 
-async def copy_stream(source: BrokerSession, target: BrokerSession, name: str) -> int:
-    """Copy every message of ``name`` from ``source`` into the (new, empty) stream on ``target``;
-    return how many were copied."""
+
+async def copy_stream(source: BrokerSession, target: BrokerSession, name: str,
+                      follow: bool = True) -> int:
+    """Copy to ``target`` what it lacks of ``name`` on ``source``, up to source's last chunk;
+    return how many messages were copied. Resumes after the last message copied before.
+
+    ``follow``: also copy chunks that arrive meanwhile, until caught up (for a sealed source,
+    which gets none). Without, stop at the last chunk when the copy started: a copy chasing
+    producers faster than itself would never end."""
     stats = await source.stream_stats(name)
     if stats.last_offset < 0:
         return 0
+    start = await target.publisher_sequence(name, MOVE_REFERENCE)  # next source offset to copy
     copied = 0
-    async with source.read(name) as chunks, target.write(name) as publish:
-        async for chunk_id, records in chunks:
+    # At most the last chunk's start: a subscription past the end would wait for new chunks.
+    async with source.read(name, min(start, stats.last_offset)) as chunks, \
+            target.write(name, MOVE_REFERENCE) as publish:
+        async for chunk_id, first, records in chunks:
+            if first < start:  # the start of a chunk copied before
+                records, first = records[start - first:], start
             if records:
-                await publish(records)
+                await publish(records, first + 1)
                 copied += len(records)
             if chunk_id >= stats.last_offset:
+                if not follow:
+                    break
                 # Caught up with the snapshot: done unless more arrived meanwhile.
                 stats = await source.stream_stats(name)
                 if chunk_id >= stats.last_offset:
                     break
     return copied
+
+
+async def sealed(source: BrokerSession, names: list[str], wait: float = SEAL_WAIT_S) -> bool:
+    """Whether the old pod has sealed all of ``names`` (or no longer has them), waiting up to
+    ``wait`` seconds: it seals once its directory file names the new pod, which on a cluster
+    the kubelet may take a minute to deliver, so the caller comes back on a later pass."""
+    deadline = time.monotonic() + wait
+    while True:
+        done = True
+        for name in names:
+            if await source.stream_exists(name) and not (await source.stream_stats(name)).sealed:
+                done = False
+                break
+        if done:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(SEAL_POLL_S)

@@ -8,7 +8,10 @@ status as the StatefulSet controller would write it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Protocol
 
@@ -123,6 +126,22 @@ class Kubelet:
             tmp.write_text(text)
             os.replace(tmp, path)
         return text
+
+    @contextlib.asynccontextmanager
+    async def delivering_directory(self, namespace: str, name: str) -> AsyncIterator[None]:
+        """Keep copying the directory ConfigMap to the pods' file in the background, as the
+        kubelet does: a move waits for the old pod to read the directory naming the new one."""
+        async def loop() -> None:
+            while True:
+                await self.sync_directory(namespace, name)
+                await asyncio.sleep(0.2)
+        task = asyncio.create_task(loop())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     def kill(self, namespace: str, name: str, ordinal: int) -> None:
         """The pod's broker stops; its data folder (the PVC) stays."""

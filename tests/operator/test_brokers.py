@@ -67,6 +67,8 @@ async def test_copy_stream_keeps_messages_and_offsets(broker_factory: BrokerFact
                 admin.session((target.host, target.port), "guest", "guest") as new:
             assert await new.create_stream("big", {})
             assert await copy_stream(old, new, "big") == 3000
+            # Copies are deduplicated on the target (a move resumes, never doubles).
+            assert await copy_stream(old, new, "big") == 0
             assert (await new.stream_stats("big")).last_offset > 0
     finally:
         await admin.close()

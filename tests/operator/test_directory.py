@@ -158,10 +158,12 @@ async def test_a_producer_follows_a_moved_stream(cluster: Cluster, kube: Kube, k
 
     producer = Producer(*pods[1], username="guest", password="guest", on_close_handler=on_close)
     await producer.start()
+    stack = contextlib.AsyncExitStack()
     try:
         for i in range(MESSAGES):
             await producer.send_wait("moves", AMQPMessage(body=f"before{i}".encode()))
         await kube.patch("Broker", namespace, "b", {"spec": {"replicas": 2}})
+        await stack.enter_async_context(kubelet.delivering_directory(namespace, "b"))
 
         async def told() -> list[OnClosedErrorInfo]:
             return [c for c in closed if c.reason == "Metadata Update"]
@@ -179,6 +181,7 @@ async def test_a_producer_follows_a_moved_stream(cluster: Cluster, kube: Kube, k
         for i in range(MESSAGES):
             await producer.send_wait("moves", AMQPMessage(body=f"after{i}".encode()))
     finally:
+        await stack.aclose()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(producer.close(), 5)
     bodies = await _read_all(pods[0], "moves", 2 * MESSAGES)

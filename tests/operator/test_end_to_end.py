@@ -118,9 +118,11 @@ async def test_scale_down_moves_streams(cluster: Cluster, kube: Kube, kubelet: K
 
     consumer = Consumer(*old, username="guest", password="guest", on_close_handler=on_close)
     await consumer.start()
+    stack = contextlib.AsyncExitStack()
     try:
         await consumer.subscribe("moves", lambda m, c: None, decoder=amqp_decoder)
         await kube.patch("Broker", namespace, "b", {"spec": {"replicas": 1}})
+        await stack.enter_async_context(kubelet.delivering_directory(namespace, "b"))
 
         async def moved() -> Any:
             s = await kube.get("Stream", namespace, "moves")
@@ -136,6 +138,7 @@ async def test_scale_down_moves_streams(cluster: Cluster, kube: Kube, kubelet: K
         assert (await eventually(told, what="MetadataUpdate on the old pod"))[0].streams == [
             "moves"]
     finally:
+        await stack.aclose()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(consumer.close(), 5)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
@@ -18,7 +19,7 @@ from ..directory import sync_directory
 from ..exports import FAILED, INVALID, reconcile_export
 from ..metrics import DRIFT_REPAIRS, MOVES, instrumented
 from ..model import BrokerModel, StreamModel
-from ..moves import copy_stream
+from ..moves import copy_stream, sealed
 from ..placement import place, stream_counts
 from ..runtime import Runtime
 from ..settings import SETTINGS
@@ -28,6 +29,8 @@ RESOURCE = (GROUP, VERSION, "streams")
 WARNINGS = frozenset({"StreamRecreated", INVALID, FAILED})
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 log = logging.getLogger(__name__)
+#: After this long waiting for the old pod to seal, the condition says the move is stalled.
+MOVE_STALLED_S = 300
 
 
 @kopf.index(*RESOURCE)
@@ -37,6 +40,9 @@ def stream_placements(*, namespace: str | None, name: str, spec: kopf.Spec,
     applied = status.get("applied") or {}
     broker = applied.get("broker") or spec.get("broker", "")
     ordinals = [int(p["ordinal"]) for p in status.get("placement") or []]
+    move = status.get("move")
+    if move:  # the old pod still holds the stream until the move finishes: keep it running
+        ordinals.append(int(move["from"]))
     return {(namespace or "", broker): {name: ordinals}}
 
 
@@ -78,40 +84,74 @@ async def _choose_pod(runtime: Runtime, index: Any, stream: StreamModel,
         return ordinal
 
 
-async def _move(runtime: Runtime, index: Any, stream: StreamModel, arguments: dict[str, str],
-                broker: BrokerModel, source: int) -> tuple[int, int]:
-    """Move the stream off pod ``source`` (being removed); return (new ordinal, messages copied).
+async def _start_move(runtime: Runtime, index: Any, stream: StreamModel,
+                      arguments: dict[str, str], broker: BrokerModel,
+                      source: int) -> dict[str, Any]:
+    """Start moving the stream off pod ``source`` (being removed); return ``status.move``.
 
-    Copy first, then record the new placement, then delete the old stream: the deletion makes
-    the old pod send MetadataUpdate to the stream's clients, who find it on the new pod.
+    Copy, then record the new placement and the move in progress (``status.move``), then name
+    the new pod in the directory: the old pod seals its stream when it reads that, and
+    ``_finish_move`` (this pass or a later one) copies the rest and deletes the old stream.
     """
     async with runtime.placement_lock:
         held = placements(index, runtime, stream.namespace, broker.name)
         held.pop(stream.name, None)
         target = place(stream_counts(held.values(), broker.replicas), stream.partitions)
     partitions = stream.partition_names
-    new_placement = [{"stream": p, "pod": names.pod(broker.name, target), "ordinal": target}
-                     for p in partitions]
     async with _session(runtime, broker, source) as old, _session(runtime, broker, target) as new:
         if not await _create(new, stream, arguments):
             # Left by a move that failed half-way (the status still points at the old pod).
             await _delete(new, stream)
             await _create(new, stream, arguments)
-        copied = 0
+        for partition in partitions:  # the bulk, while producers go on: the rest comes later
+            await copy_stream(old, new, partition, follow=False)
+    move = {"from": source, "to": target,
+            "started": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    # Recorded before the directory names the new pod: a restarted operator resumes the move,
+    # and no repair ever re-creates the old stream.
+    await runtime.kube.patch("Stream", stream.namespace, stream.name, {"status": {
+        "placement": [{"stream": p, "pod": names.pod(broker.name, target), "ordinal": target}
+                      for p in partitions],
+        "leader": names.pod(broker.name, target), "move": move}}, subresource="status")
+    runtime.recent[(stream.namespace, broker.name)][stream.name] = [target] * len(partitions) + [
+        source]
+    return move
+
+
+async def _finish_move(runtime: Runtime, stream: StreamModel, broker: BrokerModel,
+                       move: dict[str, Any]) -> int | None:
+    """Finish a move once the old pod has sealed its stream; return the messages copied since
+    it started, or None if the old pod has not sealed yet (a later pass tries again)."""
+    source, target = int(move["from"]), int(move["to"])
+    partitions = stream.partition_names
+    # (Again) name the new pod: the old pod seals when it reads this.
+    await sync_directory(runtime, broker, {stream.name: Placed(
+        stream.stream, stream.partitions, tuple((p, target) for p in partitions))})
+    async with _session(runtime, broker, source) as old, _session(runtime, broker, target) as new:
+        if not await sealed(old, partitions):
+            return None
+        copied = 0  # the tail: what the old pod confirmed after the first copy, now final
         for partition in partitions:
-            copied += await copy_stream(old, new, partition)
-        # Record the switch before deleting, so no repair ever re-creates the old stream.
-        await runtime.kube.patch("Stream", stream.namespace, stream.name, {"status": {
-            "placement": new_placement, "leader": names.pod(broker.name, target)}},
-            subresource="status")
-        runtime.recent[(stream.namespace, broker.name)][stream.name] = [target] * len(partitions)
-        # Every pod names the new one before the old stream goes (on a cluster the kubelet
-        # delivers the ConfigMap within about a minute; clients' retries cover the gap).
-        await sync_directory(runtime, broker, {stream.name: Placed(
-            stream.stream, stream.partitions, tuple((p, target) for p in partitions))})
+            if await old.stream_exists(partition):
+                copied += await copy_stream(old, new, partition)
         await _delete(old, stream)
+    runtime.recent[(stream.namespace, broker.name)][stream.name] = [target] * len(partitions)
     MOVES.labels(stream.namespace).inc()
-    return target, copied
+    return copied
+
+
+def _move_pending(move: dict[str, Any], broker: BrokerModel) -> tuple[str, str]:
+    """The Ready condition's reason and message while the old pod has not sealed."""
+    old, new = names.pod(broker.name, int(move["from"])), names.pod(broker.name, int(move["to"]))
+    started = datetime.strptime(move["started"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    waited = int((datetime.now(UTC) - started).total_seconds())
+    if waited < MOVE_STALLED_S:
+        return "MovePending", (f"moving to {new}: waiting for {old} to read the stream directory"
+                               f" naming {new} and stop taking publishes ({waited} s)")
+    return "MoveStalled", (f"moving to {new}: {old} has not sealed the stream after {waited} s;"
+                           f" check that it mounts the directory ConfigMap"
+                           f" {names.directory_configmap(broker.name)} and advertises the"
+                           " address the directory names for it")
 
 
 async def _create(session: BrokerSession, stream: StreamModel, arguments: dict[str, str]) -> bool:
@@ -177,13 +217,21 @@ async def _reconcile_on_broker(body: dict[str, Any], runtime: Runtime, index: An
     pod = names.pod(broker.name, ordinal)
     partitions = target_stream.partition_names
     events: list[tuple[str, str]] = []
+    move: dict[str, Any] | None = status.get("move")
     try:
-        if (placed and applied and ordinal >= broker.replicas
+        if (placed and applied and not move and ordinal >= broker.replicas
                 and broker.scale_down_policy == "MoveStreams"):
-            ordinal, copied = await _move(runtime, index, target_stream, arguments, broker, ordinal)
-            events.append(("StreamMoved", f"{target_stream.stream} moved from {pod} to "
-                           f"{names.pod(broker.name, ordinal)} ({copied} messages copied)"))
+            move = await _start_move(runtime, index, target_stream, arguments, broker, ordinal)
+            status["move"] = move
+            ordinal = int(move["to"])
             pod = names.pod(broker.name, ordinal)
+        if move:
+            copied = await _finish_move(runtime, target_stream, broker, move)
+            if copied is not None:
+                old = names.pod(broker.name, int(move["from"]))
+                events.append(("StreamMoved", f"{target_stream.stream} moved from {old} to "
+                               f"{pod} ({copied} messages copied after the switch)"))
+                status["move"] = move = None
         async with _session(runtime, broker, ordinal) as session:
             created = await _create(session, target_stream, arguments)
             stats: StreamStats = await session.stream_stats(partitions[0])
@@ -199,6 +247,12 @@ async def _reconcile_on_broker(body: dict[str, Any], runtime: Runtime, index: An
                                    for p in partitions]
         return status, events
 
+    if move:  # usable on the new pod already; the old one still has to seal
+        reason, message = _move_pending(move, broker)
+        status.update({"phase": "Moving", "leader": pod, "placement": [
+            {"stream": p, "pod": pod, "ordinal": ordinal} for p in partitions]})
+        status["conditions"] = set_condition(conditions, "Ready", False, reason, message, gen)
+        return status, events
     if created and applied and not events:
         DRIFT_REPAIRS.labels(stream.namespace).inc()
         repaired = f"{target_stream.stream} was missing on {pod}; re-created it (empty)"
