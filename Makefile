@@ -38,7 +38,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check broker_image operator spark-on-k8s tests bench
-	$(VENV)/bin/mypy broker_image/streamlet
+	$(VENV)/bin/mypy broker_image/streamlet operator/streamlet_operator spark-on-k8s/streamlet_spark spark-on-k8s/jobs bench tests
 
 # Installs RabbitMQ (Debian's rabbitmq-server) if missing, runs both side by side, and rewrites
 # the results section of docs/performance.md and its plot.

@@ -116,8 +116,10 @@ async def test_rbfly_filtering(shared_broker: BrokerProcess) -> None:
             got: list[bytes] = []
 
             async def run() -> None:
-                async for body in client.subscribe(stream, offset=Offset.FIRST, filter=filt):
-                    got.append(bytes(body))
+                first = Offset.FIRST  # type: ignore[misc]  # rbfly's stub types FIRST per instance
+                async for body in client.subscribe(stream, offset=first, filter=filt):
+                    assert isinstance(body, bytes)
+                    got.append(body)
                     if len(got) >= count:
                         return
             await asyncio.wait_for(run(), 20)
