@@ -22,6 +22,7 @@ from rstream import (
 from streamlet.client import connect
 from streamlet.protocol import Code
 from tests.support.brokers import BrokerProcess
+from tests.support.waiting import eventually
 
 Factory = Callable[..., BrokerProcess]
 
@@ -33,17 +34,6 @@ def _directory_config(tmp_path: Path) -> tuple[Path, Path]:
     config = tmp_path / "a.toml"
     config.write_text(f'[cluster]\ndirectory_file = "{directory}"\n')
     return config, directory
-
-
-async def _until(check: Callable[[], Awaitable[Any]], what: str, timeout: float = 15.0) -> Any:
-    async def loop() -> Any:
-        while not (result := await check()):
-            await asyncio.sleep(0.1)
-        return result
-    try:
-        return await asyncio.wait_for(loop(), timeout)
-    except TimeoutError:
-        raise AssertionError(f"{what}: not reached in {timeout} s") from None
 
 
 async def test_a_client_of_broker_a_uses_a_stream_on_broker_b(
@@ -88,7 +78,7 @@ async def test_a_client_of_broker_a_uses_a_stream_on_broker_b(
 
         async def all_in() -> bool:
             return len(received) >= 20
-        await _until(all_in, "20 messages consumed through broker A's address")
+        await eventually(all_in, timeout=15.0, what="20 messages consumed through broker A's address")
     finally:
         await asyncio.wait_for(consumer.close(), 5)
     assert received == [f"m{i}".encode() for i in range(20)]
@@ -115,13 +105,13 @@ async def test_the_directory_is_read_again_when_it_changes_and_a_bad_one_is_igno
     try:
         assert await leader() is None
         directory.write_text(json.dumps({"streams": {"s": "h1:1000"}}))
-        assert await _until(leader, "the first directory read") == (Code.OK, "h1", 1000)
+        assert await eventually(leader, timeout=15.0, what="the first directory read") == (Code.OK, "h1", 1000)
         directory.write_text("{not json")
         directory.write_text(json.dumps({"streams": {"s": "h2:2000"}}))
-        assert await _until(lambda: _changed(leader, "h1"), "the second directory read") == (
+        assert await eventually(lambda: _changed(leader, "h1"), timeout=15.0, what="the second directory read") == (
             Code.OK, "h2", 2000)
         directory.write_text("{not json")
-        await _until(lambda: _logged(a, leader, "not JSON"), "the bad file logged")
+        await eventually(lambda: _logged(a, leader, "not JSON"), timeout=15.0, what="the bad file logged")
         assert await leader() == (Code.OK, "h2", 2000)  # the last good one
     finally:
         await client.close()

@@ -20,6 +20,7 @@ from rstream import Producer as RProducer
 from streamlet.client import StreamletError, connect
 from streamlet.protocol import Code
 from tests.support.brokers import BrokerProcess
+from tests.support.waiting import eventually
 
 SAC = {"single-active-consumer": "true", "name": "billing"}
 
@@ -27,12 +28,6 @@ SAC = {"single-active-consumer": "true", "name": "billing"}
 async def _publish(b: BrokerProcess, stream: str, bodies: list[bytes]) -> None:
     async with RProducer(b.host, b.port, username="guest", password="guest") as p:
         await p.send_batch(stream, [RawMessage(x) for x in bodies])
-
-
-async def _until(cond, what: str, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    async with asyncio.timeout(timeout):
-        while not cond():
-            await asyncio.sleep(0.02)
 
 
 async def test_rstream_single_active_consumer_failover(shared_broker: BrokerProcess) -> None:
@@ -71,22 +66,22 @@ async def test_rstream_single_active_consumer_failover(shared_broker: BrokerProc
         await a.subscribe(stream, on_message("A"), decoder=lambda x: x, properties=dict(SAC),
                           subscriber_name="billing", consumer_update_listener=listener("A"),
                           offset_specification=ConsumerOffsetSpecification(OffsetType.NEXT))
-        await _until(lambda: len(got["A"]) == 100, "A gets the first 100")
+        await eventually(lambda: len(got["A"]) == 100, what="A gets the first 100")
         await a.store_offset(stream, "billing", got["A"][-1])
 
         await bc.subscribe(stream, on_message("B"), decoder=lambda x: x, properties=dict(SAC),
                            subscriber_name="billing", consumer_update_listener=listener("B"),
                            offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST))
         await _publish(b, stream, [b"b%d" % i for i in range(50)])
-        await _until(lambda: len(got["A"]) == 150, "A gets 50 more")
+        await eventually(lambda: len(got["A"]) == 150, what="A gets 50 more")
         await a.store_offset(stream, "billing", got["A"][-1])
         assert got["B"] == []  # passive: nothing, although it subscribed at "first"
         assert activations == [("A", True)]
 
         await a.close()  # the active consumer's connection goes away
-        await _until(lambda: ("B", True) in activations, "B is activated")
+        await eventually(lambda: ("B", True) in activations, what="B is activated")
         await _publish(b, stream, [b"c%d" % i for i in range(50)])
-        await _until(lambda: len(got["B"]) >= 50, "B takes over")
+        await eventually(lambda: len(got["B"]) >= 50, what="B takes over")
         await asyncio.sleep(0.2)
         # B started where A's stored offset said, not at its own "first"
         assert bodies["B"] == [b"c%d" % i for i in range(50)]
@@ -148,12 +143,12 @@ async def test_super_stream_partitions_spread_over_a_group(shared_broker: Broker
         await consumers["one"].start()
         await consumers["one"].subscribe(on_message("one"), decoder=lambda x: x, properties=dict(props),
                                          subscriber_name="grp", consumer_update_listener=listener("one"))
-        await _until(lambda: len(updates) == 3, "one is active on every partition")
+        await eventually(lambda: len(updates) == 3, what="one is active on every partition")
         await consumers["two"].start()
         await consumers["two"].subscribe(on_message("two"), decoder=lambda x: x, properties=dict(props),
                                          subscriber_name="grp", consumer_update_listener=listener("two"))
         # partition 1 moves: one steps down first, then two is activated
-        await _until(lambda: ("two", f"{name}-1", True) in updates, "two takes partition 1")
+        await eventually(lambda: ("two", f"{name}-1", True) in updates, what="two takes partition 1")
         assert updates.index(("one", f"{name}-1", False)) < updates.index(("two", f"{name}-1", True))
         assert not any(who == "two" and s != f"{name}-1" for who, s, _ in updates)
 
@@ -162,11 +157,11 @@ async def test_super_stream_partitions_spread_over_a_group(shared_broker: Broker
                 producer = await c.producer(f"{name}-{p}")
                 await producer.send(b"x")
                 await producer.close()
-        await _until(lambda: len(got["one"]) == 2 and len(got["two"]) == 1, "deliveries")
+        await eventually(lambda: len(got["one"]) == 2 and len(got["two"]) == 1, what="deliveries")
         assert got == {"one": {f"{name}-0", f"{name}-2"}, "two": {f"{name}-1"}}
 
         await consumers["two"].close()  # partition 1 goes back to one
-        await _until(lambda: updates.count(("one", f"{name}-1", True)) == 2, "one takes partition 1 back")
+        await eventually(lambda: updates.count(("one", f"{name}-1", True)) == 2, what="one takes partition 1 back")
     finally:
         for consumer in consumers.values():
             await consumer.close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,6 +16,7 @@ import kmock
 from streamlet_operator.brokers import Address, BrokerUnavailable
 from streamlet_operator.kube import Kube
 from tests.operator.emulator import StrictEmulator
+from tests.support.waiting import eventually  # noqa: F401  (the operator tests import it from here)
 
 VERBS = ["get", "list", "watch", "create", "patch", "update", "delete"]
 
@@ -133,19 +133,6 @@ class PodAddresses:
             return self.pods[(namespace, broker, ordinal)]
         except KeyError:
             raise BrokerUnavailable(f"pod {broker}-{ordinal} is not running") from None
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 20.0,
-                     what: str = "condition") -> Any:
-    """Poll ``check`` until it returns something truthy (bounded: the suite never hangs)."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{what} not reached in {timeout} s; last seen: {last!r}")
 
 
 def kube_client(url: str) -> Kube:
