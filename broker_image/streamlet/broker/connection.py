@@ -173,6 +173,7 @@ class Connection(asyncio.Protocol):
         sub.active = False
         if sub.sac_key is not None and self.vhost is not None:
             self.vhost.sac.leave(sub)
+
     def pause_writing(self) -> None:
         # The peer is not reading what we send (confirms, chunks): stop reading what it sends
         # too, so a publisher that ignores its confirms is held back by TCP instead of growing
@@ -651,17 +652,19 @@ class Connection(asyncio.Protocol):
     def publishers_moved(self, stream: Stream) -> None:
         """``stream`` moved to another broker: its publishers here are gone; the client asks
         Metadata again (which names the new broker) and declares them there."""
-        for pid, pub in list(self.publishers.items()):
-            if pub.stream is stream:
-                del self.publishers[pid]
-                self.moved_publishers.add(pid)
+        self.moved_publishers.update(self._drop_publishers(stream))
         self.send(f.MetadataUpdate(Code.STREAM_NOT_AVAILABLE, stream.name))
+
+    def _drop_publishers(self, stream: Stream) -> list[int]:
+        """Forget this connection's publishers on ``stream``; return their ids."""
+        ids = [pid for pid, pub in self.publishers.items() if pub.stream is stream]
+        for pid in ids:
+            del self.publishers[pid]
+        return ids
 
     def forget_stream(self, stream: Stream) -> None:
         """The stream is gone: drop what this connection held on it and tell the client."""
-        for pid, pub in list(self.publishers.items()):
-            if pub.stream is stream:
-                del self.publishers[pid]
+        self._drop_publishers(stream)
         for sub in list(self.subscriptions.values()):
             if sub.stream is stream:
                 self.drop_subscription(sub)
