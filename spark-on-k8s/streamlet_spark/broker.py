@@ -81,6 +81,23 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
+@contextlib.contextmanager
+def session(opts: Options) -> Iterator[tuple[asyncio.AbstractEventLoop, Client]]:
+    """A private event loop (uvloop when installed) and a connection on it, for the sync code
+    Spark runs in its workers (``read``, ``write``); both closed on exit, also when a generator
+    using them is abandoned."""
+    loop = _new_loop()
+    client: Client | None = None
+    try:
+        client = loop.run_until_complete(open_client(opts))
+        yield loop, client
+    finally:
+        if client is not None:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(client.close())
+        loop.close()
+
+
 def iter_chunk_groups(opts: Options, rng: Range, min_records: int, credit: int = 16
                       ) -> Iterator[list[Chunk]]:
     """The user chunks holding ``[rng.start, rng.end)``, in order, in groups of at least
@@ -96,10 +113,7 @@ def iter_chunk_groups(opts: Options, rng: Range, min_records: int, credit: int =
     decoded (8 measured about 10% slower), bounded memory (chunks are at most 4 MB)."""
     if rng.end <= rng.start:
         return
-    loop = _new_loop()
-    client: Client | None = None
-    try:
-        client = loop.run_until_complete(open_client(opts))
+    with session(opts) as (loop, client):
         last = loop.run_until_complete(client.resolve_offset(rng.stream, OffsetSpec.last()))
         end = loop.run_until_complete(end_offset(client, rng.stream))
         if last >= end:
@@ -130,8 +144,3 @@ def iter_chunk_groups(opts: Options, rng: Range, min_records: int, credit: int =
             group = loop.run_until_complete(take())
             if group:
                 yield group
-    finally:
-        if client is not None:
-            with contextlib.suppress(Exception):
-                loop.run_until_complete(client.close())
-        loop.close()

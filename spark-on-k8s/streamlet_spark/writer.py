@@ -8,8 +8,6 @@ ids, and nothing is stored twice. Ids already stored are not even sent again."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -21,7 +19,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from streamlet.client import Client, Producer
+from streamlet.client import Producer
 
 from . import broker
 from .options import Options
@@ -65,14 +63,11 @@ def publish(opts: Options, batches: Iterator[pa.RecordBatch], base: int) -> Publ
     partition = ctx.partitionId() if ctx is not None else 0
     reference = (task_reference(opts.publisher_reference, partition)
                  if opts.publisher_reference else None)
-    loop = asyncio.new_event_loop()
-    client: Client | None = None
     producers: dict[str, Producer] = {}
     counts: dict[str, int] = {}  # rows seen per target stream
     sent = skipped = 0
 
     async def producer(stream: str) -> Producer:
-        assert client is not None
         if stream not in producers:
             producers[stream] = await client.producer(stream, reference=reference,
                                                       batch_size=500, max_unconfirmed=50000)
@@ -94,8 +89,7 @@ def publish(opts: Options, batches: Iterator[pa.RecordBatch], base: int) -> Publ
         await p.send_many(bodies[1:])
         sent += len(bodies)
 
-    try:
-        client = loop.run_until_complete(broker.open_client(opts))
+    with broker.session(opts) as (loop, client):
         streams = loop.run_until_complete(broker.partition_streams(client, opts))
         for batch in batches:
             if batch.num_rows == 0:
@@ -111,11 +105,6 @@ def publish(opts: Options, batches: Iterator[pa.RecordBatch], base: int) -> Publ
                 loop.run_until_complete(send(target, group))
         for p in producers.values():
             loop.run_until_complete(p.flush())
-    finally:
-        if client is not None:
-            with contextlib.suppress(Exception):
-                loop.run_until_complete(client.close())
-        loop.close()
     return Published(partition, sent, skipped)
 
 
