@@ -225,10 +225,7 @@ class StreamLog:
                bloom: bytes = b"") -> ChunkRef:
         """Write one user chunk holding already-encoded entries; the trailer records
         ``writer_sequences`` (publisher reference -> last publishing id in this chunk)."""
-        seg = self._active
-        if (seg.size >= self._max_seg_bytes and seg.nchunks >= 2) \
-                or seg.nchunks >= self._max_seg_chunks:
-            seg = self._roll()
+        seg = self._writable_segment()
         if num_records < 1:
             raise ValueError("a chunk holds at least one record")
         ts = _now_ms() if timestamp is None else timestamp
@@ -244,16 +241,9 @@ class StreamLog:
         except struct.error as e:  # entries > 65535, bloom > 255 bytes, ...
             raise ValueError(f"chunk does not fit the Osiris header: {e}") from None
         self._write(seg, (header, bloom, data, trailer), size)
-        seg.add(cid, ts, pos, num_records, size, CHUNK_USER, dlen, blen)
-        self._next = cid + num_records
-        self._index_buf += INDEX_RECORD.pack(cid, ts, EPOCH, pos, CHUNK_USER)
-        if len(self._index_buf) >= _INDEX_FLUSH_BYTES \
-                or seg.size - self._index_upto >= _INDEX_FLUSH_DATA:
-            self._flush_index()
         if writer_sequences:
             self._tracking.add_sequences(cid, writer_sequences)
-        if self._fsync:
-            self._sync_after_write(seg)
+        self._written(seg, cid, ts, pos, num_records, size, CHUNK_USER, dlen, blen)
         ref = ChunkRef(cid, num_records, ts, CHUNK_USER, seg.id, pos, size, blen, dlen)
         self._last_ref = ref
         if self._first_user == -1:
@@ -263,10 +253,7 @@ class StreamLog:
     def store_offset(self, reference: str, offset: int) -> None:
         """Record a consumer reference's offset in a tracking delta chunk (takes one offset)."""
         body = encode_tracking(TRACKING_OFFSET, reference, offset)  # validates before writing
-        seg = self._active
-        if (seg.size >= self._max_seg_bytes and seg.nchunks >= 2) \
-                or seg.nchunks >= self._max_seg_chunks:
-            self._roll()
+        self._writable_segment()
         self._write_tracking(CHUNK_TRACKING_DELTA, body)
         self.offsets[reference] = offset
 
@@ -281,8 +268,23 @@ class StreamLog:
         header = HEADER.pack(MAGIC_VERSION, ctype, 1, 1, ts, EPOCH, cid, crc32(data), len(data),
                              0, 0)
         self._write(seg, (header, data), size)
-        seg.add(cid, ts, pos, 1, size, ctype, len(data), 0)
-        self._next = cid + 1
+        self._written(seg, cid, ts, pos, 1, size, ctype, len(data), 0)
+
+    def _writable_segment(self) -> Segment:
+        """The segment the next chunk goes to: the active one, rolled over first when full
+        (Osiris: max bytes reached with at least 2 chunks, or max chunks)."""
+        seg = self._active
+        if (seg.size >= self._max_seg_bytes and seg.nchunks >= 2) \
+                or seg.nchunks >= self._max_seg_chunks:
+            seg = self._roll()
+        return seg
+
+    def _written(self, seg: Segment, cid: int, ts: int, pos: int, records: int, size: int,
+                 ctype: int, dlen: int, blen: int) -> None:
+        """After a chunk's write: the chunk table, the next offset, the (buffered) index record,
+        and fsync as configured."""
+        seg.add(cid, ts, pos, records, size, ctype, dlen, blen)
+        self._next = cid + records
         self._index_buf += INDEX_RECORD.pack(cid, ts, EPOCH, pos, ctype)
         if len(self._index_buf) >= _INDEX_FLUSH_BYTES \
                 or seg.size - self._index_upto >= _INDEX_FLUSH_DATA:
