@@ -111,7 +111,6 @@ class Connection(asyncio.Protocol):
         self._wrote = False  # since the last heartbeat tick
         self._read = False
         self._silent_ticks = 0
-        self._answered = False  # the last frame we wrote answered a heartbeat
 
     # --- asyncio.Protocol ------------------------------------------------------------------
 
@@ -160,7 +159,6 @@ class Connection(asyncio.Protocol):
             raise self.closed
         assert self.transport is not None
         self._wrote = True
-        self._answered = False
         self.transport.write(data)
 
     async def drain(self) -> None:
@@ -232,7 +230,7 @@ class Connection(asyncio.Protocol):
         opened = await self.request(frames.Open(self.next_correlation(), vhost))
         self.connection_properties = dict(opened.properties)
         if self.heartbeat:
-            self._heartbeat_timer = self.loop.call_later(self.heartbeat, self._heartbeat_tick)
+            self._heartbeat_timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
         version = parse_version(self.server_properties.get("version", ""))
         if version >= _VERSION_EXCHANGE_SINCE:
             resp = await self.request(frames.ExchangeCommandVersions(
@@ -291,6 +289,12 @@ class Connection(asyncio.Protocol):
     # --- heartbeats ------------------------------------------------------------------------
 
     def _heartbeat_tick(self) -> None:
+        """Every half interval: send a Heartbeat if nothing was written since the last tick,
+        and give up on a server silent for two whole intervals (four ticks).
+
+        Half, as RabbitMQ's own heartbeat sender does: with a tick per interval, a frame
+        written just after a tick left the connection silent for nearly two intervals, and a
+        server closes a peer silent for just over two (RabbitMQ between two and three)."""
         if self.closed is not None:
             return
         if not self._wrote:
@@ -298,11 +302,11 @@ class Connection(asyncio.Protocol):
         self._wrote = False
         self._silent_ticks = 0 if self._read else self._silent_ticks + 1
         self._read = False
-        if self._silent_ticks >= 2:
+        if self._silent_ticks >= 4:
             self._abort(ConnectionClosed(
                 Code.STREAM_NOT_AVAILABLE, f"no data from the server for {2 * self.heartbeat} s"))
             return
-        self._heartbeat_timer = self.loop.call_later(self.heartbeat, self._heartbeat_tick)
+        self._heartbeat_timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -340,11 +344,7 @@ class Connection(asyncio.Protocol):
             if self.on_metadata_update is not None:
                 self.on_metadata_update(cmd.stream, cmd.code)
         elif isinstance(cmd, frames.Heartbeat):
-            # answer, unless our last frame already was an answer: two peers that both
-            # answer heartbeats must not ping-pong
-            if not self._answered:
-                self.write(_HEARTBEAT)
-                self._answered = True
+            pass  # not answered: our own timer sends ours (as RabbitMQ and rstream do)
         elif isinstance(cmd, frames.Close):
             with contextlib.suppress(StreamletError):
                 self.write(encode(frames.CloseResponse(cmd.correlation_id, Code.OK)))
