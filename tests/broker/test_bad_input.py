@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from streamlet.broker.config import DEFAULT_FRAME_LIMIT
 from streamlet.protocol import Code, chunk
 from streamlet.protocol import frames as f
 from tests.support.brokers import BrokerProcess
@@ -42,10 +43,12 @@ def test_frame_over_frame_max_before_open(shared_broker: BrokerProcess, bystande
         assert peer.closed()
 
 
-def test_frame_over_negotiated_frame_max(shared_broker: BrokerProcess, bystander: RawPeer) -> None:
+def test_frame_over_the_hard_frame_limit(shared_broker: BrokerProcess, bystander: RawPeer) -> None:
+    """Past frame_max a frame is still taken (as RabbitMQ does), up to server.frame_limit;
+    a size prefix over that is refused before anything is buffered."""
     with RawPeer(shared_broker.host, shared_broker.port) as peer:
         peer.handshake()
-        peer.send_raw(struct.pack(">I", 2 * 1024 * 1024) + b"\0\x02\0\x01")
+        peer.send_raw(struct.pack(">I", DEFAULT_FRAME_LIMIT) + b"\0\x02\0\x01")
         close = peer.recv()
         assert isinstance(close, f.Close) and close.code == Code.FRAME_TOO_LARGE
         assert peer.closed()

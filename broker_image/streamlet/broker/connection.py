@@ -353,7 +353,8 @@ class Connection(asyncio.Protocol):
         self.vhost = vhost
         host, port = self.advertised()
         self.opened = True
-        self.splitter.max_size = self.frame_max
+        # frame_max is what clients should send; what they do send is taken up to the hard limit
+        self.splitter.max_size = max(self.frame_max, self.broker.config.frame_limit)
         if self._heartbeat_handle:  # the handshake timer
             self._heartbeat_handle.cancel()
             self._heartbeat_handle = None
