@@ -6,16 +6,19 @@ import asyncio
 import time
 
 import pytest
-from rstream import Consumer as RConsumer
 from rstream import (
+    ConfirmationStatus,
     ConsumerOffsetSpecification,
     OffsetType,
     OnClosedErrorInfo,
     RawMessage,
 )
+from rstream import Consumer as RConsumer
 from rstream import Producer as RProducer
 
+from streamlet.broker.streams import CHUNK_MAX_ENTRIES
 from tests.support.brokers import BrokerProcess
+from tests.support.waiting import eventually
 
 N = 100_000
 
@@ -60,6 +63,48 @@ async def test_round_trip_100k(shared_broker: BrokerProcess) -> None:
     got = await consume(shared_broker, stream, ConsumerOffsetSpecification(OffsetType.FIRST), N)
     assert [o for o, _ in got[:N]] == list(range(N))
     assert [m for _, m in got[:N]] == bodies
+
+
+async def test_a_publish_frame_over_frame_max_is_confirmed(shared_broker: BrokerProcess) -> None:
+    """rstream's send_batch puts the whole batch in one Publish frame, whatever the frame_max
+    agreed in Tune (1 MiB here): 15,000 x 100 B make a frame of about 1.7 MB. RabbitMQ confirms
+    such frames (3.10.8 took 64 MB); the broker takes them up to server.frame_limit."""
+    stream = "rstream-big-frame"
+    bodies = [b"%07d" % i + b"x" * 93 for i in range(15_000)]
+    assert sum(12 + len(b) for b in bodies) > 1_048_576
+    confirmed: list[int] = []
+
+    def on_confirm(status: ConfirmationStatus) -> None:
+        if status.is_confirmed:
+            confirmed.append(status.message_id)
+
+    async with producer(shared_broker) as p:
+        await p.create_stream(stream)
+        await p.send_batch(stream, [RawMessage(b) for b in bodies], on_publish_confirm=on_confirm)
+        await eventually(lambda: len(confirmed) >= len(bodies), 60, "every message confirmed")
+    got = await consume(shared_broker, stream, ConsumerOffsetSpecification(OffsetType.FIRST),
+                        len(bodies))
+    assert [o for o, _ in got] == list(range(len(bodies)))
+    assert [m for _, m in got] == bodies
+
+
+async def test_last_after_one_big_batch_gives_its_tail(shared_broker: BrokerProcess) -> None:
+    """One Publish frame of 4,999 messages, then a consumer at `last`: it gets the tail of the
+    batch, as on RabbitMQ (its writer split such a batch into chunks; 935 messages came back
+    there), not a replay of all 4,999. A chunk holds at most CHUNK_MAX_ENTRIES entries."""
+    stream = "rstream-last-tail"
+    n = 4_999
+    async with producer(shared_broker) as p:
+        await p.create_stream(stream)
+        await p.send_batch(stream, [RawMessage(b"t%d" % i) for i in range(n)])
+    # wait for the whole batch, so `last` is taken after it is stored
+    await consume(shared_broker, stream, ConsumerOffsetSpecification(OffsetType.OFFSET, n - 1), 1)
+    got = await consume(shared_broker, stream, ConsumerOffsetSpecification(OffsetType.LAST), 1)
+    assert got[0][0] > 0, "`last` replayed the whole batch"
+    tail = n % CHUNK_MAX_ENTRIES
+    got = await consume(shared_broker, stream, ConsumerOffsetSpecification(OffsetType.LAST), tail)
+    assert [o for o, _ in got] == list(range(n - tail, n))
+    assert got[-1] == (n - 1, b"t%d" % (n - 1))
 
 
 async def test_offset_specifications(shared_broker: BrokerProcess) -> None:

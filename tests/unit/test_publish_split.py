@@ -74,3 +74,45 @@ def _outcome(split: Callable[[bytes, int], publish.PublishBatch], frame: bytes) 
         return split(frame, 1)
     except Malformed:
         return "malformed"
+
+
+def _entries(sizes: list[int | list[int]]) -> list[f.PublishedMessage]:
+    """A message per size: an int is a simple entry of that many bytes, a list a sub-batch."""
+    return [f.PublishedMessage(i + 1, sub_batch([b"r" * n for n in s])) if isinstance(s, list)
+            else f.PublishedMessage.simple(i + 1, b"e" * s) for i, s in enumerate(sizes)]
+
+
+# (message sizes, max entries, max bytes of entries, expected message counts per part)
+SPLITS = [
+    ([10] * 5, 5, 1000, [5]),                 # fits: the batch itself
+    ([10] * 5, 2, 1000, [2, 2, 1]),           # by entries
+    ([10] * 5, 100, 28, [2, 2, 1]),           # by bytes: 14 B an entry, two fit in 28
+    ([10] * 5, 100, 27, [1, 1, 1, 1, 1]),
+    ([10, 100, 10], 100, 30, [1, 1, 1]),      # an entry over the limit is a part of its own
+    ([[1, 2, 3], 10, [4]], 2, 1000, [2, 1]),  # a sub-batch is one entry
+]
+
+
+@pytest.mark.parametrize(("sizes", "max_entries", "max_bytes", "counts"), SPLITS)
+def test_split_into_chunk_sized_parts(sizes: list[int | list[int]], max_entries: int,
+                                      max_bytes: int, counts: list[int]) -> None:
+    msgs = _entries(sizes)
+    whole = publish.parse_publish(body(f.Publish(3, msgs)), 1)
+    parts = whole.split(max_entries, max_bytes)
+    assert [p.count for p in parts] == counts
+    assert b"".join(p.ids for p in parts) == whole.ids
+    assert b"".join(p.data for p in parts) == whole.data
+    assert sum(p.num_records for p in parts) == whole.num_records
+    for p in parts:
+        assert p.publisher_id == 3 and p.increasing
+        assert [(i, e, r) for i, e, r in p.messages()] == [
+            m for m in whole.messages() if p.first_id <= m[0] <= p.last_id]
+        assert p.count == 1 or len(p.data) <= max_bytes
+
+
+def test_split_keeps_filter_values_and_order_flags() -> None:
+    msgs = [f.PublishedMessage.simple(i, b"x", c) for i, c in ((5, "a"), (6, None), (2, "b"), (9, "c"))]
+    whole = publish.parse_publish(body(f.Publish(0, msgs, version=2)), 2)
+    parts = whole.split(2, 1 << 20)
+    assert [p.filter_values for p in parts] == [["a", None], ["b", "c"]]
+    assert [(p.first_id, p.last_id, p.increasing) for p in parts] == [(5, 6, True), (2, 9, True)]

@@ -32,13 +32,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("streamlet.broker")
 
-#: Flush early past these, so a chunk stays a sensible unit of delivery (NumEntries is a u16).
+#: A chunk holds at most this many entries and bytes of entries (one bigger entry excepted):
+#: a Publish frame above either is written as several chunks, and coalesced publishes are
+#: flushed before they would pass either. Small enough that a consumer attaching at ``last``
+#: gets a recent tail, not a replay of a whole batch (RabbitMQ's writer gives about the same:
+#: its batches grow to a few thousand messages); big enough that catch-up reads stay cheap
+#: (per-chunk costs are paid once per few thousand records; see docs/performance.md).
+CHUNK_MAX_ENTRIES = 4096
 CHUNK_MAX_BYTES = 4 << 20
 #: Under load, a stream writes at most one chunk per this many seconds: publishes arriving in
 #: between gather into it (bigger chunks, so fewer, cheaper deliveries, as RabbitMQ's writer
 #: packs whatever is pending). A publish after a quiet spell is written at once.
 COALESCE_S = 0.0005
-CHUNK_MAX_ENTRIES = 65_535
 
 
 class Publisher:
@@ -94,8 +99,9 @@ class Stream:
             publisher.conn.send_publish_error(publisher.id, _unpack_ids([batch.ids]),
                                               Code.STREAM_NOT_AVAILABLE)
             return
-        if batch.count > CHUNK_MAX_ENTRIES:  # NumEntries is a u16: split before anything else
-            self._publish_in_parts(publisher, batch)
+        if batch.count > CHUNK_MAX_ENTRIES or len(batch.data) > CHUNK_MAX_BYTES:
+            for part in batch.split(CHUNK_MAX_ENTRIES, CHUNK_MAX_BYTES):  # before deduplicating
+                self.publish(publisher, part)
             return
         ref = publisher.reference
         if ref is not None:
@@ -105,8 +111,9 @@ class Stream:
                 if batch.count == 0:
                     return
             self.sequences[ref] = self._dirty_refs[ref] = max(last, batch.last_id)
-        if batch.count > CHUNK_MAX_ENTRIES - self._count:
-            self.flush()  # a chunk never takes more entries than its header can count
+        if self._count and (batch.count > CHUNK_MAX_ENTRIES - self._count
+                            or len(batch.data) > CHUNK_MAX_BYTES - self._bytes):
+            self.flush()  # this batch would make the pending chunk too big
         if batch.filter_values is None:
             self._filter_values.add(None)
         else:
@@ -116,7 +123,7 @@ class Stream:
         self._records += batch.num_records
         self._bytes += len(batch.data)
         self._confirms[(publisher.conn, publisher.id)].append(batch.ids)
-        if self._bytes >= CHUNK_MAX_BYTES:
+        if self._bytes >= CHUNK_MAX_BYTES or self._count >= CHUNK_MAX_ENTRIES:
             self.flush()
         elif not self._scheduled:
             self._scheduled = True
@@ -144,14 +151,6 @@ class Stream:
             publisher.conn.send_confirm(publisher.id, [struct.pack(f">{len(dup)}Q", *dup)])
         return _batch_of(batch.publisher_id, kept,
                          kept_filters if batch.filter_values is not None else None)
-
-    def _publish_in_parts(self, publisher: Publisher, batch: PublishBatch) -> None:
-        msgs = batch.messages()
-        filters = batch.filter_values
-        for i in range(0, len(msgs), CHUNK_MAX_ENTRIES):
-            part = _batch_of(batch.publisher_id, msgs[i : i + CHUNK_MAX_ENTRIES],
-                             filters[i : i + CHUNK_MAX_ENTRIES] if filters is not None else None)
-            self.publish(publisher, part)
 
     def flush(self) -> None:
         self._scheduled = False

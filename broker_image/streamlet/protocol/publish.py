@@ -52,6 +52,35 @@ class PublishBatch:
             pos += size
         return out
 
+    def split(self, max_entries: int, max_bytes: int) -> list[PublishBatch]:
+        """This batch cut, in order, into parts of at most ``max_entries`` messages and
+        ``max_bytes`` of entries (an entry bigger than that makes a part of its own)."""
+        if self.count <= max_entries and len(self.data) <= max_bytes:
+            return [self]
+        # cuts: (message index, data position, records before) where each part starts
+        cuts: list[tuple[int, int, int]] = [(0, 0, 0)]
+        data, pos, records = self.data, 0, 0
+        for i in range(self.count):
+            if data[pos] & 0x80 == 0:
+                size, n = 4 + _U32.unpack_from(data, pos)[0], 1
+            else:
+                _, n, _, length = _SUB_BATCH.unpack_from(data, pos)
+                size = _SUB_BATCH.size + length
+            first, first_pos, _ = cuts[-1]
+            if i - first == max_entries or (i > first and pos + size - first_pos > max_bytes):
+                cuts.append((i, pos, records))
+            pos += size
+            records += n
+        cuts.append((self.count, pos, records))
+        parts = []
+        for (i, p, r), (j, q, s) in zip(cuts, cuts[1:], strict=False):
+            seq = struct.unpack(f">{j - i}Q", self.ids[8 * i : 8 * j])
+            parts.append(PublishBatch(
+                self.publisher_id, j - i, self.ids[8 * i : 8 * j], data[p:q], s - r, seq[0],
+                seq[-1], self.increasing or all(a < b for a, b in zip(seq, seq[1:], strict=False)),
+                self.filter_values[i:j] if self.filter_values is not None else None))
+        return parts
+
 
 def _split_python(body: bytes | memoryview, version: int) -> PublishBatch:
     """Walk the frame once; the reference implementation of _speedups.split_publish_v1."""
