@@ -10,7 +10,9 @@ from streamlet.protocol.constants import Code
 
 
 class RawPeer:
-    def __init__(self, host: str, port: int, timeout: float = 5.0) -> None:
+    # A generous default: a read that waits this long has failed anyway, and a loaded 2-core
+    # machine (a broker restarting, CI beside other work) can take seconds to answer.
+    def __init__(self, host: str, port: int, timeout: float = 30.0) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.buf = b""
         self.corr = 0
