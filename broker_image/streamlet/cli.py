@@ -12,18 +12,36 @@ from pathlib import Path
 
 from . import __version__
 
+#: the client commands' connection options and their defaults, filled in by :func:`parse`
+CONNECTION_DEFAULTS: dict[str, object] = {
+    "host": "127.0.0.1", "port": 5552, "user": "guest", "password": "guest", "vhost": "/"}
 
-def _add_connection_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default="127.0.0.1", help="broker host (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=5552, help="broker stream port (default 5552)")
-    p.add_argument("--user", default="guest", help="user name (default guest)")
-    p.add_argument("--password", default="guest", help="password (default guest)")
-    p.add_argument("--vhost", default="/", help="virtual host (default /)")
+
+def _connection_options(serve: bool = False) -> argparse.ArgumentParser:
+    """A parent parser of the connection options, attached to every level (the program, each
+    command, each `streams` action) so that they may be typed anywhere.
+
+    Their default is SUPPRESS: a level where an option is not given adds nothing, so it cannot
+    undo the value given at an earlier level (argparse copies a sub-parser's whole namespace
+    over its parent's); the defaults are filled in once parsing is done. ``serve=True`` makes
+    the program level's copy, whose --host and --port also give serve's listen address."""
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("connection options (accepted before or after any command)")
+    host, port = "broker host (default 127.0.0.1)", "broker stream port (default 5552)"
+    if serve:
+        host, port = f"{host}; for serve, the listen address", f"{port}; for serve, the listen port"
+    g.add_argument("--host", default=argparse.SUPPRESS, help=host)
+    g.add_argument("--port", type=int, default=argparse.SUPPRESS, help=port)
+    g.add_argument("--user", default=argparse.SUPPRESS, help="user name (default guest)")
+    g.add_argument("--password", default=argparse.SUPPRESS, help="password (default guest)")
+    g.add_argument("--vhost", default=argparse.SUPPRESS, help="virtual host (default /)")
+    return p
 
 
 def build_parser() -> argparse.ArgumentParser:
+    conn = _connection_options()
     parser = argparse.ArgumentParser(
-        prog="streamlet",
+        prog="streamlet", parents=[_connection_options(serve=True)],
         description="A stream broker that speaks the RabbitMQ Stream protocol.",
     )
     parser.add_argument("--version", action="version", version=f"streamlet {__version__}")
@@ -32,8 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run a broker", description=(
         "Run a broker. Settings come from defaults, then --config FILE (TOML, see "
         "docs/configuration.md), then environment (STREAMLET_ADVERTISED_HOST/PORT), then flags."))
-    serve.add_argument("--host", help="listen address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="stream protocol port (default 5552)")
+    serve.add_argument("--host", default=argparse.SUPPRESS,
+                       help="listen address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=argparse.SUPPRESS,
+                       help="stream protocol port (default 5552)")
     serve.add_argument("--data-dir", help="where streams are stored (default ./data)")
     serve.add_argument("--config", type=Path, help="TOML configuration file")
     serve.add_argument("--advertised-host", help="host clients are told to connect to")
@@ -42,19 +62,19 @@ def build_parser() -> argparse.ArgumentParser:
                        help="when to fsync the log (default never: a confirm means the OS has it)")
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
 
-    produce = sub.add_parser("produce", help="publish messages to a stream", description=(
+    produce = sub.add_parser("produce", help="publish messages to a stream", parents=[conn],
+                             description=(
         "Publish messages: each line of standard input is one message, or --count generated "
         "messages of --size bytes. Waits for every confirm."))
-    _add_connection_flags(produce)
     produce.add_argument("stream")
     produce.add_argument("--count", type=int, help="publish this many generated messages instead of stdin")
     produce.add_argument("--size", type=int, default=100, help="size of generated messages (default 100)")
     produce.add_argument("--reference", help="publisher reference, enables deduplication")
     produce.add_argument("--create", action="store_true", help="create the stream if missing")
 
-    consume = sub.add_parser("consume", help="read messages from a stream", description=(
+    consume = sub.add_parser("consume", help="read messages from a stream", parents=[conn],
+                             description=(
         "Print messages as 'offset<TAB>body' lines (body decoded as UTF-8 with replacement)."))
-    _add_connection_flags(consume)
     consume.add_argument("stream")
     consume.add_argument("--offset", default="first",
                          help="first | last | next | an offset | @<ms timestamp> (default first)")
@@ -63,20 +83,20 @@ def build_parser() -> argparse.ArgumentParser:
                          help="stop after this many seconds without a message")
     consume.add_argument("--name", help="consumer name for stored offsets")
 
-    streams = sub.add_parser("streams", help="create, delete and inspect streams")
-    _add_connection_flags(streams)
+    streams = sub.add_parser("streams", help="create, delete and inspect streams", parents=[conn])
     ssub = streams.add_subparsers(dest="action", required=True, metavar="ACTION")
-    create = ssub.add_parser("create", help="create a stream")
+    create = ssub.add_parser("create", help="create a stream", parents=[conn])
     create.add_argument("name")
     create.add_argument("--max-age", help="retention by age, e.g. 7D, 12h")
     create.add_argument("--max-length-bytes", type=int, help="retention by size")
     create.add_argument("--max-segment-size-bytes", type=int, help="segment file size")
     create.add_argument("--filter-size-bytes", type=int, help="bloom filter size per chunk (16-255)")
-    delete = ssub.add_parser("delete", help="delete a stream")
+    delete = ssub.add_parser("delete", help="delete a stream", parents=[conn])
     delete.add_argument("name")
-    info = ssub.add_parser("info", help="show a stream's metadata and offsets")
+    info = ssub.add_parser("info", help="show a stream's metadata and offsets", parents=[conn])
     info.add_argument("names", nargs="+")
-    csuper = ssub.add_parser("create-super", help="create a super stream and its partition streams")
+    csuper = ssub.add_parser("create-super", help="create a super stream and its partition streams",
+                             parents=[conn])
     csuper.add_argument("name")
     how = csuper.add_mutually_exclusive_group(required=True)
     how.add_argument("--partitions", type=int,
@@ -84,16 +104,38 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--binding-keys", help="comma-separated keys: partitions NAME-<key>")
     csuper.add_argument("--max-age", help="retention by age of each partition, e.g. 7D")
     csuper.add_argument("--max-length-bytes", type=int, help="retention by size of each partition")
-    dsuper = ssub.add_parser("delete-super", help="delete a super stream and its partitions")
+    dsuper = ssub.add_parser("delete-super", help="delete a super stream and its partitions",
+                             parents=[conn])
     dsuper.add_argument("name")
-    lsuper = ssub.add_parser("partitions", help="list a super stream's partitions and binding keys")
+    lsuper = ssub.add_parser("partitions", help="list a super stream's partitions and binding keys",
+                             parents=[conn])
     lsuper.add_argument("name")
     lsuper.add_argument("--keys", help="comma-separated routing keys to route (default: none)")
     return parser
 
 
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse a command line; connection options may come before or after any command word
+    (the last one given wins), and those not given get their defaults."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        given = [f"--{k}" for k in ("user", "password", "vhost") if hasattr(args, k)]
+        if given:
+            parser.error(f"{', '.join(given)}: not an option of serve (users are configured "
+                         "in its --config file)")
+        for key in ("host", "port"):  # serve's own defaults come from its configuration
+            if not hasattr(args, key):
+                setattr(args, key, None)
+    else:
+        for key, value in CONNECTION_DEFAULTS.items():
+            if not hasattr(args, key):
+                setattr(args, key, value)
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     if args.command == "serve":
         return _serve(args)
     from . import commands  # the client side, imported only when used

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -92,3 +93,62 @@ def test_cli_follows_a_stream_to_the_broker_that_holds_it(tmp_path: Path) -> Non
     finally:
         a.stop()
         b.stop()
+
+
+def test_connection_options_before_or_after_any_command_word(shared_broker: BrokerProcess) -> None:
+    """`--host --port --user --password --vhost` work at every level; the last one given wins,
+    and a level where they are not given does not put the default back."""
+    c = conn(shared_broker)
+    wrong_port = ["--port", str(free_port())]  # nothing listens there
+    assert cli("streams", "create", "anywhere-1", *c).stdout == b"created anywhere-1\n"  # issue 9
+    assert cli(*c, "streams", "create", "anywhere-2").returncode == 0  # before the command
+    assert cli("streams", *c, "create", "anywhere-3").returncode == 0  # between the words
+    assert cli(*wrong_port, "streams", "create", "anywhere-4", *c).returncode == 0  # last wins
+    refused = cli(*c, "streams", "create", "anywhere-5", *wrong_port, check=False)
+    assert refused.returncode == 1 and b"cannot connect" in refused.stderr
+    cli("produce", "anywhere-1", *c, "--vhost", "/", stdin=b"a\nb\n")
+    cli(*c, "produce", "anywhere-1", stdin=b"c\n")
+    out = cli("--host", shared_broker.host, "consume", "anywhere-1", "--count", "3",
+              "--port", str(shared_broker.port)).stdout
+    assert out == b"0\ta\n1\tb\n2\tc\n"
+    info = cli("streams", "info", "anywhere-1", "anywhere-2", *c).stdout.decode()
+    assert info.count("first_chunk_id=") == 2
+    bad = cli("streams", "info", "anywhere-1", *c, "--user", "guest", "--password", "nope",
+              check=False)
+    assert bad.returncode == 1 and b"AUTHENTICATION_FAILURE" in bad.stderr
+    vhost = cli(*c, "streams", "info", "anywhere-1", "--vhost", "no-such-vhost", check=False)
+    assert vhost.returncode == 1 and b"VIRTUAL_HOST_ACCESS_FAILURE" in vhost.stderr
+    assert cli("streams", "create-super", "anywhere-s", "--partitions", "2", *c).returncode == 0
+    assert cli("streams", "partitions", "anywhere-s", *c).stdout == b"anywhere-s-0\nanywhere-s-1\n"
+    assert cli("streams", "delete-super", "anywhere-s", *c).returncode == 0
+    for n in range(1, 5):
+        assert cli("streams", "delete", f"anywhere-{n}", *c).returncode == 0
+    # serve takes --host/--port before its name too, but no client credentials
+    serve = cli("--user", "x", "serve", check=False)
+    assert serve.returncode == 2 and b"not an option of serve" in serve.stderr
+
+
+_CONNECTION_FLAGS = ("--host", "--port", "--user", "--password", "--vhost")
+_CLIENT_COMMANDS = [["produce"], ["consume"], ["streams"]] + [
+    ["streams", action] for action in
+    ("create", "delete", "info", "create-super", "delete-super", "partitions")]
+
+
+def test_help_is_true_at_every_level() -> None:
+    """Every level's --help lists the connection options it accepts, and every flag the
+    README's command table names is in the help of the command its row is about."""
+    for words in [[], *_CLIENT_COMMANDS]:
+        text = cli(*words, "--help").stdout.decode()
+        assert all(flag in text for flag in _CONNECTION_FLAGS), (words, text)
+    serve = cli("serve", "--help").stdout.decode()
+    assert "--port" in serve and "--user" not in serve
+    table = (Path(__file__).parents[2] / "README.md").read_text()
+    rows = re.findall(r"^\| `streamlet (.+?)` \|(.*)$", table, re.M)
+    assert len(rows) >= 5
+    for code, rest in rows:
+        words = code.replace("\\|", "|").split()
+        actions = words[1].split("|") if words[0] == "streams" else [""]
+        helps = "".join(cli(words[0], *([a] if a else []), "--help").stdout.decode()
+                        for a in actions)
+        for flag in re.findall(r"--[a-z][a-z-]*", code + rest):
+            assert flag in helps, (code, flag)
