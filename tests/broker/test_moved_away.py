@@ -16,6 +16,7 @@ from streamlet.protocol import Code
 from streamlet.protocol import frames as f
 from tests.support.brokers import BrokerProcess
 from tests.support.raw import RawPeer
+from tests.support.waiting import eventually
 
 Factory = Callable[..., BrokerProcess]
 BATCH = 10
@@ -47,18 +48,20 @@ class Publishing:
         self.done.set()
 
     def read(self) -> None:
-        while True:
+        refused: set[int] = set()
+        # until every publish sent is answered (the test's wait_for bounds it)
+        while not (self.done.is_set() and len(self.confirmed) + len(refused) >= len(self.sent)):
             try:
                 cmd = self.peer.recv()
             except TimeoutError:
-                if self.done.is_set():
-                    return  # quiet for a while after the last send: everything is answered
                 continue
             if cmd is None:
                 return
             self.events.append(cmd)  # type: ignore[arg-type]
             if isinstance(cmd, f.PublishConfirm):
                 self.confirmed.update(cmd.publishing_ids)
+            elif isinstance(cmd, f.PublishError):
+                refused.update(pid for pid, _ in cmd.errors)
             elif isinstance(cmd, f.MetadataUpdate):
                 self.moved.set()
 
@@ -73,20 +76,21 @@ async def test_a_stream_moved_away_is_sealed_and_loses_no_confirmed_message(
     here = f"127.0.0.1:{a.port}"
     directory.write_text(json.dumps({"streams": {"s": here}}))
 
-    with RawPeer(a.host, a.port, timeout=1.0) as peer:
+    with RawPeer(a.host, a.port) as peer:
         peer.handshake()
         created = peer.request(f.Create(peer.next_corr(), "s"), f.CreateResponse)
         assert isinstance(created, f.CreateResponse) and created.code == Code.OK
         declared = peer.request(f.DeclarePublisher(peer.next_corr(), 1, None, "s"),
                                 f.DeclarePublisherResponse)
         assert isinstance(declared, f.DeclarePublisherResponse) and declared.code == Code.OK
+        peer.sock.settimeout(1.0)  # the reader looks at its stop condition at least every second
         pub = Publishing(peer)
         sender = asyncio.create_task(asyncio.to_thread(pub.send))
         reader = asyncio.create_task(asyncio.to_thread(pub.read))
         while len(pub.confirmed) < 300:
             await asyncio.sleep(0.01)
         directory.write_text(json.dumps({"streams": {"s": "elsewhere:5552"}}))  # the switch
-        await asyncio.wait_for(asyncio.gather(sender, reader), 30)
+        await asyncio.wait_for(asyncio.gather(sender, reader), 120)
 
     updates = [i for i, e in enumerate(pub.events) if isinstance(e, f.MetadataUpdate)]
     assert len(updates) == 1, "one MetadataUpdate, sent by the directory timer"
@@ -128,11 +132,7 @@ async def test_a_stream_moved_away_is_sealed_and_loses_no_confirmed_message(
 
         async def unsealed() -> bool:
             return (await client.stream_stats("s"))["sealed"] == 0
-        for _ in range(100):
-            if await unsealed():
-                break
-            await asyncio.sleep(0.1)
-        assert await unsealed()
+        await eventually(unsealed, 60, "the stream unsealed")
         producer = await client.producer("s")
         await producer.send(b"again")
         await producer.flush()

@@ -17,7 +17,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for_port(host: str, port: int, timeout: float = 15.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+def wait_for_port(host: str, port: int, timeout: float = 60.0, proc: subprocess.Popen[bytes] | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
