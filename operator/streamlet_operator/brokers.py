@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -46,6 +46,16 @@ class StreamStats:
         return max(0, self.committed_offset - self.first_offset)
 
 
+class StreamWriter(Protocol):
+    async def send(self, records: list[bytes], first_id: int) -> None:
+        """Publish ``records`` with consecutive publishing ids from ``first_id``. Waits only
+        while the window of unconfirmed messages is full, never for these records' confirms;
+        raises if the broker rejected something sent before (nothing more goes out then)."""
+
+    async def flush(self) -> None:
+        """Wait until everything sent is confirmed; raise if the broker rejected any of it."""
+
+
 class BrokerSession(Protocol):
     async def create_stream(self, name: str, arguments: dict[str, str]) -> bool:
         """Create the stream; False if it already existed."""
@@ -71,10 +81,9 @@ class BrokerSession(Protocol):
         """The stream's chunks from the one holding ``offset``: (chunk id, offset of the first
         record, records at or after ``offset``), waiting for new ones."""
 
-    def write(self, name: str, reference: str | None = None) -> contextlib.AbstractAsyncContextManager[
-            Callable[[list[bytes], int], Awaitable[None]]]:
-        """A function publishing records with consecutive publishing ids from the given one and
-        waiting for their confirms; with ``reference`` the broker drops ids it already has."""
+    def write(self, name: str,
+              reference: str | None = None) -> contextlib.AbstractAsyncContextManager[StreamWriter]:
+        """A publisher on the stream; with ``reference`` the broker drops ids it already has."""
 
 
 class BrokerAdmin(Protocol):
@@ -85,6 +94,20 @@ class BrokerAdmin(Protocol):
 def _code_name(exc: BaseException) -> str:
     code = getattr(exc, "code", None)
     return getattr(code, "name", str(code))
+
+
+class _ClientWriter:
+    def __init__(self, producer: Any) -> None:
+        self._producer = producer
+
+    async def send(self, records: list[bytes], first_id: int) -> None:
+        if self._producer.error_count:  # a rejection came back: send nothing after it
+            await self._producer.flush()  # raises PublishFailed, naming what was rejected
+            raise RuntimeError(f"{self._producer.error_count} message(s) rejected before")
+        await self._producer.send_many(records, first_id=first_id)
+
+    async def flush(self) -> None:
+        await self._producer.flush()
 
 
 class _ClientSession:
@@ -160,16 +183,10 @@ class _ClientSession:
                 await consumer.close()
 
     @contextlib.asynccontextmanager
-    async def write(self, name: str, reference: str | None = None,
-                    ) -> AsyncIterator[Callable[[list[bytes], int], Awaitable[None]]]:
+    async def write(self, name: str, reference: str | None = None) -> AsyncIterator[StreamWriter]:
         producer = await self._client.producer(name, reference=reference)
-
-        async def publish(records: list[bytes], first_id: int) -> None:
-            await producer.send_many(records, first_id=first_id)
-            await producer.flush()
-
         try:
-            yield publish
+            yield _ClientWriter(producer)
         finally:
             with contextlib.suppress(Exception):
                 await producer.close()

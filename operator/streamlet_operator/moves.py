@@ -11,10 +11,13 @@ A move, driven by the Stream reconciler across as many passes as it needs:
 
 Copies publish with the publisher reference ``MOVE_REFERENCE`` and publishing id = source
 offset + 1, so the new pod deduplicates: a copy interrupted at any point is resumed, never
-doubled, and the tail copy starts where the stored sequence says. Offsets stay the same when
-the old stream still starts at offset 0 (nothing removed by retention). Stored consumer
-offsets (StoreOffset) are not copied: consumers that track offsets on the server start again
-from their own offset specification.
+doubled, and the tail copy starts where the stored sequence says. A copy keeps publishing
+while confirms come back and waits for them once, at its end: the tail is whatever producers
+sent until the seal, often thousands of chunks of a few messages, and one round trip per chunk
+copied more slowly than they had published. Offsets stay the same when the old stream still
+starts at offset 0 (nothing removed by retention). Stored consumer offsets (StoreOffset) are
+not copied: consumers that track offsets on the server start again from their own offset
+specification.
 """
 
 from __future__ import annotations
@@ -46,12 +49,12 @@ async def copy_stream(source: BrokerSession, target: BrokerSession, name: str,
     copied = 0
     # At most the last chunk's start: a subscription past the end would wait for new chunks.
     async with source.read(name, min(start, stats.last_offset)) as chunks, \
-            target.write(name, MOVE_REFERENCE) as publish:
+            target.write(name, MOVE_REFERENCE) as writer:
         async for chunk_id, first, records in chunks:
             if first < start:  # the start of a chunk copied before
                 records, first = records[start - first:], start
             if records:
-                await publish(records, first + 1)
+                await writer.send(records, first + 1)  # confirms awaited once, below
                 copied += len(records)
             if chunk_id >= stats.last_offset:
                 if not follow:
@@ -60,6 +63,7 @@ async def copy_stream(source: BrokerSession, target: BrokerSession, name: str,
                 stats = await source.stream_stats(name)
                 if chunk_id >= stats.last_offset:
                     break
+        await writer.flush()  # every copied message confirmed, or the copy fails
     return copied
 
 

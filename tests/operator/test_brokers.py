@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 import pytest
 
 from streamlet.client import connect
 from streamlet_operator.brokers import BrokerUnavailable, ClientBrokerAdmin
-from streamlet_operator.moves import copy_stream
+from streamlet_operator.moves import MOVE_REFERENCE, copy_stream
+from tests.operator.latency import delayed
 from tests.support.brokers import BrokerProcess, free_port
 
 BrokerFactory = Callable[..., BrokerProcess]
@@ -85,3 +87,38 @@ async def test_copy_stream_keeps_messages_and_offsets(broker_factory: BrokerFact
     finally:
         await client.close()
     assert got == [(i, b"m%d" % i) for i in range(3000)]
+
+
+async def test_copy_stream_keeps_the_wire_busy(broker_factory: BrokerFactory) -> None:
+    """A move's tail is what producers sent until the seal: often thousands of chunks of a few
+    messages. The copy sends chunk after chunk and waits for confirms once, at the end: with
+    a round trip per chunk, a minute of traffic took minutes to copy (under load in the tests,
+    more than the 20 s the move had). Here the target is 50 ms away: waiting for each of 300
+    chunks' confirms takes at least 15 s on any machine."""
+    chunks, delay = 300, 0.025
+    source, target = broker_factory(), broker_factory()
+    client = await connect(source.host, source.port)
+    try:
+        await client.create_stream("small")
+        producer = await client.producer("small")
+        for i in range(chunks):  # one confirmed publish at a time: a chunk each
+            await producer.send(b"s%d" % i)
+            await producer.flush()
+        await producer.close()
+        assert (await client.stream_stats("small"))["last_chunk_id"] == chunks - 1
+    finally:
+        await client.close()
+
+    admin = ClientBrokerAdmin()
+    try:
+        async with delayed((target.host, target.port), delay) as far, \
+                admin.session((source.host, source.port), "guest", "guest") as old, \
+                admin.session(far, "guest", "guest") as new:
+            assert await new.create_stream("small", {})
+            started = time.monotonic()
+            assert await copy_stream(old, new, "small") == chunks
+            took = time.monotonic() - started
+            assert await new.publisher_sequence("small", MOVE_REFERENCE) == chunks
+    finally:
+        await admin.close()
+    assert took < chunks * 2 * delay / 3, f"{chunks} chunks took {took:.1f} s to copy"
