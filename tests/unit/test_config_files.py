@@ -63,3 +63,19 @@ def test_directory_file_key(tmp_path: Path) -> None:
     assert load(_config(tmp_path, "")).directory_file is None
     cfg = load(_config(tmp_path, '[cluster]\ndirectory_file = "/etc/streamlet/directory/s.json"\n'))
     assert cfg.directory_file == Path("/etc/streamlet/directory/s.json")
+
+
+@pytest.mark.parametrize("server, limit", [
+    ("", 16 << 20),                                       # the default
+    ("frame_limit = 1073741824\n", 1 << 30),
+    ("frame_max = 0\nframe_limit = 8192\n", 8192),        # no frame_max offered, still bounded
+])
+def test_frame_limit(tmp_path: Path, server: str, limit: int) -> None:
+    assert load(_config(tmp_path, f"[server]\n{server}")).frame_limit == limit
+
+
+@pytest.mark.parametrize("server", ["frame_limit = 4096\n",
+                                    "frame_max = 2097152\nframe_limit = 1048576\n"])
+def test_a_frame_limit_under_frame_max_is_refused(tmp_path: Path, server: str) -> None:
+    with pytest.raises(ConfigError, match="frame_limit must be at least"):
+        load(_config(tmp_path, f"[server]\n{server}"))

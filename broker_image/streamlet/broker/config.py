@@ -9,7 +9,7 @@ File format (all keys optional)::
     advertised_host = "localhost"     # or env STREAMLET_ADVERTISED_HOST
     advertised_port = 5552            # or env STREAMLET_ADVERTISED_PORT
     frame_max = 1048576               # offered in Tune: clients size their frames to it
-    frame_limit = 67108864            # hard limit on a frame received after Open (see below)
+    frame_limit = 16777216            # hard limit on a frame received after Open (see below)
     heartbeat = 60
     handshake_timeout = 10            # seconds from connect to Open before the broker closes
     cluster_name = "streamlet"
@@ -70,8 +70,9 @@ DEFAULT_FRAME_MAX = 1_048_576
 #: RabbitMQ does not hold clients to the frame_max it tuned (3.10.8 confirmed a 64 MB Publish
 #: frame after agreeing on 1 MiB), and clients rely on it: rstream's send_batch sends one
 #: Publish frame whatever its size. So a frame past frame_max is taken up to this hard limit,
-#: which bounds what one connection can make the broker buffer; past it, code 14 and a close.
-DEFAULT_FRAME_LIMIT = 64 << 20
+#: which bounds what one connection can make the broker buffer (a 100,000-message batch of
+#: 150 B fits); past it, code 14 and a close.
+DEFAULT_FRAME_LIMIT = 16 << 20
 DEFAULT_HEARTBEAT = 60
 DEFAULT_SEGMENT_BYTES = 500_000_000
 MAX_SEGMENT_BYTES = 3_000_000_000
