@@ -131,7 +131,7 @@ async def test_idle_connections_stay_open_and_a_silent_peer_is_closed(
         silence = await asyncio.wait_for(silent, 30)
         assert 2 * HEARTBEAT - 0.2 <= silence <= 4 * HEARTBEAT, silence
         # the one that sent only Metadata requests was never closed
-        assert await asyncio.wait_for(talking, 30) >= WINDOW / (0.8 * HEARTBEAT) - 1
+        assert await asyncio.wait_for(talking, 30) >= WINDOW / HEARTBEAT
 
         # and everything idle is usable: a message published now reaches every consumer
         assert await admin.stream_exists(stream)
