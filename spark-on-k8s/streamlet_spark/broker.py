@@ -47,6 +47,36 @@ async def end_offset(client: Client, stream: str) -> int:
     return await client.resolve_offset(stream, OffsetSpec.next())
 
 
+async def user_end(client: Client, stream: str, timeout: float,
+                   known: dict[str, tuple[int, int]]) -> int:
+    """One after the newest user record: the end of the last user chunk. Stored offsets
+    (StoreOffset) are tracking chunks written after it: they take offsets, but hold nothing
+    to read, so they do not count (else each stored offset would look like new data).
+
+    The last user chunk's header is fetched to learn its size, once per chunk: ``known``
+    keeps ``{stream: (last user chunk, its end)}`` between calls. A stream without user
+    chunks gives its first offset."""
+    last = await client.resolve_offset(stream, OffsetSpec.last())
+    if stream in known and known[stream][0] == last:
+        return known[stream][1]
+    if last >= await end_offset(client, stream):  # "last" resolves to the end: no user chunk
+        return await client.resolve_offset(stream, OffsetSpec.first())
+    consumer = await client.consumer(stream, offset=last, credit=1, check_crc=False)
+    try:
+        while True:
+            got = await asyncio.wait_for(consumer.next_raw_chunk(), timeout)
+            if got is None:
+                raise ConnectionError(f"the subscription to {stream} ended")
+            if got[0].chunk_type == CHUNK_USER:
+                break
+    finally:
+        await consumer.close()
+    header = got[0]
+    if header.chunk_id == last:
+        known[stream] = (last, header.next_offset)
+    return header.next_offset  # a later chunk if retention removed this one meanwhile
+
+
 async def resolve(client: Client, stream: str, bound: Bound) -> int:
     """The offset a bound means now, within ``[first, end]``."""
     first = await client.resolve_offset(stream, OffsetSpec.first())

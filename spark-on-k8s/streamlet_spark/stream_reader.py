@@ -28,22 +28,35 @@ Offset = dict[str, int]
 
 
 class StreamletStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+    """Ends are the ends of user data (``broker.user_end``): the tracking chunk a stored
+    offset writes takes an offset, and counting it would make every stored offset the next
+    (empty) micro-batch, forever.
+
+    With ``consumerReference`` the end of each committed batch is stored. Spark tells a
+    source a batch was committed (``commit``) only when it plans the next batch, so the last
+    batch before the query goes idle, and the last of an ``availableNow`` run, would never be
+    stored. But Spark asks for ``latestOffset(start)`` after each committed batch, ``start``
+    being that batch's end, before it decides whether another batch runs: the end is stored
+    there (``commit`` then finds it done)."""
+
     def __init__(self, opts: Options, schema: StructType) -> None:
         self.opts = opts
         self.schema = schema
         self._streams: list[str] | None = None
         self._target: Offset | None = None  # availableNow: the end fixed at the start
-        # Storing an offset writes a tracking chunk, which takes an offset: without care each
-        # commit would make the next (empty) micro-batch, forever. After a store we note the
-        # end it left, and treat offsets up to it as nothing new.
-        self._stored_at: Offset = {}  # the batch end we stored
-        self._quiet_end: Offset = {}  # the stream's end right after that store
+        self._initial: Offset | None = None  # where a new query starts: no batch's end
+        self._known: dict[str, tuple[int, int]] = {}  # last user chunk and its end, by stream
+        self._latest: Offset | None = None  # ends read by latestOffset, for reportLatestOffset
+        self._stored: Offset = {}  # the batch end stored last, by stream
 
     def _ends(self) -> Offset:
+        opts = self.opts
+
         async def ends(client: Client) -> tuple[list[str], Offset]:
-            streams = self._streams or await broker.partition_streams(client, self.opts)
-            return streams, {s: await broker.end_offset(client, s) for s in streams}
-        self._streams, offsets = broker.call(self.opts, ends)
+            streams = self._streams or await broker.partition_streams(client, opts)
+            return streams, {s: await broker.user_end(client, s, opts.timeout, self._known)
+                             for s in streams}
+        self._streams, offsets = broker.call(opts, ends)
         return offsets
 
     def initialOffset(self) -> Offset:
@@ -54,6 +67,7 @@ class StreamletStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             bounds = parse_bounds(opts.starting_offsets, streams, "first")
             return streams, {s: await broker.resolve(client, s, bounds[s]) for s in streams}
         self._streams, offsets = broker.call(opts, initial)
+        self._initial = dict(offsets)
         return offsets
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -64,17 +78,21 @@ class StreamletStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
-        ends = self._ends() if self._target is None else dict(self._target)
-        starts = {s: int(start.get(s, 0)) for s in ends}
+        begun = {s: int(o) for s, o in start.items()}
+        if begun != self._initial:
+            self._store(begun)  # the end of the batch Spark committed last
+        if self._target is None:
+            ends = self._latest = self._ends()
+        else:
+            ends = dict(self._target)
+        starts = {s: begun.get(s, 0) for s in ends}
         ends = {s: max(e, starts[s]) for s, e in ends.items()}
-        for s in ends:  # only our own tracking chunk since the last stored batch end
-            if starts[s] == self._stored_at.get(s) and ends[s] <= self._quiet_end.get(s, -1):
-                ends[s] = starts[s]
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return limit_ranges(starts, ends, max_rows)
 
     def reportLatestOffset(self) -> Offset | None:
-        return self._ends()
+        latest, self._latest = self._latest, None
+        return latest if latest is not None else self._ends()
 
     def partitions(self, start: Offset, end: Offset) -> list[InputPartition]:
         streams = self._streams or sorted(end)
@@ -91,21 +109,26 @@ class StreamletStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         yield from read_range(self.opts, partition.rng, arrow_schema(self.schema))
 
     def commit(self, end: Offset) -> None:
-        """Spark finished every batch up to ``end``: with ``consumerReference``, store it in
-        the stream too (progress visible to other tools; the checkpoint stays the truth)."""
+        """Spark finished every batch up to ``end`` (told when it plans the next batch; the
+        end was mostly stored by ``latestOffset`` already)."""
+        self._store({s: int(o) for s, o in end.items()})
+
+    def _store(self, end: Offset) -> None:
+        """With ``consumerReference``, store ``end`` in the stream as the reference's offset,
+        the last offset read (progress visible to other tools; the checkpoint stays the
+        truth). Returns once the broker has it: StoreOffset has no answer, the QueryOffset
+        sent after it on the same connection does. An end the broker already has (a restart)
+        is not stored again."""
         ref = self.opts.consumer_reference
-        if not ref:
+        todo = {s: o for s, o in end.items() if o > 0 and self._stored.get(s) != o}
+        if not ref or not todo:
             return
 
-        if all(int(end[s]) == self._stored_at.get(s) for s in end):
-            return  # nothing new since the last store
-
-        async def store(client: Client) -> Offset:
-            for s, offset in end.items():
-                if offset > 0:
-                    await client.store_offset(ref, s, int(offset) - 1)
-            # a round trip per stream: the stores landed before the ends are read
-            return {s: await broker.end_offset(client, s) for s in end}
-        if end:
-            self._quiet_end = broker.call(self.opts, store)
-            self._stored_at = {s: int(o) for s, o in end.items()}
+        async def store(client: Client) -> None:
+            for s, o in todo.items():
+                if s not in self._stored and await client.query_offset(ref, s) == o - 1:
+                    continue
+                await client.store_offset(ref, s, o - 1)
+                await client.query_offset(ref, s)
+        broker.call(self.opts, store)
+        self._stored.update(todo)
