@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator
-from typing import TypeVar
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from typing import Any, TypeVar
 
 from streamlet.client import Client, OffsetSpec, connect
 from streamlet.protocol.chunk import CHUNK_USER, ChunkHeader
@@ -111,21 +112,44 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
+class LoopThread:
+    """A private event loop (uvloop when installed) running in a thread of its own.
+
+    Spark calls ``read``/``write`` code synchronously and does its own work between our calls;
+    a loop run only inside each call would stand still then, and a connection on it would send
+    no heartbeat: a stage slower than two heartbeat intervals between calls would lose it. On a
+    thread of its own the loop keeps the connection alive whatever Spark does in between."""
+
+    def __init__(self) -> None:
+        self.loop = _new_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="streamlet-spark-io",
+                                        daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
 @contextlib.contextmanager
-def session(opts: Options) -> Iterator[tuple[asyncio.AbstractEventLoop, Client]]:
-    """A private event loop (uvloop when installed) and a connection on it, for the sync code
-    Spark runs in its workers (``read``, ``write``); both closed on exit, also when a generator
-    using them is abandoned."""
-    loop = _new_loop()
+def session(opts: Options) -> Iterator[tuple[LoopThread, Client]]:
+    """A loop thread and a connection on it, for the sync code Spark runs in its workers
+    (``read``, ``write``); both closed on exit, also when a generator using them is abandoned."""
+    io = LoopThread()
     client: Client | None = None
     try:
-        client = loop.run_until_complete(open_client(opts))
-        yield loop, client
+        client = io.run(open_client(opts))
+        yield io, client
     finally:
         if client is not None:
             with contextlib.suppress(Exception):
-                loop.run_until_complete(client.close())
-        loop.close()
+                io.run(client.close())
+        io.close()
 
 
 def iter_chunk_groups(opts: Options, rng: Range, min_records: int, credit: int = 16
@@ -143,12 +167,12 @@ def iter_chunk_groups(opts: Options, rng: Range, min_records: int, credit: int =
     decoded (8 measured about 10% slower), bounded memory (chunks are at most 4 MB)."""
     if rng.end <= rng.start:
         return
-    with session(opts) as (loop, client):
-        last = loop.run_until_complete(client.resolve_offset(rng.stream, OffsetSpec.last()))
-        end = loop.run_until_complete(end_offset(client, rng.stream))
+    with session(opts) as (io, client):
+        last = io.run(client.resolve_offset(rng.stream, OffsetSpec.last()))
+        end = io.run(end_offset(client, rng.stream))
         if last >= end:
             return  # no user chunk at all ("last" resolves to the end then)
-        consumer = loop.run_until_complete(
+        consumer = io.run(
             client.consumer(rng.stream, offset=min(rng.start, last), credit=credit))
         done = False
 
@@ -171,6 +195,6 @@ def iter_chunk_groups(opts: Options, rng: Range, min_records: int, credit: int =
             return group
 
         while not done:
-            group = loop.run_until_complete(take())
+            group = io.run(take())
             if group:
                 yield group

@@ -89,22 +89,22 @@ def publish(opts: Options, batches: Iterator[pa.RecordBatch], base: int) -> Publ
         await p.send_many(bodies[1:])
         sent += len(bodies)
 
-    with broker.session(opts) as (loop, client):
-        streams = loop.run_until_complete(broker.partition_streams(client, opts))
+    with broker.session(opts) as (io, client):
+        streams = io.run(broker.partition_streams(client, opts))
         for batch in batches:
             if batch.num_rows == 0:
                 continue
             bodies = _bodies(batch)
             if opts.stream:
-                loop.run_until_complete(send(opts.stream, bodies))
+                io.run(send(opts.stream, bodies))
                 continue
             by_stream: dict[str, list[bytes]] = {}
             for target, body in zip(_targets(batch, streams), bodies, strict=True):
                 by_stream.setdefault(target, []).append(body)
             for target, group in by_stream.items():
-                loop.run_until_complete(send(target, group))
+                io.run(send(target, group))
         for p in producers.values():
-            loop.run_until_complete(p.flush())
+            io.run(p.flush())
     return Published(partition, sent, skipped)
 
 
