@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections import Counter
+from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 from rstream import AMQPMessage, Producer
 
 from streamlet.client import connect
@@ -103,3 +106,72 @@ async def test_a_move_under_live_traffic_loses_no_confirmed_message(
     assert condition(done, "Ready")["reason"] == "StreamReady"
     events = [e for e in await kube.list("Event", namespace) if e.get("reason") == "StreamMoved"]
     assert events and "moved from b-1 to b-0" in events[0]["message"]
+
+
+@contextlib.asynccontextmanager
+async def versions(cluster: Cluster, namespace: str, name: str) -> AsyncIterator[list[Any]]:
+    """Every version of the Stream written while in the block, as a watch delivers them."""
+    seen: list[Any] = []
+    started = asyncio.Event()
+    url = f"{cluster.url}/apis/streamlet.dev/v1alpha1/namespaces/{namespace}/streams"
+
+    async def watch(http: aiohttp.ClientSession) -> None:
+        listed = await (await http.get(url)).json()
+        params = {"watch": "true", "resourceVersion": listed["metadata"]["resourceVersion"]}
+        async with http.get(url, params=params) as resp:
+            started.set()
+            async for line in resp.content:
+                if line.strip():
+                    event = json.loads(line)
+                    if event["object"]["metadata"]["name"] == name:
+                        seen.append(event["object"])
+
+    async with aiohttp.ClientSession() as http:
+        task = asyncio.create_task(watch(http))
+        await asyncio.wait_for(started.wait(), 10)
+        try:
+            yield seen
+            await asyncio.sleep(0.5)  # let the watch deliver the last writes
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def test_a_moving_stream_is_never_reported_ready(
+        cluster: Cluster, kube: Kube, kubelet: Kubelet, namespace: str) -> None:
+    """From the first status naming the new pod until the old pod's stream is gone, the Stream
+    is not Ready: a client waiting for Ready (kubectl wait) must not go on while the old pod
+    still takes publishes. The move's first status write once left Ready=True, and a move
+    finished in the pass that started it left status.move behind for the next pass (which
+    then reported the move twice)."""
+    await kube.create({"apiVersion": "streamlet.dev/v1alpha1", "kind": "Broker",
+                       "metadata": {"name": "b", "namespace": namespace},
+                       "spec": {"replicas": 2, "scaleDownPolicy": "MoveStreams"}})
+    await eventually(lambda: kube.get("StatefulSet", namespace, "b"))
+    await kubelet.sync(namespace, "b")
+    await kube.create(stream_body(namespace, "stays"))
+    await ready(kube, namespace, "stays")
+    await kube.create(stream_body(namespace, "moving"))
+    assert (await ready(kube, namespace, "moving"))["status"]["leader"] == "b-1"
+    async with versions(cluster, namespace, "moving") as seen, \
+            kubelet.delivering_directory(namespace, "b"):
+        await kube.patch("Broker", namespace, "b", {"spec": {"replicas": 1}})
+
+        async def moved() -> Any:
+            st = ((await kube.get("Stream", namespace, "moving")) or {}).get("status") or {}
+            return st.get("leader") == "b-0" and not st.get("move")
+        await eventually(moved, timeout=60, what="the move finished")
+        done = await kube.get("Stream", namespace, "moving")
+    assert done is not None and condition(done, "Ready")["status"] == "True"
+    assert not await cluster.probe.exists(kubelet.pods.pods[(namespace, "b", 1)], "moving")
+    statuses = [v.get("status") or {} for v in seen]
+    during = [st for st in statuses if st.get("move")]
+    assert during, "no status recorded the move"
+    for st in during:
+        ready_ = next(c for c in st["conditions"] if c["type"] == "Ready")
+        assert st["phase"] != "Ready" and ready_["status"] == "False", st
+    assert during[0]["phase"] == "Moving" and during[0]["leader"] == "b-0"
+    assert statuses[-1]["phase"] == "Ready" and not statuses[-1].get("move")
+    events = [e for e in await kube.list("Event", namespace) if e.get("reason") == "StreamMoved"]
+    assert len(events) == 1, [e["message"] for e in events]

@@ -85,9 +85,10 @@ async def _choose_pod(runtime: Runtime, index: Any, stream: StreamModel,
 
 
 async def _start_move(runtime: Runtime, index: Any, stream: StreamModel,
-                      arguments: dict[str, str], broker: BrokerModel,
-                      source: int) -> dict[str, Any]:
-    """Start moving the stream off pod ``source`` (being removed); return ``status.move``.
+                      arguments: dict[str, str], broker: BrokerModel, source: int,
+                      conditions: list[dict[str, Any]], gen: int) -> dict[str, Any]:
+    """Start moving the stream off pod ``source`` (being removed); return the status fields
+    written (``move`` among them).
 
     Copy, then record the new placement and the move in progress (``status.move``), then name
     the new pod in the directory: the old pod seals its stream when it reads that, and
@@ -108,14 +109,20 @@ async def _start_move(runtime: Runtime, index: Any, stream: StreamModel,
     move = {"from": source, "to": target,
             "started": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
     # Recorded before the directory names the new pod: a restarted operator resumes the move,
-    # and no repair ever re-creates the old stream.
-    await runtime.kube.patch("Stream", stream.namespace, stream.name, {"status": {
+    # and no repair ever re-creates the old stream. Not Ready from this write on: the old pod
+    # takes publishes until it seals (the Ready=True of before would outlive this pass).
+    reason, message = _move_pending(move, broker)
+    written = {
+        "phase": "Moving",
         "placement": [{"stream": p, "pod": names.pod(broker.name, target), "ordinal": target}
                       for p in partitions],
-        "leader": names.pod(broker.name, target), "move": move}}, subresource="status")
+        "leader": names.pod(broker.name, target), "move": move,
+        "conditions": set_condition(conditions, "Ready", False, reason, message, gen)}
+    await runtime.kube.patch("Stream", stream.namespace, stream.name, {"status": written},
+                             subresource="status")
     runtime.recent[(stream.namespace, broker.name)][stream.name] = [target] * len(partitions) + [
         source]
-    return move
+    return written
 
 
 async def _finish_move(runtime: Runtime, stream: StreamModel, broker: BrokerModel,
@@ -221,8 +228,13 @@ async def _reconcile_on_broker(body: dict[str, Any], runtime: Runtime, index: An
     try:
         if (placed and applied and not move and ordinal >= broker.replicas
                 and broker.scale_down_policy == "MoveStreams"):
-            move = await _start_move(runtime, index, target_stream, arguments, broker, ordinal)
-            status["move"] = move
+            written = await _start_move(runtime, index, target_stream, arguments, broker,
+                                        ordinal, conditions, gen)
+            # The pass's status is written as a change from this: a field set back to what it
+            # was before the move (phase Ready, no move) must be written too.
+            body["status"] = {**(body.get("status") or {}), **written}
+            status["move"] = move = written["move"]
+            conditions = written["conditions"]
             ordinal = int(move["to"])
             pod = names.pod(broker.name, ordinal)
         if move:
@@ -296,9 +308,11 @@ async def _run(body: kopf.Body, memo: Any, patch: kopf.Patch, logger: Logger,
                index: Any) -> None:
     runtime = runtime_of(memo)
     meta = body["metadata"]
+    raw = dict(body)
     async with runtime.lock("Stream", meta["namespace"], meta["name"]):
-        status, events = await reconcile_stream(dict(body), runtime, index, logger)
-    write_status(patch, body.get("status"), status)
+        # raw's status: what the API holds, including what the pass wrote itself (a move)
+        status, events = await reconcile_stream(raw, runtime, index, logger)
+    write_status(patch, raw.get("status"), status)
     for reason, message in events:
         # kopf.event, not kopf.info: the operator posts only warnings from its logs (timers run
         # often), but a move or a new export schedule is worth a Normal event.
