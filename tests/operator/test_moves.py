@@ -8,20 +8,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import kopf
 from rstream import AMQPMessage, Producer
 
 from streamlet.client import connect
+from streamlet_operator.brokers import BrokerUnavailable, ClientBrokerAdmin
+from streamlet_operator.handlers.common import write_status
+from streamlet_operator.handlers.stream import reconcile_stream
 from streamlet_operator.kube import Kube
+from streamlet_operator.model import BrokerModel, StreamModel
+from streamlet_operator.runtime import Runtime
 from tests.operator.conftest import Cluster
 from tests.operator.harness import eventually
 from tests.operator.kubelet import Kubelet
 from tests.operator.test_broker import condition
 from tests.operator.test_stream import ready, stream_body
+from tests.support.brokers import BrokerProcess
 
 SENDERS = 4
 MARK = b"live-msg:"
@@ -175,3 +183,84 @@ async def test_a_moving_stream_is_never_reported_ready(
     assert statuses[-1]["phase"] == "Ready" and not statuses[-1].get("move")
     events = [e for e in await kube.list("Event", namespace) if e.get("reason") == "StreamMoved"]
     assert len(events) == 1, [e["message"] for e in events]
+
+
+class _Api:
+    """The few API calls one Stream pass makes, in memory: the Broker, and the status the
+    pass writes in the middle (a move) applied as the API server would."""
+
+    def __init__(self, broker: dict[str, Any], stream: dict[str, Any]) -> None:
+        self.broker, self.stream = broker, stream
+        self.on_status: Any = None
+
+    async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.broker if kind == "Broker" else None
+
+    async def list(self, kind: str, namespace: str) -> list[dict[str, Any]]:
+        return []
+
+    async def apply(self, obj: dict[str, Any], immutable: tuple[str, ...] = ()) -> dict[str, Any]:
+        return obj
+
+    async def patch(self, kind: str, namespace: str, name: str, patch: dict[str, Any],
+                    subresource: str | None = None) -> dict[str, Any]:
+        assert (kind, subresource) == ("Stream", "status")
+        self.stream["status"] = {**self.stream["status"], **patch["status"]}
+        if self.on_status is not None:
+            self.on_status()
+        return self.stream
+
+
+async def test_a_pass_failing_after_a_move_started_keeps_the_new_placement(
+        broker_factory: Any) -> None:
+    """The pass that starts a move writes the new placement at once; if the rest of that pass
+    fails (here the old pod goes away just then), its final status must not put the old
+    placement back: a later pass would take the stream for one on the old pod."""
+    pods: list[BrokerProcess] = [broker_factory(), broker_factory()]
+    client = await connect(pods[1].host, pods[1].port)
+    try:
+        await client.create_stream("s")
+        producer = await client.producer("s")
+        await producer.send_many([b"m%d" % i for i in range(10)])
+        await producer.close()
+    finally:
+        await client.close()
+    broker = {"metadata": {"name": "b", "namespace": "ns", "generation": 2},
+              "spec": {"replicas": 1, "scaleDownPolicy": "MoveStreams"}}
+    stream = {"metadata": {"name": "s", "namespace": "ns", "generation": 1},
+              "spec": {"broker": "b"}}
+    ready_ = {"type": "Ready", "status": "True", "reason": "StreamReady", "message": "",
+              "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    stream["status"] = {"phase": "Ready", "leader": "b-1", "conditions": [ready_],
+                        "applied": StreamModel.from_body(stream).immutable(),
+                        "placement": [{"stream": "s", "pod": "b-1", "ordinal": 1}]}
+    api = _Api(broker, stream)
+    gone: set[int] = set()
+
+    def resolve(namespace: str, name: str, ordinal: int, port: int) -> tuple[str, int]:
+        if ordinal in gone:
+            raise BrokerUnavailable(f"pod {name}-{ordinal} is not running")
+        return pods[ordinal].host, pods[ordinal].port
+
+    async def guest(namespace: str, name: str) -> tuple[str, str]:
+        return "guest", "guest"
+
+    async def advertised(model: BrokerModel, ordinal: int) -> str:
+        return f"{pods[ordinal].host}:{pods[ordinal].port}"
+
+    api.on_status = lambda: gone.add(1)  # the old pod goes once the move is recorded
+    admin = ClientBrokerAdmin()
+    runtime = Runtime(kube=api, admin=admin, resolve=resolve,  # type: ignore[arg-type]
+                      credentials=guest, advertised=advertised)
+    raw = {**stream, "status": dict(stream["status"])}  # as _run hands it over
+    try:
+        status, _ = await reconcile_stream(raw, runtime, None, logging.getLogger(__name__))
+    finally:
+        await admin.close()
+    assert status["move"]["to"] == 0 and status["leader"] == "b-0"
+    assert condition({"status": status}, "Ready")["status"] == "False"
+    patch = kopf.Patch()
+    write_status(patch, raw.get("status"), status)
+    final = {**api.stream["status"], **patch.status}
+    assert final["placement"] == [{"stream": "s", "pod": "b-0", "ordinal": 0}], final
+    assert final["leader"] == "b-0" and final["move"]["from"] == 1

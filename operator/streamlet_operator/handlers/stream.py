@@ -233,8 +233,8 @@ async def _reconcile_on_broker(body: dict[str, Any], runtime: Runtime, index: An
             # The pass's status is written as a change from this: a field set back to what it
             # was before the move (phase Ready, no move) must be written too.
             body["status"] = {**(body.get("status") or {}), **written}
-            status["move"] = move = written["move"]
-            conditions = written["conditions"]
+            status.update(written)
+            move, conditions = written["move"], written["conditions"]
             ordinal = int(move["to"])
             pod = names.pod(broker.name, ordinal)
         if move:
