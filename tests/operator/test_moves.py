@@ -227,8 +227,8 @@ async def test_a_pass_failing_after_a_move_started_keeps_the_new_placement(
         await client.close()
     broker = {"metadata": {"name": "b", "namespace": "ns", "generation": 2},
               "spec": {"replicas": 1, "scaleDownPolicy": "MoveStreams"}}
-    stream = {"metadata": {"name": "s", "namespace": "ns", "generation": 1},
-              "spec": {"broker": "b"}}
+    stream: dict[str, Any] = {"metadata": {"name": "s", "namespace": "ns", "generation": 1},
+                              "spec": {"broker": "b"}}
     ready_ = {"type": "Ready", "status": "True", "reason": "StreamReady", "message": "",
               "lastTransitionTime": "2026-01-01T00:00:00Z"}
     stream["status"] = {"phase": "Ready", "leader": "b-1", "conditions": [ready_],
