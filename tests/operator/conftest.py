@@ -103,8 +103,8 @@ async def namespace(request: pytest.FixtureRequest, kube: Kube,
     # Streams first, while their pods still run: their finalizers delete them on the brokers.
     for obj in await kube.list("Stream", name):
         await kube.delete("Stream", name, obj["metadata"]["name"])
-    with contextlib.suppress(AssertionError):
-        await eventually(lambda: _none_left(kube, name), timeout=10, what="streams finalized")
+    with contextlib.suppress(AssertionError):  # over 5 s after a test failed mid-move
+        await eventually(lambda: _none_left(kube, name), timeout=30, what="streams finalized")
     for obj in await kube.list("Broker", name):
         await kube.delete("Broker", name, obj["metadata"]["name"])
     for (ns, broker, ordinal) in list(cluster.pods.pods):

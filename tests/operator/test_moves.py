@@ -82,7 +82,10 @@ async def test_a_move_under_live_traffic_loses_no_confirmed_message(
                 st = (s or {}).get("status") or {}
                 return s if (st.get("leader") == "b-0" and not st.get("move") and condition(
                     s, "Ready").get("status") == "True") else None
-            done = await eventually(moved, what="the move finished")
+            # How long the move takes follows how much the producers sent before the seal,
+            # which depends on the machine (the copy's speed is test_brokers' business): a
+            # bound to catch a move that never ends, not a slow one.
+            done = await eventually(moved, timeout=60, what="the move finished")
             before = len(confirmed)
             await eventually(lambda: at_least(before + 200), what="publishing on pod 0")
     finally:
