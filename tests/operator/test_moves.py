@@ -142,7 +142,6 @@ async def versions(cluster: Cluster, namespace: str, name: str) -> AsyncIterator
         await asyncio.wait_for(started.wait(), 10)
         try:
             yield seen
-            await asyncio.sleep(0.5)  # let the watch deliver the last writes
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -174,7 +173,11 @@ async def test_a_moving_stream_is_never_reported_ready(
             return st.get("leader") == "b-0" and not st.get("move")
         await eventually(moved, timeout=60, what="the move finished")
         done = await kube.get("Stream", namespace, "moving")
-    assert done is not None and condition(done, "Ready")["status"] == "True"
+        assert done is not None
+        version = done["metadata"]["resourceVersion"]
+        await eventually(lambda: any(v["metadata"]["resourceVersion"] == version for v in seen),
+                         what="the watch delivering the last version")
+    assert condition(done, "Ready")["status"] == "True"
     assert not await cluster.probe.exists(kubelet.pods.pods[(namespace, "b", 1)], "moving")
     statuses = [v.get("status") or {} for v in seen]
     during = [st for st in statuses if st.get("move")]
@@ -184,7 +187,10 @@ async def test_a_moving_stream_is_never_reported_ready(
         assert st["phase"] != "Ready" and ready_["status"] == "False", st
     assert during[0]["phase"] == "Moving" and during[0]["leader"] == "b-0"
     assert statuses[-1]["phase"] == "Ready" and not statuses[-1].get("move")
-    events = [e for e in await kube.list("Event", namespace) if e.get("reason") == "StreamMoved"]
+
+    async def reported() -> list[Any]:
+        return [e for e in await kube.list("Event", namespace) if e.get("reason") == "StreamMoved"]
+    events = await eventually(reported, what="a StreamMoved event")
     assert len(events) == 1, [e["message"] for e in events]
 
 
