@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
+from pathlib import Path
 
 from rstream import Consumer as RConsumer
 from rstream import (
@@ -165,3 +167,54 @@ async def test_super_stream_partitions_spread_over_a_group(shared_broker: Broker
     finally:
         for consumer in consumers.values():
             await consumer.close()
+
+
+async def test_a_consumer_that_never_steps_down_is_closed_and_its_partition_moves_on(
+        tmp_path: Path, broker_factory: Callable[..., BrokerProcess]) -> None:
+    """rstream sends no answer when a ConsumerUpdate listener raises. A consumer told to step
+    down that never answers would hold its partition forever; as RabbitMQ does, the broker
+    closes its connection after server.request_timeout, and the partition goes on to the
+    consumer the group chose."""
+    config = tmp_path / "broker.toml"
+    config.write_text("[server]\nrequest_timeout = 2\n")
+    b = broker_factory(config=config)
+    name = "sac-stuck"
+    partitions = [f"{name}-0", f"{name}-1", f"{name}-2"]
+    async with await connect(b.host, b.port) as c:
+        await c.create_super_stream(name, partitions, ["0", "1", "2"])
+    props = {"single-active-consumer": "true", "name": "grp", "super-stream": name}
+    got: set[str] = set()
+
+    async def stubborn(is_active: bool, ctx: EventContext) -> OffsetSpecification:
+        if not is_active:
+            raise RuntimeError("this listener fails when told to step down")
+        return OffsetSpecification(OffsetType.FIRST, 0)
+
+    async def willing(is_active: bool, ctx: EventContext) -> OffsetSpecification:
+        return OffsetSpecification(OffsetType.FIRST, 0)
+
+    async def on_message(msg: bytes, ctx) -> None:  # type: ignore[no-untyped-def]
+        got.add(ctx.stream)
+
+    one = SuperStreamConsumer(b.host, b.port, username="guest", password="guest", super_stream=name)
+    two = SuperStreamConsumer(b.host, b.port, username="guest", password="guest", super_stream=name)
+    try:
+        await one.start()
+        await one.subscribe(lambda msg, ctx: None, decoder=lambda x: x, properties=dict(props),
+                            subscriber_name="grp", consumer_update_listener=stubborn)
+        await two.start()
+        await two.subscribe(on_message, decoder=lambda x: x, properties=dict(props),
+                            subscriber_name="grp", consumer_update_listener=willing)
+        async with await connect(b.host, b.port) as c:
+            for p in partitions:
+                producer = await c.producer(p)
+                await producer.send(b"x")
+                await producer.close()
+        # `one` never answers its step-down on partition 1: once it is closed, `two` is the
+        # group's only member and serves every partition, from the first message
+        await eventually(lambda: got == set(partitions), 60, "two serves every partition")
+        assert "ConsumerUpdate" in b.log_path.read_text() and "unanswered" in b.log_path.read_text()
+    finally:
+        for consumer in (one, two):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(consumer.close(), 10)

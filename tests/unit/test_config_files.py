@@ -79,3 +79,10 @@ def test_frame_limit(tmp_path: Path, server: str, limit: int) -> None:
 def test_a_frame_limit_under_frame_max_is_refused(tmp_path: Path, server: str) -> None:
     with pytest.raises(ConfigError, match="frame_limit must be at least"):
         load(_config(tmp_path, f"[server]\n{server}"))
+
+
+def test_request_timeout(tmp_path: Path) -> None:
+    assert load(_config(tmp_path, "[server]\n")).request_timeout == 60
+    assert load(_config(tmp_path, "[server]\nrequest_timeout = 5\n")).request_timeout == 5
+    with pytest.raises(ConfigError, match="request_timeout must be at least 1"):
+        load(_config(tmp_path, "[server]\nrequest_timeout = 0\n"))

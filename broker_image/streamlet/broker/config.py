@@ -12,6 +12,7 @@ File format (all keys optional)::
     frame_limit = 16777216            # hard limit on a frame received after Open (see below)
     heartbeat = 60
     handshake_timeout = 10            # seconds from connect to Open before the broker closes
+    request_timeout = 60              # seconds a client has to answer a ConsumerUpdate
     cluster_name = "streamlet"
     users_file = "users.toml"         # more [[users]] entries, in a file of their own
 
@@ -74,6 +75,10 @@ DEFAULT_FRAME_MAX = 1_048_576
 #: 150 B fits); past it, code 14 and a close.
 DEFAULT_FRAME_LIMIT = 16 << 20
 DEFAULT_HEARTBEAT = 60
+#: As RabbitMQ's stream request_timeout: a connection that leaves a request to the client (a
+#: ConsumerUpdate) unanswered this long is closed, so a single-active-consumer group never
+#: waits forever for a consumer that does not step down.
+DEFAULT_REQUEST_TIMEOUT = 60
 DEFAULT_SEGMENT_BYTES = 500_000_000
 MAX_SEGMENT_BYTES = 3_000_000_000
 FSYNC_POLICIES = ("never", "interval", "chunk")
@@ -128,6 +133,7 @@ class BrokerConfig:
     frame_limit: int = DEFAULT_FRAME_LIMIT
     heartbeat: int = DEFAULT_HEARTBEAT
     handshake_timeout: int = 10
+    request_timeout: int = DEFAULT_REQUEST_TIMEOUT
     cluster_name: str = "streamlet"
     fsync: str = "never"
     retention: Retention = field(default_factory=Retention)
@@ -207,7 +213,7 @@ def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
     if "data_dir" in server:
         changes["data_dir"] = Path(server["data_dir"])
     for key in ("port", "advertised_port", "frame_max", "frame_limit", "heartbeat",
-                "handshake_timeout"):
+                "handshake_timeout", "request_timeout"):
         v = _int(server, key, "server")
         if v is not None:
             changes[key] = v
@@ -315,6 +321,8 @@ def _validate(cfg: BrokerConfig) -> None:
         raise ConfigError(f"storage.fsync must be one of {', '.join(FSYNC_POLICIES)}, got {cfg.fsync!r}")
     if cfg.frame_max and cfg.frame_max < 8192:
         raise ConfigError("server.frame_max must be 0 (no limit) or at least 8192")
+    if cfg.request_timeout < 1:
+        raise ConfigError(f"server.request_timeout must be at least 1 second, got {cfg.request_timeout}")
     if cfg.frame_limit < max(cfg.frame_max, 8192):
         raise ConfigError(f"server.frame_limit must be at least server.frame_max and 8192, "
                           f"got {cfg.frame_limit}")

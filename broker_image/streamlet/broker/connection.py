@@ -506,6 +506,16 @@ class Connection(asyncio.Protocol):
         self._corr += 1
         self.pending_updates[self._corr] = (sub, active)
         self.send(f.ConsumerUpdate(self._corr, sub.id, int(active)))
+        asyncio.get_running_loop().call_later(self.broker.config.request_timeout,
+                                              self._check_answered, self._corr)
+
+    def _check_answered(self, corr: int) -> None:
+        """A client that leaves a ConsumerUpdate unanswered is closed (as RabbitMQ does): its
+        group would otherwise wait for it forever, a partition's messages going to nobody."""
+        if corr in self.pending_updates and not self.closing:
+            log.warning("connection %s: ConsumerUpdate %d unanswered for %ds, closing", self.peer,
+                        corr, self.broker.config.request_timeout)
+            self.abort()
 
     def on_consumer_update_response(self, cmd: f.ConsumerUpdateResponse) -> None:
         pending = self.pending_updates.pop(cmd.correlation_id, None)
