@@ -16,7 +16,7 @@ from rstream import (
 from rstream import Consumer as RConsumer
 from rstream import Producer as RProducer
 
-from streamlet.broker.streams import CHUNK_MAX_ENTRIES
+from streamlet.broker.streams import CHUNK_MAX_ENTRIES, CHUNK_MIN_ENTRIES
 from tests.support.brokers import BrokerProcess
 from tests.support.waiting import eventually
 
@@ -88,10 +88,19 @@ async def test_a_publish_frame_over_frame_max_is_confirmed(shared_broker: Broker
     assert [m for _, m in got] == bodies
 
 
+def burst_tail(n: int) -> int:
+    """The last chunk of a burst of ``n`` messages after a quiet spell: chunks start at
+    CHUNK_MIN_ENTRIES entries and double (streams.py)."""
+    size = CHUNK_MIN_ENTRIES
+    while n > size:
+        n, size = n - size, min(2 * size, CHUNK_MAX_ENTRIES)
+    return n
+
+
 async def test_last_after_one_big_batch_gives_its_tail(shared_broker: BrokerProcess) -> None:
     """One Publish frame of 4,999 messages, then a consumer at `last`: it gets the tail of the
-    batch, as on RabbitMQ (its writer split such a batch into chunks; 935 messages came back
-    there), not a replay of all 4,999. A chunk holds at most CHUNK_MAX_ENTRIES entries."""
+    batch, as on RabbitMQ (its writer split such a batch into chunks of 32 .. 2,048; 935
+    messages came back there), not a replay of all 4,999."""
     stream = "rstream-last-tail"
     n = 4_999
     async with producer(shared_broker) as p:
@@ -101,7 +110,8 @@ async def test_last_after_one_big_batch_gives_its_tail(shared_broker: BrokerProc
     await consume(shared_broker, stream, ConsumerOffsetSpecification(OffsetType.OFFSET, n - 1), 1)
     got = await consume(shared_broker, stream, ConsumerOffsetSpecification(OffsetType.LAST), 1)
     assert got[0][0] > 0, "`last` replayed the whole batch"
-    tail = n % CHUNK_MAX_ENTRIES
+    tail = burst_tail(n)
+    assert tail == 4_999 - (256 + 512 + 1024 + 2048)
     got = await consume(shared_broker, stream, ConsumerOffsetSpecification(OffsetType.LAST), tail)
     assert [o for o, _ in got] == list(range(n - tail, n))
     assert got[-1] == (n - 1, b"t%d" % (n - 1))

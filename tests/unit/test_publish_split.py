@@ -82,37 +82,40 @@ def _entries(sizes: list[int | list[int]]) -> list[f.PublishedMessage]:
             else f.PublishedMessage.simple(i + 1, b"e" * s) for i, s in enumerate(sizes)]
 
 
-# (message sizes, max entries, max bytes of entries, expected message counts per part)
-SPLITS = [
-    ([10] * 5, 5, 1000, [5]),                 # fits: the batch itself
-    ([10] * 5, 2, 1000, [2, 2, 1]),           # by entries
-    ([10] * 5, 100, 28, [2, 2, 1]),           # by bytes: 14 B an entry, two fit in 28
-    ([10] * 5, 100, 27, [1, 1, 1, 1, 1]),
-    ([10, 100, 10], 100, 30, [1, 1, 1]),      # an entry over the limit is a part of its own
-    ([[1, 2, 3], 10, [4]], 2, 1000, [2, 1]),  # a sub-batch is one entry
+# (message sizes, max entries, max bytes of entries, messages in the head, or None: all fit)
+CUTS = [
+    ([10] * 5, 5, 1000, None),                # fits: the batch itself, nothing left
+    ([10] * 5, 2, 1000, 2),                   # by entries
+    ([10] * 5, 100, 28, 2),                   # by bytes: 14 B an entry, two fit in 28
+    ([10] * 5, 100, 27, 1),
+    ([100, 10], 100, 30, 1),                  # an entry over the limit still makes a head
+    ([[1, 2, 3], 10, [4]], 2, 1000, 2),       # a sub-batch is one entry
 ]
 
 
-@pytest.mark.parametrize(("sizes", "max_entries", "max_bytes", "counts"), SPLITS)
-def test_split_into_chunk_sized_parts(sizes: list[int | list[int]], max_entries: int,
-                                      max_bytes: int, counts: list[int]) -> None:
-    msgs = _entries(sizes)
-    whole = publish.parse_publish(body(f.Publish(3, msgs)), 1)
-    parts = whole.split(max_entries, max_bytes)
-    assert [p.count for p in parts] == counts
-    assert b"".join(p.ids for p in parts) == whole.ids
-    assert b"".join(p.data for p in parts) == whole.data
-    assert sum(p.num_records for p in parts) == whole.num_records
-    for p in parts:
-        assert p.publisher_id == 3 and p.increasing
-        assert [(i, e, r) for i, e, r in p.messages()] == [
-            m for m in whole.messages() if p.first_id <= m[0] <= p.last_id]
-        assert p.count == 1 or len(p.data) <= max_bytes
+@pytest.mark.parametrize(("sizes", "max_entries", "max_bytes", "head_count"), CUTS)
+def test_cut_a_batch_into_head_and_rest(sizes: list[int | list[int]], max_entries: int,
+                                        max_bytes: int, head_count: int | None) -> None:
+    whole = publish.parse_publish(body(f.Publish(3, _entries(sizes))), 1)
+    head, rest = whole.cut(max_entries, max_bytes)
+    if head_count is None:
+        assert head is whole and rest is None
+        return
+    assert rest is not None and head.count == head_count
+    assert head.ids + rest.ids == whole.ids and head.data + rest.data == whole.data
+    assert head.num_records + rest.num_records == whole.num_records
+    assert head.count == 1 or len(head.data) <= max_bytes
+    for part in (head, rest):
+        assert part.publisher_id == 3 and part.increasing
+        assert part.messages() == [m for m in whole.messages()
+                                   if part.first_id <= m[0] <= part.last_id]
 
 
-def test_split_keeps_filter_values_and_order_flags() -> None:
+def test_cut_keeps_filter_values_and_order_flags() -> None:
     msgs = [f.PublishedMessage.simple(i, b"x", c) for i, c in ((5, "a"), (6, None), (2, "b"), (9, "c"))]
     whole = publish.parse_publish(body(f.Publish(0, msgs, version=2)), 2)
-    parts = whole.split(2, 1 << 20)
-    assert [p.filter_values for p in parts] == [["a", None], ["b", "c"]]
-    assert [(p.first_id, p.last_id, p.increasing) for p in parts] == [(5, 6, True), (2, 9, True)]
+    head, rest = whole.cut(2, 1 << 20)
+    assert rest is not None
+    assert [head.filter_values, rest.filter_values] == [["a", None], ["b", "c"]]
+    assert [(p.first_id, p.last_id, p.increasing) for p in (head, rest)] == [
+        (5, 6, True), (2, 9, True)]

@@ -32,14 +32,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("streamlet.broker")
 
-#: A chunk holds at most this many entries and bytes of entries (one bigger entry excepted):
-#: a Publish frame above either is written as several chunks, and coalesced publishes are
-#: flushed before they would pass either. Small enough that a consumer attaching at ``last``
-#: gets a recent tail, not a replay of a whole batch (RabbitMQ's writer gives about the same:
-#: its batches grow to a few thousand messages); big enough that catch-up reads stay cheap
-#: (per-chunk costs are paid once per few thousand records; see docs/performance.md).
-CHUNK_MAX_ENTRIES = 4096
+#: How many entries a chunk may hold: CHUNK_MIN_ENTRIES for the first chunk after a quiet spell
+#: (no chunk written for QUIET_S), twice as many for each chunk that filled up since, at most
+#: CHUNK_MAX_ENTRIES; and at most CHUNK_MAX_BYTES of entries (one bigger entry excepted). A
+#: burst, even one Publish frame, is written as chunks that grow, so a consumer attaching at
+#: ``last`` after it gets its tail, not a replay; under sustained load chunks are big, so
+#: catch-up reads stay cheap. RabbitMQ's writer behaves alike: its batches start small and
+#: double while messages keep coming (a 4,999-message frame: chunks of 32 .. 2,048, then 935).
+CHUNK_MIN_ENTRIES = 256
+CHUNK_MAX_ENTRIES = 16_384
 CHUNK_MAX_BYTES = 4 << 20
+QUIET_S = 0.01
 #: Under load, a stream writes at most one chunk per this many seconds: publishes arriving in
 #: between gather into it (bigger chunks, so fewer, cheaper deliveries, as RabbitMQ's writer
 #: packs whatever is pending). A publish after a quiet spell is written at once.
@@ -86,6 +89,8 @@ class Stream:
         self._filter_values: set[str | None] = set()
         self._scheduled = False
         self._last_flush = 0.0
+        #: entries the pending chunk may hold (see CHUNK_MIN_ENTRIES)
+        self._chunk_entries = CHUNK_MIN_ENTRIES
         self.deleted = False
         #: moved to another broker (the stream directory names it): reads only, see seal()
         self.sealed = False
@@ -95,14 +100,37 @@ class Stream:
     def publish(self, publisher: Publisher, batch: PublishBatch) -> None:
         if batch.count == 0:
             return
-        if self.sealed:  # never confirmed here: the operator's last copy would miss it
-            publisher.conn.send_publish_error(publisher.id, _unpack_ids([batch.ids]),
-                                              Code.STREAM_NOT_AVAILABLE)
+        if self.sealed or self.deleted:  # sealed: the operator's last copy would miss it
+            publisher.conn.send_publish_error(
+                publisher.id, _unpack_ids([batch.ids]),
+                Code.STREAM_DOES_NOT_EXIST if self.deleted else Code.STREAM_NOT_AVAILABLE)
             return
-        if batch.count > CHUNK_MAX_ENTRIES or len(batch.data) > CHUNK_MAX_BYTES:
-            for part in batch.split(CHUNK_MAX_ENTRIES, CHUNK_MAX_BYTES):  # before deduplicating
-                self.publish(publisher, part)
-            return
+        loop = asyncio.get_running_loop()
+        if not self._count and loop.time() - self._last_flush > QUIET_S:
+            self._chunk_entries = CHUNK_MIN_ENTRIES  # a burst after a quiet spell starts small
+        rest: PublishBatch | None = batch
+        while rest is not None:
+            room, room_bytes = self._chunk_entries - self._count, CHUNK_MAX_BYTES - self._bytes
+            if rest.count <= room and len(rest.data) <= room_bytes:
+                part, rest = rest, None
+            elif self._count:
+                self._flush_full()  # the pending chunk cannot take this batch: write it first
+                continue
+            else:
+                part, rest = rest.cut(room, room_bytes)  # cut before deduplicating
+            self._add(publisher, part)
+            if self._count >= self._chunk_entries or self._bytes >= CHUNK_MAX_BYTES:
+                self._flush_full()
+        if self._count and not self._scheduled:
+            self._scheduled = True
+            wait = self._last_flush + COALESCE_S - loop.time()
+            if wait > 0:  # publishes keep coming: let them gather into one bigger chunk
+                loop.call_later(wait, self.flush)
+            else:
+                loop.call_soon(self.flush)
+
+    def _add(self, publisher: Publisher, batch: PublishBatch) -> None:
+        """Deduplicate ``batch`` and add what is new to the pending chunk."""
         ref = publisher.reference
         if ref is not None:
             last = self.sequences.get(ref, 0)
@@ -111,9 +139,6 @@ class Stream:
                 if batch.count == 0:
                     return
             self.sequences[ref] = self._dirty_refs[ref] = max(last, batch.last_id)
-        if self._count and (batch.count > CHUNK_MAX_ENTRIES - self._count
-                            or len(batch.data) > CHUNK_MAX_BYTES - self._bytes):
-            self.flush()  # this batch would make the pending chunk too big
         if batch.filter_values is None:
             self._filter_values.add(None)
         else:
@@ -123,16 +148,11 @@ class Stream:
         self._records += batch.num_records
         self._bytes += len(batch.data)
         self._confirms[(publisher.conn, publisher.id)].append(batch.ids)
-        if self._bytes >= CHUNK_MAX_BYTES or self._count >= CHUNK_MAX_ENTRIES:
-            self.flush()
-        elif not self._scheduled:
-            self._scheduled = True
-            loop = asyncio.get_running_loop()
-            wait = self._last_flush + COALESCE_S - loop.time()
-            if wait > 0:  # publishes keep coming: let them gather into one bigger chunk
-                loop.call_later(wait, self.flush)
-            else:
-                loop.call_soon(self.flush)
+
+    def _flush_full(self) -> None:
+        """Write the pending chunk, which is full: the next one may hold twice as many."""
+        self.flush()
+        self._chunk_entries = min(2 * self._chunk_entries, CHUNK_MAX_ENTRIES)
 
     def _deduplicate(self, publisher: Publisher, batch: PublishBatch, last: int) -> PublishBatch:
         """Drop messages whose id is not above every id seen; confirm those at once."""

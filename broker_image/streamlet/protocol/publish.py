@@ -52,34 +52,32 @@ class PublishBatch:
             pos += size
         return out
 
-    def split(self, max_entries: int, max_bytes: int) -> list[PublishBatch]:
-        """This batch cut, in order, into parts of at most ``max_entries`` messages and
-        ``max_bytes`` of entries (an entry bigger than that makes a part of its own)."""
-        if self.count <= max_entries and len(self.data) <= max_bytes:
-            return [self]
-        # cuts: (message index, data position, records before) where each part starts
-        cuts: list[tuple[int, int, int]] = [(0, 0, 0)]
-        data, pos, records = self.data, 0, 0
-        for i in range(self.count):
+    def cut(self, max_entries: int, max_bytes: int) -> tuple[PublishBatch, PublishBatch | None]:
+        """The first messages of this batch, at most ``max_entries`` of them holding at most
+        ``max_bytes`` of entries (but at least one), and the rest (None if nothing is left)."""
+        data, pos, records, n = self.data, 0, 0, 0
+        while n < min(max_entries, self.count):
             if data[pos] & 0x80 == 0:
-                size, n = 4 + _U32.unpack_from(data, pos)[0], 1
+                size, k = 4 + _U32.unpack_from(data, pos)[0], 1
             else:
-                _, n, _, length = _SUB_BATCH.unpack_from(data, pos)
+                _, k, _, length = _SUB_BATCH.unpack_from(data, pos)
                 size = _SUB_BATCH.size + length
-            first, first_pos, _ = cuts[-1]
-            if i - first == max_entries or (i > first and pos + size - first_pos > max_bytes):
-                cuts.append((i, pos, records))
-            pos += size
-            records += n
-        cuts.append((self.count, pos, records))
-        parts = []
-        for (i, p, r), (j, q, s) in zip(cuts, cuts[1:], strict=False):
-            seq = struct.unpack(f">{j - i}Q", self.ids[8 * i : 8 * j])
-            parts.append(PublishBatch(
-                self.publisher_id, j - i, self.ids[8 * i : 8 * j], data[p:q], s - r, seq[0],
-                seq[-1], self.increasing or all(a < b for a, b in zip(seq, seq[1:], strict=False)),
-                self.filter_values[i:j] if self.filter_values is not None else None))
-        return parts
+            if n and pos + size > max_bytes:
+                break
+            pos, records, n = pos + size, records + k, n + 1
+        if n == self.count:
+            return self, None
+        return (self._part(0, n, 0, pos, records),
+                self._part(n, self.count, pos, len(data), self.num_records - records))
+
+    def _part(self, i: int, j: int, p: int, q: int, records: int) -> PublishBatch:
+        """Messages ``i`` to ``j`` (exclusive), whose entries are ``data[p:q]``."""
+        ids = self.ids[8 * i : 8 * j]
+        seq = struct.unpack(f">{j - i}Q", ids)
+        increasing = self.increasing or all(a < b for a, b in zip(seq, seq[1:], strict=False))
+        return PublishBatch(self.publisher_id, j - i, ids, self.data[p:q], records, seq[0],
+                            seq[-1], increasing,
+                            self.filter_values[i:j] if self.filter_values is not None else None)
 
 
 def _split_python(body: bytes | memoryview, version: int) -> PublishBatch:
