@@ -29,7 +29,13 @@ from tests.operator.conftest import Cluster
 from tests.operator.harness import eventually
 from tests.operator.kubelet import Kubelet
 from tests.operator.test_broker import condition
-from tests.operator.test_stream import gone, ready, running_broker, stream_body
+from tests.operator.test_stream import (
+    gone,
+    ready,
+    running_broker,
+    stream_body,
+    two_pods_and_a_stream_on_b1,
+)
 
 MESSAGES = 50
 
@@ -97,15 +103,7 @@ async def test_scale_down_moves_streams(cluster: Cluster, kube: Kube, kubelet: K
                                         namespace: str) -> None:
     """With scaleDownPolicy MoveStreams, the streams of a removed pod move to the remaining
     ones with their messages; clients on the old pod get MetadataUpdate; then the pod goes."""
-    await kube.create({"apiVersion": "streamlet.dev/v1alpha1", "kind": "Broker",
-                       "metadata": {"name": "b", "namespace": namespace},
-                       "spec": {"replicas": 2, "scaleDownPolicy": "MoveStreams"}})
-    await eventually(lambda: kube.get("StatefulSet", namespace, "b"))
-    await kubelet.sync(namespace, "b")
-    await kube.create(stream_body(namespace, "stays"))
-    await ready(kube, namespace, "stays")
-    await kube.create(stream_body(namespace, "moves"))
-    assert (await ready(kube, namespace, "moves"))["status"]["leader"] == "b-1"
+    await two_pods_and_a_stream_on_b1(kube, kubelet, namespace, "moves")
     old = cluster.pods.pods[(namespace, "b", 1)]
     async with Producer(*old, username="guest", password="guest") as producer:
         for i in range(MESSAGES):

@@ -28,7 +28,7 @@ from tests.operator.conftest import Cluster
 from tests.operator.harness import eventually
 from tests.operator.kubelet import Kubelet
 from tests.operator.test_broker import condition
-from tests.operator.test_stream import ready, stream_body
+from tests.operator.test_stream import two_pods_and_a_stream_on_b1
 from tests.support.brokers import BrokerProcess
 
 SENDERS = 4
@@ -37,15 +37,7 @@ MARK = b"live-msg:"
 
 async def test_a_move_under_live_traffic_loses_no_confirmed_message(
         cluster: Cluster, kube: Kube, kubelet: Kubelet, namespace: str) -> None:
-    await kube.create({"apiVersion": "streamlet.dev/v1alpha1", "kind": "Broker",
-                       "metadata": {"name": "b", "namespace": namespace},
-                       "spec": {"replicas": 2, "scaleDownPolicy": "MoveStreams"}})
-    await eventually(lambda: kube.get("StatefulSet", namespace, "b"))
-    pods = await kubelet.sync(namespace, "b")
-    await kube.create(stream_body(namespace, "stays"))
-    await ready(kube, namespace, "stays")
-    await kube.create(stream_body(namespace, "live"))
-    assert (await ready(kube, namespace, "live"))["status"]["leader"] == "b-1"
+    pods = await two_pods_and_a_stream_on_b1(kube, kubelet, namespace, "live")
     await kubelet.sync_directory(namespace, "b")
 
     confirmed: list[bytes] = []
@@ -155,15 +147,7 @@ async def test_a_moving_stream_is_never_reported_ready(
     still takes publishes. The move's first status write once left Ready=True, and a move
     finished in the pass that started it left status.move behind for the next pass (which
     then reported the move twice)."""
-    await kube.create({"apiVersion": "streamlet.dev/v1alpha1", "kind": "Broker",
-                       "metadata": {"name": "b", "namespace": namespace},
-                       "spec": {"replicas": 2, "scaleDownPolicy": "MoveStreams"}})
-    await eventually(lambda: kube.get("StatefulSet", namespace, "b"))
-    await kubelet.sync(namespace, "b")
-    await kube.create(stream_body(namespace, "stays"))
-    await ready(kube, namespace, "stays")
-    await kube.create(stream_body(namespace, "moving"))
-    assert (await ready(kube, namespace, "moving"))["status"]["leader"] == "b-1"
+    await two_pods_and_a_stream_on_b1(kube, kubelet, namespace, "moving")
     async with versions(cluster, namespace, "moving") as seen, \
             kubelet.delivering_directory(namespace, "b"):
         await kube.patch("Broker", namespace, "b", {"spec": {"replicas": 1}})

@@ -40,6 +40,22 @@ async def ready(kube: Kube, namespace: str, name: str, reason: str = "StreamRead
     return result
 
 
+async def two_pods_and_a_stream_on_b1(kube: Kube, kubelet: Kubelet, namespace: str,
+                                       name: str) -> list[Any]:
+    """A Broker ``b`` of two pods that moves streams on scale-down, a Stream ``stays`` on b-0 and
+    the Stream ``name`` on b-1 (the one a scale-down to one pod moves); the pods' addresses."""
+    await kube.create({"apiVersion": "streamlet.dev/v1alpha1", "kind": "Broker",
+                       "metadata": {"name": "b", "namespace": namespace},
+                       "spec": {"replicas": 2, "scaleDownPolicy": "MoveStreams"}})
+    await eventually(lambda: kube.get("StatefulSet", namespace, "b"))
+    pods: list[Any] = await kubelet.sync(namespace, "b")
+    await kube.create(stream_body(namespace, "stays"))
+    await ready(kube, namespace, "stays")
+    await kube.create(stream_body(namespace, name))
+    assert (await ready(kube, namespace, name))["status"]["leader"] == "b-1"
+    return pods
+
+
 async def gone(kube: Kube, kind: str, namespace: str, name: str) -> None:
     async def check() -> bool:
         return await kube.get(kind, namespace, name) is None
