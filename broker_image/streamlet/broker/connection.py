@@ -607,8 +607,12 @@ class Connection(asyncio.Protocol):
                 log.info("create %r refused: %s", cmd.stream, e)
                 code = Code.PRECONDITION_FAILED
             else:
-                self.streams.create(cmd.stream, settings)
-                code = Code.OK
+                try:
+                    self.streams.create(cmd.stream, settings)
+                    code = Code.OK
+                except OSError as e:  # the disk's problem, not this connection's
+                    log.error("create %r failed: %s", cmd.stream, e)
+                    code = Code.INTERNAL_ERROR
         self.send(f.CreateResponse(cmd.correlation_id, code))
 
     def on_delete(self, cmd: f.Delete) -> None:

@@ -9,13 +9,14 @@ loses nothing it confirmed.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
-import shutil
 import struct
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
@@ -229,6 +230,30 @@ class Stream:
         self.log.close()
 
 
+def _remove(d: Path) -> bool:
+    """Remove a directory tree; a failure is logged (with what is left), not raised."""
+    errors: list[str] = []
+
+    def attempt(remove: Callable[[str], None], path: str) -> None:
+        try:
+            remove(path)
+        except OSError as e:
+            errors.append(f"{path}: {e}")
+
+    for top, dirs, files in os.walk(d, topdown=False, onerror=lambda e: errors.append(str(e))):
+        for name in files:
+            attempt(os.unlink, os.path.join(top, name))
+        for name in dirs:
+            path = os.path.join(top, name)
+            attempt(os.unlink if os.path.islink(path) else os.rmdir, path)
+    attempt(os.rmdir, str(d))
+    if errors:
+        log.error("could not remove %s (removed again at the next start): %s",
+                  d, "; ".join(errors[:5]) or "still there")
+        return False
+    return True
+
+
 def _batch_of(publisher_id: int, msgs: list[tuple[int, bytes, int]],
               filters: list[str | None] | None) -> PublishBatch:
     ids = [m[0] for m in msgs]
@@ -245,13 +270,25 @@ def _unpack_ids(packed: list[bytes]) -> list[int]:
     return list(struct.unpack(f">{len(raw) // 8}Q", raw))
 
 
-def _dir_name(name: str) -> str:
+#: The longest file name Linux file systems take (NAME_MAX), in bytes.
+NAME_MAX = 255
+
+
+def dir_name(name: str) -> str:
+    """The directory name for a stream (or virtual host) called ``name``: the name URL-quoted
+    (a leading dot too), or, when that is longer than NAME_MAX (a 1-255-byte name can quote to
+    765), ``#`` and the SHA-256 of the name in hex: 65 bytes whatever the name. Quoting never
+    writes ``#``, so the two forms cannot collide. The real name is in ``stream.json``."""
     encoded = quote(name, safe="")
-    return "%2E" + encoded[1:] if encoded.startswith(".") else encoded
+    if encoded.startswith("."):
+        encoded = "%2E" + encoded[1:]
+    if len(encoded) <= NAME_MAX:
+        return encoded
+    return "#" + hashlib.sha256(name.encode()).hexdigest()
 
 
 class StreamManager:
-    """All streams of this broker, kept under ``<data_dir>/streams/<quoted name>/``."""
+    """All streams of this broker, kept under ``<data_dir>/streams/<dir_name(name)>/``."""
 
     def __init__(self, data_dir: Path, fsync: str = "never") -> None:
         self.root = data_dir / "streams"
@@ -260,8 +297,12 @@ class StreamManager:
         self.streams: dict[str, Stream] = {}
         for d in sorted(self.root.iterdir()):
             meta = d / "stream.json"
-            if not meta.is_file():
-                continue  # a create or delete that did not finish
+            if not d.is_dir():
+                continue
+            if not meta.is_file():  # a create or delete that did not finish: not a stream
+                log.warning("removing %s: a stream directory without stream.json", d)
+                _remove(d)
+                continue
             doc = json.loads(meta.read_text())
             name = doc.get("name", unquote(d.name))
             self.streams[name] = Stream(name, d, StreamSettings.from_json(doc["settings"]), fsync)
@@ -272,25 +313,39 @@ class StreamManager:
         return self.streams.get(name)
 
     def create(self, name: str, settings: StreamSettings) -> Stream:
-        d = self.root / _dir_name(name)
-        if d.exists():  # leftover of an interrupted delete
-            shutil.rmtree(d)
-        stream = Stream(name, d, settings, self.fsync)
-        tmp = d / "stream.json.tmp"
-        tmp.write_text(json.dumps({"name": name, "settings": settings.to_json(),
-                                   "created": int(time.time() * 1000)}))
-        os.replace(tmp, d / "stream.json")  # the stream exists once this file does
+        """Create the stream, or raise OSError leaving nothing behind (nothing it could remove)."""
+        d = self.root / dir_name(name)
+        if d.exists() and not _remove(d):  # leftover of a delete whose removal failed
+            raise OSError(f"cannot remove the leftover directory {d}")
+        stream = None
+        try:
+            stream = Stream(name, d, settings, self.fsync)
+            tmp = d / "stream.json.tmp"
+            tmp.write_text(json.dumps({"name": name, "settings": settings.to_json(),
+                                       "created": int(time.time() * 1000)}))
+            os.replace(tmp, d / "stream.json")  # the stream exists once this file does
+        except OSError:
+            if stream is not None:
+                stream.log.close()
+            _remove(d)
+            raise
         self.streams[name] = stream
         return stream
 
     def delete(self, name: str) -> Stream | None:
+        """Forget the stream and remove its directory, before returning. ``stream.json`` goes
+        first: from then on the stream does not exist, even if the rest cannot be removed (that
+        is logged, and tried again at the next start or a create of the same name)."""
         stream = self.streams.pop(name, None)
         if stream is None:
             return None
         stream.deleted = True
         stream.log.close()
-        (stream.directory / "stream.json").unlink(missing_ok=True)
-        shutil.rmtree(stream.directory, ignore_errors=True)
+        try:
+            (stream.directory / "stream.json").unlink(missing_ok=True)
+        except OSError as e:
+            log.error("stream %s deleted, but its stream.json could not be removed: %s", name, e)
+        _remove(stream.directory)
         return stream
 
     def apply_retention(self) -> None:

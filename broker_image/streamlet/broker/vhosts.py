@@ -1,19 +1,18 @@
 """Virtual hosts: each has its own streams, super streams and single-active-consumer groups.
 
 "/" keeps the original layout (``<data_dir>/streams/``, ``<data_dir>/superstreams.json``);
-another virtual host lives under ``<data_dir>/vhosts/<quoted name>/`` with the same layout.
+another virtual host lives under ``<data_dir>/vhosts/<dir_name(name)>/`` with the same layout.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from urllib.parse import quote
 
 from ..protocol import Code
 from .arguments import StreamSettings
 from .sac import SacGroups
-from .streams import Stream, StreamManager
+from .streams import Stream, StreamManager, dir_name
 from .superstreams import SuperStream, SuperStreams, validate
 
 log = logging.getLogger("streamlet.broker")
@@ -22,8 +21,7 @@ log = logging.getLogger("streamlet.broker")
 def vhost_root(data_dir: Path, name: str) -> Path:
     if name == "/":
         return data_dir
-    encoded = quote(name, safe="")
-    return data_dir / "vhosts" / ("%2E" + encoded[1:] if encoded.startswith(".") else encoded)
+    return data_dir / "vhosts" / dir_name(name)
 
 
 class VirtualHost:
@@ -37,12 +35,18 @@ class VirtualHost:
         self._repair_super_streams()
 
     def _repair_super_streams(self) -> None:
-        """A crash between recording a super stream and creating its partitions: finish it."""
+        """A partition a super stream names but that is not there (its directory removed by
+        hand, or a record from an older streamlet that wrote it before the partitions): create
+        it. One that cannot be created is logged and left out; it never stops the start."""
         for ss in self.superstreams.items.values():
             for p in ss.partitions:
                 if self.streams.get(p) is None:
                     log.warning("super stream %s: re-creating missing partition %s", ss.name, p)
-                    self.streams.create(p, StreamSettings())
+                    try:
+                        self.streams.create(p, StreamSettings())
+                    except OSError as e:
+                        log.error("super stream %s: cannot create partition %r: %s",
+                                  ss.name, p, e)
 
     def create_super_stream(self, name: str, partitions: list[str], binding_keys: list[str],
                             arguments: dict[str, str], settings: StreamSettings) -> tuple[Code, str]:
@@ -54,11 +58,21 @@ class VirtualHost:
         clash = [p for p in partitions if self.streams.get(p) is not None]
         if clash:
             return Code.STREAM_ALREADY_EXISTS, f"stream(s) {', '.join(clash)} exist"
-        # the record first: a crash before the partitions exist is repaired at start-up
-        self.superstreams.add(SuperStream(name, tuple(partitions), tuple(binding_keys),
-                                          tuple(sorted(arguments.items()))))
-        for p in partitions:
-            self.streams.create(p, settings)
+        # the partitions first, then the record: a record never names what does not exist (a
+        # crash in between leaves plain streams, which a retry reports as existing)
+        created: list[str] = []
+        try:
+            for p in partitions:
+                self.streams.create(p, settings)
+                created.append(p)
+            self.superstreams.add(SuperStream(name, tuple(partitions), tuple(binding_keys),
+                                              tuple(sorted(arguments.items()))))
+        except OSError as e:
+            log.error("create super stream %r failed: %s", name, e)
+            self.superstreams.items.pop(name, None)
+            for p in created:
+                self.streams.delete(p)
+            return Code.INTERNAL_ERROR, str(e)
         return Code.OK, ""
 
     def delete_super_stream(self, name: str) -> list[Stream] | None:

@@ -1,0 +1,112 @@
+"""Issue 10 (hardening): names whose quoted form is too long for a directory, super stream
+records that name an impossible partition, and error answers the codec can read."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+
+import pytest
+
+from streamlet.client import StreamletError, connect
+from streamlet.protocol import Code
+from tests.support.brokers import BrokerProcess
+from tests.support.waiting import eventually
+
+#: at most 255 bytes each, but more than 255 once URL-quoted
+LONG_NAMES = ["/" * 100, "é" * 127, "%" * 86]
+
+
+async def _round_trip(b: BrokerProcess, stream: str, bodies: list[bytes]) -> None:
+    async with await connect(b.host, b.port) as c:
+        producer = await c.producer(stream)
+        for body in bodies:
+            await producer.send(body)
+        await producer.flush()
+        await _read_back(b, stream, bodies)
+
+
+async def _read_back(b: BrokerProcess, stream: str, bodies: list[bytes]) -> None:
+    async with await connect(b.host, b.port) as c:
+        consumer = await c.consumer(stream, offset="first")
+        got: list[bytes] = []
+
+        async def run() -> None:
+            async for m in consumer:
+                got.append(m.body)
+                if len(got) == len(bodies):
+                    return
+
+        await asyncio.wait_for(run(), 30)
+        assert got == bodies
+
+
+async def test_streams_with_names_too_long_to_quote_are_created_and_survive_a_restart(
+        broker: BrokerProcess) -> None:
+    for i, name in enumerate(LONG_NAMES):
+        async with await connect(broker.host, broker.port) as c:
+            await c.create_stream(name)  # raises unless the answer is OK
+            assert await c.stream_exists(name)
+        await _round_trip(broker, name, [b"s%d-%d" % (i, j) for j in range(3)])
+    broker.restart()
+    for i, name in enumerate(LONG_NAMES):
+        async with await connect(broker.host, broker.port) as c:
+            assert await c.stream_exists(name)
+        await _read_back(broker, name, [b"s%d-%d" % (i, j) for j in range(3)])
+
+
+async def test_super_streams_with_long_partition_names_survive_a_restart(broker: BrokerProcess) -> None:
+    async with await connect(broker.host, broker.port) as c:
+        await c.create_super_stream("long-ss", LONG_NAMES, ["a", "b", "c"])
+        assert await c.partitions("long-ss") == LONG_NAMES
+    for name in LONG_NAMES:
+        await _round_trip(broker, name, [name.encode()[:10]])
+    broker.restart()
+    async with await connect(broker.host, broker.port) as c:
+        assert await c.partitions("long-ss") == LONG_NAMES
+        assert await c.route("b", "long-ss") == [LONG_NAMES[1]]
+    for name in LONG_NAMES:
+        await _read_back(broker, name, [name.encode()[:10]])
+
+
+async def test_a_super_stream_naming_an_impossible_partition_does_not_stop_the_start(
+        broker_factory: Callable[..., BrokerProcess]) -> None:
+    b = broker_factory()
+    async with await connect(b.host, b.port) as c:
+        await c.create_super_stream("fine-ss", ["fine-ss-0"], ["0"])
+    b.stop()
+    # as an older streamlet left it: a record written, its partitions never created; one of
+    # them cannot be (a file is where its directory would go)
+    path = b.data_dir / "superstreams.json"
+    doc = json.loads(path.read_text())
+    doc["broken-ss"] = {"partitions": ["broken-ss-0", "broken-ss-1"], "binding_keys": ["0", "1"],
+                        "arguments": {}}
+    path.write_text(json.dumps(doc))
+    (b.data_dir / "streams" / "broken-ss-0").write_text("in the way")
+    b.start()
+    async with await connect(b.host, b.port) as c:
+        assert await c.partitions("fine-ss") == ["fine-ss-0"]
+        assert await c.stream_exists("broken-ss-1")  # the one that could be made was
+        assert not await c.stream_exists("broken-ss-0")
+    await eventually(lambda: "cannot create partition 'broken-ss-0'" in b.log_text(),
+                     what="the error logged")
+    assert b.alive()
+
+
+async def test_a_super_stream_whose_partition_cannot_be_created_is_not_recorded(
+        broker: BrokerProcess) -> None:
+    (broker.data_dir / "streams" / "blocked-ss-1").write_text("in the way")
+    async with await connect(broker.host, broker.port) as c:
+        with pytest.raises(StreamletError) as e:
+            await c.create_super_stream("blocked-ss", ["blocked-ss-0", "blocked-ss-1"], ["0", "1"])
+        assert e.value.code == Code.INTERNAL_ERROR
+        assert not await c.stream_exists("blocked-ss-0")  # rolled back
+        with pytest.raises(StreamletError) as e:
+            await c.partitions("blocked-ss")
+        assert e.value.code == Code.STREAM_DOES_NOT_EXIST
+    record = broker.data_dir / "superstreams.json"
+    assert not record.exists() or "blocked-ss" not in record.read_text()
+    broker.restart()
+    async with await connect(broker.host, broker.port) as c:
+        assert not await c.stream_exists("blocked-ss-0")
