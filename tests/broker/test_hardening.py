@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from streamlet.client import StreamletError, connect
 from streamlet.protocol import Code
+from streamlet.protocol import frames as f
 from tests.support.brokers import BrokerProcess
+from tests.support.raw import RawPeer
 from tests.support.waiting import eventually
 
 #: at most 255 bytes each, but more than 255 once URL-quoted
@@ -110,3 +115,87 @@ async def test_a_super_stream_whose_partition_cannot_be_created_is_not_recorded(
     broker.restart()
     async with await connect(broker.host, broker.port) as c:
         assert not await c.stream_exists("blocked-ss-0")
+
+
+# --- Delete removes the files before it answers, and says when it cannot --------------------
+
+
+def _stream_dir(b: BrokerProcess, name: str) -> Path:
+    return b.data_dir / "streams" / name
+
+
+async def test_delete_answers_after_the_files_are_gone(
+        broker_factory: Callable[..., BrokerProcess], tmp_path: Path) -> None:
+    # On asyncio's own loop (uvloop hidden): it sends an answer at once, where uvloop holds
+    # writes until the callback returns, which would hide an answer sent before the removal.
+    shim = tmp_path / "no-uvloop"
+    shim.mkdir()
+    (shim / "uvloop.py").write_text("raise ImportError('hidden by the test')\n")
+    broker = broker_factory(env={"PYTHONPATH": str(shim)})
+    name = "del-files"
+    async with await connect(broker.host, broker.port) as c:
+        await c.create_stream(name)
+        await _round_trip(broker, name, [b"x"])
+    # many files: a removal long enough (tenths of a second) to be seen racing the answer
+    extra = _stream_dir(broker, name) / "extra"
+    extra.mkdir()
+    for i in range(20_000):
+        (extra / str(i)).touch()
+    with RawPeer(broker.host, broker.port) as peer:
+        peer.handshake()
+        answer = peer.request(f.Delete(peer.next_corr(), name), f.DeleteResponse)
+        assert isinstance(answer, f.DeleteResponse) and answer.code == Code.OK
+        assert not _stream_dir(broker, name).exists()
+
+
+def _immutable(path: Path, on: bool) -> bool:
+    """chattr +i / -i: a file even root cannot remove (needs root and ext4 or alike)."""
+    if shutil.which("chattr") is None:
+        return False
+    done = subprocess.run(["chattr", "+i" if on else "-i", str(path)], capture_output=True)
+    return done.returncode == 0
+
+
+async def test_a_failed_removal_is_logged_and_never_brings_the_stream_back(
+        broker: BrokerProcess) -> None:
+    name = "del-stuck"
+    async with await connect(broker.host, broker.port) as c:
+        await c.create_stream(name)
+        producer = await c.producer(name)
+        await producer.send(b"before")
+        await producer.flush()
+    stuck = _stream_dir(broker, name) / "busy" / "file"
+    stuck.parent.mkdir()
+    stuck.write_text("cannot be removed")
+    if not _immutable(stuck, True):
+        pytest.skip("chattr +i is not available here (needs root on ext4 or alike)")
+    try:
+        async with await connect(broker.host, broker.port) as c:
+            await c.delete_stream(name)  # the stream is gone: stream.json went first
+            assert not await c.stream_exists(name)
+        await eventually(lambda: f"could not remove {_stream_dir(broker, name)}" in broker.log_text(),
+                         what="the failed removal logged")
+        assert not (_stream_dir(broker, name) / "stream.json").exists()
+        broker.restart()  # the leftover is not a stream, and its removal fails again, logged
+        async with await connect(broker.host, broker.port) as c:
+            assert not await c.stream_exists(name)
+        await eventually(lambda: broker.log_text().count(
+            f"could not remove {_stream_dir(broker, name)}") >= 2, what="the retry at start logged")
+    finally:
+        _immutable(stuck, False)
+    broker.restart()  # now the leftover goes
+    assert not _stream_dir(broker, name).exists()
+    async with await connect(broker.host, broker.port) as c:
+        assert not await c.stream_exists(name)
+        await c.create_stream(name)
+        await _round_trip(broker, name, [b"after"])  # a new, empty stream
+
+
+async def test_create_removes_a_leftover_directory_first(broker: BrokerProcess) -> None:
+    leftover = _stream_dir(broker, "del-leftover")
+    leftover.mkdir()
+    (leftover / "00000000000000000000.segment").write_bytes(b"stale")
+    async with await connect(broker.host, broker.port) as c:
+        assert not await c.stream_exists("del-leftover")
+        await c.create_stream("del-leftover")
+        await _round_trip(broker, "del-leftover", [b"fresh"])

@@ -622,9 +622,11 @@ class Connection(asyncio.Protocol):
         if self.refused("configure", cmd.stream):
             self.send(f.DeleteResponse(cmd.correlation_id, Code.ACCESS_REFUSED))
             return
-        self.send(f.DeleteResponse(cmd.correlation_id, Code.OK))
         assert self.vhost is not None
-        self.broker.delete_stream(self.vhost, cmd.stream)
+        stream = self.broker.delete_stream(self.vhost, cmd.stream)  # files gone on return
+        self.send(f.DeleteResponse(cmd.correlation_id, Code.OK))
+        if stream is not None:
+            self.broker.stream_gone(stream)  # MetadataUpdate after the answer
 
     def on_metadata(self, cmd: f.Metadata) -> None:
         assert self.vhost is not None
@@ -714,8 +716,9 @@ class Connection(asyncio.Protocol):
         if any(self.refused("configure", n) for n in (cmd.name, *ss.partitions)):
             self.send(f.DeleteSuperStreamResponse(cmd.correlation_id, Code.ACCESS_REFUSED))
             return
+        deleted = self.vhost.delete_super_stream(cmd.name) or []  # files gone on return
         self.send(f.DeleteSuperStreamResponse(cmd.correlation_id, Code.OK))
-        for stream in self.vhost.delete_super_stream(cmd.name) or ():
+        for stream in deleted:
             self.broker.stream_gone(stream)  # one MetadataUpdate per partition
 
     def on_partitions(self, cmd: f.Partitions) -> None:

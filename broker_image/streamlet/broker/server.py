@@ -58,13 +58,13 @@ class Broker:
     def ports(self) -> list[int]:
         return [s.getsockname()[1] for srv in self._servers for s in srv.sockets]
 
-    def delete_stream(self, vhost: VirtualHost, name: str) -> bool:
+    def delete_stream(self, vhost: VirtualHost, name: str) -> Stream | None:
+        """Delete the stream (its files removed on return) and unbind it from its super
+        stream; the caller answers, then calls stream_gone (MetadataUpdate after the answer)."""
         stream = vhost.streams.delete(name)
-        if stream is None:
-            return False
-        vhost.superstreams.forget_partition(name)
-        self.stream_gone(stream)
-        return True
+        if stream is not None:
+            vhost.superstreams.forget_partition(name)
+        return stream
 
     def stream_gone(self, stream: Stream) -> None:
         """Tell every connection that held ``stream`` (MetadataUpdate) and drop what it held."""
