@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import struct
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -199,3 +200,59 @@ async def test_create_removes_a_leftover_directory_first(broker: BrokerProcess) 
         assert not await c.stream_exists("del-leftover")
         await c.create_stream("del-leftover")
         await _round_trip(broker, "del-leftover", [b"fresh"])
+
+
+# --- error answers in each command's own response layout ------------------------------------
+
+_REQUESTS: list[tuple[Callable[[int], f.Command], type[f.Command]]] = [
+    (lambda c: f.Metadata(c, ["m-a", "m-b"]), f.MetadataResponse),
+    (lambda c: f.QueryOffset(c, "ref", "s"), f.QueryOffsetResponse),
+    (lambda c: f.QueryPublisherSequence(c, "ref", "s"), f.QueryPublisherSequenceResponse),
+    (lambda c: f.ExchangeCommandVersions(c, [f.CommandVersion(2, 1, 2)]),
+     f.ExchangeCommandVersionsResponse),
+    (lambda c: f.Route(c, "k", "ss"), f.RouteResponse),
+    (lambda c: f.Partitions(c, "ss"), f.PartitionsResponse),
+    (lambda c: f.StreamStats(c, "s"), f.StreamStatsResponse),
+    (lambda c: f.ResolveOffsetSpec(c, "s", 1, 0), f.ResolveOffsetSpecResponse),
+]
+
+
+def _answer_code(answer: f.Command) -> int:
+    if isinstance(answer, f.MetadataResponse):  # no top-level code: each stream has its own
+        codes = {s.code for s in answer.streams}
+        assert answer.brokers == [] and len(codes) <= 1
+        return codes.pop() if codes else -1
+    return int(answer.code)  # type: ignore[attr-defined]
+
+
+def test_error_answers_before_open_decode_as_their_response(shared_broker: BrokerProcess) -> None:
+    for make, response in _REQUESTS:
+        with RawPeer(shared_broker.host, shared_broker.port) as peer:
+            peer.send(make(41))
+            answer = peer.recv()
+            assert isinstance(answer, response), (response.__name__, answer)
+            assert answer.correlation_id == 41  # type: ignore[attr-defined]
+            assert _answer_code(answer) == Code.ACCESS_REFUSED, answer
+            if isinstance(answer, f.MetadataResponse):
+                assert [s.stream for s in answer.streams] == ["m-a", "m-b"]
+            close = peer.recv()
+            assert isinstance(close, f.Close) and close.code == Code.ACCESS_REFUSED
+            assert peer.closed()
+
+
+def test_error_answers_to_malformed_requests_decode_as_their_response(
+        shared_broker: BrokerProcess) -> None:
+    for make, response in _REQUESTS:
+        key = make(0).wire_key
+        with RawPeer(shared_broker.host, shared_broker.port) as peer:
+            peer.handshake()
+            body = struct.pack(">HHI", key, 1, 42) + b"\x00\x64ab"  # a string cut short
+            peer.send_raw(struct.pack(">I", len(body)) + body)
+            answer = peer.recv()
+            assert isinstance(answer, response), (response.__name__, answer)
+            assert answer.correlation_id == 42  # type: ignore[attr-defined]
+            expected = -1 if response is f.MetadataResponse else Code.UNKNOWN_FRAME  # no streams
+            assert _answer_code(answer) == expected, answer
+            close = peer.recv()
+            assert isinstance(close, f.Close) and close.code == Code.UNKNOWN_FRAME
+            assert peer.closed()

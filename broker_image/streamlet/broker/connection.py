@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..protocol import Code, FrameSplitter, FrameTooLarge, Key, OffsetType
 from ..protocol import frames as f
-from ..protocol.constants import PRE_OPEN_FRAME_MAX, RESPONSE_FLAG
+from ..protocol.constants import NO_LEADER, PRE_OPEN_FRAME_MAX, RESPONSE_FLAG
 from ..protocol.publish import deliver_prefix, encode_confirm, parse_publish
 from ..protocol.wire import Malformed
 from .access import Kind
@@ -38,6 +38,36 @@ if TYPE_CHECKING:
 log = logging.getLogger("streamlet.broker")
 
 _ERROR_RESPONSE = struct.Struct(">IHHIH")
+#: Error answers for the requests whose response carries more than a code: that response with
+#: the code and its other fields empty or zero, so that any decoder reads it (the generic
+#: correlation-id-and-code body would be a truncated frame for these).
+_ERROR_ANSWERS: dict[int, Callable[[int, Code], f.Command]] = {
+    Key.QUERY_PUBLISHER_SEQUENCE: lambda c, code: f.QueryPublisherSequenceResponse(c, code, 0),
+    Key.QUERY_OFFSET: lambda c, code: f.QueryOffsetResponse(c, code, 0),
+    Key.PEER_PROPERTIES: lambda c, code: f.PeerPropertiesResponse(c, code, {}),
+    Key.SASL_HANDSHAKE: lambda c, code: f.SaslHandshakeResponse(c, code, []),
+    Key.SASL_AUTHENTICATE: lambda c, code: f.SaslAuthenticateResponse(c, code, None),
+    Key.OPEN: lambda c, code: f.OpenResponse(c, code, {}),
+    Key.ROUTE: lambda c, code: f.RouteResponse(c, code, []),
+    Key.PARTITIONS: lambda c, code: f.PartitionsResponse(c, code, []),
+    Key.EXCHANGE_COMMAND_VERSIONS: lambda c, code: f.ExchangeCommandVersionsResponse(c, code, []),
+    Key.STREAM_STATS: lambda c, code: f.StreamStatsResponse(c, code, {}),
+    Key.RESOLVE_OFFSET_SPEC: lambda c, code: f.ResolveOffsetSpecResponse(c, code, 0, 0),
+}
+
+
+def error_answer(key: int, version: int, corr: int, code: Code, cmd: object = None) -> bytes:
+    """The frame answering request ``key`` with ``code``, in that request's response layout.
+    Metadata has no top-level code (RabbitMQ gives each stream its own): no brokers, and each
+    stream asked about (when the request could be read) with ``code`` and no leader."""
+    if key == Key.METADATA:
+        streams = cmd.streams if isinstance(cmd, f.Metadata) else []
+        return f.encode(f.MetadataResponse(
+            corr, [], [f.StreamMetadata(s, code, NO_LEADER, []) for s in streams]))
+    make = _ERROR_ANSWERS.get(key)
+    if make is not None:
+        return f.encode(make(corr, code))
+    return _ERROR_RESPONSE.pack(10, key | RESPONSE_FLAG, version or 1, corr, code)
 _HANDSHAKE = (f.PeerProperties, f.SaslHandshake, f.SaslAuthenticate, f.Tune, f.Open, f.Close,
               f.Heartbeat)
 #: The version RabbitMQ clients check to enable features (3.13 semantics: v2 frames, filters).
@@ -214,7 +244,7 @@ class Connection(asyncio.Protocol):
         if not self.opened and not isinstance(cmd, _HANDSHAKE):
             key = cmd.wire_key
             corr = getattr(cmd, "correlation_id", None)
-            self.reject(key, 1, corr, Code.ACCESS_REFUSED, f"{type(cmd).__name__} before Open")
+            self.reject(key, 1, corr, Code.ACCESS_REFUSED, f"{type(cmd).__name__} before Open", cmd)
             return
         handler = self._handlers.get(type(cmd))
         if handler is None:  # a server-to-client command, or a response we never asked for
@@ -226,13 +256,15 @@ class Connection(asyncio.Protocol):
         except Exception:  # a bug must cost this connection at most, never the broker
             log.exception("connection %s: %s failed", self.peer, type(cmd).__name__)
             self.reject(cmd.wire_key, 1, getattr(cmd, "correlation_id", None), Code.INTERNAL_ERROR,
-                        "internal error")
+                        "internal error", cmd)
 
-    def reject(self, key: int, version: int, corr: int | None, code: Code, reason: str) -> None:
-        """Answer a bad frame with its code (when it had a correlation id), then close."""
+    def reject(self, key: int, version: int, corr: int | None, code: Code, reason: str,
+               cmd: f.Command | None = None) -> None:
+        """Answer a bad frame with its code (when it had a correlation id), in the layout of
+        that request's response, then close."""
         log.info("connection %s: closing: %s (code %d)", self.peer, reason, code)
         if corr is not None and not key & RESPONSE_FLAG:
-            self.write(_ERROR_RESPONSE.pack(10, (key & 0x7FFF) | RESPONSE_FLAG, version or 1, corr, code))
+            self.write(error_answer(key & 0x7FFF, version, corr, code, cmd))
         self.fail(code, reason)
 
     def fail(self, code: Code, reason: str) -> None:
