@@ -19,6 +19,15 @@ _I16 = struct.Struct(">h")
 _SUB_BATCH = struct.Struct(">BHII")
 
 
+def _entry_at(data: bytes, pos: int) -> tuple[int, int]:
+    """The size in bytes and the record count of the stored entry at ``data[pos:]``: a simple
+    entry (size-prefixed record) or a sub-entry batch (flag bit, count, lengths, records)."""
+    if data[pos] & 0x80 == 0:
+        return 4 + _U32.unpack_from(data, pos)[0], 1
+    _, records, _, length = _SUB_BATCH.unpack_from(data, pos)
+    return _SUB_BATCH.size + length, records
+
+
 @dataclass(slots=True)
 class PublishBatch:
     """One Publish frame, as two blobs: no per-message objects on the hot path."""
@@ -43,11 +52,7 @@ class PublishBatch:
         out = []
         data, pos = self.data, 0
         for pid in ids:
-            if data[pos] & 0x80 == 0:
-                size, records = 4 + _U32.unpack_from(data, pos)[0], 1
-            else:
-                _, records, _, length = _SUB_BATCH.unpack_from(data, pos)
-                size = _SUB_BATCH.size + length
+            size, records = _entry_at(data, pos)
             out.append((pid, data[pos : pos + size], records))
             pos += size
         return out
@@ -57,11 +62,7 @@ class PublishBatch:
         ``max_bytes`` of entries (but at least one), and the rest (None if nothing is left)."""
         data, pos, records, n = self.data, 0, 0, 0
         while n < min(max_entries, self.count):
-            if data[pos] & 0x80 == 0:
-                size, k = 4 + _U32.unpack_from(data, pos)[0], 1
-            else:
-                _, k, _, length = _SUB_BATCH.unpack_from(data, pos)
-                size = _SUB_BATCH.size + length
+            size, k = _entry_at(data, pos)
             if n and pos + size > max_bytes:
                 break
             pos, records, n = pos + size, records + k, n + 1
