@@ -68,6 +68,8 @@ def error_answer(key: int, version: int, corr: int, code: Code, cmd: object = No
     if make is not None:
         return f.encode(make(corr, code))
     return _ERROR_RESPONSE.pack(10, key | RESPONSE_FLAG, version or 1, corr, code)
+
+
 _HANDSHAKE = (f.PeerProperties, f.SaslHandshake, f.SaslAuthenticate, f.Tune, f.Open, f.Close,
               f.Heartbeat)
 #: The version RabbitMQ clients check to enable features (3.13 semantics: v2 frames, filters).

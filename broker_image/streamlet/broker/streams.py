@@ -13,10 +13,11 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import struct
+import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
@@ -231,22 +232,17 @@ class Stream:
 
 
 def _remove(d: Path) -> bool:
-    """Remove a directory tree; a failure is logged (with what is left), not raised."""
+    """Remove a directory tree; a failure is logged (with what is left), not raised: rmtree
+    with an error handler goes on past what it cannot remove and reports each."""
     errors: list[str] = []
 
-    def attempt(remove: Callable[[str], None], path: str) -> None:
-        try:
-            remove(path)
-        except OSError as e:
-            errors.append(f"{path}: {e}")
+    def failed(_func: object, path: str, exc: object) -> None:  # onexc: the error; onerror: exc_info
+        errors.append(f"{path}: {exc[1] if isinstance(exc, tuple) else exc}")
 
-    for top, dirs, files in os.walk(d, topdown=False, onerror=lambda e: errors.append(str(e))):
-        for name in files:
-            attempt(os.unlink, os.path.join(top, name))
-        for name in dirs:
-            path = os.path.join(top, name)
-            attempt(os.unlink if os.path.islink(path) else os.rmdir, path)
-    attempt(os.rmdir, str(d))
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(d, onexc=failed)
+    else:
+        shutil.rmtree(d, onerror=failed)
     if errors:
         log.error("could not remove %s (removed again at the next start): %s",
                   d, "; ".join(errors[:5]) or "still there")
