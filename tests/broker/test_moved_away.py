@@ -38,11 +38,14 @@ class Publishing:
     def send(self) -> None:
         next_id, after = 1, 0
         while after < AFTER_SEAL:
+            # Looked at before the send: a batch sent just before the MetadataUpdate arrived
+            # may have been confirmed ahead of the seal, so it must not count as after it.
+            moved = self.moved.is_set()
             ids = list(range(next_id, next_id + BATCH))
             self.peer.send_raw(publish_frame(1, next_id, [f"m{i}".encode() for i in ids]))
             self.sent += ids
             next_id += BATCH
-            if self.moved.is_set():
+            if moved:
                 after += 1
             self.done.wait(0.002)
         self.done.set()
