@@ -13,6 +13,7 @@ File format (all keys optional)::
     heartbeat = 60
     handshake_timeout = 10            # seconds from connect to Open before the broker closes
     request_timeout = 60              # seconds a client has to answer a ConsumerUpdate
+    frame_timeout = 60                # seconds a frame may take from its first byte to its last
     cluster_name = "streamlet"
     users_file = "users.toml"         # more [[users]] entries, in a file of their own
 
@@ -21,6 +22,7 @@ File format (all keys optional)::
 
     [storage]
     fsync = "never"                   # never | interval | chunk
+    max_open_files = 1024             # segment and index files kept open for reading (LRU)
 
     [retention]                       # defaults for streams created without these arguments
     max_age = "7D"
@@ -52,8 +54,11 @@ File format (all keys optional)::
     advertised_port = 5551            # told to TLS clients in Open and Metadata (default: port)
 
     [limits]
-    max_connections = 0               # per broker, 0 = unlimited
+    max_connections = 10000           # per broker, 0 = unlimited
     max_connections_per_user = 0      # per user, 0 = unlimited
+    max_streams = 10000               # streams per broker, super stream partitions included
+    max_partitions = 1000             # partitions per super stream
+    max_buffered_bytes = 268435456    # incomplete frames held by all connections together
 """
 
 from __future__ import annotations
@@ -79,6 +84,16 @@ DEFAULT_HEARTBEAT = 60
 #: ConsumerUpdate) unanswered this long is closed, so a single-active-consumer group never
 #: waits forever for a consumer that does not step down.
 DEFAULT_REQUEST_TIMEOUT = 60
+#: An incomplete frame after Open must complete within this many seconds of its first byte (a
+#: 16 MiB frame then needs ~280 KB/s): a peer trickling bytes cannot hold a buffer for ever.
+DEFAULT_FRAME_TIMEOUT = 60
+DEFAULT_MAX_CONNECTIONS = 10_000
+DEFAULT_MAX_STREAMS = 10_000
+DEFAULT_MAX_PARTITIONS = 1_000
+#: Bytes of incomplete frames all connections may hold together; a connection whose next frame
+#: does not fit waits (reading paused) until others complete theirs.
+DEFAULT_MAX_BUFFERED_BYTES = 256 << 20
+DEFAULT_MAX_OPEN_FILES = 1024
 DEFAULT_SEGMENT_BYTES = 500_000_000
 MAX_SEGMENT_BYTES = 3_000_000_000
 FSYNC_POLICIES = ("never", "interval", "chunk")
@@ -134,15 +149,20 @@ class BrokerConfig:
     heartbeat: int = DEFAULT_HEARTBEAT
     handshake_timeout: int = 10
     request_timeout: int = DEFAULT_REQUEST_TIMEOUT
+    frame_timeout: int = DEFAULT_FRAME_TIMEOUT
     cluster_name: str = "streamlet"
     fsync: str = "never"
+    max_open_files: int = DEFAULT_MAX_OPEN_FILES
     retention: Retention = field(default_factory=Retention)
     users: tuple[User, ...] = (User("guest", "guest", loopback_only=True),)
     vhosts: tuple[str, ...] = ("/",)
     permissions: tuple[Permission, ...] = ()
     tls: TlsConfig | None = None
-    max_connections: int = 0
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_connections_per_user: int = 0
+    max_streams: int = DEFAULT_MAX_STREAMS
+    max_partitions: int = DEFAULT_MAX_PARTITIONS
+    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
     users_file: Path | None = None
     directory_file: Path | None = None
 
@@ -213,13 +233,16 @@ def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
     if "data_dir" in server:
         changes["data_dir"] = Path(server["data_dir"])
     for key in ("port", "advertised_port", "frame_max", "frame_limit", "heartbeat",
-                "handshake_timeout", "request_timeout"):
+                "handshake_timeout", "request_timeout", "frame_timeout"):
         v = _int(server, key, "server")
         if v is not None:
             changes[key] = v
     storage = doc.get("storage", {})
     if "fsync" in storage:
         changes["fsync"] = str(storage["fsync"])
+    v = _int(storage, "max_open_files", "storage", 16)
+    if v is not None:
+        changes["max_open_files"] = v
     ret = doc.get("retention", {})
     if ret:
         max_age = parse_duration_ms(str(ret["max_age"])) if ret.get("max_age") else None
@@ -307,7 +330,8 @@ def _apply_access(doc: dict[str, Any]) -> dict[str, Any]:
             bool(tls.get("verify_peer", False)),
             _int(tls, "advertised_port", "tls", 1))
     limits = doc.get("limits", {})
-    for key in ("max_connections", "max_connections_per_user"):
+    for key in ("max_connections", "max_connections_per_user", "max_streams", "max_partitions",
+                "max_buffered_bytes"):
         v = _int(limits, key, "limits")
         if v is not None:
             changes[key] = v
@@ -326,6 +350,11 @@ def _validate(cfg: BrokerConfig) -> None:
     if cfg.frame_limit < max(cfg.frame_max, 8192):
         raise ConfigError(f"server.frame_limit must be at least server.frame_max and 8192, "
                           f"got {cfg.frame_limit}")
+    if cfg.frame_timeout < 1:
+        raise ConfigError(f"server.frame_timeout must be at least 1 second, got {cfg.frame_timeout}")
+    if cfg.max_buffered_bytes and cfg.max_buffered_bytes < cfg.frame_limit:
+        raise ConfigError("limits.max_buffered_bytes must be 0 (no limit) or at least "
+                          f"server.frame_limit ({cfg.frame_limit}), got {cfg.max_buffered_bytes}")
     if "/" not in cfg.vhosts:
         raise ConfigError('[[vhosts]] must include "/"')
     for p in cfg.permissions:
