@@ -96,8 +96,39 @@ def test_splitter_handles_fragments_and_limits() -> None:
         got += [bytes(x) for x in s.feed(frames[i : i + 1])]
     assert [f.decode(g) for g in got] == [f.Heartbeat(), f.Delete(1, "stream")]
     with pytest.raises(FrameTooLarge):
-        FrameSplitter(8192).feed(struct.pack(">I", 9000))
+        list(FrameSplitter(8192).feed(struct.pack(">I", 9000)))
     partial = FrameSplitter(8192)
-    partial.feed(b"\x00\x00")
+    assert list(partial.feed(b"\x00\x00")) == []
     with pytest.raises(FrameTooLarge):  # the limit holds when the size arrives in pieces
-        partial.feed(b"\x30\x00")
+        list(partial.feed(b"\x30\x00"))
+
+
+def test_splitter_holds_each_frame_to_the_limit_in_force_when_it_is_pulled() -> None:
+    """Open raises the limit: a big frame in the same read as Open is taken (it was held to the
+    8192-byte pre-Open limit and closed with code 14)."""
+    big = f.encode(f.Delete(2, "s" * 10_000))
+    s = FrameSplitter(8192)
+    frames = s.feed(f.encode(f.Heartbeat()) + big)
+    assert f.decode(next(frames)) == f.Heartbeat()
+    s.max_size = 1 << 20  # what a handler (on_open) does
+    assert f.decode(next(frames)) == f.Delete(2, "s" * 10_000)
+    assert list(frames) == []
+
+
+def test_splitter_hands_out_the_frames_before_an_oversize_one() -> None:
+    s = FrameSplitter(8192)
+    frames = s.feed(f.encode(f.Heartbeat()) + f.encode(f.Delete(1, "a")) + struct.pack(">I", 9000))
+    assert [f.decode(x) for x in (next(frames), next(frames))] == [f.Heartbeat(), f.Delete(1, "a")]
+    with pytest.raises(FrameTooLarge):
+        next(frames)
+
+
+@pytest.mark.parametrize("cut", [1, 3, 4, 5, 7, 4096, 10_013])
+def test_splitter_joins_a_frame_split_anywhere(cut: int) -> None:
+    data = f.encode(f.Delete(1, "x" * 10_000)) + f.encode(f.Heartbeat())
+    s = FrameSplitter(1 << 20)
+    got = [bytes(x) for x in s.feed(data[:cut])]
+    assert s.held == cut and s.pending == (10_014 if cut >= 4 else 0)
+    got += [bytes(x) for x in s.feed(data[cut:])]
+    assert [f.decode(g) for g in got] == [f.Delete(1, "x" * 10_000), f.Heartbeat()]
+    assert (s.held, s.pending) == (0, 0)

@@ -167,6 +167,11 @@ class BrokerConfig:
     directory_file: Path | None = None
 
     @property
+    def frame_budget(self) -> int:
+        """limits.max_buffered_bytes, raised to frame_limit: one whole frame always fits."""
+        return max(self.max_buffered_bytes, self.frame_limit) if self.max_buffered_bytes else 0
+
+    @property
     def advertised(self) -> tuple[str, int]:
         host = self.advertised_host or ("localhost" if self.host in ("0.0.0.0", "::", "") else self.host)
         return host, self.advertised_port or self.port
@@ -352,9 +357,6 @@ def _validate(cfg: BrokerConfig) -> None:
                           f"got {cfg.frame_limit}")
     if cfg.frame_timeout < 1:
         raise ConfigError(f"server.frame_timeout must be at least 1 second, got {cfg.frame_timeout}")
-    if cfg.max_buffered_bytes and cfg.max_buffered_bytes < cfg.frame_limit:
-        raise ConfigError("limits.max_buffered_bytes must be 0 (no limit) or at least "
-                          f"server.frame_limit ({cfg.frame_limit}), got {cfg.max_buffered_bytes}")
     if "/" not in cfg.vhosts:
         raise ConfigError('[[vhosts]] must include "/"')
     for p in cfg.permissions:

@@ -2,8 +2,13 @@
 
 Handshake: PeerProperties, SaslHandshake, SaslAuthenticate, Tune (server first, client echoes),
 Open. Before Open only those (and Close, Heartbeat) are allowed, and frames are capped at 8192
-bytes as RabbitMQ does. A malformed or unknown frame gets the protocol's code and the connection
-is closed; it never disturbs another connection.
+bytes as RabbitMQ does; after it, those five are refused (code 13). A malformed or unknown frame
+gets the protocol's code and the connection is closed; it never disturbs another connection.
+
+A frame that arrives in pieces costs memory until it is whole, so it is bounded three ways: by
+``frame_limit`` for one frame, by the broker's FrameBudget for all of them together (the
+connection stops being read while its frame does not fit), and by ``frame_timeout`` from its
+first byte (a peer trickling bytes is closed).
 """
 
 from __future__ import annotations
@@ -70,10 +75,15 @@ def error_answer(key: int, version: int, corr: int, code: Code, cmd: object = No
     return _ERROR_RESPONSE.pack(10, key | RESPONSE_FLAG, version or 1, corr, code)
 
 
-_HANDSHAKE = (f.PeerProperties, f.SaslHandshake, f.SaslAuthenticate, f.Tune, f.Open, f.Close,
-              f.Heartbeat)
+_HANDSHAKE_ONLY = (f.PeerProperties, f.SaslHandshake, f.SaslAuthenticate, f.Tune, f.Open)
+_HANDSHAKE = (*_HANDSHAKE_ONLY, f.Close, f.Heartbeat)
 #: The version RabbitMQ clients check to enable features (3.13 semantics: v2 frames, filters).
 ANNOUNCED_VERSION = "3.13.0"
+#: Past this many bytes buffered for a peer that does not read, deliveries stop and the peer is
+#: not read either (so a publisher ignoring its confirms is held back by TCP); below WRITE_LOW
+#: both resume. The kernel's socket buffer, not this one, is what keeps a reading consumer fed.
+WRITE_HIGH = 2 << 20
+WRITE_LOW = 512 << 10
 #: How long a connection refused at Open stays up for the client to close it.
 OPEN_REFUSED_LINGER_S = 2.0
 
@@ -102,7 +112,13 @@ class Connection(asyncio.Protocol):
         self.tuned = False
         self.opened = False
         self.closing = False
-        self.paused = False
+        self.paused = False  # the peer does not read what we write
+        self._waiting = False  # for FrameBudget space for the incomplete frame
+        self._reading = True
+        self._reserved = 0  # FrameBudget bytes held for the incomplete frame
+        self._begun = 0  # the splitter's count when the incomplete frame began
+        self._frame_deadline: asyncio.TimerHandle | None = None
+        self._buffered_at_tick = 0  # the write buffer at the last heartbeat tick
         self.frame_max = broker.config.frame_max
         self.heartbeat = broker.config.heartbeat
         self.deliver_v2 = False
@@ -162,7 +178,7 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = t = transport  # type: ignore[assignment]  # uvloop's is not a subclass
-        t.set_write_buffer_limits(high=4 << 20, low=1 << 20)  # type: ignore[attr-defined]
+        t.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)  # type: ignore[attr-defined]
         peer = transport.get_extra_info("peername")
         self.peer = peer[0] if isinstance(peer, tuple) else None
         limit = self.broker.config.max_connections
@@ -187,6 +203,10 @@ class Connection(asyncio.Protocol):
         if self._heartbeat_handle:
             self._heartbeat_handle.cancel()
         self.broker.connections.discard(self)
+        self._release_frame()
+        if self._waiting:
+            self.broker.frame_budget.cancel(self)
+        self.splitter = FrameSplitter(PRE_OPEN_FRAME_MAX)  # frees a partial frame now
         for pub in self.publishers.values():
             pub.stream.publishers.discard(pub)
         for sub in list(self.subscriptions.values()):
@@ -211,27 +231,87 @@ class Connection(asyncio.Protocol):
         # too, so a publisher that ignores its confirms is held back by TCP instead of growing
         # our buffers; subscriptions stop pumping until the buffer drains.
         self.paused = True
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.pause_reading()
+        self._set_reading()
 
     def resume_writing(self) -> None:
         self.paused = False
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.resume_reading()
+        self._set_reading()
         for sub in list(self.subscriptions.values()):
             sub.pump()
+
+    def _set_reading(self) -> None:
+        """Read from the peer unless it does not read us or its frame waits for budget."""
+        t = self.transport
+        want = not (self.paused or self._waiting)
+        if want != self._reading and t is not None and not t.is_closing():
+            self._reading = want
+            if want:
+                t.resume_reading()
+            else:
+                t.pause_reading()
 
     def data_received(self, data: bytes) -> None:
         self.last_received = time.monotonic()
         try:
-            frames = self.splitter.feed(data)
+            # Pulled one by one: each frame is held to the limit in force when its turn comes
+            # (Open raises it for the frames after it in the same read).
+            for frame in self.splitter.feed(data):
+                if self.closing:
+                    return
+                self.handle_frame(frame)
         except FrameTooLarge as e:
             self.fail(Code.FRAME_TOO_LARGE, str(e))
             return
-        for frame in frames:
-            if self.closing:
-                return
-            self.handle_frame(frame)
+        if not self.closing:
+            self._track_incomplete()
+
+    # --- a frame in pieces ----------------------------------------------------------------------
+
+    def _track_incomplete(self) -> None:
+        """After a read: a frame left incomplete has its whole length reserved in the broker's
+        FrameBudget (or waits for it, not read meanwhile) and, after Open, a deadline."""
+        s = self.splitter
+        if s.begun != self._begun or not s.held:  # the frame held before, if any, is done
+            self._begun = s.begun
+            self._release_frame()
+            if s.held and self.opened:
+                self._frame_deadline = asyncio.get_running_loop().call_later(
+                    self.broker.config.frame_timeout, self._on_frame_deadline)
+        if s.pending and not self._reserved and not self._waiting:
+            if self.broker.frame_budget.reserve(self, s.pending):
+                self._reserved = s.pending
+            else:
+                self._waiting = True
+                self._set_reading()
+
+    def granted(self, size: int) -> None:
+        """FrameBudget: the space this connection waited for is reserved; read on."""
+        self._waiting = False
+        self._reserved = size
+        if self.closing:
+            self._release_frame()
+            return
+        self._set_reading()
+
+    def _release_frame(self) -> None:
+        if self._reserved:
+            self.broker.frame_budget.release(self._reserved)
+            self._reserved = 0
+        if self._frame_deadline is not None:
+            self._frame_deadline.cancel()
+            self._frame_deadline = None
+
+    def _on_frame_deadline(self) -> None:
+        self._frame_deadline = None
+        if self.closing or not self.splitter.held:
+            return
+        timeout = self.broker.config.frame_timeout
+        if not self._reading:  # we hold it back (budget, or it does not read): not its delay
+            self._frame_deadline = asyncio.get_running_loop().call_later(timeout, self._on_frame_deadline)
+            return
+        log.info("connection %s: a frame still incomplete after %ds (%d of %d bytes), closing",
+                 self.peer, timeout, self.splitter.held, self.splitter.pending)
+        self.abort()
 
     # --- dispatch --------------------------------------------------------------------------------
 
@@ -247,6 +327,10 @@ class Connection(asyncio.Protocol):
             key = cmd.wire_key
             corr = getattr(cmd, "correlation_id", None)
             self.reject(key, 1, corr, Code.ACCESS_REFUSED, f"{type(cmd).__name__} before Open", cmd)
+            return
+        if self.opened and isinstance(cmd, _HANDSHAKE_ONLY):  # as RabbitMQ: unknown once open
+            self.reject(cmd.wire_key, 1, getattr(cmd, "correlation_id", None), Code.UNKNOWN_FRAME,
+                        f"{type(cmd).__name__} after Open", cmd)
             return
         handler = self._handlers.get(type(cmd))
         if handler is None:  # a server-to-client command, or a response we never asked for
@@ -281,6 +365,11 @@ class Connection(asyncio.Protocol):
         self.closing = True
         if self.transport is not None:
             self.transport.close()  # flushes what is buffered first
+
+    def write_room(self) -> int:
+        """Bytes that may be written before the peer counts as not reading (WRITE_HIGH)."""
+        t = self.transport
+        return 0 if t is None else WRITE_HIGH - t.get_write_buffer_size()
 
     def write(self, data: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -405,6 +494,13 @@ class Connection(asyncio.Protocol):
     def _on_heartbeat_timer(self) -> None:
         if self.closing:
             return
+        if not self._reading:
+            # We are not reading it, so its heartbeats wait unread: it is alive if we hold its
+            # frame back for budget or it took some of what we wrote since the last tick.
+            buffered = self.transport.get_write_buffer_size() if self.transport else 0
+            if self._waiting or buffered < self._buffered_at_tick:
+                self.last_received = time.monotonic()
+            self._buffered_at_tick = buffered
         if time.monotonic() - self.last_received > 2 * self.heartbeat:
             log.info("connection %s: no heartbeat for %ds, closing", self.peer, 2 * self.heartbeat)
             self.abort()

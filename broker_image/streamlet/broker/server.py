@@ -8,6 +8,7 @@ import logging
 import signal
 
 from .access import AccessControl
+from .budget import FrameBudget
 from .config import BrokerConfig
 from .connection import Connection
 from .directory import CHECK_INTERVAL_S, EMPTY, Directory, DirectoryFile, seal_changes
@@ -28,6 +29,7 @@ class Broker:
         self.streams = self.vhosts["/"].streams  # the default vhost's
         self.access = AccessControl(config)
         self.connections: set[Connection] = set()
+        self.frame_budget = FrameBudget(config.frame_budget)
         self.ssl_context = server_context(config.tls) if config.tls is not None else None
         self._servers: list[asyncio.Server] = []
         self._retention_task: asyncio.Task[None] | None = None
