@@ -80,7 +80,10 @@ class Subscription:
         ahead = self._ahead
         out: list[memoryview] = []
         size = 0
-        while self.credit > 0 and size < PUMP_BYTES:
+        # Never far past the connection's high-water mark: a consumer that stops reading then
+        # costs that buffer plus one chunk, not a whole pump more.
+        room = min(PUMP_BYTES, conn.write_room())
+        while self.credit > 0 and size < room:
             if not ahead:
                 if self._cursor >= lg.next_offset:
                     break
@@ -97,6 +100,6 @@ class Subscription:
             self.credit -= 1
         if out:
             conn.send_chunks(self.id, out, lg.committed_chunk_id)
-            if size >= PUMP_BYTES and self.credit > 0 and not conn.paused:
+            if size >= room and self.credit > 0 and not conn.paused:
                 # more to send: after the loop has served others (and the socket has drained)
                 asyncio.get_running_loop().call_soon(self.pump)
