@@ -14,6 +14,7 @@ import os
 
 from streamlet.protocol.chunk import CHUNK_TRACKING_DELTA, CHUNK_USER, HEADER_SIZE, ChunkError
 
+from .files import files
 from .layout import (
     EPOCH,
     FILE_HEADER_SIZE,
@@ -90,7 +91,7 @@ def open_active(seg: Segment) -> tuple[int, list[Event]]:
     """Open ``seg`` for appending (``seg.fd``), repair its tail and index, load its table with
     every header field. Returns the index file's fd (positioned at its end) and the tracking
     data of the segment's chunks, in order, for :func:`replay_tracking`."""
-    fd = os.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = files.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     seg.close()
     seg.fd = fd
     size = os.fstat(fd).st_size
@@ -141,7 +142,11 @@ def open_active(seg: Segment) -> tuple[int, list[Event]]:
                     size - seg.size, seg.size)
         os.ftruncate(fd, seg.size)
 
-    idx_fd = os.open(seg.index_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        idx_fd = files.open(seg.index_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except BaseException:
+        seg.close()
+        raise
     if not index_ok:
         kept = 0
     end = FILE_HEADER_SIZE + kept * INDEX_RECORD_SIZE
