@@ -27,6 +27,7 @@ from ..protocol.publish import PublishBatch
 from ..storage import LogConfig, StreamLog
 from .arguments import StreamSettings
 from .filtering import chunk_bloom
+from .ratelog import RepeatedError
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -96,6 +97,8 @@ class Stream:
         self.deleted = False
         #: moved to another broker (the stream directory names it): reads only, see seal()
         self.sealed = False
+        #: refused writes (a full disk refuses every flush): logged once per 10 s at most
+        self._write_errors = RepeatedError(log)
 
     # --- publishing ---------------------------------------------------------------------------
 
@@ -189,11 +192,12 @@ class Stream:
             self.log.append(data[0] if len(data) == 1 else b"".join(data), count, records,
                             writer_sequences=refs or None, bloom=bloom)
         except (OSError, ValueError) as e:
-            log.error("stream %s: write failed: %s", self.name, e)
+            self._write_errors.error("stream %s: write failed: %s", self.name, e)
             self.sequences.update({r: self.log.writer_sequences.get(r, 0) for r in refs})
             for (conn, pid), packed in confirms.items():
                 conn.send_publish_error(pid, _unpack_ids(packed), Code.INTERNAL_ERROR)
             return
+        self._write_errors.resolved("stream %s: writes succeed again", self.name)
         for (conn, pid), packed in confirms.items():
             conn.send_confirm(pid, packed)
         for sub in list(self.subscriptions):
