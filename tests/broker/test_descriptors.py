@@ -8,12 +8,12 @@ import asyncio
 import errno
 import os
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from streamlet.client import connect
+from streamlet.client import StreamletError, connect
 from streamlet.client.producer import Producer, PublishFailed
 from streamlet.protocol import Code
 from tests.support.brokers import BrokerProcess
@@ -123,3 +123,93 @@ async def test_refused_writes_on_a_full_disk_are_logged_a_few_times_not_once_eac
     await eventually(lambda: "writes succeed again (after 200 like errors)" in b.log_text(),
                      what="the end of the refused writes logged")
     assert await read_all(b, "s", 2) == [b"a", b"b"]
+
+
+# --- limits on streams and descriptors ---------------------------------------------------------
+
+
+def _config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "limits.toml"
+    path.write_text(text)
+    return path
+
+
+async def _code(request: Awaitable[None]) -> int:
+    try:
+        await request
+    except StreamletError as e:
+        return int(e.code)
+    return int(Code.OK)
+
+
+async def test_streams_and_partitions_past_the_limits_answer_17_and_the_broker_restarts(
+        tmp_path: Path, broker_factory: Callable[..., BrokerProcess]) -> None:
+    b = broker_factory(config=_config(tmp_path, "[limits]\nmax_streams = 8\nmax_partitions = 5\n"))
+    async with await connect(b.host, b.port) as c:
+        six = [f"big-{i}" for i in range(6)]
+        assert await _code(c.create_super_stream("big", six, six)) == Code.PRECONDITION_FAILED
+        five = [f"ss-{i}" for i in range(5)]
+        assert await _code(c.create_super_stream("ss", five, five)) == Code.OK
+        for i in range(3):
+            assert await _code(c.create_stream(f"s{i}")) == Code.OK
+        # 8 streams, partitions included: one more is refused, a stream or a partition
+        assert await _code(c.create_stream("s3")) == Code.PRECONDITION_FAILED
+        two = ["more-0", "more-1"]
+        assert await _code(c.create_super_stream("more", two, two)) == Code.PRECONDITION_FAILED
+        for name in ("s3", *six, *two):
+            assert not await c.stream_exists(name)
+        await c.delete_stream("s2")
+        assert await _code(c.create_stream("s3")) == Code.OK
+    log = b.log_text()
+    assert "limits.max_streams is 8" in log and "limits.max_partitions is 5" in log
+    b.restart()
+    async with await connect(b.host, b.port) as c:
+        for name in (*five, "s0", "s1", "s3"):
+            assert await c.stream_exists(name)
+        assert await c.partitions("ss") == five
+        assert await _code(c.create_stream("s4")) == Code.PRECONDITION_FAILED
+
+
+async def test_streams_are_refused_before_descriptors_run_out_and_the_broker_restarts(
+        tmp_path: Path, broker_factory: Callable[..., BrokerProcess]) -> None:
+    cfg = _config(tmp_path, "[limits]\nmax_streams = 0\nmax_partitions = 0\n"
+                  "[storage]\nmax_open_files = 16\n")
+    b = broker_factory(config=cfg, nofile=200)
+    async with await connect(b.host, b.port) as c:
+        many = [f"p-{i}" for i in range(100)]  # 300 descriptors: more than there are
+        assert await _code(c.create_super_stream("many", many, many)) == Code.PRECONDITION_FAILED
+        assert not await c.stream_exists("p-0")
+        created = 0
+        while await _code(c.create_stream(f"s{created}")) == Code.OK:
+            created += 1
+            assert created < 100
+        assert created >= 20
+        assert b.open_fds() <= 200 - 16  # the file cache's room is left
+        producer = await c.producer("s0")
+        assert await publish(producer, b"still writable") is None
+    b.restart()
+    assert await read_all(b, "s0", 1) == [b"still writable"]
+    async with await connect(b.host, b.port) as c:
+        assert await c.stream_exists(f"s{created - 1}")
+
+
+async def test_a_stream_of_thousands_of_segments_keeps_few_descriptors_open(
+        tmp_path: Path, broker_factory: Callable[..., BrokerProcess]) -> None:
+    b = broker_factory(config=_config(tmp_path, "[storage]\nmax_open_files = 16\n"))
+    n = 2000
+    async with await connect(b.host, b.port) as c:
+        await c.create_stream("s", {"stream-max-segment-size-bytes": "1"})
+        base = b.open_fds()
+        producer = await c.producer("s", reference="p")  # a snapshot in every segment
+        for i in range(n):  # one chunk each: a segment each
+            assert await publish(producer, b"m%d" % i) is None
+        assert b.open_fds() <= base + 8
+    segments = len(list((b.data_dir / "streams" / "s").glob("*.segment")))
+    assert segments >= n - 1  # the first segment holds two user chunks (no snapshot yet)
+    bodies = [b"m%d" % i for i in range(n)]
+    assert await read_all(b, "s", n) == bodies
+    assert b.open_fds() <= base + 16 + 8
+    b.restart()
+    base = b.open_fds()
+    assert await read_all(b, "s", n) == bodies
+    assert b.open_fds() <= base + 16 + 8

@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import resource
 import shutil
 import struct
 import sys
@@ -25,6 +26,7 @@ from urllib.parse import quote, unquote
 from ..protocol import Code
 from ..protocol.publish import PublishBatch
 from ..storage import LogConfig, StreamLog
+from ..storage.files import files
 from .arguments import StreamSettings
 from .filtering import chunk_bloom
 from .ratelog import RepeatedError
@@ -287,14 +289,72 @@ def dir_name(name: str) -> str:
     return "#" + hashlib.sha256(name.encode()).hexdigest()
 
 
+#: descriptors an open stream holds: its directory's lock, the segment and the index it
+#: appends to (the segments it reads are in the file cache, counted apart)
+FDS_PER_STREAM = 3
+#: descriptors a create leaves free besides the file cache's room (listeners, a few
+#: connections, a directory scan): connections past it are refused by the kernel, not streams
+FD_RESERVE = 64
+
+
+class LimitReached(Exception):
+    """A create would pass one of the broker's limits: answered 17 (precondition failed)."""
+
+
+class Limits:
+    """The broker's limits on streams, shared by the stream managers of all virtual hosts:
+    ``max_streams`` (all vhosts, super stream partitions included; 0 = none),
+    ``max_partitions`` (per super stream; 0 = none), and the process's descriptors: a create
+    is refused while what is open, its streams' descriptors, the room left in the file cache
+    and FD_RESERVE would pass RLIMIT_NOFILE. So the streams a broker holds always fit in its
+    descriptors, and it restarts on them (a restart opens no more than were open)."""
+
+    def __init__(self, max_streams: int = 0, max_partitions: int = 0) -> None:
+        self.max_streams = max_streams
+        self.max_partitions = max_partitions
+        self.managers: list[StreamManager] = []
+
+    def stream_count(self) -> int:
+        return sum(len(m.streams) for m in self.managers)
+
+    def check(self, n: int, what: str) -> None:
+        """Raise LimitReached (logged, with why) if ``n`` more streams do not fit."""
+        why = self._why(n)
+        if why is not None:
+            log.warning("%s refused: %s", what, why)
+            raise LimitReached(why)
+
+    def _why(self, n: int) -> str | None:
+        if self.max_streams:
+            have = self.stream_count()
+            if have + n > self.max_streams:
+                return (f"{have} streams exist and limits.max_streams is {self.max_streams}"
+                        f" ({n} more asked)")
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft == resource.RLIM_INFINITY:
+            return None
+        try:
+            used = len(os.listdir("/proc/self/fd"))
+        except OSError:  # no /proc: the other limits only
+            return None
+        need = n * FDS_PER_STREAM + max(files.limit - len(files), 0) + FD_RESERVE
+        if used + need > soft:
+            return (f"{n} more stream(s) need {n * FDS_PER_STREAM} file descriptors; {used} of "
+                    f"{soft} (RLIMIT_NOFILE) are open and the file cache may take "
+                    f"{max(files.limit - len(files), 0)} more")
+        return None
+
+
 class StreamManager:
     """All streams of this broker, kept under ``<data_dir>/streams/<dir_name(name)>/``."""
 
-    def __init__(self, data_dir: Path, fsync: str = "never") -> None:
+    def __init__(self, data_dir: Path, fsync: str = "never", limits: Limits | None = None) -> None:
         self.root = data_dir / "streams"
         self.root.mkdir(parents=True, exist_ok=True)
         self.fsync = fsync
         self.streams: dict[str, Stream] = {}
+        self.limits = limits if limits is not None else Limits()
+        self.limits.managers.append(self)
         for d in sorted(self.root.iterdir()):
             meta = d / "stream.json"
             if not d.is_dir():
@@ -313,7 +373,9 @@ class StreamManager:
         return self.streams.get(name)
 
     def create(self, name: str, settings: StreamSettings) -> Stream:
-        """Create the stream, or raise OSError leaving nothing behind (nothing it could remove)."""
+        """Create the stream, or raise OSError leaving nothing behind (nothing it could remove),
+        or LimitReached (before anything is done)."""
+        self.limits.check(1, f"create {name!r}")
         d = self.root / dir_name(name)
         if d.exists() and not _remove(d):  # leftover of a delete whose removal failed
             raise OSError(f"cannot remove the leftover directory {d}")
