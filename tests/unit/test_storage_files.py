@@ -91,3 +91,26 @@ def test_the_cache_gives_descriptors_back_when_the_process_runs_out(
     cache.release()
     with pytest.raises(OSError):  # nothing left to give back: the error is raised
         cache.open(tmp_path / "g", os.O_RDWR | os.O_CREAT)
+
+
+def test_an_open_log_holds_two_descriptors(tmp_path: Path) -> None:
+    # its directory's lock and the segment it appends to; the index is opened when written
+    base = open_fds()
+    logs = [StreamLog(tmp_path / f"s{i}", LogConfig(max_segment_chunks=2)) for i in range(20)]
+    try:
+        for log in logs:
+            for i in range(300):  # index records written, and rolls
+                log.append(simple_entry(b"m%d" % i), 1, 1, writer_sequences={"p": i + 1})
+        assert open_fds() - base == 2 * len(logs)
+    finally:
+        for log in logs:
+            log.close()
+    assert open_fds() == base
+    for i in range(20):  # recovery leaves the same two
+        logs[i] = StreamLog(tmp_path / f"s{i}", LogConfig(max_segment_chunks=2))
+    try:
+        assert open_fds() - base == 2 * len(logs)
+        assert len(read_all(logs[0])) == 300
+    finally:
+        for log in logs:
+            log.close()

@@ -289,9 +289,9 @@ def dir_name(name: str) -> str:
     return "#" + hashlib.sha256(name.encode()).hexdigest()
 
 
-#: descriptors an open stream holds: its directory's lock, the segment and the index it
-#: appends to (the segments it reads are in the file cache, counted apart)
-FDS_PER_STREAM = 3
+#: descriptors an open stream holds: its directory's lock and the segment it appends to (its
+#: index is opened per write of its records; segments it reads are in the file cache)
+FDS_PER_STREAM = 2
 #: descriptors a create leaves free besides the file cache's room (listeners, a few
 #: connections, a directory scan): connections past it are refused by the kernel, not streams
 FD_RESERVE = 64

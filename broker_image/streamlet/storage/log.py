@@ -88,9 +88,9 @@ class StreamLog:
         self.offsets: dict[str, int] = self._tracking.offsets
         self._segments: list[Segment] = []
         self._seg_ids: list[int] = []
-        self._index_fd = -1
         self._index_buf = bytearray()
         self._index_upto = 0  # active segment size covered by written index records
+        self._index_failing = False  # an index write failed (logged once until one succeeds)
         self._next = 0
         self._last_ref: ChunkRef | None = None
         self._first_user: int | None = None  # first user chunk id; None: not computed yet
@@ -112,8 +112,6 @@ class StreamLog:
         except BaseException:
             for seg in self._segments:
                 seg.close()
-            if self._index_fd >= 0:
-                os.close(self._index_fd)
             os.close(self._lock_fd)
             raise
 
@@ -135,11 +133,9 @@ class StreamLog:
         # segments whose first chunk never made it to disk
         events: list[Event] = []
         while segments:
-            self._index_fd, events = open_active(segments[-1])
+            events = open_active(segments[-1])
             if segments[-1].nchunks or len(segments) == 1:
                 break
-            os.close(self._index_fd)
-            self._index_fd = -1
             log.warning("%s: removing empty segment %s", self.directory, segments[-1].path.name)
             segments.pop().remove_files()
         if not segments:
@@ -156,17 +152,16 @@ class StreamLog:
 
     def _create_segment(self, seg_id: int) -> None:
         """Make a new segment the active one (the old one, if any, stays as it is)."""
-        seg, idx_fd = self._new_segment(seg_id)
+        seg = self._new_segment(seg_id)
         self._segments.append(seg)
         self._seg_ids.append(seg_id)
-        self._index_fd = idx_fd
         self._index_upto = seg.size
 
-    def _new_segment(self, seg_id: int, first: tuple[bytes, ...] = ()) -> tuple[Segment, int]:
+    def _new_segment(self, seg_id: int, first: tuple[bytes, ...] = ()) -> Segment:
         """Create the files of segment ``seg_id`` (and write ``first``, a chunk, after the file
         header): every step that can fail, and none of the log's state changed. Returns the
-        segment (its append fd open) and its index fd; on failure both files are closed and
-        removed, and the error raised."""
+        segment, its append fd open; on failure both files are closed and removed, and the
+        error raised."""
         seg = Segment(self.directory, seg_id)
         fd = idx_fd = -1
         try:
@@ -174,6 +169,8 @@ class StreamLog:
             _write_all(fd, SEGMENT_HEADER, *first)
             idx_fd = files.open(seg.index_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
             _write_all(idx_fd, INDEX_HEADER)
+            os.close(idx_fd)
+            idx_fd = -1
             if self._fsync:
                 dfd = files.open(self.directory, os.O_RDONLY)
                 try:
@@ -195,7 +192,7 @@ class StreamLog:
             raise
         seg.fd = fd
         seg.loaded = True
-        return seg, idx_fd
+        return seg
 
     def reconfigure(self, config: LogConfig) -> None:
         """Apply new settings (segment limits, retention, fsync) from the next write on."""
@@ -320,7 +317,15 @@ class StreamLog:
         self._index_buf += INDEX_RECORD.pack(cid, ts, EPOCH, pos, ctype)
         if len(self._index_buf) >= _INDEX_FLUSH_BYTES \
                 or seg.size - self._index_upto >= _INDEX_FLUSH_DATA:
-            self._flush_index()
+            try:
+                self._flush_index()
+            except OSError as e:  # the chunk is written: the index (a cache) waits
+                if not self._index_failing:
+                    log.warning("%s: cannot write index records (kept for the next try): %s",
+                                self.directory, e)
+                self._index_failing = True
+            else:
+                self._index_failing = False
         if self._fsync:
             self._sync_after_write(seg)
 
@@ -346,12 +351,23 @@ class StreamLog:
             view = memoryview(buf)
             done = 0
             try:
-                while done < len(buf):
-                    done += os.write(self._index_fd, view[done:])
+                fd = files.open(self._active.index_path, os.O_WRONLY | os.O_APPEND)
+                try:
+                    while done < len(buf):
+                        done += os.write(fd, view[done:])
+                finally:
+                    os.close(fd)
             finally:  # a failed write (disk full) keeps what was not written, for the next
                 view.release()
                 del buf[:done]
         self._index_upto = self._active.size
+
+    def _fsync_index(self) -> None:
+        fd = files.open(self._active.index_path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def _sync_after_write(self, seg: Segment) -> None:
         if self._fsync == 1:
@@ -366,7 +382,7 @@ class StreamLog:
         """Write buffered index records and flush the active segment and index to disk."""
         self._flush_index()
         os.fdatasync(self._active.fd)
-        os.fsync(self._index_fd)
+        self._fsync_index()
         self._last_sync = time.monotonic()
 
     def _roll(self) -> Segment:
@@ -381,7 +397,7 @@ class StreamLog:
         self._flush_index()
         if self._fsync:
             os.fdatasync(old.fd)
-            os.fsync(self._index_fd)
+            self._fsync_index()
         cid = self._next
         snapshot: tuple[bytes, ...] = ()
         if not self._tracking.is_empty():
@@ -392,13 +408,11 @@ class StreamLog:
             header = HEADER.pack(MAGIC_VERSION, CHUNK_TRACKING_SNAPSHOT, 1, 1, ts, EPOCH, cid,
                                  crc32(data), len(data), 0, 0)
             snapshot = (header, data)
-        seg, idx_fd = self._new_segment(cid, snapshot)
+        seg = self._new_segment(cid, snapshot)
         # the switch: nothing below fails before the state is whole again
-        os.close(self._index_fd)
         old.close()  # read through the file cache from now on
         self._segments.append(seg)
         self._seg_ids.append(cid)
-        self._index_fd = idx_fd
         self._index_upto = seg.size
         if snapshot:
             header, data = snapshot
@@ -588,11 +602,8 @@ class StreamLog:
             self._flush_index()
             if self._fsync:
                 os.fdatasync(self._active.fd)
-                os.fsync(self._index_fd)
+                self._fsync_index()
         finally:
-            if self._index_fd >= 0:
-                os.close(self._index_fd)
-                self._index_fd = -1
             for seg in self._segments:
                 seg.close()
             os.close(self._lock_fd)
