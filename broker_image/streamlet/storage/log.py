@@ -586,7 +586,8 @@ class StreamLog:
 
     def segment_fd(self, ref: ChunkRef) -> int:
         """A readable fd of ref's segment file (for sendfile of ``ref.pos + 48 + bloom_size``,
-        ``data_length`` bytes). Valid until retention deletes the segment or the log closes."""
+        ``data_length`` bytes). Use it at once: reading another segment (of any log of the
+        process) may close it (storage/files.py), as may retention or closing the log."""
         si = self._seg_index(ref.segment)
         if si < 0:
             raise StorageError(f"segment {ref.segment} was deleted")
