@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -34,8 +35,11 @@ class BrokerProcess:
     """``python -m streamlet serve`` on a free loopback port, with its own data folder."""
 
     def __init__(self, data_dir: Path, port: int | None = None, config: Path | None = None,
-                 extra_args: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+                 extra_args: list[str] | None = None, env: dict[str, str] | None = None,
+                 nofile: int | None = None) -> None:
         self.host = "127.0.0.1"
+        #: RLIMIT_NOFILE (soft and hard) of the broker process, when given
+        self.nofile = nofile
         self.port = port or free_port()
         self.data_dir = data_dir
         self.config = config
@@ -52,8 +56,14 @@ class BrokerProcess:
         args += self.extra_args
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
+        nofile = self.nofile
+
+        def limit() -> None:
+            if nofile is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **self.env})
+                                     env={**os.environ, **self.env}, preexec_fn=limit)
         log.close()
         wait_for_port(self.host, self.port, proc=self.proc)
         return self
@@ -95,6 +105,10 @@ class BrokerProcess:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
         raise AssertionError("no VmRSS in /proc status")
+
+    def open_fds(self) -> int:
+        """How many file descriptors the broker process has open, from /proc."""
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -32,7 +32,7 @@ from .auth import MECHANISMS, authenticate_plain
 from .config import ConfigError
 from .directory import Address, answer_metadata
 from .filtering import matcher_from
-from .streams import Publisher, Stream, StreamManager
+from .streams import LimitReached, Publisher, Stream, StreamManager
 from .subscription import Subscription, resolve_start
 from .tls import peer_common_name
 
@@ -740,6 +740,8 @@ class Connection(asyncio.Protocol):
                 try:
                     self.streams.create(cmd.stream, settings)
                     code = Code.OK
+                except LimitReached:  # logged, with why, where it was reached
+                    code = Code.PRECONDITION_FAILED
                 except OSError as e:  # the disk's problem, not this connection's
                     log.error("create %r failed: %s", cmd.stream, e)
                     code = Code.INTERNAL_ERROR

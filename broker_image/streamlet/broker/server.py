@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import signal
 
+from ..storage.files import files
 from .access import AccessControl
 from .budget import FrameBudget
 from .config import BrokerConfig
 from .connection import Connection
 from .directory import CHECK_INTERVAL_S, EMPTY, Directory, DirectoryFile, seal_changes
-from .streams import Stream
+from .streams import Limits, Stream
 from .tls import server_context
 from .vhosts import VirtualHost
 
@@ -21,11 +23,35 @@ log = logging.getLogger("streamlet.broker")
 RETENTION_INTERVAL_S = 60.0
 
 
+def use_all_descriptors(max_open_files: int) -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard one (the kernel's default soft limit, 1024, is
+    a guard for select(), which asyncio does not use) and size the file cache of read
+    segments to ``max_open_files``, at most half of it (streams and connections need the
+    rest). Returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as e:
+            log.warning("cannot raise RLIMIT_NOFILE from %d to %d: %s", soft, hard, e)
+    cache = max_open_files
+    if soft != resource.RLIM_INFINITY and cache > soft // 2:
+        cache = max(soft // 2, 1)
+        log.warning("storage.max_open_files %d is more than half of RLIMIT_NOFILE (%d): "
+                    "keeping %d segment files open", max_open_files, soft, cache)
+    files.set_limit(cache)
+    return soft
+
+
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        self.vhosts = {name: VirtualHost(name, config.data_dir, config.fsync) for name in config.vhosts}
+        use_all_descriptors(config.max_open_files)
+        self.limits = Limits(config.max_streams, config.max_partitions)
+        self.vhosts = {name: VirtualHost(name, config.data_dir, config.fsync, self.limits)
+                       for name in config.vhosts}
         self.streams = self.vhosts["/"].streams  # the default vhost's
         self.access = AccessControl(config)
         self.connections: set[Connection] = set()

@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import resource
 import shutil
 import struct
 import sys
@@ -25,8 +26,10 @@ from urllib.parse import quote, unquote
 from ..protocol import Code
 from ..protocol.publish import PublishBatch
 from ..storage import LogConfig, StreamLog
+from ..storage.files import files
 from .arguments import StreamSettings
 from .filtering import chunk_bloom
+from .ratelog import RepeatedError
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -96,6 +99,8 @@ class Stream:
         self.deleted = False
         #: moved to another broker (the stream directory names it): reads only, see seal()
         self.sealed = False
+        #: refused writes (a full disk refuses every flush): logged once per 10 s at most
+        self._write_errors = RepeatedError(log)
 
     # --- publishing ---------------------------------------------------------------------------
 
@@ -189,11 +194,12 @@ class Stream:
             self.log.append(data[0] if len(data) == 1 else b"".join(data), count, records,
                             writer_sequences=refs or None, bloom=bloom)
         except (OSError, ValueError) as e:
-            log.error("stream %s: write failed: %s", self.name, e)
+            self._write_errors.error("stream %s: write failed: %s", self.name, e)
             self.sequences.update({r: self.log.writer_sequences.get(r, 0) for r in refs})
             for (conn, pid), packed in confirms.items():
                 conn.send_publish_error(pid, _unpack_ids(packed), Code.INTERNAL_ERROR)
             return
+        self._write_errors.resolved("stream %s: writes succeed again", self.name)
         for (conn, pid), packed in confirms.items():
             conn.send_confirm(pid, packed)
         for sub in list(self.subscriptions):
@@ -283,14 +289,72 @@ def dir_name(name: str) -> str:
     return "#" + hashlib.sha256(name.encode()).hexdigest()
 
 
+#: descriptors an open stream holds: its directory's lock and the segment it appends to (its
+#: index is opened per write of its records; segments it reads are in the file cache)
+FDS_PER_STREAM = 2
+#: descriptors a create leaves free besides the file cache's room (listeners, a few
+#: connections, a directory scan): connections past it are refused by the kernel, not streams
+FD_RESERVE = 64
+
+
+class LimitReached(Exception):
+    """A create would pass one of the broker's limits: answered 17 (precondition failed)."""
+
+
+class Limits:
+    """The broker's limits on streams, shared by the stream managers of all virtual hosts:
+    ``max_streams`` (all vhosts, super stream partitions included; 0 = none),
+    ``max_partitions`` (per super stream; 0 = none), and the process's descriptors: a create
+    is refused while what is open, its streams' descriptors, the room left in the file cache
+    and FD_RESERVE would pass RLIMIT_NOFILE. So the streams a broker holds always fit in its
+    descriptors, and it restarts on them (a restart opens no more than were open)."""
+
+    def __init__(self, max_streams: int = 0, max_partitions: int = 0) -> None:
+        self.max_streams = max_streams
+        self.max_partitions = max_partitions
+        self.managers: list[StreamManager] = []
+
+    def stream_count(self) -> int:
+        return sum(len(m.streams) for m in self.managers)
+
+    def check(self, n: int, what: str) -> None:
+        """Raise LimitReached (logged, with why) if ``n`` more streams do not fit."""
+        why = self._why(n)
+        if why is not None:
+            log.warning("%s refused: %s", what, why)
+            raise LimitReached(why)
+
+    def _why(self, n: int) -> str | None:
+        if self.max_streams:
+            have = self.stream_count()
+            if have + n > self.max_streams:
+                return (f"{have} streams exist and limits.max_streams is {self.max_streams}"
+                        f" ({n} more asked)")
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft == resource.RLIM_INFINITY:
+            return None
+        try:
+            used = len(os.listdir("/proc/self/fd"))
+        except OSError:  # no /proc: the other limits only
+            return None
+        need = n * FDS_PER_STREAM + max(files.limit - len(files), 0) + FD_RESERVE
+        if used + need > soft:
+            return (f"{n} more stream(s) need {n * FDS_PER_STREAM} file descriptors; {used} of "
+                    f"{soft} (RLIMIT_NOFILE) are open and the file cache may take "
+                    f"{max(files.limit - len(files), 0)} more")
+        return None
+
+
 class StreamManager:
     """All streams of this broker, kept under ``<data_dir>/streams/<dir_name(name)>/``."""
 
-    def __init__(self, data_dir: Path, fsync: str = "never") -> None:
+    def __init__(self, data_dir: Path, fsync: str = "never", limits: Limits | None = None) -> None:
         self.root = data_dir / "streams"
         self.root.mkdir(parents=True, exist_ok=True)
         self.fsync = fsync
         self.streams: dict[str, Stream] = {}
+        self.limits = limits if limits is not None else Limits()
+        self.limits.managers.append(self)
         for d in sorted(self.root.iterdir()):
             meta = d / "stream.json"
             if not d.is_dir():
@@ -309,7 +373,9 @@ class StreamManager:
         return self.streams.get(name)
 
     def create(self, name: str, settings: StreamSettings) -> Stream:
-        """Create the stream, or raise OSError leaving nothing behind (nothing it could remove)."""
+        """Create the stream, or raise OSError leaving nothing behind (nothing it could remove),
+        or LimitReached (before anything is done)."""
+        self.limits.check(1, f"create {name!r}")
         d = self.root / dir_name(name)
         if d.exists() and not _remove(d):  # leftover of a delete whose removal failed
             raise OSError(f"cannot remove the leftover directory {d}")

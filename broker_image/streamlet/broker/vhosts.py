@@ -12,7 +12,7 @@ from pathlib import Path
 from ..protocol import Code
 from .arguments import StreamSettings
 from .sac import SacGroups
-from .streams import Stream, StreamManager, dir_name
+from .streams import LimitReached, Limits, Stream, StreamManager, dir_name
 from .superstreams import SuperStream, SuperStreams, validate
 
 log = logging.getLogger("streamlet.broker")
@@ -25,11 +25,12 @@ def vhost_root(data_dir: Path, name: str) -> Path:
 
 
 class VirtualHost:
-    def __init__(self, name: str, data_dir: Path, fsync: str) -> None:
+    def __init__(self, name: str, data_dir: Path, fsync: str, limits: Limits | None = None) -> None:
         self.name = name
         self.root = vhost_root(data_dir, name)
         self.root.mkdir(parents=True, exist_ok=True)
-        self.streams = StreamManager(self.root, fsync)
+        self.streams = StreamManager(self.root, fsync, limits)
+        self.limits = self.streams.limits
         self.superstreams = SuperStreams(self.root / "superstreams.json")
         self.sac = SacGroups()
         self._repair_super_streams()
@@ -44,7 +45,7 @@ class VirtualHost:
                     log.warning("super stream %s: re-creating missing partition %s", ss.name, p)
                     try:
                         self.streams.create(p, StreamSettings())
-                    except OSError as e:
+                    except (OSError, LimitReached) as e:
                         log.error("super stream %s: cannot create partition %r: %s",
                                   ss.name, p, e)
 
@@ -55,9 +56,16 @@ class VirtualHost:
             return Code.PRECONDITION_FAILED, why
         if self.superstreams.get(name) is not None:
             return Code.STREAM_ALREADY_EXISTS, f"super stream {name} exists"
+        if self.limits.max_partitions and len(partitions) > self.limits.max_partitions:
+            return (Code.PRECONDITION_FAILED, f"{len(partitions)} partitions: "
+                    f"limits.max_partitions is {self.limits.max_partitions}")
         clash = [p for p in partitions if self.streams.get(p) is not None]
         if clash:
             return Code.STREAM_ALREADY_EXISTS, f"stream(s) {', '.join(clash)} exist"
+        try:
+            self.limits.check(len(partitions), f"create super stream {name!r}")
+        except LimitReached as e:
+            return Code.PRECONDITION_FAILED, str(e)
         # the partitions first, then the record: a record never names what does not exist (a
         # crash in between leaves plain streams, which a retry reports as existing)
         created: list[str] = []
@@ -67,12 +75,13 @@ class VirtualHost:
                 created.append(p)
             self.superstreams.add(SuperStream(name, tuple(partitions), tuple(binding_keys),
                                               tuple(sorted(arguments.items()))))
-        except OSError as e:
+        except (OSError, LimitReached) as e:
             log.error("create super stream %r failed: %s", name, e)
             self.superstreams.items.pop(name, None)
             for p in created:
                 self.streams.delete(p)
-            return Code.INTERNAL_ERROR, str(e)
+            code = Code.PRECONDITION_FAILED if isinstance(e, LimitReached) else Code.INTERNAL_ERROR
+            return code, str(e)
         return Code.OK, ""
 
     def delete_super_stream(self, name: str) -> list[Stream] | None:

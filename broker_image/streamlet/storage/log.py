@@ -30,6 +30,7 @@ from streamlet.protocol.chunk import (
 )
 
 from .config import LogConfig
+from .files import files
 from .layout import (
     EPOCH,
     INDEX_HEADER,
@@ -60,6 +61,13 @@ _FSYNC_INTERVAL_S = 1.0
 _DEFAULT_CONFIG = LogConfig()
 
 
+def _write_all(fd: int, *parts: bytes) -> None:
+    data = b"".join(parts)
+    done = 0
+    while done < len(data):
+        done += os.write(fd, data[done:])
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -80,9 +88,9 @@ class StreamLog:
         self.offsets: dict[str, int] = self._tracking.offsets
         self._segments: list[Segment] = []
         self._seg_ids: list[int] = []
-        self._index_fd = -1
         self._index_buf = bytearray()
         self._index_upto = 0  # active segment size covered by written index records
+        self._index_failing = False  # an index write failed (logged once until one succeeds)
         self._next = 0
         self._last_ref: ChunkRef | None = None
         self._first_user: int | None = None  # first user chunk id; None: not computed yet
@@ -93,7 +101,7 @@ class StreamLog:
         self._closed = False
         self.directory.mkdir(parents=True, exist_ok=True)
         # one writer per directory: a second StreamLog (this process or another) would corrupt it
-        self._lock_fd = os.open(self.directory, os.O_RDONLY)
+        self._lock_fd = files.open(self.directory, os.O_RDONLY)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -104,8 +112,6 @@ class StreamLog:
         except BaseException:
             for seg in self._segments:
                 seg.close()
-            if self._index_fd >= 0:
-                os.close(self._index_fd)
             os.close(self._lock_fd)
             raise
 
@@ -127,11 +133,9 @@ class StreamLog:
         # segments whose first chunk never made it to disk
         events: list[Event] = []
         while segments:
-            self._index_fd, events = open_active(segments[-1])
+            events = open_active(segments[-1])
             if segments[-1].nchunks or len(segments) == 1:
                 break
-            os.close(self._index_fd)
-            self._index_fd = -1
             log.warning("%s: removing empty segment %s", self.directory, segments[-1].path.name)
             segments.pop().remove_files()
         if not segments:
@@ -147,23 +151,48 @@ class StreamLog:
         self._last_ref = self._find_last_user()
 
     def _create_segment(self, seg_id: int) -> None:
-        seg = Segment(self.directory, seg_id)
-        fd = os.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        os.write(fd, SEGMENT_HEADER)
-        idx_fd = os.open(seg.index_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.write(idx_fd, INDEX_HEADER)
-        seg.fd = fd
-        seg.loaded = True
-        if self._fsync:
-            dfd = os.open(self.directory, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+        """Make a new segment the active one (the old one, if any, stays as it is)."""
+        seg = self._new_segment(seg_id)
         self._segments.append(seg)
         self._seg_ids.append(seg_id)
-        self._index_fd = idx_fd
-        self._index_upto = self._active.size
+        self._index_upto = seg.size
+
+    def _new_segment(self, seg_id: int, first: tuple[bytes, ...] = ()) -> Segment:
+        """Create the files of segment ``seg_id`` (and write ``first``, a chunk, after the file
+        header): every step that can fail, and none of the log's state changed. Returns the
+        segment, its append fd open; on failure both files are closed and removed, and the
+        error raised."""
+        seg = Segment(self.directory, seg_id)
+        fd = idx_fd = -1
+        try:
+            fd = files.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND)
+            _write_all(fd, SEGMENT_HEADER, *first)
+            idx_fd = files.open(seg.index_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+            _write_all(idx_fd, INDEX_HEADER)
+            os.close(idx_fd)
+            idx_fd = -1
+            if self._fsync:
+                dfd = files.open(self.directory, os.O_RDONLY)
+                try:
+                    os.fsync(dfd)
+                finally:
+                    os.close(dfd)
+        except BaseException:
+            for f in (fd, idx_fd):
+                if f >= 0:
+                    os.close(f)
+            for p in (seg.path, seg.index_path):
+                try:
+                    os.unlink(p)
+                except FileNotFoundError:
+                    pass
+                except OSError as e:  # recovery removes a segment without a whole chunk
+                    log.warning("%s: cannot remove %s after a failed roll: %s",
+                                self.directory, p.name, e)
+            raise
+        seg.fd = fd
+        seg.loaded = True
+        return seg
 
     def reconfigure(self, config: LogConfig) -> None:
         """Apply new settings (segment limits, retention, fsync) from the next write on."""
@@ -288,7 +317,15 @@ class StreamLog:
         self._index_buf += INDEX_RECORD.pack(cid, ts, EPOCH, pos, ctype)
         if len(self._index_buf) >= _INDEX_FLUSH_BYTES \
                 or seg.size - self._index_upto >= _INDEX_FLUSH_DATA:
-            self._flush_index()
+            try:
+                self._flush_index()
+            except OSError as e:  # the chunk is written: the index (a cache) waits
+                if not self._index_failing:
+                    log.warning("%s: cannot write index records (kept for the next try): %s",
+                                self.directory, e)
+                self._index_failing = True
+            else:
+                self._index_failing = False
         if self._fsync:
             self._sync_after_write(seg)
 
@@ -313,11 +350,24 @@ class StreamLog:
         if buf:
             view = memoryview(buf)
             done = 0
-            while done < len(buf):
-                done += os.write(self._index_fd, view[done:])
-            view.release()
-            buf.clear()
+            try:
+                fd = files.open(self._active.index_path, os.O_WRONLY | os.O_APPEND)
+                try:
+                    while done < len(buf):
+                        done += os.write(fd, view[done:])
+                finally:
+                    os.close(fd)
+            finally:  # a failed write (disk full) keeps what was not written, for the next
+                view.release()
+                del buf[:done]
         self._index_upto = self._active.size
+
+    def _fsync_index(self) -> None:
+        fd = files.open(self._active.index_path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def _sync_after_write(self, seg: Segment) -> None:
         if self._fsync == 1:
@@ -332,29 +382,44 @@ class StreamLog:
         """Write buffered index records and flush the active segment and index to disk."""
         self._flush_index()
         os.fdatasync(self._active.fd)
-        os.fsync(self._index_fd)
+        self._fsync_index()
         self._last_sync = time.monotonic()
 
     def _roll(self) -> Segment:
         """Start a new segment named by the next offset. When there is tracking state its first
         chunk is a tracking snapshot, so older segments can go without losing it (as in Osiris).
-        Retention runs after the roll."""
+        Retention runs after the roll.
+
+        Every step that can fail (creating the files, writing the snapshot) comes before the
+        log switches to the new segment: a roll that fails (disk full, out of descriptors)
+        leaves the old segment active and writable, and the next write tries the roll again."""
         old = self._active
-        body = None
-        if not self._tracking.is_empty():
-            body = self._tracking.snapshot(self.first_offset, self._segments[0].first_ts,
-                                           self.config.max_writer_sequences)
         self._flush_index()
         if self._fsync:
             os.fdatasync(old.fd)
-            os.fsync(self._index_fd)
-        os.close(self._index_fd)
-        self._index_fd = -1
-        self._create_segment(self._next)
-        if body is not None:
-            self._write_tracking(CHUNK_TRACKING_SNAPSHOT, body)
+            self._fsync_index()
+        cid = self._next
+        snapshot: tuple[bytes, ...] = ()
+        if not self._tracking.is_empty():
+            body = self._tracking.snapshot(self.first_offset, self._segments[0].first_ts,
+                                           self.config.max_writer_sequences)
+            data = simple_entry(body)
+            ts = _now_ms()
+            header = HEADER.pack(MAGIC_VERSION, CHUNK_TRACKING_SNAPSHOT, 1, 1, ts, EPOCH, cid,
+                                 crc32(data), len(data), 0, 0)
+            snapshot = (header, data)
+        seg = self._new_segment(cid, snapshot)
+        # the switch: nothing below fails before the state is whole again
+        old.close()  # read through the file cache from now on
+        self._segments.append(seg)
+        self._seg_ids.append(cid)
+        self._index_upto = seg.size
+        if snapshot:
+            header, data = snapshot
+            self._written(seg, cid, ts, seg.size, 1, HEADER_SIZE + len(data),
+                          CHUNK_TRACKING_SNAPSHOT, len(data), 0)
         self.apply_retention()
-        return self._active
+        return seg
 
     def apply_retention(self, now_ms: int | None = None) -> int:
         """Delete the oldest whole segments that retention allows (never the newest); returns
@@ -521,7 +586,8 @@ class StreamLog:
 
     def segment_fd(self, ref: ChunkRef) -> int:
         """A readable fd of ref's segment file (for sendfile of ``ref.pos + 48 + bloom_size``,
-        ``data_length`` bytes). Valid until retention deletes the segment or the log closes."""
+        ``data_length`` bytes). Use it at once: reading another segment (of any log of the
+        process) may close it (storage/files.py), as may retention or closing the log."""
         si = self._seg_index(ref.segment)
         if si < 0:
             raise StorageError(f"segment {ref.segment} was deleted")
@@ -537,11 +603,8 @@ class StreamLog:
             self._flush_index()
             if self._fsync:
                 os.fdatasync(self._active.fd)
-                os.fsync(self._index_fd)
+                self._fsync_index()
         finally:
-            if self._index_fd >= 0:
-                os.close(self._index_fd)
-                self._index_fd = -1
             for seg in self._segments:
                 seg.close()
             os.close(self._lock_fd)

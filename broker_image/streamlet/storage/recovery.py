@@ -14,6 +14,7 @@ import os
 
 from streamlet.protocol.chunk import CHUNK_TRACKING_DELTA, CHUNK_USER, HEADER_SIZE, ChunkError
 
+from .files import files
 from .layout import (
     EPOCH,
     FILE_HEADER_SIZE,
@@ -86,11 +87,11 @@ def _collect(rd: _Reader, events: list[Event], i: int, pos: int, h: Header, smal
         events.append((i, CHUNK_USER, bytes(trailer)))
 
 
-def open_active(seg: Segment) -> tuple[int, list[Event]]:
+def open_active(seg: Segment) -> list[Event]:
     """Open ``seg`` for appending (``seg.fd``), repair its tail and index, load its table with
-    every header field. Returns the index file's fd (positioned at its end) and the tracking
-    data of the segment's chunks, in order, for :func:`replay_tracking`."""
-    fd = os.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    every header field. Returns the tracking data of the segment's chunks, in order, for
+    :func:`replay_tracking`."""
+    fd = files.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     seg.close()
     seg.fd = fd
     size = os.fstat(fd).st_size
@@ -141,22 +142,24 @@ def open_active(seg: Segment) -> tuple[int, list[Event]]:
                     size - seg.size, seg.size)
         os.ftruncate(fd, seg.size)
 
-    idx_fd = os.open(seg.index_path, os.O_RDWR | os.O_CREAT, 0o644)
-    if not index_ok:
-        kept = 0
-    end = FILE_HEADER_SIZE + kept * INDEX_RECORD_SIZE
-    os.ftruncate(idx_fd, end)
-    os.pwrite(idx_fd, INDEX_HEADER, 0)
-    missing = b"".join(
-        INDEX_RECORD.pack(seg.ids[i], seg.ts[i], EPOCH, seg.pos[i], seg.types[i])
-        for i in range(kept, seg.nchunks)
-    )
-    if missing:
-        os.pwrite(idx_fd, missing, end)
-    os.lseek(idx_fd, 0, os.SEEK_END)
+    idx_fd = files.open(seg.index_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if not index_ok:
+            kept = 0
+        end = FILE_HEADER_SIZE + kept * INDEX_RECORD_SIZE
+        os.ftruncate(idx_fd, end)
+        os.pwrite(idx_fd, INDEX_HEADER, 0)
+        missing = b"".join(
+            INDEX_RECORD.pack(seg.ids[i], seg.ts[i], EPOCH, seg.pos[i], seg.types[i])
+            for i in range(kept, seg.nchunks)
+        )
+        if missing:
+            os.pwrite(idx_fd, missing, end)
+    finally:
+        os.close(idx_fd)
     seg.loaded = True
     n = seg.nchunks
-    return idx_fd, [e for e in events if e[0] < n]
+    return [e for e in events if e[0] < n]
 
 
 def replay_tracking(seg: Segment, events: list[Event], tracking: Tracking) -> None:

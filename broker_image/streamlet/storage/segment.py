@@ -25,6 +25,7 @@ from streamlet.protocol.chunk import (
     crc32,
 )
 
+from .files import files
 from .layout import (
     EPOCH,
     FILE_HEADER_SIZE,
@@ -97,9 +98,14 @@ def read_index(path: Path) -> list[tuple[int, int, int, int, int]] | None:
     """The index records ``(chunk_id, timestamp, epoch, pos, type)``, cut at the first record
     that is torn, zero or out of order; None when the file is missing or its header is wrong."""
     try:
-        raw = path.read_bytes()
+        fd = files.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            raw = f.read()
+    finally:
+        os.close(fd)
     if raw[:FILE_HEADER_SIZE] != INDEX_HEADER:
         return None
     end = FILE_HEADER_SIZE + (len(raw) - FILE_HEADER_SIZE) // INDEX_RECORD_SIZE * INDEX_RECORD_SIZE
@@ -115,7 +121,7 @@ def read_index(path: Path) -> list[tuple[int, int, int, int, int]] | None:
 class Segment:
     """A segment file ``%020d.segment`` (named by its first chunk id) and its chunk table."""
 
-    __slots__ = ("bloom", "csize", "dlen", "fd", "first_ts", "id", "ids", "index_path",
+    __slots__ = ("bloom", "cached", "csize", "dlen", "fd", "first_ts", "id", "ids", "index_path",
                  "last_ts", "loaded", "nchunks", "nrec", "path", "pos", "size", "ts", "types")
 
     def __init__(self, directory: Path, seg_id: int) -> None:
@@ -123,6 +129,8 @@ class Segment:
         self.path = directory / segment_name(seg_id)
         self.index_path = directory / index_name(seg_id)
         self.fd = -1
+        #: fd is a read-only descriptor in the process's file cache (not the append fd)
+        self.cached = False
         self.size = FILE_HEADER_SIZE  # bytes of whole chunks, plus the file header
         self.loaded = False
         self.nchunks = 0
@@ -215,14 +223,29 @@ class Segment:
     # -- files ---------------------------------------------------------------------------------
 
     def open_fd(self) -> int:
-        if self.fd < 0:
-            self.fd = os.open(self.path, os.O_RDONLY)
-        return self.fd
+        """A descriptor to read the segment with: the append fd of the active segment, else
+        one from the process's file cache (opened if the cache closed it). Use it at once: a
+        later ``open_fd`` of another segment may close it."""
+        fd = self.fd
+        if fd >= 0:
+            if self.cached:
+                files.touch(self)
+            return fd
+        fd = files.open(self.path, os.O_RDONLY)
+        self.fd, self.cached = fd, True
+        files.add(self)
+        return fd
+
+    def drop_fd(self) -> None:
+        """The file cache closes this segment's descriptor (it has forgotten it already)."""
+        fd, self.fd, self.cached = self.fd, -1, False
+        if fd >= 0:
+            os.close(fd)
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        if self.cached:
+            files.forget(self)
+        self.drop_fd()
 
     def light_open(self) -> None:
         """Learn size, chunk count and first/last timestamps of an old segment from its first
@@ -230,18 +253,22 @@ class Segment:
         end the file); load the table by scanning the segment when the index is not right."""
         self.size = os.stat(self.path).st_size
         try:
-            with open(self.index_path, "rb") as f:
-                head = f.read(FILE_HEADER_SIZE + INDEX_RECORD_SIZE)
-                n = (os.fstat(f.fileno()).st_size - FILE_HEADER_SIZE) // INDEX_RECORD_SIZE
-                last = os.pread(f.fileno(), INDEX_RECORD_SIZE,
-                                FILE_HEADER_SIZE + (n - 1) * INDEX_RECORD_SIZE) if n > 0 else b""
+            ifd = files.open(self.index_path, os.O_RDONLY)
         except FileNotFoundError:
             head, n, last = b"", 0, b""
+        else:
+            try:
+                head = os.pread(ifd, FILE_HEADER_SIZE + INDEX_RECORD_SIZE, 0)
+                n = (os.fstat(ifd).st_size - FILE_HEADER_SIZE) // INDEX_RECORD_SIZE
+                last = os.pread(ifd, INDEX_RECORD_SIZE,
+                                FILE_HEADER_SIZE + (n - 1) * INDEX_RECORD_SIZE) if n > 0 else b""
+            finally:
+                os.close(ifd)
         if n > 0 and head[:FILE_HEADER_SIZE] == INDEX_HEADER and len(last) == INDEX_RECORD_SIZE:
             first_rec = INDEX_RECORD.unpack_from(head, FILE_HEADER_SIZE)
             last_rec = INDEX_RECORD.unpack(last)
             if first_rec[0] == self.id and first_rec[3] == FILE_HEADER_SIZE:
-                fd = os.open(self.path, os.O_RDONLY)
+                fd = files.open(self.path, os.O_RDONLY)
                 try:
                     h = read_header(fd, last_rec[3], self.size)
                 finally:
@@ -266,7 +293,7 @@ class Segment:
         )
         if usable:
             # the index must end exactly where the file does (a cut index would merge chunks)
-            fd = os.open(self.path, os.O_RDONLY)
+            fd = files.open(self.path, os.O_RDONLY)
             try:
                 h = read_header(fd, records[-1][3], size)
             finally:
@@ -292,7 +319,7 @@ class Segment:
             self.nchunks, self.size = n, size
             self.first_ts, self.last_ts = self.ts[0], self.ts[-1]
         else:
-            fd = os.open(self.path, os.O_RDONLY)
+            fd = files.open(self.path, os.O_RDONLY)
             try:
                 if os.pread(fd, FILE_HEADER_SIZE, 0) != SEGMENT_HEADER:
                     raise StorageError(f"{self.path}: not an Osiris segment")
