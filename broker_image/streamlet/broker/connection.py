@@ -129,35 +129,6 @@ class Connection(asyncio.Protocol):
         self.last_received = time.monotonic()
         self._heartbeat_handle: asyncio.TimerHandle | None = None
         self._corr = 0
-        self._handlers: dict[type, Callable[[Any], None]] = {
-            f.PeerProperties: self.on_peer_properties,
-            f.SaslHandshake: self.on_sasl_handshake,
-            f.SaslAuthenticate: self.on_sasl_authenticate,
-            f.Tune: self.on_tune,
-            f.Open: self.on_open,
-            f.Close: self.on_close,
-            f.CloseResponse: lambda cmd: self.abort(),
-            f.Heartbeat: lambda cmd: None,
-            f.DeclarePublisher: self.on_declare_publisher,
-            f.QueryPublisherSequence: self.on_query_publisher_sequence,
-            f.DeletePublisher: self.on_delete_publisher,
-            f.Subscribe: self.on_subscribe,
-            f.Credit: self.on_credit,
-            f.StoreOffset: self.on_store_offset,
-            f.QueryOffset: self.on_query_offset,
-            f.Unsubscribe: self.on_unsubscribe,
-            f.Create: self.on_create,
-            f.Delete: self.on_delete,
-            f.Metadata: self.on_metadata,
-            f.ExchangeCommandVersions: self.on_exchange_command_versions,
-            f.StreamStats: self.on_stream_stats,
-            f.ResolveOffsetSpec: self.on_resolve_offset_spec,
-            f.ConsumerUpdateResponse: self.on_consumer_update_response,
-            f.CreateSuperStream: self.on_create_super_stream,
-            f.DeleteSuperStream: self.on_delete_super_stream,
-            f.Partitions: self.on_partitions,
-            f.Route: self.on_route,
-        }
 
     @property
     def streams(self) -> StreamManager:
@@ -332,13 +303,13 @@ class Connection(asyncio.Protocol):
             self.reject(cmd.wire_key, 1, getattr(cmd, "correlation_id", None), Code.UNKNOWN_FRAME,
                         f"{type(cmd).__name__} after Open", cmd)
             return
-        handler = self._handlers.get(type(cmd))
+        handler = _HANDLERS.get(type(cmd))
         if handler is None:  # a server-to-client command, or a response we never asked for
             self.reject(cmd.wire_key, 1, getattr(cmd, "correlation_id", None), Code.UNKNOWN_FRAME,
                         f"unexpected {type(cmd).__name__}")
             return
         try:
-            handler(cmd)
+            handler(self, cmd)
         except Exception:  # a bug must cost this connection at most, never the broker
             log.exception("connection %s: %s failed", self.peer, type(cmd).__name__)
             self.reject(cmd.wire_key, 1, getattr(cmd, "correlation_id", None), Code.INTERNAL_ERROR,
@@ -870,3 +841,37 @@ class Connection(asyncio.Protocol):
             self.send(f.RouteResponse(cmd.correlation_id, Code.STREAM_DOES_NOT_EXIST, []))
             return
         self.send(f.RouteResponse(cmd.correlation_id, Code.OK, ss.route(cmd.routing_key)))
+
+
+#: Command type -> handler. One table for the class, not a dict of bound methods per
+#: connection: that would tie each connection into a reference cycle, kept until the
+#: garbage collector's next full pass (10,000 closed connections held ~56 MB).
+_HANDLERS: dict[type, Callable[[Connection, Any], None]] = {
+    f.PeerProperties: Connection.on_peer_properties,
+    f.SaslHandshake: Connection.on_sasl_handshake,
+    f.SaslAuthenticate: Connection.on_sasl_authenticate,
+    f.Tune: Connection.on_tune,
+    f.Open: Connection.on_open,
+    f.Close: Connection.on_close,
+    f.CloseResponse: lambda conn, cmd: conn.abort(),
+    f.Heartbeat: lambda conn, cmd: None,
+    f.DeclarePublisher: Connection.on_declare_publisher,
+    f.QueryPublisherSequence: Connection.on_query_publisher_sequence,
+    f.DeletePublisher: Connection.on_delete_publisher,
+    f.Subscribe: Connection.on_subscribe,
+    f.Credit: Connection.on_credit,
+    f.StoreOffset: Connection.on_store_offset,
+    f.QueryOffset: Connection.on_query_offset,
+    f.Unsubscribe: Connection.on_unsubscribe,
+    f.Create: Connection.on_create,
+    f.Delete: Connection.on_delete,
+    f.Metadata: Connection.on_metadata,
+    f.ExchangeCommandVersions: Connection.on_exchange_command_versions,
+    f.StreamStats: Connection.on_stream_stats,
+    f.ResolveOffsetSpec: Connection.on_resolve_offset_spec,
+    f.ConsumerUpdateResponse: Connection.on_consumer_update_response,
+    f.CreateSuperStream: Connection.on_create_super_stream,
+    f.DeleteSuperStream: Connection.on_delete_super_stream,
+    f.Partitions: Connection.on_partitions,
+    f.Route: Connection.on_route,
+}
