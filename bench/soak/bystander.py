@@ -25,8 +25,13 @@ class BystanderReport:
 
 
 class Bystander:
-    def __init__(self, port: int, stream: str) -> None:
-        self.port, self.stream = port, stream
+    _made = 0
+
+    def __init__(self, port: int, name: str) -> None:
+        # A stream of its own each time (a phase may run twice on one broker): it reads from
+        # the first offset and expects only its own messages.
+        Bystander._made += 1
+        self.port, self.stream = port, f"{name}-{Bystander._made}-{time.time_ns()}"
         self.report = BystanderReport()
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []

@@ -46,6 +46,7 @@ class WorkerStats:
     closed_by_broker: int = 0    # the broker closed (EOF or reset) before we did
     answered: int = 0            # connections that got at least one byte back
     bytes_received: int = 0
+    bytes_sent: int = 0
     failures: list[str] = field(default_factory=list)   # connects or handshakes that failed
 
 
@@ -78,6 +79,7 @@ async def _one_connection(fuzzer: ProtocolFuzzer, port: int, rng: random.Random,
             s.closed_by_broker += 1  # closed while we wrote: the frames before were taken
             return
         s.frames += len(frames)
+        s.bytes_sent += len(data)
         s.frames_mutated += round(len(frames) * rate)
         got = 0
         while True:
@@ -138,7 +140,7 @@ async def run(broker: Broker, frames: int, workers: int, max_seconds: float, see
             for out in await asyncio.gather(*jobs):
                 part = WorkerStats(**out)  # type: ignore[arg-type]
                 for k in ("frames", "frames_mutated", "connections", "handshaken",
-                          "closed_by_broker", "answered", "bytes_received"):
+                          "closed_by_broker", "answered", "bytes_received", "bytes_sent"):
                     setattr(totals, k, getattr(totals, k) + getattr(part, k))
                 totals.failures += part.failures
             sent = res.figures[f"frames_{protocol}"] = totals.frames - before
@@ -149,7 +151,8 @@ async def run(broker: Broker, frames: int, workers: int, max_seconds: float, see
     res.figures.update(
         frames=totals.frames, frames_mutated=totals.frames_mutated, connections=totals.connections,
         handshaken=totals.handshaken, closed_by_broker=totals.closed_by_broker,
-        answered=totals.answered, received_mb=round(totals.bytes_received / MB, 1),
+        answered=totals.answered, sent_mb=round(totals.bytes_sent / MB, 1),
+        received_mb=round(totals.bytes_received / MB, 1),
         bystander_msgs=report.consumed, bystander_slowest_flush_s=round(report.slowest_flush_s, 2))
     if totals.failures:
         res.fail(f"{len(totals.failures)} connects/handshakes failed, first: {totals.failures[0]}")

@@ -15,7 +15,7 @@ from streamlet.client import Client, StreamletError, connect
 
 from .common import Broker, PhaseResult, RssSampler, SoakFailure, settle_rss
 
-STREAMS = ("soak-kills-a", "soak-kills-b")
+STREAMS = ("soak-kills-a", "soak-kills-b")  # suffixed per run: the phase may run twice
 PUBLISHERS = 4                   # two per stream: their messages interleave in chunks
 RATE = 10_000                    # msg/s per publisher: bounded, so the full reads stay short
 BATCH = 100
@@ -26,17 +26,18 @@ IDLE_READ_S = 5.0                # a read that gets nothing for this long has re
 @dataclass
 class Publisher:
     index: int
+    run: str                     # a suffix of this run's stream and reference names
     stored: int = 0              # messages of this publisher in the log, as last verified
     confirmed: int = 0           # highest id confirmed (ids are 1, 2, 3... per publisher)
     confirmed_total: int = 0     # confirms received over all rounds
 
     @property
     def stream(self) -> str:
-        return STREAMS[self.index % len(STREAMS)]
+        return f"{STREAMS[self.index % len(STREAMS)]}-{self.run}"
 
     @property
     def reference(self) -> str:
-        return f"soak-kill-{self.index}"
+        return f"soak-kill-{self.index}-{self.run}"
 
     def body(self, pid: int) -> bytes:
         return b"p%d-%010d" % (self.index, pid) + BODY_PAD
@@ -85,7 +86,7 @@ async def _verify(port: int, pubs: list[Publisher]) -> int:
     client = await connect("127.0.0.1", port, timeout=60)
     read = 0
     try:
-        for stream in STREAMS:
+        for stream in sorted({p.stream for p in pubs}):
             mine = {p.index: p for p in pubs if p.stream == stream}
             seen = dict.fromkeys(mine, 0)
             last = (await client.stream_stats(stream))["last_chunk_id"]
@@ -124,10 +125,11 @@ async def run(broker: Broker, kills: int, seed: int, min_delay: float = 0.5,
     t0 = time.monotonic()
     rng = random.Random(seed)
     res.rss_start = broker.rss()
-    pubs = [Publisher(i) for i in range(PUBLISHERS)]
+    run_id = str(time.time_ns())
+    pubs = [Publisher(i, run_id) for i in range(PUBLISHERS)]
     setup = await connect("127.0.0.1", broker.port, timeout=60)
-    for s in STREAMS:
-        await setup.create_stream(s, exists_ok=True)
+    for s in {p.stream for p in pubs}:
+        await setup.create_stream(s)
     await setup.close()
     survived, verified_reads, peak = 0, 0, 0
     try:

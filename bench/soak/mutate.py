@@ -58,5 +58,16 @@ def garbage(rng: random.Random, frame: bytes) -> bytes:
                        b"\0\0\0\0", rng.randbytes(rng.randint(1, 256))])
 
 
+def big_partial(rng: random.Random, frame: bytes) -> bytes:
+    """A big frame (256 KiB to 4 MiB announced) of which only 64-256 KiB is sent: what the
+    broker buffers for a slow or lying peer, bounded per connection by the frame limit.
+    Rare (3% of its turns, else a plain longer size): a million frames must not mean gigabytes."""
+    if rng.random() > 0.03:
+        return longer_size(rng, frame)
+    body = frame[4:] + rng.randbytes(rng.randint(64, 256) * 1024)
+    return struct.pack(">I", rng.randint(320 * 1024, 4 << 20)) + body
+
+
 LENGTH_PREFIXED: tuple[Mutator, ...] = (
-    flip_bits, flip_bits, shorter_size, longer_size, cut_body, extend_body, random_body, garbage)
+    flip_bits, flip_bits, shorter_size, longer_size, cut_body, extend_body, random_body, garbage,
+    big_partial)
