@@ -17,7 +17,7 @@ from .common import Broker, PhaseResult, RssSampler, SoakFailure, settle_rss
 
 STREAMS = ("soak-kills-a", "soak-kills-b")  # suffixed per run: the phase may run twice
 PUBLISHERS = 4                   # two per stream: their messages interleave in chunks
-RATE = 10_000                    # msg/s per publisher: bounded, so the full reads stay short
+RATE = 40_000                    # msg/s per publisher: bounded, so the reads stay short
 BATCH = 100
 BODY_PAD = b"." * 80             # ~100-byte messages
 IDLE_READ_S = 5.0                # a read that gets nothing for this long has reached the end
@@ -80,21 +80,24 @@ async def _quiet_close(client: Client) -> None:
         await client.close()
 
 
-async def _verify(port: int, pubs: list[Publisher]) -> int:
-    """Read every stream from its first offset; return the messages read. Raises SoakFailure
-    on a missing, repeated, reordered or foreign message, or a confirmed one not stored."""
+async def _verify(port: int, pubs: list[Publisher], resume: dict[str, int] | None) -> int:
+    """Read every stream and return the messages read. ``resume`` (stream -> offset) reads only
+    what came after the previous check, from each publisher's last verified message on; None
+    reads everything from the first offset. Raises SoakFailure on a missing, repeated,
+    reordered or foreign message, or a confirmed one not stored."""
     client = await connect("127.0.0.1", port, timeout=60)
     read = 0
     try:
         for stream in sorted({p.stream for p in pubs}):
             mine = {p.index: p for p in pubs if p.stream == stream}
-            seen = dict.fromkeys(mine, 0)
+            seen = {i: (p.stored if resume is not None else 0) for i, p in mine.items()}
+            offset = resume.get(stream, 0) if resume is not None else 0
             last = (await client.stream_stats(stream))["last_chunk_id"]
-            consumer = await client.consumer(stream, offset="first", credit=20)
+            consumer = await client.consumer(stream, offset=offset, credit=20)
             it = consumer.chunks().__aiter__()
             while last >= 0:
                 try:
-                    header, records, _ = await asyncio.wait_for(it.__anext__(), IDLE_READ_S)
+                    header, records, first = await asyncio.wait_for(it.__anext__(), IDLE_READ_S)
                 except TimeoutError:
                     break
                 for rec in records:
@@ -105,7 +108,8 @@ async def _verify(port: int, pubs: list[Publisher]) -> int:
                             f"{stream}: after publisher {idx}'s message {seen.get(idx)} came "
                             f"{bytes(rec[:20])!r}: lost, repeated or out of order")
                     seen[idx] = pid
-                    read += 1
+                read += len(records)
+                offset = first + len(records)
                 if header.chunk_id >= last:
                     break
             await consumer.close()
@@ -113,7 +117,12 @@ async def _verify(port: int, pubs: list[Publisher]) -> int:
                 if seen[idx] < pub.confirmed:
                     raise SoakFailure(f"{stream}: publisher {idx} had {pub.confirmed} confirmed, "
                                       f"only {seen[idx]} are in the stream")
+                if resume is None and seen[idx] != pub.stored:
+                    raise SoakFailure(f"{stream}: publisher {idx}: {seen[idx]} messages in the final "
+                                      f"read, {pub.stored} when last checked")
                 pub.stored = seen[idx]
+            if resume is not None:
+                resume[stream] = offset
     finally:
         await _quiet_close(client)
     return read
@@ -132,6 +141,7 @@ async def run(broker: Broker, kills: int, seed: int, min_delay: float = 0.5,
         await setup.create_stream(s)
     await setup.close()
     survived, verified_reads, peak = 0, 0, 0
+    resume: dict[str, int] = {}
     try:
         for _ in range(kills):
             started = [asyncio.Event() for _ in pubs]
@@ -149,8 +159,11 @@ async def run(broker: Broker, kills: int, seed: int, min_delay: float = 0.5,
                     raise o if isinstance(o, SoakFailure) else SoakFailure(
                         f"a publisher failed before the kill: {type(o).__name__}: {o}")
             broker.start()
-            verified_reads += await _verify(broker.port, pubs)
+            verified_reads += await _verify(broker.port, pubs, resume)
             survived += 1
+        # Everything again from the first offset: no later crash damaged what an earlier
+        # round checked.
+        verified_reads += await _verify(broker.port, pubs, None)
     except (SoakFailure, OSError, StreamletError, TimeoutError) as e:
         res.fail(f"round {survived + 1}: {type(e).__name__}: {e}")
         if not broker.alive():
