@@ -153,7 +153,11 @@ async def run(broker: Broker, frames: int, workers: int, max_seconds: float, see
         handshaken=totals.handshaken, closed_by_broker=totals.closed_by_broker,
         answered=totals.answered, sent_mb=round(totals.bytes_sent / MB, 1),
         received_mb=round(totals.bytes_received / MB, 1),
-        bystander_msgs=report.consumed, bystander_slowest_flush_s=round(report.slowest_flush_s, 2))
+        bystander_msgs=report.consumed, bystander_slowest_flush_s=round(report.slowest_flush_s, 2),
+        # streams the fuzz created (bit flips in a pool name make new ones), a cost in RSS and fds
+        streams_left=sum(1 for d in (broker.data_dir / "streams").iterdir()
+                         if not d.name.startswith("soak-")),
+        broker_fds=broker.fds())
     if totals.failures:
         res.fail(f"{len(totals.failures)} connects/handshakes failed, first: {totals.failures[0]}")
     for e in report.errors:
