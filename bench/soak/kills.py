@@ -10,6 +10,7 @@ import contextlib
 import random
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from streamlet.client import Client, StreamletError, connect
 
@@ -43,9 +44,10 @@ class Publisher:
         return b"p%d-%010d" % (self.index, pid) + BODY_PAD
 
 
-async def _publish_until_killed(port: int, pub: Publisher, started: asyncio.Event) -> str:
+async def _publish_until_killed(port: int, pub: Publisher, started: asyncio.Event) -> tuple[float, str]:
     """Publish at RATE until the connection dies; track the highest confirmed id. The
-    producer's ids resume from the broker's publisher sequence (reference)."""
+    producer's ids resume from the broker's publisher sequence (reference). Returns when and
+    how it ended (the caller checks that was after the kill)."""
     client = await connect("127.0.0.1", port, timeout=30)
     producer = await client.producer(pub.stream, reference=pub.reference, max_unconfirmed=5_000,
                                      batch_size=BATCH)
@@ -66,7 +68,7 @@ async def _publish_until_killed(port: int, pub: Publisher, started: asyncio.Even
             ahead = sent / RATE - (time.monotonic() - t0)
             await asyncio.sleep(max(0.0, ahead))
     except StreamletError as e:  # the kill: ConnectionClosed, or a send cut short
-        return type(e).__name__
+        return time.monotonic(), f"{type(e).__name__}: {e}"
     finally:
         if producer.last_confirmed is not None:
             pub.confirmed = max(pub.confirmed, producer.last_confirmed)
@@ -148,16 +150,26 @@ async def run(broker: Broker, kills: int, seed: int, min_delay: float = 0.5,
             tasks = [asyncio.create_task(_publish_until_killed(broker.port, p, e))
                      for p, e in zip(pubs, started, strict=True)]
             with RssSampler(broker) as sampler:
-                # Every publisher confirmed something, then a random moment under load.
-                await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 60)
-                await asyncio.sleep(rng.uniform(min_delay, max_delay))
+                # Every publisher confirmed something, then a random moment under load (a
+                # publisher that ends before the kill is a failure, reported below).
+                progress = asyncio.ensure_future(asyncio.gather(*(e.wait() for e in started)))
+                watched: set[asyncio.Future[Any]] = {progress, *tasks}
+                await asyncio.wait(watched, timeout=60, return_when=asyncio.FIRST_COMPLETED)
+                if progress.done():
+                    await asyncio.sleep(rng.uniform(min_delay, max_delay))
+                progress.cancel()
+                killed_at = time.monotonic()
                 broker.kill9()
             peak = max(peak, sampler.peak)
             outcomes = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
             for o in outcomes:
                 if isinstance(o, BaseException):
                     raise o if isinstance(o, SoakFailure) else SoakFailure(
-                        f"a publisher failed before the kill: {type(o).__name__}: {o}")
+                        f"a publisher failed: {type(o).__name__}: {o}")
+                if o[0] < killed_at:
+                    raise SoakFailure(f"a publisher failed before the kill: {o[1]}")
+            if not all(e.is_set() for e in started):
+                raise SoakFailure("a publisher had no confirm within 60 s")
             broker.start()
             verified_reads += await _verify(broker.port, pubs, resume)
             survived += 1

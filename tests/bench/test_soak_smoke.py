@@ -3,6 +3,7 @@ reports its figures. Only counts are asserted (never timings: a loaded machine i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import subprocess
@@ -49,3 +50,38 @@ def test_tiny_soak_passes(tmp_path: Path) -> None:
     assert kills["kills"] == 1 and kills["stored"] >= kills["confirmed"] > 0
     assert all(p["rss_start"] > 0 and p["rss_end"] > 0 for p in data["phases"])
     assert "| kills | ok |" in proc.stdout
+
+
+@pytest.mark.timeout(90)
+def test_kill_check_catches_a_repeated_message(tmp_path: Path) -> None:
+    """The checker is not vacuous: a message stored twice (or a confirmed one missing) fails."""
+    from bench.soak.common import Broker
+    from bench.soak.kills import Publisher, SoakFailure, _verify
+    from streamlet.client import connect
+
+    async def scenario(port: int) -> list[str]:
+        repeated, short = Publisher(0, "t"), Publisher(1, "t")  # one stream each
+        client = await connect("127.0.0.1", port)
+        for pub, ids in ((repeated, [1, 2, 2]), (short, [1, 2])):
+            await client.create_stream(pub.stream)
+            producer = await client.producer(pub.stream)
+            await producer.send_many([pub.body(i) for i in ids])
+            await producer.flush()
+        await client.close()
+        short.confirmed = 5  # as if 5 had been confirmed: 3 are missing
+        failures = []
+        for pub in (repeated, short):
+            try:
+                await _verify(port, [pub], None)
+            except SoakFailure as e:
+                failures.append(str(e))
+        return failures
+
+    broker = Broker(tmp_path).start()
+    try:
+        failures = asyncio.run(scenario(broker.port))
+    finally:
+        broker.stop()
+    assert len(failures) == 2
+    assert "after publisher 0's message 2" in failures[0] and "repeated" in failures[0]
+    assert "publisher 1 had 5 confirmed, only 2 are in the stream" in failures[1]
