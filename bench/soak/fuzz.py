@@ -27,7 +27,8 @@ class ProtocolFuzzer(Protocol):
 
     async def handshake(self, peer: Peer) -> None: ...
 
-    def session(self, rng: random.Random, opened: bool, count: int, mutation_rate: float) -> list[bytes]: ...
+    def session(self, rng: random.Random, opened: bool, count: int,
+                mutation_rate: float) -> tuple[list[bytes], int]: ...
 
 
 FUZZERS: dict[str, type[ProtocolFuzzer]] = {"stream": StreamFuzzer}
@@ -67,7 +68,7 @@ async def _one_connection(fuzzer: ProtocolFuzzer, port: int, rng: random.Random,
                 return
             s.handshaken += 1
         rate = rng.choice(MUTATION_RATES)
-        frames = fuzzer.session(rng, opened, rng.randint(10, 80), rate)
+        frames, mutated = fuzzer.session(rng, opened, rng.randint(10, 80), rate)
         data = b"".join(frames)
         # Written in a few random pieces: frames cut across reads, as TCP may deliver them.
         cuts = sorted(rng.sample(range(1, len(data)), min(len(data) - 1, rng.randint(0, 3))))
@@ -80,7 +81,7 @@ async def _one_connection(fuzzer: ProtocolFuzzer, port: int, rng: random.Random,
             return
         s.frames += len(frames)
         s.bytes_sent += len(data)
-        s.frames_mutated += round(len(frames) * rate)
+        s.frames_mutated += mutated
         got = 0
         while True:
             try:

@@ -119,11 +119,13 @@ class StreamFuzzer:
     async def handshake(self, peer: Peer) -> None:
         await peer.handshake(heartbeat=0, timeout=60)
 
-    def session(self, rng: random.Random, opened: bool, count: int, mutation_rate: float) -> list[bytes]:
-        """``count`` frames for one connection: valid ones from the templates, each mutated
-        with probability ``mutation_rate``. Without a real handshake (``opened`` false) the
-        session may start with part of one sent blind."""
+    def session(self, rng: random.Random, opened: bool, count: int,
+                mutation_rate: float) -> tuple[list[bytes], int]:
+        """``count`` frames for one connection, and how many are mutated: valid ones from the
+        templates, each mutated with probability ``mutation_rate``. Without a real handshake
+        (``opened`` false) the session may start with part of one sent blind."""
         frames: list[bytes] = []
+        mutated = 0
         corr = rng.randint(1, 1000)
         templates = OPEN_TEMPLATES
         if not opened:
@@ -134,5 +136,6 @@ class StreamFuzzer:
             frame = f.encode(rng.choice(templates)(rng, corr))
             if rng.random() < mutation_rate:
                 frame = rng.choice(MUTATORS)(rng, frame)
+                mutated += 1
             frames.append(frame)
-        return frames[:count]
+        return frames[:count], mutated

@@ -24,8 +24,9 @@ def test_stream_fuzzer_sessions_are_frames() -> None:
     rng = random.Random(7)
     for i in range(2_000):
         opened, rate = bool(i % 2), (0.0, 0.3, 1.0)[i % 3]
-        frames = fuzzer.session(rng, opened, 20, rate)
+        frames, mutated = fuzzer.session(rng, opened, 20, rate)
         assert len(frames) == 20 and all(isinstance(b, bytes) and b for b in frames)
+        assert mutated == 0 if rate == 0.0 else 0 <= mutated <= 20
         if rate == 0.0:
             for b in frames:
                 assert not isinstance(f.decode(b[4:]), f.FrameError), b[:16]
