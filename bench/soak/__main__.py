@@ -13,7 +13,7 @@ import time
 import traceback
 from pathlib import Path
 
-from . import fuzz, hold, kills
+from . import common, fuzz, hold, kills
 from .common import MB, Broker, PhaseResult, raise_nofile
 
 PHASES = ("fuzz", "hold", "kills")
@@ -32,6 +32,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=None, help="random seed (default: the time)")
     p.add_argument("--workdir", type=Path, default=None, help="kept; default a temporary dir")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
+    p.add_argument("--rss-wait", type=float, default=common.RSS_WAIT["s"],
+                   help="seconds to wait after each phase before the RSS figure (at least one of "
+                        "the broker's memory-return ticks)")
     return p.parse_args(argv)
 
 
@@ -93,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.seed is None:
         args.seed = int(time.time())
+    common.RSS_WAIT["s"] = args.rss_wait
     raise_nofile()  # 10,000 held connections: one fd each on this side too
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     t0 = time.monotonic()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.servers import free_port, rss_bytes, wait_port
+from streamlet.broker.memory import TRIM_INTERVAL_S
 
 REPO = Path(__file__).resolve().parents[2]
 MB = 1024 * 1024
@@ -20,6 +21,9 @@ MB = 1024 * 1024
 RSS_SLACK = 50 * MB
 #: How long to wait, polling, for RSS to settle after a phase's load stops.
 RSS_SETTLE_S = 30.0
+#: ... and at least this long (``--rss-wait``): one of the broker's memory-return ticks, so the
+#: figure is what it keeps, not what it has not given back yet.
+RSS_WAIT = {"s": TRIM_INTERVAL_S + 2}
 
 
 class SoakFailure(Exception):
@@ -131,7 +135,8 @@ async def settle_rss(broker: Broker, start: int, slack: int = RSS_SLACK,
     figure after load, and how long it took."""
     t0 = time.monotonic()
     rss = broker.rss()
-    while rss > start + slack and time.monotonic() - t0 < timeout:
+    least = min(RSS_WAIT["s"], timeout)
+    while (rss > start + slack or time.monotonic() - t0 < least) and time.monotonic() - t0 < timeout:
         await asyncio.sleep(1.0)
         rss = broker.rss()
     return rss, time.monotonic() - t0

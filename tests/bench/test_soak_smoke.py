@@ -36,7 +36,7 @@ def test_stream_fuzzer_sessions_are_frames() -> None:
 def test_tiny_soak_passes(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.soak", "--fuzz-frames", "2000", "--connections", "50",
+        [sys.executable, "-m", "bench.soak", "--fuzz-frames", "2000", "--connections", "50", "--rss-wait", "0",
          "--hold-seconds", "2", "--kills", "1", "--seed", "1", "--workdir", str(tmp_path / "w"),
          "--json", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=140,

@@ -174,6 +174,7 @@ class Connection(asyncio.Protocol):
         if self._heartbeat_handle:
             self._heartbeat_handle.cancel()
         self.broker.connections.discard(self)
+        self.broker.closed_connections += 1
         self._release_frame()
         if self._waiting:
             self.broker.frame_budget.cancel(self)

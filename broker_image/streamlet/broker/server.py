@@ -14,6 +14,7 @@ from .budget import FrameBudget
 from .config import BrokerConfig
 from .connection import Connection
 from .directory import CHECK_INTERVAL_S, EMPTY, Directory, DirectoryFile, seal_changes
+from .memory import TRIM_INTERVAL_S, return_free_memory
 from .streams import Limits, Stream
 from .tls import server_context
 from .vhosts import VirtualHost
@@ -56,9 +57,11 @@ class Broker:
         self.access = AccessControl(config)
         self.connections: set[Connection] = set()
         self.frame_budget = FrameBudget(config.frame_budget)
+        self.closed_connections = 0  # since memory was last given back
         self.ssl_context = server_context(config.tls) if config.tls is not None else None
         self._servers: list[asyncio.Server] = []
         self._retention_task: asyncio.Task[None] | None = None
+        self._trim_task: asyncio.Task[None] | None = None
         self._directory = DirectoryFile(config.directory_file) if config.directory_file else None
         self._sealed_by: Directory | None = None  # the directory the seals were last set from
         self._directory_task: asyncio.Task[None] | None = None
@@ -77,6 +80,7 @@ class Broker:
             )
             self._servers.append(tls_server)
         self._retention_task = asyncio.create_task(self._retention_loop())
+        self._trim_task = asyncio.create_task(self._trim_loop())
         if self._directory is not None:
             self._directory_task = asyncio.create_task(self._directory_loop())
         for sock in server.sockets:
@@ -139,6 +143,13 @@ class Broker:
     def user_connections(self, user: str) -> int:
         return sum(1 for c in self.connections if c.user == user)
 
+    async def _trim_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TRIM_INTERVAL_S)
+            if self.closed_connections:
+                self.closed_connections = 0
+                return_free_memory()
+
     async def _retention_loop(self) -> None:
         while True:
             await asyncio.sleep(RETENTION_INTERVAL_S)
@@ -153,6 +164,8 @@ class Broker:
             server.close()
         if self._retention_task:
             self._retention_task.cancel()
+        if self._trim_task:
+            self._trim_task.cancel()
         if self._directory_task:
             self._directory_task.cancel()
         for conn in list(self.connections):
