@@ -80,6 +80,48 @@ async def test_consumer_that_never_reads_does_not_grow_broker_memory(broker: Bro
     assert broker.alive()
 
 
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+async def test_each_consumer_that_never_reads_costs_at_most_the_documented_buffer(
+        broker: BrokerProcess) -> None:
+    """docs/reliability.md: 2 MiB of outgoing buffer plus one chunk plus 256 KiB read-ahead per
+    consumer that does not read. Before, 4 MiB plus a whole 1 MiB pump: ~5 MiB each."""
+    stream, consumers = "never-read-many", 20
+    async with await connect(broker.host, broker.port) as c:
+        await c.create_stream(stream)
+        producer = await c.producer(stream)
+        for _ in range(200):  # 50 MiB in chunks of at most ~256 KiB (256 entries of 1 KiB)
+            await producer.send_many([b"y" * 1024] * 256)
+            await producer.flush()
+        await producer.close()
+    baseline = broker.rss_kib()
+    stuck: list[socket.socket] = []
+    try:
+        for _ in range(consumers):
+            sock = socket.create_connection((broker.host, broker.port))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+            stuck.append(sock)
+            peer = RawPeer.__new__(RawPeer)
+            peer.sock, peer.buf, peer.corr = sock, b"", 0
+            peer.handshake()
+            peer.send(f.Subscribe(peer.next_corr(), 1, stream, 1, 0, 0xFFFF))
+
+        def grown() -> int:
+            return broker.rss_kib() - baseline
+        # it grows while the broker fills each buffer, then stays: poll until it stops
+        last, stable, deadline = -1, 0, time.monotonic() + 60
+        while stable < 10 and time.monotonic() < deadline:
+            now = grown()
+            stable = stable + 1 if abs(now - last) < 256 else 0
+            last = now
+            await asyncio.sleep(0.2)
+        per_consumer_mib = last / 1024 / consumers
+        assert per_consumer_mib < 3.5, f"{per_consumer_mib:.1f} MiB per consumer that does not read"
+    finally:
+        for sock in stuck:
+            sock.close()
+    assert broker.alive()
+
+
 async def test_connection_limits(broker_factory: Callable[..., BrokerProcess], tmp_path: Path) -> None:
     cfg = tmp_path / "limits.toml"
     cfg.write_text('[limits]\nmax_connections = 3\nmax_connections_per_user = 2\n'
