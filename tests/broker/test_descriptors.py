@@ -17,6 +17,7 @@ from streamlet.client import StreamletError, connect
 from streamlet.client.producer import Producer, PublishFailed
 from streamlet.protocol import Code
 from tests.support.brokers import BrokerProcess
+from tests.support.reading import stream_bodies
 from tests.support.waiting import eventually
 
 # --- a full disk --------------------------------------------------------------------------------
@@ -64,21 +65,6 @@ async def publish(producer: Producer, body: bytes) -> int | None:
     return None
 
 
-async def read_all(b: BrokerProcess, stream: str, n: int) -> list[bytes]:
-    async with await connect(b.host, b.port) as c:
-        consumer = await c.consumer(stream, offset="first")
-        got: list[bytes] = []
-
-        async def run() -> None:
-            async for m in consumer:
-                got.append(m.body)
-                if len(got) == n:
-                    return
-
-        await asyncio.wait_for(run(), 30)
-        return got
-
-
 async def test_a_roll_on_a_full_disk_leaves_the_stream_writable_once_space_is_freed(
         small_disk: Path, broker_factory: Callable[..., BrokerProcess]) -> None:
     b = broker_factory()
@@ -96,9 +82,9 @@ async def test_a_roll_on_a_full_disk_leaves_the_stream_writable_once_space_is_fr
         assert await publish(producer, b"c") is None
         assert await publish(producer, b"d") is None
         assert await publish(producer, b"e") is None
-    assert await read_all(b, "s", 5) == [b"a", b"b", b"c", b"d", b"e"]
+    assert await stream_bodies(b, "s", 5) == [b"a", b"b", b"c", b"d", b"e"]
     b.restart()
-    assert await read_all(b, "s", 5) == [b"a", b"b", b"c", b"d", b"e"]
+    assert await stream_bodies(b, "s", 5) == [b"a", b"b", b"c", b"d", b"e"]
 
 
 async def test_refused_writes_on_a_full_disk_are_logged_a_few_times_not_once_each(
@@ -122,7 +108,7 @@ async def test_refused_writes_on_a_full_disk_are_logged_a_few_times_not_once_eac
     assert 1 <= len(errors) <= 3, errors
     await eventually(lambda: "writes succeed again (after 200 like errors)" in b.log_text(),
                      what="the end of the refused writes logged")
-    assert await read_all(b, "s", 2) == [b"a", b"b"]
+    assert await stream_bodies(b, "s", 2) == [b"a", b"b"]
 
 
 # --- limits on streams and descriptors ---------------------------------------------------------
@@ -188,7 +174,7 @@ async def test_streams_are_refused_before_descriptors_run_out_and_the_broker_res
         producer = await c.producer("s0")
         assert await publish(producer, b"still writable") is None
     b.restart()
-    assert await read_all(b, "s0", 1) == [b"still writable"]
+    assert await stream_bodies(b, "s0", 1) == [b"still writable"]
     async with await connect(b.host, b.port) as c:
         assert await c.stream_exists(f"s{created - 1}")
 
@@ -207,9 +193,9 @@ async def test_a_stream_of_thousands_of_segments_keeps_few_descriptors_open(
     segments = len(list((b.data_dir / "streams" / "s").glob("*.segment")))
     assert segments >= n - 1  # the first segment holds two user chunks (no snapshot yet)
     bodies = [b"m%d" % i for i in range(n)]
-    assert await read_all(b, "s", n) == bodies
+    assert await stream_bodies(b, "s", n) == bodies
     assert b.open_fds() <= base + 16 + 8
     b.restart()
     base = b.open_fds()
-    assert await read_all(b, "s", n) == bodies
+    assert await stream_bodies(b, "s", n) == bodies
     assert b.open_fds() <= base + 16 + 8

@@ -29,19 +29,6 @@ def _config(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def _authenticate(peer: RawPeer) -> f.Tune:
-    """The handshake up to the broker's Tune, which the caller echoes (with Open) itself."""
-    peer.send(f.PeerProperties(peer.next_corr(), {"product": "raw-test"}))
-    peer.recv_until(f.PeerPropertiesResponse)
-    peer.send(f.SaslHandshake(peer.next_corr()))
-    peer.recv_until(f.SaslHandshakeResponse)
-    peer.send(f.SaslAuthenticate(peer.next_corr(), "PLAIN", b"\0guest\0guest"))
-    peer.recv_until(f.SaslAuthenticateResponse)
-    tune = peer.recv_until(f.Tune)
-    assert isinstance(tune, f.Tune)
-    return tune
-
-
 def _publisher(peer: RawPeer, stream: str) -> None:
     peer.request(f.Create(peer.next_corr(), stream), f.CreateResponse)
     declared = peer.request(f.DeclarePublisher(peer.next_corr(), 1, None, stream),
@@ -54,7 +41,7 @@ def test_frames_written_with_open_are_held_to_the_opened_limit(broker: BrokerPro
     8,192-byte pre-Open limit and the connection closed with code 14."""
     names = [f"s{i:03d}" + "x" * 196 for i in range(50)]  # a 10 KB Metadata request
     with RawPeer(broker.host, broker.port) as peer:
-        tune = _authenticate(peer)
+        tune = peer.authenticate()
         peer.send_raw(f.encode(tune) + f.encode(f.Open(10, "/")) + f.encode(f.Metadata(11, names)))
         opened = peer.recv_until(f.OpenResponse)
         assert isinstance(opened, f.OpenResponse) and opened.code == Code.OK

@@ -3,7 +3,6 @@ records that name an impossible partition, and error answers the codec can read.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import struct
@@ -18,6 +17,7 @@ from streamlet.protocol import Code
 from streamlet.protocol import frames as f
 from tests.support.brokers import BrokerProcess
 from tests.support.raw import RawPeer
+from tests.support.reading import stream_bodies
 from tests.support.waiting import eventually
 
 #: at most 255 bytes each, but more than 255 once URL-quoted
@@ -30,22 +30,7 @@ async def _round_trip(b: BrokerProcess, stream: str, bodies: list[bytes]) -> Non
         for body in bodies:
             await producer.send(body)
         await producer.flush()
-        await _read_back(b, stream, bodies)
-
-
-async def _read_back(b: BrokerProcess, stream: str, bodies: list[bytes]) -> None:
-    async with await connect(b.host, b.port) as c:
-        consumer = await c.consumer(stream, offset="first")
-        got: list[bytes] = []
-
-        async def run() -> None:
-            async for m in consumer:
-                got.append(m.body)
-                if len(got) == len(bodies):
-                    return
-
-        await asyncio.wait_for(run(), 30)
-        assert got == bodies
+        assert await stream_bodies(b, stream, len(bodies)) == bodies
 
 
 async def test_streams_with_names_too_long_to_quote_are_created_and_survive_a_restart(
@@ -59,7 +44,8 @@ async def test_streams_with_names_too_long_to_quote_are_created_and_survive_a_re
     for i, name in enumerate(LONG_NAMES):
         async with await connect(broker.host, broker.port) as c:
             assert await c.stream_exists(name)
-        await _read_back(broker, name, [b"s%d-%d" % (i, j) for j in range(3)])
+        bodies = [b"s%d-%d" % (i, j) for j in range(3)]
+        assert await stream_bodies(broker, name, len(bodies)) == bodies
 
 
 async def test_super_streams_with_long_partition_names_survive_a_restart(broker: BrokerProcess) -> None:
@@ -73,7 +59,7 @@ async def test_super_streams_with_long_partition_names_survive_a_restart(broker:
         assert await c.partitions("long-ss") == LONG_NAMES
         assert await c.route("b", "long-ss") == [LONG_NAMES[1]]
     for name in LONG_NAMES:
-        await _read_back(broker, name, [name.encode()[:10]])
+        assert await stream_bodies(broker, name, 1) == [name.encode()[:10]]
 
 
 async def test_a_super_stream_naming_an_impossible_partition_does_not_stop_the_start(

@@ -19,14 +19,7 @@ from tests.support.raw import RawPeer
 
 
 def _open_with_heartbeat(peer: RawPeer, heartbeat: int) -> None:
-    peer.send(f.PeerProperties(peer.next_corr(), {"product": "raw-test"}))
-    peer.recv_until(f.PeerPropertiesResponse)
-    peer.send(f.SaslHandshake(peer.next_corr()))
-    peer.recv_until(f.SaslHandshakeResponse)
-    peer.send(f.SaslAuthenticate(peer.next_corr(), "PLAIN", b"\0guest\0guest"))
-    peer.recv_until(f.SaslAuthenticateResponse)
-    tune = peer.recv_until(f.Tune)
-    assert isinstance(tune, f.Tune)
+    tune = peer.authenticate()
     peer.send(f.Tune(tune.frame_max, heartbeat))
     peer.send(f.Open(peer.next_corr(), "/"))
     peer.recv_until(f.OpenResponse)

@@ -71,6 +71,13 @@ class RawPeer:
                 return True
 
     def handshake(self, user: str = "guest", password: str = "guest") -> None:
+        self.send(self.authenticate(user, password))
+        self.send(f.Open(self.next_corr(), "/"))
+        opened = self.recv_until(f.OpenResponse)
+        assert isinstance(opened, f.OpenResponse) and opened.code == Code.OK
+
+    def authenticate(self, user: str = "guest", password: str = "guest") -> f.Tune:
+        """The handshake up to the broker's Tune, returned for the caller to answer (and Open)."""
         self.send(f.PeerProperties(self.next_corr(), {"product": "raw-test"}))
         self.recv_until(f.PeerPropertiesResponse)
         self.send(f.SaslHandshake(self.next_corr()))
@@ -81,10 +88,8 @@ class RawPeer:
         if auth.code != Code.OK:
             raise PermissionError(auth.code)
         tune = self.recv_until(f.Tune)
-        self.send(tune)
-        self.send(f.Open(self.next_corr(), "/"))
-        opened = self.recv_until(f.OpenResponse)
-        assert isinstance(opened, f.OpenResponse) and opened.code == Code.OK
+        assert isinstance(tune, f.Tune)
+        return tune
 
     def request(self, cmd: f.Command, response: type[f.Command]) -> f.Command:
         self.send(cmd)

@@ -9,24 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from streamlet.protocol.chunk import iter_records, simple_entry
+from streamlet.protocol.chunk import simple_entry
 from streamlet.storage import LogConfig, StreamLog
 from streamlet.storage.files import FileCache, files
+from tests.support.reading import log_records
 
 
 def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
-
-
-def read_all(log: StreamLog) -> list[bytes]:
-    out: list[bytes] = []
-    ref = log.find_chunk(0)
-    while ref is not None:
-        got = log.read_chunks(ref)
-        for _r, view in got:
-            out.extend(bytes(b) for b in iter_records(view[48:]))
-        ref = log.next_chunk(got[-1][0])
-    return out
 
 
 @pytest.fixture
@@ -44,18 +34,18 @@ def test_reading_many_segments_keeps_few_descriptors(tmp_path: Path, small_cache
             log.append(simple_entry(b), 1, 1, writer_sequences={"p": 1})
         assert log.segment_count >= 150
         base = open_fds()
-        assert read_all(log) == bodies
+        assert log_records(log) == bodies
         assert open_fds() - base <= 8
         assert len(small_cache) <= 8
         # twice, and backwards in segment order: files the cache closed are opened again
-        assert read_all(log) == bodies
+        assert log_records(log) == bodies
         first = log.find_chunk(0)
         assert first is not None
         assert bytes(log.read_chunks(first)[0][1][48:]).endswith(b"m0")
         assert open_fds() - base <= 8
     with StreamLog(tmp_path / "s", LogConfig(max_segment_bytes=1)) as log:  # recovery too
         base = open_fds()
-        assert read_all(log) == bodies
+        assert log_records(log) == bodies
         assert open_fds() - base <= 8
     assert len(small_cache) == 0  # closing the log gave its descriptors back
 
@@ -110,7 +100,7 @@ def test_an_open_log_holds_two_descriptors(tmp_path: Path) -> None:
         logs[i] = StreamLog(tmp_path / f"s{i}", LogConfig(max_segment_chunks=2))
     try:
         assert open_fds() - base == 2 * len(logs)
-        assert len(read_all(logs[0])) == 300
+        assert len(log_records(logs[0])) == 300
     finally:
         for log in logs:
             log.close()

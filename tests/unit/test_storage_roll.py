@@ -10,19 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from streamlet.protocol.chunk import iter_records, simple_entry
+from streamlet.protocol.chunk import simple_entry
 from streamlet.storage import LogConfig, StreamLog
-
-
-def read_all(log: StreamLog) -> list[bytes]:
-    out: list[bytes] = []
-    ref = log.find_chunk(0)
-    while ref is not None:
-        got = log.read_chunks(ref)
-        for _r, view in got:
-            out.extend(bytes(b) for b in iter_records(view[48:]))
-        ref = log.next_chunk(got[-1][0])
-    return out
+from tests.support.reading import log_records
 
 
 def _failing_open(suffix: str, err: int) -> Callable[..., int]:
@@ -57,7 +47,7 @@ def test_a_roll_that_fails_leaves_the_log_writable(
         ref = log.append(simple_entry(b"c"), 1, 1, writer_sequences={"p": 3})
         assert ref.segment == 2 and log.segment_count == 2
         log.append(simple_entry(b"d"), 1, 1, writer_sequences={"p": 4})
-        assert read_all(log) == [b"a", b"b", b"c", b"d"]
+        assert log_records(log) == [b"a", b"b", b"c", b"d"]
     with StreamLog(d, cfg) as log:
-        assert read_all(log) == [b"a", b"b", b"c", b"d"]
+        assert log_records(log) == [b"a", b"b", b"c", b"d"]
         assert log.writer_sequences == {"p": 4}
