@@ -13,7 +13,7 @@ PORT ?= 5552
 help:
 	@echo "make up     - install and serve a broker on $(HOST):$(PORT), data in ./$(DATA) (Ctrl-C stops)"
 	@echo "make test   - install everything the tests use and run them all"
-	@echo "make lint   - ruff and mypy"
+	@echo "make lint   - ruff, mypy and the import contracts (.importlinter)"
 	@echo "make bench  - side-by-side benchmark against RabbitMQ (installs it if missing)"
 	@echo "make soak   - the long hardening runs: fuzz, 10,000 connections, kill -9 (docs/reliability.md)"
 
@@ -40,6 +40,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check broker_image operator spark-on-k8s tests bench
 	$(VENV)/bin/mypy broker_image/streamlet operator/streamlet_operator spark-on-k8s/streamlet_spark spark-on-k8s/jobs bench tests
+	$(VENV)/bin/lint-imports --no-cache  # the layers: .importlinter
 
 # Installs RabbitMQ (Debian's rabbitmq-server) if missing, runs both side by side, and rewrites
 # the results section of docs/performance.md and its plot.

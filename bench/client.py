@@ -17,8 +17,8 @@ import struct
 from typing import Any, Protocol, cast
 
 from streamlet.protocol import frames as f
-from streamlet.protocol.chunk import HEADER_SIZE
 from streamlet.protocol.constants import Code, Key
+from streamlet.storage.chunk import HEADER_SIZE
 
 _FRAME_HEAD = struct.Struct(">IHH")
 _CONFIRM = struct.Struct(">Bi")

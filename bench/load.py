@@ -14,8 +14,8 @@ import struct
 import time
 from array import array
 
-from streamlet.protocol.chunk import HEADER, HEADER_SIZE
 from streamlet.protocol.constants import Key
+from streamlet.storage.chunk import HEADER, HEADER_SIZE
 
 from .client import Conn
 

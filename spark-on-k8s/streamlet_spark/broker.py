@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from streamlet.client import Client, OffsetSpec, connect
-from streamlet.protocol.chunk import CHUNK_USER, ChunkHeader
+from streamlet.storage.chunk import CHUNK_USER, ChunkHeader
 
 from .offsets import Bound, Range
 from .options import Options

@@ -11,7 +11,7 @@ import struct
 import numpy as np
 import pyarrow as pa
 
-from streamlet.protocol.chunk import ChunkError, iter_records
+from streamlet.storage.chunk import ChunkError, iter_records
 
 _U32 = struct.Struct(">I").unpack_from
 _PREFIX = np.arange(4, dtype=np.int64)

@@ -14,8 +14,8 @@ import pytest
 from bench.client import Conn
 from bench.load import CountingConsumer, LatencyConsumer
 from streamlet.protocol import frames as f
-from streamlet.protocol.chunk import encode_chunk, simple_entry
 from streamlet.protocol.publish import deliver_prefix
+from streamlet.storage.chunk import encode_chunk, simple_entry
 
 
 class _Transport:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
-from streamlet.protocol import Code, chunk
+from streamlet.protocol import Code
 from streamlet.protocol import frames as f
+from streamlet.storage import chunk
 from tests.support.brokers import BrokerProcess
 from tests.support.raw import RawPeer
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from streamlet.client import connect
-from streamlet.protocol.chunk import iter_records
 from streamlet.storage import StreamLog
+from streamlet.storage.chunk import iter_records
 from tests.support.brokers import BrokerProcess
 
 

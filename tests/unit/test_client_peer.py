@@ -24,7 +24,7 @@ from streamlet.client import (
     connect,
 )
 from streamlet.protocol import Code, FrameSplitter, Key, frames
-from streamlet.protocol.chunk import CHUNK_TRACKING_DELTA, encode_chunk, simple_entry
+from streamlet.storage.chunk import CHUNK_TRACKING_DELTA, encode_chunk, simple_entry
 
 _SIMPLE: dict[type[frames.Command], type[frames.SimpleResponse]] = {
     frames.DeclarePublisher: frames.DeclarePublisherResponse,

@@ -12,7 +12,7 @@ from streamlet.client.connection import negotiate, parse_version, plain_credenti
 from streamlet.client.consumer import chunk_records
 from streamlet.client.producer import publish_frame
 from streamlet.protocol import Code, OffsetType, frames
-from streamlet.protocol.chunk import ChunkError, encode_chunk, iter_records, simple_entry
+from streamlet.storage.chunk import ChunkError, encode_chunk, iter_records, simple_entry
 
 
 def test_offset_spec_parse() -> None:
@@ -73,7 +73,7 @@ def test_streamlet_error_keeps_codes() -> None:
 
 
 def test_iter_records_mixes_simple_entries_and_sub_batches() -> None:
-    """The consumer's decoder (protocol.chunk.iter_records, with its inline fast path)."""
+    """The consumer's decoder (storage.chunk.iter_records, with its inline fast path)."""
     def batch(records: list[bytes], gzipped: bool) -> bytes:
         inner = b"".join(struct.pack(">I", len(r)) + r for r in records)
         body = gzip.compress(inner) if gzipped else inner

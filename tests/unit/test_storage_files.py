@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from streamlet.protocol.chunk import simple_entry
 from streamlet.storage import LogConfig, StreamLog
+from streamlet.storage.chunk import simple_entry
 from streamlet.storage.files import FileCache, files
 from tests.support.reading import log_records
 

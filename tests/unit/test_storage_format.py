@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from streamlet.protocol.chunk import ChunkHeader, iter_records, simple_entry
 from streamlet.storage import LogConfig, StreamLog
+from streamlet.storage.chunk import ChunkHeader, iter_records, simple_entry
 
 
 def entries(*bodies: bytes) -> bytes:

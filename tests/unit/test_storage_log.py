@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from streamlet.protocol.chunk import iter_records, simple_entry
 from streamlet.storage import ChunkRef, LogConfig, StorageError, StreamLog
+from streamlet.storage.chunk import iter_records, simple_entry
 
 
 def must(ref: ChunkRef | None) -> ChunkRef:

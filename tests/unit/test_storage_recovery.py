@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from streamlet.protocol.chunk import iter_records, simple_entry
 from streamlet.storage import ChunkRef, LogConfig, StorageError, StreamLog
+from streamlet.storage.chunk import iter_records, simple_entry
 
 IDX = struct.Struct(">QqQIB")
 
@@ -228,7 +228,7 @@ def test_old_segment_with_damaged_index_is_rebuilt_when_read(tmp_path: Path) -> 
 
 CHILD = """
 import os, sys
-from streamlet.protocol.chunk import simple_entry
+from streamlet.storage.chunk import simple_entry
 from streamlet.storage import LogConfig, StreamLog
 log = StreamLog(sys.argv[1], LogConfig(max_segment_chunks=int(sys.argv[3])))
 for i in range(int(sys.argv[2])):

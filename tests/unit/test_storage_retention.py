@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from streamlet.protocol.chunk import iter_records, simple_entry
 from streamlet.storage import ChunkRef, LogConfig, StreamLog
+from streamlet.storage.chunk import iter_records, simple_entry
 
 
 def must(ref: ChunkRef | None) -> ChunkRef:

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, cast
 
 from ..protocol import Code, FrameSplitter, Key, frames
-from ..protocol.chunk import HEADER_SIZE, ChunkError, ChunkHeader
 from ..protocol.frames import Command, FrameError, decode, encode
+from ..storage.chunk import HEADER_SIZE, ChunkError, ChunkHeader
 from .errors import ConnectionClosed, StreamletError
 
 log = logging.getLogger(__name__)

@@ -18,8 +18,8 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..protocol import Code, OffsetType, frames
-from ..protocol.chunk import CHUNK_USER, ChunkHeader, crc32, iter_records
 from ..protocol.frames import encode
+from ..storage.chunk import CHUNK_USER, ChunkHeader, crc32, iter_records
 from .errors import StreamletError
 from .offsets import OffsetSpec
 

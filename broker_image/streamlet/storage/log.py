@@ -16,7 +16,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from pathlib import Path
 
-from streamlet.protocol.chunk import (
+from streamlet.storage.chunk import (
     CHUNK_TRACKING_DELTA,
     CHUNK_TRACKING_SNAPSHOT,
     CHUNK_USER,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 
-from streamlet.protocol.chunk import CHUNK_TRACKING_DELTA, CHUNK_USER, HEADER_SIZE, ChunkError
+from streamlet.storage.chunk import CHUNK_TRACKING_DELTA, CHUNK_USER, HEADER_SIZE, ChunkError
 
 from .files import files
 from .layout import (

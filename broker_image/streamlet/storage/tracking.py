@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import struct
 
-from streamlet.protocol.chunk import (
+from streamlet.storage.chunk import (
     TRACKING_OFFSET,
     TRACKING_SEQUENCE,
     TRACKING_TIMESTAMP,
