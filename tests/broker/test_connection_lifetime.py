@@ -11,16 +11,16 @@ import weakref
 from pathlib import Path
 
 from streamlet.broker.config import load
-from streamlet.broker.connection import Connection
+from streamlet.broker.main import LISTENERS
 from streamlet.broker.server import Broker
 from streamlet.client import connect
 from tests.support.brokers import free_port
 
 
 async def test_closed_connections_are_freed_without_the_garbage_collector(tmp_path: Path) -> None:
-    broker = Broker(load(None, data_dir=str(tmp_path / "data"), port=free_port()))
+    broker = Broker(load(None, data_dir=str(tmp_path / "data"), port=free_port()), LISTENERS)
     await broker.start()
-    seen: list[weakref.ref[Connection]] = []
+    seen: list[weakref.ref[object]] = []
     gc.collect()
     gc.disable()
     try:

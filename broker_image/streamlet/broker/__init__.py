@@ -1,6 +1,7 @@
 """The asyncio broker: connections, streams, subscriptions, authentication."""
 
 from .config import BrokerConfig, ConfigError, load
-from .server import Broker, run, serve
+from .main import LISTENERS, run, serve
+from .server import Broker
 
-__all__ = ["Broker", "BrokerConfig", "ConfigError", "load", "run", "serve"]
+__all__ = ["LISTENERS", "Broker", "BrokerConfig", "ConfigError", "load", "run", "serve"]

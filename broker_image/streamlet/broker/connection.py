@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
+from ..core.ports import Refusal
 from ..protocol import Code, FrameSplitter, FrameTooLarge, Key, OffsetType
 from ..protocol import frames as f
 from ..protocol.constants import NO_LEADER, PRE_OPEN_FRAME_MAX, RESPONSE_FLAG
@@ -75,6 +76,9 @@ def error_answer(key: int, version: int, corr: int, code: Code, cmd: object = No
     return _ERROR_RESPONSE.pack(10, key | RESPONSE_FLAG, version or 1, corr, code)
 
 
+#: The core's reasons for refusing a publish, as this protocol's codes.
+_REFUSAL_CODES = {Refusal.GONE: Code.STREAM_DOES_NOT_EXIST, Refusal.MOVED: Code.STREAM_NOT_AVAILABLE,
+                  Refusal.WRITE_FAILED: Code.INTERNAL_ERROR}
 _HANDSHAKE_ONLY = (f.PeerProperties, f.SaslHandshake, f.SaslAuthenticate, f.Tune, f.Open)
 _HANDSHAKE = (*_HANDSHAKE_ONLY, f.Close, f.Heartbeat)
 #: The version RabbitMQ clients check to enable features (3.13 semantics: v2 frames, filters).
@@ -350,14 +354,19 @@ class Connection(asyncio.Protocol):
     def send(self, cmd: f.Command) -> None:
         self.write(f.encode(cmd))
 
-    def send_confirm(self, publisher_id: int, ids: list[bytes]) -> None:
+    # --- the core's Session port (streamlet.core.ports) ----------------------------------------
+
+    def confirmed(self, publisher_id: int, ids: list[bytes]) -> None:
         """``ids``: packed big-endian publishing ids, as PublishBatch carries them."""
         self.write(encode_confirm(publisher_id, ids))
+
+    def rejected(self, publisher_id: int, ids: list[int], why: Refusal) -> None:
+        self.send_publish_error(publisher_id, ids, _REFUSAL_CODES[why])
 
     def send_publish_error(self, publisher_id: int, ids: list[int], code: Code) -> None:
         self.send(f.PublishError(publisher_id, [(i, code) for i in ids]))
 
-    def send_chunks(self, sub_id: int, chunks: list[memoryview], committed: int) -> None:
+    def deliver(self, sub_id: int, chunks: list[memoryview], committed: int) -> None:
         """Deliver frames for stored chunks (header + data as on disk), all in one writev."""
         if self.transport is None or self.transport.is_closing():
             return
@@ -602,7 +611,7 @@ class Connection(asyncio.Protocol):
         ss = self.vhost.superstreams.get(props.get("super-stream", ""))
         return ss.partitions.index(stream) if ss is not None and stream in ss.partitions else -1
 
-    def send_consumer_update(self, sub: Subscription, active: bool) -> None:
+    def activate(self, sub: Subscription, active: bool) -> None:
         """Tell the client ``sub`` became active (it delivers once the client answers) or
         passive (it already stopped)."""
         self._corr += 1
@@ -770,7 +779,7 @@ class Connection(asyncio.Protocol):
         stream.flush()
         self.send(f.StreamStatsResponse(cmd.correlation_id, Code.OK, stream.stats()))
 
-    def publishers_moved(self, stream: Stream) -> None:
+    def stream_moved(self, stream: Stream) -> None:
         """``stream`` moved to another broker: its publishers here are gone; the client asks
         Metadata again (which names the new broker) and declares them there."""
         self.moved_publishers.update(self._drop_publishers(stream))
@@ -783,7 +792,7 @@ class Connection(asyncio.Protocol):
             del self.publishers[pid]
         return ids
 
-    def forget_stream(self, stream: Stream) -> None:
+    def stream_gone(self, stream: Stream) -> None:
         """The stream is gone: drop what this connection held on it and tell the client."""
         self._drop_publishers(stream)
         for sub in list(self.subscriptions.values()):

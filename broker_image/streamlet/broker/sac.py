@@ -95,8 +95,8 @@ class SacGroups:
             group.active = None
             group.stepping_down = current
             current.active = False  # stops delivering now, not when the client answers
-            current.conn.send_consumer_update(current, active=False)
+            current.conn.activate(current, active=False)
             return
         if wanted is not None:
             group.active = wanted
-            wanted.conn.send_consumer_update(wanted, active=True)
+            wanted.conn.activate(wanted, active=True)

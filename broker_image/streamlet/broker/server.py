@@ -1,4 +1,6 @@
-"""The broker process: listeners, the streams, and a clean shutdown."""
+"""The broker: its virtual hosts and streams, its listeners and connections, and a clean
+shutdown. It knows protocol adapters only as connection factories (``protocols``, see main.py)
+and their connections only as the core's Session port."""
 
 from __future__ import annotations
 
@@ -6,13 +8,13 @@ import asyncio
 import contextlib
 import logging
 import resource
-import signal
+from collections.abc import Callable, Mapping
 
+from ..core.ports import Session
 from ..storage.files import files
 from .access import AccessControl
 from .budget import FrameBudget
 from .config import BrokerConfig
-from .connection import Connection
 from .directory import CHECK_INTERVAL_S, EMPTY, Directory, DirectoryFile, seal_changes
 from .memory import TRIM_INTERVAL_S, return_free_memory
 from .streams import Limits, Stream
@@ -45,8 +47,13 @@ def use_all_descriptors(max_open_files: int) -> int:
     return soft
 
 
+#: Makes one connection of a protocol: (the broker, whether the listener is TLS) -> protocol.
+ConnectionFactory = Callable[["Broker", bool], asyncio.BaseProtocol]
+
+
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, protocols: Mapping[str, ConnectionFactory]) -> None:
+        self.protocols = protocols
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
         use_all_descriptors(config.max_open_files)
@@ -55,7 +62,7 @@ class Broker:
                        for name in config.vhosts}
         self.streams = self.vhosts["/"].streams  # the default vhost's
         self.access = AccessControl(config)
-        self.connections: set[Connection] = set()
+        self.connections: set[Session] = set()
         self.frame_budget = FrameBudget(config.frame_budget)
         self.closed_connections = 0  # since memory was last given back
         self.ssl_context = server_context(config.tls) if config.tls is not None else None
@@ -68,14 +75,15 @@ class Broker:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        rabbitmq = self.protocols["rabbitmq"]  # the one listener table entry so far
         server = await loop.create_server(
-            lambda: Connection(self), self.config.host, self.config.port, reuse_address=True,
+            lambda: rabbitmq(self, False), self.config.host, self.config.port, reuse_address=True,
             backlog=1024,
         )
         self._servers.append(server)
         if self.ssl_context is not None and self.config.tls is not None:
             tls_server = await loop.create_server(
-                lambda: Connection(self, tls=True), self.config.host, self.config.tls.port,
+                lambda: rabbitmq(self, True), self.config.host, self.config.tls.port,
                 ssl=self.ssl_context, reuse_address=True, backlog=1024,
             )
             self._servers.append(tls_server)
@@ -101,7 +109,7 @@ class Broker:
     def stream_gone(self, stream: Stream) -> None:
         """Tell every connection that held ``stream`` (MetadataUpdate) and drop what it held."""
         for conn in stream.holders():
-            conn.forget_stream(stream)
+            conn.stream_gone(stream)
 
     def directory(self) -> Directory:
         """Where the streams other brokers hold live (empty without [cluster] directory_file)."""
@@ -125,7 +133,7 @@ class Broker:
                     log.info("stream %s moved to %s: sealed here (reads only)", name,
                              directory.leader(vhost.name, name))
                     for conn in {p.conn for p in stream.seal()}:
-                        conn.publishers_moved(stream)
+                        conn.stream_moved(stream)
             for name in unseal:
                 if streams[name].sealed:
                     log.info("stream %s is named here again: unsealed", name)
@@ -176,28 +184,3 @@ class Broker:
         for vhost in self.vhosts.values():
             vhost.close()
         log.info("streamlet stopped")
-
-
-async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> None:
-    """Run a broker until SIGINT or SIGTERM."""
-    broker = Broker(config)
-    await broker.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    if ready is not None:
-        ready.set()
-    await stop.wait()
-    await broker.stop()
-
-
-def run(config: BrokerConfig) -> None:
-    """Serve on uvloop when it is installed, else on asyncio's own loop."""
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(serve(config))
-    else:
-        uvloop.run(serve(config))

@@ -20,20 +20,15 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
-from ..protocol import Code
+from ..core.ports import Reader, Refusal, Session
 from ..protocol.publish import PublishBatch
 from ..storage import LogConfig, StreamLog
 from ..storage.files import files
 from .arguments import StreamSettings
 from .filtering import chunk_bloom
 from .ratelog import RepeatedError
-
-if TYPE_CHECKING:
-    from .connection import Connection
-    from .subscription import Subscription
 
 log = logging.getLogger("streamlet.broker")
 
@@ -57,7 +52,7 @@ COALESCE_S = 0.0005
 class Publisher:
     __slots__ = ("id", "reference", "stream", "conn")
 
-    def __init__(self, pid: int, reference: str | None, stream: Stream, conn: Connection) -> None:
+    def __init__(self, pid: int, reference: str | None, stream: Stream, conn: Session) -> None:
         self.id = pid
         self.reference = reference
         self.stream = stream
@@ -77,9 +72,9 @@ class Stream:
             filter_size=settings.filter_size,
         ))
         self.publishers: set[Publisher] = set()
-        self.subscriptions: set[Subscription] = set()
+        self.subscriptions: set[Reader] = set()
         #: connections that asked Metadata about this stream: told when it goes away
-        self.watchers: set[Connection] = set()
+        self.watchers: set[Session] = set()
         #: last publishing id accepted per reference, pending writes included
         self.sequences: dict[str, int] = dict(self.log.writer_sequences)
         #: pending publishes: entry blobs, message count, record count, bytes
@@ -88,7 +83,7 @@ class Stream:
         self._records = 0
         self._bytes = 0
         #: packed publishing ids to confirm, per (connection, publisher id)
-        self._confirms: dict[tuple[Connection, int], list[bytes]] = defaultdict(list)
+        self._confirms: dict[tuple[Session, int], list[bytes]] = defaultdict(list)
         self._dirty_refs: dict[str, int] = {}
         #: filter values of the pending chunk (None: an entry without one), for its bloom
         self._filter_values: set[str | None] = set()
@@ -108,9 +103,8 @@ class Stream:
         if batch.count == 0:
             return
         if self.sealed or self.deleted:  # sealed: the operator's last copy would miss it
-            publisher.conn.send_publish_error(
-                publisher.id, _unpack_ids([batch.ids]),
-                Code.STREAM_DOES_NOT_EXIST if self.deleted else Code.STREAM_NOT_AVAILABLE)
+            publisher.conn.rejected(publisher.id, _unpack_ids([batch.ids]),
+                                    Refusal.GONE if self.deleted else Refusal.MOVED)
             return
         loop = asyncio.get_running_loop()
         if not self._count and loop.time() - self._last_flush > QUIET_S:
@@ -175,7 +169,7 @@ class Stream:
             else:
                 dup.append(pid)
         if dup:  # already stored: confirmed, not stored again
-            publisher.conn.send_confirm(publisher.id, [struct.pack(f">{len(dup)}Q", *dup)])
+            publisher.conn.confirmed(publisher.id, [struct.pack(f">{len(dup)}Q", *dup)])
         return _batch_of(batch.publisher_id, kept,
                          kept_filters if batch.filter_values is not None else None)
 
@@ -197,11 +191,11 @@ class Stream:
             self._write_errors.error("stream %s: write failed: %s", self.name, e)
             self.sequences.update({r: self.log.writer_sequences.get(r, 0) for r in refs})
             for (conn, pid), packed in confirms.items():
-                conn.send_publish_error(pid, _unpack_ids(packed), Code.INTERNAL_ERROR)
+                conn.rejected(pid, _unpack_ids(packed), Refusal.WRITE_FAILED)
             return
         self._write_errors.resolved("stream %s: writes succeed again", self.name)
         for (conn, pid), packed in confirms.items():
-            conn.send_confirm(pid, packed)
+            conn.confirmed(pid, packed)
         for sub in list(self.subscriptions):
             sub.pump()
 
@@ -229,7 +223,7 @@ class Stream:
             "sealed": int(self.sealed),
         }
 
-    def holders(self) -> set[Connection]:
+    def holders(self) -> set[Session]:
         return {p.conn for p in self.publishers} | {s.conn for s in self.subscriptions} | self.watchers
 
     def close(self) -> None:

@@ -10,7 +10,7 @@ from ..protocol import OffsetType
 from ..storage import ChunkRef
 
 if TYPE_CHECKING:
-    from .connection import Connection
+    from ..core.ports import Session
     from .filtering import Matcher
     from .streams import Stream
 
@@ -43,7 +43,7 @@ class Subscription:
     __slots__ = ("conn", "id", "stream", "credit", "_cursor", "properties", "active", "matcher",
                  "sac_key", "_ahead")
 
-    def __init__(self, conn: Connection, sub_id: int, stream: Stream, start: int, credit: int,
+    def __init__(self, conn: Session, sub_id: int, stream: Stream, start: int, credit: int,
                  properties: dict[str, str]) -> None:
         self.conn = conn
         self.id = sub_id
@@ -99,7 +99,7 @@ class Subscription:
             size += len(data)
             self.credit -= 1
         if out:
-            conn.send_chunks(self.id, out, lg.committed_chunk_id)
+            conn.deliver(self.id, out, lg.committed_chunk_id)
             if size >= room and self.credit > 0 and not conn.paused:
                 # more to send: after the loop has served others (and the socket has drained)
                 asyncio.get_running_loop().call_soon(self.pump)

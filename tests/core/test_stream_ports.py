@@ -1,0 +1,90 @@
+"""The stream core through its Session port, in memory: no socket, no broker process. A fake
+session records what the stream tells it; the wire codes are the adapter's business."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any
+
+from streamlet.broker.arguments import StreamSettings
+from streamlet.broker.streams import Publisher, Stream
+from streamlet.client.producer import publish_frame
+from streamlet.core.ports import Refusal
+from streamlet.protocol.publish import PublishBatch, parse_publish
+
+
+class FakeSession:
+    """Implements streamlet.core.ports.Session by recording."""
+
+    def __init__(self) -> None:
+        self.user: str | None = "test"
+        self.paused = False
+        self.closing = False
+        self.confirms: list[int] = []
+        self.rejects: list[tuple[int, Refusal]] = []
+        self.moved: list[Any] = []
+
+    def abort(self) -> None:
+        self.closing = True
+
+    def confirmed(self, publisher_id: int, ids: list[bytes]) -> None:
+        for packed in ids:
+            self.confirms += struct.unpack(f">{len(packed) // 8}Q", packed)
+
+    def rejected(self, publisher_id: int, ids: list[int], why: Refusal) -> None:
+        self.rejects += [(i, why) for i in ids]
+
+    def write_room(self) -> int:
+        return 1 << 20
+
+    def deliver(self, reader_id: int, chunks: list[memoryview], committed: int) -> None:
+        pass
+
+    def activate(self, reader: Any, active: bool) -> None:
+        pass
+
+    def stream_gone(self, stream: Any) -> None:
+        pass
+
+    def stream_moved(self, stream: Any) -> None:
+        self.moved.append(stream)
+
+
+def batch(first_id: int, bodies: list[bytes], publisher_id: int = 1) -> PublishBatch:
+    frame = publish_frame(publisher_id, first_id, bodies)
+    return parse_publish(memoryview(frame)[8:], 1)  # after size, key and version
+
+
+async def test_a_publish_is_confirmed_once_flushed_and_a_repeated_one_is_not_stored_twice(
+        tmp_path: Path) -> None:
+    stream = Stream("s", tmp_path / "s", StreamSettings(), "never")
+    session = FakeSession()
+    publisher = Publisher(1, "ref", stream, session)
+    stream.publishers.add(publisher)
+    stream.publish(publisher, batch(1, [b"a", b"b"]))
+    stream.flush()
+    assert session.confirms == [1, 2]
+    stream.publish(publisher, batch(1, [b"a", b"b"]))  # the same ids again (a retry)
+    stream.flush()
+    assert session.confirms == [1, 2, 1, 2], "a duplicate is confirmed, not stored"
+    assert stream.log.next_offset == 2
+    stream.close()
+
+
+async def test_a_sealed_stream_rejects_publishes_as_moved_and_a_deleted_one_as_gone(
+        tmp_path: Path) -> None:
+    stream = Stream("s", tmp_path / "s", StreamSettings(), "never")
+    session = FakeSession()
+    publisher = Publisher(1, None, stream, session)
+    stream.publishers.add(publisher)
+    stream.publish(publisher, batch(1, [b"kept"]))
+    dropped = stream.seal()
+    assert dropped == {publisher} and session.confirms == [1], "pending writes confirmed first"
+    stream.publish(publisher, batch(2, [b"late"]))
+    assert session.rejects == [(2, Refusal.MOVED)]
+    stream.deleted = True
+    stream.publish(publisher, batch(3, [b"later"]))
+    assert session.rejects[-1] == (3, Refusal.GONE)
+    assert stream.log.next_offset == 1
+    stream.close()
