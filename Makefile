@@ -8,11 +8,15 @@ DATA ?= data
 HOST ?= 127.0.0.1
 PORT ?= 5552
 
-.PHONY: up test lint bench soak clean help
+.PHONY: up test test-fast lint bench soak clean help
+
+# The in-memory tests: no broker process, no cluster emulator, no Spark (seconds).
+FAST_TESTS := tests/unit tests/core tests/operator/test_placement.py
 
 help:
 	@echo "make up     - install and serve a broker on $(HOST):$(PORT), data in ./$(DATA) (Ctrl-C stops)"
 	@echo "make test   - install everything the tests use and run them all"
+	@echo "make test-fast - the in-memory tests only (seconds)"
 	@echo "make lint   - ruff, mypy and the import contracts (.importlinter)"
 	@echo "make bench  - side-by-side benchmark against RabbitMQ (installs it if missing)"
 	@echo "make soak   - the long hardening runs: fuzz, 10,000 connections, kill -9 (docs/reliability.md)"
@@ -36,6 +40,9 @@ up: $(VENV)/.installed-core
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider $(FAST_TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check broker_image operator spark-on-k8s tests bench
