@@ -22,7 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from ..core.ports import Reader, Refusal, Session
+from ..core.ports import Clock, Reader, Refusal, Session
 from ..protocol.publish import PublishBatch
 from ..storage import LogConfig, StreamLog
 from ..storage.files import files
@@ -60,7 +60,9 @@ class Publisher:
 
 
 class Stream:
-    def __init__(self, name: str, directory: Path, settings: StreamSettings, fsync: str) -> None:
+    def __init__(self, name: str, directory: Path, settings: StreamSettings, fsync: str,
+                 clock: Clock | None = None) -> None:
+        self._clock = clock  # None: the running asyncio loop
         self.name = name
         self.directory = directory
         self.settings = settings
@@ -106,7 +108,7 @@ class Stream:
             publisher.conn.rejected(publisher.id, _unpack_ids([batch.ids]),
                                     Refusal.GONE if self.deleted else Refusal.MOVED)
             return
-        loop = asyncio.get_running_loop()
+        loop = self._clock or asyncio.get_running_loop()
         if not self._count and loop.time() - self._last_flush > QUIET_S:
             self._chunk_entries = CHUNK_MIN_ENTRIES  # a burst after a quiet spell starts small
         rest: PublishBatch | None = batch
@@ -175,7 +177,7 @@ class Stream:
 
     def flush(self) -> None:
         self._scheduled = False
-        self._last_flush = asyncio.get_running_loop().time()
+        self._last_flush = (self._clock or asyncio.get_running_loop()).time()
         if not self._data or self.deleted:
             return
         data, confirms, refs = self._data, self._confirms, self._dirty_refs

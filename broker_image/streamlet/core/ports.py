@@ -5,6 +5,7 @@ maps a Refusal to its own codes; the core never names an adapter or a wire code.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 from typing import Any, Protocol
 
@@ -48,6 +49,17 @@ class Session(Protocol):
     def stream_gone(self, stream: Any) -> None: ...
 
     def stream_moved(self, stream: Any) -> None: ...
+
+
+class Clock(Protocol):
+    """Time and scheduling, injected: an asyncio loop is one (the broker's), a manual clock
+    another (tests of coalescing without waiting)."""
+
+    def time(self) -> float: ...
+
+    def call_soon(self, callback: Callable[[], object]) -> object: ...
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> object: ...
 
 
 class Reader(Protocol):
