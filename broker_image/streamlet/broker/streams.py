@@ -19,12 +19,13 @@ import struct
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote, unquote
 
 from ..core.ports import Clock, Reader, Refusal, Session
 from ..protocol.publish import PublishBatch
-from ..storage import LogConfig, StreamLog
+from ..storage import ChunkRef, LogConfig, StreamLog
 from ..storage.files import files
 from .arguments import StreamSettings
 from .filtering import chunk_bloom
@@ -94,6 +95,8 @@ class Stream:
         #: entries the pending chunk may hold (see CHUNK_MIN_ENTRIES)
         self._chunk_entries = CHUNK_MIN_ENTRIES
         self.deleted = False
+        #: pull readers waiting for data: (offset wanted, callback), woken by flush or delete
+        self._waiting: list[tuple[int, Callable[[], object]]] = []
         #: moved to another broker (the stream directory names it): reads only, see seal()
         self.sealed = False
         #: refused writes (a full disk refuses every flush): logged once per 10 s at most
@@ -200,6 +203,8 @@ class Stream:
             conn.confirmed(pid, packed)
         for sub in list(self.subscriptions):
             sub.pump()
+        if self._waiting:
+            self._wake(self.log.next_offset)
 
     def seal(self) -> set[Publisher]:
         """Stop taking publishes (the stream moved to another broker); what is pending was
@@ -231,6 +236,34 @@ class Stream:
     def close(self) -> None:
         self.flush()
         self.log.close()
+
+    # --- pull reads: request/response protocols and replication read without a subscription --
+
+    def fetch(self, offset: int, max_bytes: int) -> list[tuple[ChunkRef, memoryview]]:
+        """The stored chunks from the one holding ``offset`` (or the first after it), up to
+        about ``max_bytes`` (always one whole chunk at least); [] when there is none yet."""
+        ref = self.log.find_chunk(offset)
+        return [] if ref is None else self.log.read_chunks(ref, max_bytes)
+
+    def when_stored(self, offset: int, callback: Callable[[], object]) -> None:
+        """Call ``callback`` once data at ``offset`` or past it is stored, or the stream is
+        deleted: at once if that is already so. A long poll is this plus fetch."""
+        if self.deleted or offset < self.log.next_offset:
+            callback()
+        else:
+            self._waiting.append((offset, callback))
+
+    def mark_deleted(self) -> None:
+        """Deleted: no more publishes, and pull readers are woken to find it gone."""
+        self.deleted = True
+        self._wake(1 << 64)
+
+    def _wake(self, stored_up_to: int) -> None:
+        """Call the pull readers whose offset is now below ``stored_up_to``."""
+        due = [cb for off, cb in self._waiting if off < stored_up_to]
+        self._waiting = [(off, cb) for off, cb in self._waiting if off >= stored_up_to]
+        for cb in due:
+            cb()
 
 
 def _remove(d: Path) -> bool:
@@ -397,7 +430,7 @@ class StreamManager:
         stream = self.streams.pop(name, None)
         if stream is None:
             return None
-        stream.deleted = True
+        stream.mark_deleted()
         stream.log.close()
         try:
             (stream.directory / "stream.json").unlink(missing_ok=True)
