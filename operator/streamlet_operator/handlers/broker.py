@@ -15,7 +15,7 @@ from ..conditions import set_condition
 from ..constants import GROUP, VERSION
 from ..directory import sync_directory
 from ..metrics import instrumented
-from ..model import BrokerModel
+from ..model import MOVE_STREAMS, BrokerModel
 from ..placement import blocked_scale_down, effective_replicas
 from ..runtime import Runtime
 from ..settings import SETTINGS
@@ -55,7 +55,7 @@ async def reconcile_broker(body: dict[str, Any], runtime: Runtime, index: Any,
     if blocked:
         streams = ", ".join(f"{n} (pod {', '.join(str(o) for o in sorted(set(o)))})"
                             for n, o in sorted(blocked.items()))
-        moving = broker.scale_down_policy == "MoveStreams"
+        moving = broker.scale_down_policy == MOVE_STREAMS
         message = (f"keeping {replicas} pods instead of {broker.replicas}: pods to be removed hold"
                    f" streams {streams}; " + ("moving them to the remaining pods" if moving else
                                               "delete those streams, or set scaleDownPolicy:"
