@@ -19,10 +19,9 @@ from ..model import MOVE_STREAMS, BrokerModel
 from ..placement import blocked_scale_down, effective_replicas
 from ..runtime import Runtime
 from ..settings import SETTINGS
-from .common import placements, runtime_of, write_status
+from .common import Logger, placements, runtime_of, write_status
 
 RESOURCE = (GROUP, VERSION, "brokers")
-Logger = logging.Logger | logging.LoggerAdapter[Any]
 log = logging.getLogger(__name__)
 
 
@@ -62,7 +61,7 @@ async def reconcile_broker(body: dict[str, Any], runtime: Runtime, index: Any,
                                               " MoveStreams"))
         conditions = set_condition(conditions, "ScaleDownBlocked", True,
                                    "MovingStreams" if moving else "PodsHoldStreams", message, gen)
-        log.warning(f"{broker.namespace}/{broker.name}: {message}")  # not an Event per pass
+        log.warning("%s/%s: %s", broker.namespace, broker.name, message)  # not an Event per pass
     else:
         conditions = set_condition(conditions, "ScaleDownBlocked", False, "NoStreamsStranded",
                                    "", gen)
