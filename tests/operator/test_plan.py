@@ -3,6 +3,8 @@ no broker, no clock (each row says what time it is)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -307,3 +309,13 @@ def test_status_fields_parse() -> None:
 def test_unset_fields(base: dict[str, Any], expected: dict[str, Any]) -> None:
     st = replace(StreamStatus.from_status(base), move=None)
     assert st.to_status(base) == expected
+
+
+def test_the_plan_imports_no_kopf_and_no_io() -> None:
+    """plan.py decides; the handlers act. A fresh interpreter, as kopf is loaded here."""
+    code = ("import sys, streamlet_operator.plan; "
+            "print(sorted(m for m in ('kopf', 'asyncio', 'aiohttp', 'socket',"
+            " 'streamlet_operator.brokers', 'streamlet_operator.kube') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.strip() == "[]"
