@@ -20,7 +20,7 @@ from ..constants import GROUP, VERSION
 from ..directory import sync_directory
 from ..exports import FAILED, INVALID, reconcile_export
 from ..metrics import DRIFT_REPAIRS, MOVES, instrumented
-from ..model import BrokerModel, Move, StreamModel, StreamStatus
+from ..model import BrokerModel, Move, Placement, StreamModel, StreamStatus
 from ..moves import copy_stream, sealed
 from ..placement import place, stream_counts
 from ..plan import (
@@ -268,21 +268,21 @@ async def stream_deleted(*, body: kopf.Body, memo: Any, logger: Logger, **_: Any
     """Delete the broker's stream (unless retained); the broker tells its clients."""
     runtime = runtime_of(memo)
     meta = body["metadata"]
-    status = body.get("status") or {}
-    applied = status.get("applied") or {}
-    placed = status.get("placement") or []
+    status = StreamStatus.from_status(body.get("status"))
+    applied = status.applied or {}
     stream = StreamModel.from_body(dict(body))
     broker_name = applied.get("broker") or stream.broker
-    if stream.deletion_policy == "retain" or not placed or not applied:
+    if stream.deletion_policy == "retain" or not status.placement or not applied:
         logger.info("leaving the broker's stream in place (policy %s)", stream.deletion_policy)
     else:
-        await _delete_on_broker(runtime, stream.namespace, meta["name"], applied, placed, logger)
+        await _delete_on_broker(runtime, stream.namespace, meta["name"], applied,
+                                status.placement, logger)
     runtime.recent.get((stream.namespace, broker_name), {}).pop(meta["name"], None)
 
 
 async def _delete_on_broker(runtime: Runtime, namespace: str, stream_name: str,
-                            applied: dict[str, Any],
-                            placed: list[dict[str, Any]], logger: Logger) -> None:
+                            applied: dict[str, Any], placed: tuple[Placement, ...],
+                            logger: Logger) -> None:
     broker_body = await runtime.kube.get("Broker", namespace, applied["broker"])
     if broker_body is None or broker_body["metadata"].get("deletionTimestamp"):
         logger.info("its Broker is gone: there is no broker to delete the stream on")
@@ -290,9 +290,9 @@ async def _delete_on_broker(runtime: Runtime, namespace: str, stream_name: str,
     broker = BrokerModel.from_body(broker_body)
     await _sync_directory(broker, runtime, {stream_name: None})  # other pods stop naming it
     try:
-        async with _session(runtime, broker, int(placed[0]["ordinal"])) as session:
+        async with _session(runtime, broker, placed[0].ordinal) as session:
             if int(applied.get("partitions", 1)) > 1:
-                await session.delete_super_stream(applied["name"], [p["stream"] for p in placed])
+                await session.delete_super_stream(applied["name"], [p.stream for p in placed])
             else:
                 await session.delete_stream(applied["name"])
     except Exception as e:  # keep the finalizer: kopf retries until the broker answers
