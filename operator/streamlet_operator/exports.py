@@ -48,7 +48,7 @@ async def reconcile_export(body: dict[str, Any], kube: Kube, status: dict[str, A
             try:
                 await _remove(kube, body, kinds=("CronJob", "ScheduledSparkApplication"))
             except (ApiError, OSError, TimeoutError) as e:  # the condition stays: retried
-                log.warning(f"{where}: export not removed: {e}")
+                log.warning("%s: export not removed: %s", where, e)
                 return _set(status, conditions, old, False, FAILED, f"not removed: {e}",
                             generation, warn=True)
             status["conditions"] = remove_condition(conditions, CONDITION)
@@ -78,7 +78,7 @@ async def reconcile_export(body: dict[str, Any], kube: Kube, status: dict[str, A
                 "Job", stream.namespace,
                 labels={"app.kubernetes.io/instance": labels(stream)["app.kubernetes.io/instance"]}))
     except (ApiError, OSError, TimeoutError) as e:  # RBAC, API server: the timer retries
-        log.warning(f"{where}: export not reconciled: {e}")
+        log.warning("%s: export not reconciled: %s", where, e)
         return _set(status, conditions, old, False, FAILED, str(e), generation, warn=True)
     if last is not None or status.get("export"):
         status["export"] = last

@@ -7,12 +7,17 @@ API server that applies none). tests/chart check these defaults against the CRD 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 DEFAULT_IMAGE = "ghcr.io/streamlet/broker:0.1.0"
 DEFAULT_PORT = 5552
 DEFAULT_TLS_PORT = 5551
+#: Broker.spec.scaleDownPolicy: move the streams off pods being removed (else: "Refuse").
+MOVE_STREAMS = "MoveStreams"
 
 
 @dataclass(frozen=True)
@@ -153,3 +158,118 @@ class StreamModel:
             "partitions": self.partitions,
             "arguments": self.create_arguments(),
         }
+
+
+class Phase(StrEnum):
+    """A Stream's ``status.phase`` (the one place these strings are written)."""
+
+    PENDING = "Pending"  # not created yet: no Broker, or its pod does not answer
+    MOVING = "Moving"  # on the new pod; the old one has still to seal and be emptied
+    DEGRADED = "Degraded"  # created once, but its pod does not answer now
+    READY = "Ready"
+
+
+#: How ``status.move.started`` is written.
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One broker stream of a Stream resource and the pod holding it (``status.placement``)."""
+
+    stream: str
+    pod: str
+    ordinal: int
+
+    @classmethod
+    def parse(cls, doc: Mapping[str, Any]) -> Placement:
+        return cls(str(doc["stream"]), str(doc["pod"]), int(doc["ordinal"]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stream": self.stream, "pod": self.pod, "ordinal": self.ordinal}
+
+
+@dataclass(frozen=True)
+class Move:
+    """A move in progress (``status.move``): the stream leaves pod ``source`` for ``target``."""
+
+    source: int
+    target: int
+    started: datetime
+
+    @classmethod
+    def parse(cls, doc: Mapping[str, Any]) -> Move:
+        started = datetime.strptime(doc["started"], TIME_FORMAT).replace(tzinfo=UTC)
+        return cls(int(doc["from"]), int(doc["to"]), started)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"from": self.source, "to": self.target,
+                "started": self.started.strftime(TIME_FORMAT)}
+
+
+@dataclass(frozen=True)
+class StreamStatus:
+    """The fields of a Stream's status the Stream reconciler owns; None: not set.
+
+    ``from_status``/``to_status`` keep what they do not know (the export's fields) untouched.
+    """
+
+    observed_generation: int | None = None
+    phase: str | None = None
+    leader: str | None = None
+    partitions: int | None = None
+    placement: tuple[Placement, ...] | None = None
+    #: the settings fixed at creation (StreamModel.immutable() of then); None until created
+    applied: dict[str, Any] | None = None
+    move: Move | None = None
+    first_offset: int | None = None
+    committed_offset: int | None = None
+    last_offset: int | None = None
+    size: int | None = None
+    conditions: tuple[dict[str, Any], ...] | None = None
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any] | None) -> StreamStatus:
+        st = status or {}
+        placement, move = st.get("placement"), st.get("move")
+        return cls(
+            observed_generation=st.get("observedGeneration"),
+            phase=st.get("phase"),
+            leader=st.get("leader"),
+            partitions=st.get("partitions"),
+            placement=None if placement is None else tuple(Placement.parse(p) for p in placement),
+            applied=st.get("applied"),
+            move=Move.parse(move) if move else None,
+            first_offset=st.get("firstOffset"),
+            committed_offset=st.get("committedOffset"),
+            last_offset=st.get("lastOffset"),
+            size=st.get("size"),
+            conditions=None if st.get("conditions") is None else tuple(st["conditions"]),
+        )
+
+    def fields(self) -> dict[str, Any]:
+        """Every owned field by its status name, None where unset."""
+        return {
+            "observedGeneration": self.observed_generation,
+            "phase": None if self.phase is None else str(self.phase),
+            "leader": self.leader,
+            "partitions": self.partitions,
+            "placement": (None if self.placement is None
+                          else [p.to_dict() for p in self.placement]),
+            "applied": self.applied,
+            "move": self.move.to_dict() if self.move else None,
+            "firstOffset": self.first_offset,
+            "committedOffset": self.committed_offset,
+            "lastOffset": self.last_offset,
+            "size": self.size,
+            "conditions": None if self.conditions is None else [dict(c) for c in self.conditions],
+        }
+
+    def to_status(self, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``base`` (the status as read) with these fields over it. A field unset here stays
+        out unless ``base`` has it, and is then None: a merge patch with null drops it."""
+        result = dict(base or {})
+        for key, value in self.fields().items():
+            if value is not None or result.get(key) is not None:
+                result[key] = value
+        return result

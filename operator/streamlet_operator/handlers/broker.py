@@ -15,14 +15,13 @@ from ..conditions import set_condition
 from ..constants import GROUP, VERSION
 from ..directory import sync_directory
 from ..metrics import instrumented
-from ..model import BrokerModel
+from ..model import MOVE_STREAMS, BrokerModel
 from ..placement import blocked_scale_down, effective_replicas
 from ..runtime import Runtime
 from ..settings import SETTINGS
-from .common import placements, runtime_of, write_status
+from .common import Logger, placements, runtime_of, write_status
 
 RESOURCE = (GROUP, VERSION, "brokers")
-Logger = logging.Logger | logging.LoggerAdapter[Any]
 log = logging.getLogger(__name__)
 
 
@@ -55,14 +54,14 @@ async def reconcile_broker(body: dict[str, Any], runtime: Runtime, index: Any,
     if blocked:
         streams = ", ".join(f"{n} (pod {', '.join(str(o) for o in sorted(set(o)))})"
                             for n, o in sorted(blocked.items()))
-        moving = broker.scale_down_policy == "MoveStreams"
+        moving = broker.scale_down_policy == MOVE_STREAMS
         message = (f"keeping {replicas} pods instead of {broker.replicas}: pods to be removed hold"
                    f" streams {streams}; " + ("moving them to the remaining pods" if moving else
                                               "delete those streams, or set scaleDownPolicy:"
                                               " MoveStreams"))
         conditions = set_condition(conditions, "ScaleDownBlocked", True,
                                    "MovingStreams" if moving else "PodsHoldStreams", message, gen)
-        log.warning(f"{broker.namespace}/{broker.name}: {message}")  # not an Event per pass
+        log.warning("%s/%s: %s", broker.namespace, broker.name, message)  # not an Event per pass
     else:
         conditions = set_condition(conditions, "ScaleDownBlocked", False, "NoStreamsStranded",
                                    "", gen)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import kopf
 
 from ..runtime import Runtime
+
+#: What kopf hands handlers as ``logger``.
+Logger = logging.Logger | logging.LoggerAdapter[Any]
 
 
 def runtime_of(memo: Any) -> Runtime:

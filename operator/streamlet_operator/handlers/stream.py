@@ -1,4 +1,7 @@
-"""Stream reconciler: place the stream on a broker pod, create it there, report, repair, delete."""
+"""Stream reconciler: place the stream on a broker pod, create it there, report, repair, delete.
+
+The decisions are plan.py's (pure, tested with tables); this module makes the calls they name.
+"""
 
 from __future__ import annotations
 
@@ -11,38 +14,45 @@ from typing import Any
 import kopf
 
 from .. import names
-from ..brokers import BrokerSession, BrokerUnavailable, StreamStats
+from ..brokers import BrokerSession, BrokerUnavailable
 from ..builders.directory import Placed
-from ..conditions import set_condition
 from ..constants import GROUP, VERSION
 from ..directory import sync_directory
 from ..exports import FAILED, INVALID, reconcile_export
 from ..metrics import DRIFT_REPAIRS, MOVES, instrumented
-from ..model import BrokerModel, StreamModel
+from ..model import BrokerModel, Move, Placement, StreamModel, StreamStatus
 from ..moves import copy_stream, sealed
 from ..placement import place, stream_counts
+from ..plan import (
+    MOVE_STARTED_FIELDS,
+    STREAM_RECREATED,
+    Event,
+    MoveStep,
+    Outcome,
+    StreamPlan,
+    plan_stream,
+    plan_target,
+    report,
+    start_move,
+)
 from ..runtime import Runtime
 from ..settings import SETTINGS
-from .common import placements, runtime_of, write_status
+from .common import Logger, placements, runtime_of, write_status
 
 RESOURCE = (GROUP, VERSION, "streams")
-WARNINGS = frozenset({"StreamRecreated", INVALID, FAILED})
-Logger = logging.Logger | logging.LoggerAdapter[Any]
+WARNINGS = frozenset({STREAM_RECREATED, INVALID, FAILED})
 log = logging.getLogger(__name__)
-#: After this long waiting for the old pod to seal, the condition says the move is stalled.
-MOVE_STALLED_S = 300
 
 
 @kopf.index(*RESOURCE)
 def stream_placements(*, namespace: str | None, name: str, spec: kopf.Spec,
                       status: kopf.Status, **_: Any) -> dict[tuple[str, str], dict[str, list[int]]]:
     """(namespace, broker) -> {stream resource: pod ordinal of each broker stream}."""
-    applied = status.get("applied") or {}
-    broker = applied.get("broker") or spec.get("broker", "")
-    ordinals = [int(p["ordinal"]) for p in status.get("placement") or []]
-    move = status.get("move")
-    if move:  # the old pod still holds the stream until the move finishes: keep it running
-        ordinals.append(int(move["from"]))
+    st = StreamStatus.from_status(status)
+    broker = (st.applied or {}).get("broker") or spec.get("broker", "")
+    ordinals = [p.ordinal for p in st.placement or ()]
+    if st.move:  # the old pod still holds the stream until the move finishes: keep it running
+        ordinals.append(st.move.source)
     return {(namespace or "", broker): {name: ordinals}}
 
 
@@ -64,15 +74,6 @@ def _failure(exc: BaseException) -> tuple[str, str]:
     return "BrokerRefused", f"{getattr(code, 'name', code)}: {exc}"
 
 
-IMMUTABLE_FIELDS = {"name": "spec.name", "broker": "spec.broker", "partitions": "spec.partitions",
-                    "arguments": "spec.retention/spec.filterSizeBytes"}
-
-
-def _immutable_changes(applied: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
-    return [f"{field} (was {applied.get(key)!r}, now {wanted.get(key)!r})"
-            for key, field in IMMUTABLE_FIELDS.items() if applied.get(key) != wanted.get(key)]
-
-
 async def _choose_pod(runtime: Runtime, index: Any, stream: StreamModel,
                       broker: BrokerModel) -> int:
     async with runtime.placement_lock:
@@ -84,16 +85,17 @@ async def _choose_pod(runtime: Runtime, index: Any, stream: StreamModel,
         return ordinal
 
 
-async def _start_move(runtime: Runtime, index: Any, stream: StreamModel,
-                      arguments: dict[str, str], broker: BrokerModel, source: int,
-                      conditions: list[dict[str, Any]], gen: int) -> dict[str, Any]:
-    """Start moving the stream off pod ``source`` (being removed); return the status fields
-    written (``move`` among them).
+async def _start_move(runtime: Runtime, index: Any, plan: StreamPlan, source: int,
+                      status: StreamStatus, gen: int) -> tuple[StreamStatus, dict[str, Any]]:
+    """Start moving the stream off pod ``source`` (being removed); return the new status and
+    the fields written (``move`` among them).
 
     Copy, then record the new placement and the move in progress (``status.move``), then name
     the new pod in the directory: the old pod seals its stream when it reads that, and
     ``_finish_move`` (this pass or a later one) copies the rest and deletes the old stream.
     """
+    stream, arguments, broker = plan.target.stream, plan.target.arguments, plan.broker
+    assert broker is not None
     async with runtime.placement_lock:
         held = placements(index, runtime, stream.namespace, broker.name)
         held.pop(stream.name, None)
@@ -106,35 +108,29 @@ async def _start_move(runtime: Runtime, index: Any, stream: StreamModel,
             await _create(new, stream, arguments)
         for partition in partitions:  # the bulk, while producers go on: the rest comes later
             await copy_stream(old, new, partition, follow=False)
-    move = {"from": source, "to": target,
-            "started": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
     # Recorded before the directory names the new pod: a restarted operator resumes the move,
     # and no repair ever re-creates the old stream. Not Ready from this write on: the old pod
     # takes publishes until it seals (the Ready=True of before would outlive this pass).
-    reason, message = _move_pending(move, broker)
-    written = {
-        "phase": "Moving",
-        "placement": [{"stream": p, "pod": names.pod(broker.name, target), "ordinal": target}
-                      for p in partitions],
-        "leader": names.pod(broker.name, target), "move": move,
-        "conditions": set_condition(conditions, "Ready", False, reason, message, gen)}
+    moving = start_move(plan, status, source, target, gen, datetime.now(UTC))
+    fields = moving.fields()
+    written = {key: fields[key] for key in MOVE_STARTED_FIELDS}
     await runtime.kube.patch("Stream", stream.namespace, stream.name, {"status": written},
                              subresource="status")
     runtime.recent[(stream.namespace, broker.name)][stream.name] = [target] * len(partitions) + [
         source]
-    return written
+    return moving, written
 
 
 async def _finish_move(runtime: Runtime, stream: StreamModel, broker: BrokerModel,
-                       move: dict[str, Any]) -> int | None:
+                       move: Move) -> int | None:
     """Finish a move once the old pod has sealed its stream; return the messages copied since
     it started, or None if the old pod has not sealed yet (a later pass tries again)."""
-    source, target = int(move["from"]), int(move["to"])
     partitions = stream.partition_names
     # (Again) name the new pod: the old pod seals when it reads this.
     await sync_directory(runtime, broker, {stream.name: Placed(
-        stream.stream, stream.partitions, tuple((p, target) for p in partitions))})
-    async with _session(runtime, broker, source) as old, _session(runtime, broker, target) as new:
+        stream.stream, stream.partitions, tuple((p, move.target) for p in partitions))})
+    async with _session(runtime, broker, move.source) as old, \
+            _session(runtime, broker, move.target) as new:
         if not await sealed(old, partitions):
             return None
         copied = 0  # the tail: what the old pod confirmed after the first copy, now final
@@ -142,23 +138,9 @@ async def _finish_move(runtime: Runtime, stream: StreamModel, broker: BrokerMode
             if await old.stream_exists(partition):
                 copied += await copy_stream(old, new, partition)
         await _delete(old, stream)
-    runtime.recent[(stream.namespace, broker.name)][stream.name] = [target] * len(partitions)
+    runtime.recent[(stream.namespace, broker.name)][stream.name] = [move.target] * len(partitions)
     MOVES.labels(stream.namespace).inc()
     return copied
-
-
-def _move_pending(move: dict[str, Any], broker: BrokerModel) -> tuple[str, str]:
-    """The Ready condition's reason and message while the old pod has not sealed."""
-    old, new = names.pod(broker.name, int(move["from"])), names.pod(broker.name, int(move["to"]))
-    started = datetime.strptime(move["started"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    waited = int((datetime.now(UTC) - started).total_seconds())
-    if waited < MOVE_STALLED_S:
-        return "MovePending", (f"moving to {new}: waiting for {old} to read the stream directory"
-                               f" naming {new} and stop taking publishes ({waited} s)")
-    return "MoveStalled", (f"moving to {new}: {old} has not sealed the stream after {waited} s;"
-                           f" check that it mounts the directory ConfigMap"
-                           f" {names.directory_configmap(broker.name)} and advertises the"
-                           " address the directory names for it")
 
 
 async def _create(session: BrokerSession, stream: StreamModel, arguments: dict[str, str]) -> bool:
@@ -174,7 +156,7 @@ async def _delete(session: BrokerSession, stream: StreamModel) -> bool:
 
 
 async def reconcile_stream(body: dict[str, Any], runtime: Runtime, index: Any,
-                           logger: Logger) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+                           logger: Logger) -> tuple[dict[str, Any], list[Event]]:
     """Place and create one Stream (again, if it went missing), then its scheduled export.
 
     Returns its new status, and Events to post: (reason, message), warnings first.
@@ -187,112 +169,54 @@ async def reconcile_stream(body: dict[str, Any], runtime: Runtime, index: Any,
 
 
 async def _reconcile_on_broker(body: dict[str, Any], runtime: Runtime, index: Any,
-                               logger: Logger) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+                               logger: Logger) -> tuple[dict[str, Any], list[Event]]:
+    """Gather the facts, run plan.py's plan, make its broker calls, write what they came to."""
     stream = StreamModel.from_body(body)
-    status: dict[str, Any] = dict(body.get("status") or {})
-    conditions = status.get("conditions") or []
+    status = StreamStatus.from_status(body.get("status"))
     gen = int(body["metadata"].get("generation") or 0)
-    status["observedGeneration"] = gen
+    target = plan_target(stream, status)
+    broker_body = await runtime.kube.get("Broker", stream.namespace, target.stream.broker)
+    found = BrokerModel.from_body(broker_body) if broker_body is not None else None
+    plan = plan_stream(stream, status, found, target)
+    broker = plan.broker
+    if broker is None:
+        result = report(plan, status, None, gen, datetime.now(UTC))
+        return result.status.to_status(body.get("status")), []
 
-    # Settings fixed at creation win over a changed spec; the change is refused, visibly.
-    applied: dict[str, Any] | None = status.get("applied")
-    target = applied or stream.immutable()
-    refused = _immutable_changes(applied, stream.immutable()) if applied else []
-    if refused:
-        target_stream = StreamModel(
-            name=stream.name, namespace=stream.namespace, stream=target["name"],
-            broker=target["broker"], partitions=int(target["partitions"]),
-            deletion_policy=stream.deletion_policy)
-        arguments = dict(target["arguments"])
-    else:
-        target_stream, arguments = stream, stream.create_arguments()
-
-    broker_body = await runtime.kube.get("Broker", stream.namespace, target_stream.broker)
-    if broker_body is None:
-        status["phase"] = "Pending"
-        status["conditions"] = set_condition(
-            conditions, "Ready", False, "BrokerNotFound",
-            f"Broker {target_stream.broker!r} does not exist in namespace {stream.namespace}", gen)
-        return status, []
-    broker = BrokerModel.from_body(broker_body)
-
-    placed = status.get("placement") or []
-    if placed and not applied and int(placed[0]["ordinal"]) >= broker.replicas:
-        placed = []  # placed on a pod being removed, never created there: place it anew
-    ordinal = int(placed[0]["ordinal"]) if placed else await _choose_pod(
-        runtime, index, target_stream, broker)
-    pod = names.pod(broker.name, ordinal)
-    partitions = target_stream.partition_names
-    events: list[tuple[str, str]] = []
-    move: dict[str, Any] | None = status.get("move")
+    ordinal = plan.ordinal
+    if ordinal is None:
+        ordinal = await _choose_pod(runtime, index, target.stream, broker)
+    move, finished, copied = status.move, None, 0
+    created, stats, failure = False, None, None
     try:
-        if (placed and applied and not move and ordinal >= broker.replicas
-                and broker.scale_down_policy == "MoveStreams"):
-            written = await _start_move(runtime, index, target_stream, arguments, broker,
-                                        ordinal, conditions, gen)
+        if plan.move is MoveStep.START:
+            status, written = await _start_move(runtime, index, plan, ordinal, status, gen)
             # The pass's status is written as a change from this: a field set back to what it
             # was before the move (phase Ready, no move) must be written too.
             body["status"] = {**(body.get("status") or {}), **written}
-            status.update(written)
-            move, conditions = written["move"], written["conditions"]
-            ordinal = int(move["to"])
-            pod = names.pod(broker.name, ordinal)
+            move = status.move
+            assert move is not None
+            ordinal = move.target
         if move:
-            copied = await _finish_move(runtime, target_stream, broker, move)
-            if copied is not None:
-                old = names.pod(broker.name, int(move["from"]))
-                events.append(("StreamMoved", f"{target_stream.stream} moved from {old} to "
-                               f"{pod} ({copied} messages copied after the switch)"))
-                status["move"] = move = None
+            done = await _finish_move(runtime, target.stream, broker, move)
+            if done is not None:
+                move, finished, copied = None, move, done
         async with _session(runtime, broker, ordinal) as session:
-            created = await _create(session, target_stream, arguments)
-            stats: StreamStats = await session.stream_stats(partitions[0])
+            created = await _create(session, target.stream, target.arguments)
+            stats = await session.stream_stats(target.stream.partition_names[0])
     except Exception as e:  # the broker's answer becomes the condition; the timer retries
-        reason, message = _failure(e)
-        log.warning(f"{stream.namespace}/{stream.name}: {target_stream.stream!r} on {pod}: {message}")
-        status["phase"] = "Pending" if not applied else "Degraded"
-        status["leader"] = pod
-        status["conditions"] = set_condition(conditions, "Ready", False, reason,
-                                             f"{pod}: {message}", gen)
-        if not applied:
-            status["placement"] = [{"stream": p, "pod": pod, "ordinal": ordinal}
-                                   for p in partitions]
-        return status, events
+        failure = _failure(e)
+        log.warning("%s/%s: %r on %s: %s", stream.namespace, stream.name, target.stream.stream,
+                    names.pod(broker.name, ordinal), failure[1])
 
-    if move:  # usable on the new pod already; the old one still has to seal
-        reason, message = _move_pending(move, broker)
-        status.update({"phase": "Moving", "leader": pod, "placement": [
-            {"stream": p, "pod": pod, "ordinal": ordinal} for p in partitions]})
-        status["conditions"] = set_condition(conditions, "Ready", False, reason, message, gen)
-        return status, events
-    if created and applied and not events:
+    outcome = Outcome(ordinal, move, finished, copied, created, stats, failure)
+    result = report(plan, status, outcome, gen, datetime.now(UTC))
+    if result.repaired:
         DRIFT_REPAIRS.labels(stream.namespace).inc()
-        repaired = f"{target_stream.stream} was missing on {pod}; re-created it (empty)"
-        logger.warning(repaired)
-        events.insert(0, ("StreamRecreated", repaired))
-    status.update({
-        "phase": "Ready",
-        "leader": pod,
-        "partitions": target_stream.partitions,
-        "placement": [{"stream": p, "pod": pod, "ordinal": ordinal} for p in partitions],
-        "applied": target,
-        "firstOffset": stats.first_offset,
-        "committedOffset": stats.committed_offset,
-        "lastOffset": stats.last_offset,
-        "size": stats.size,
-    })
-    new_place = Placed.from_status(status)
-    if new_place != Placed.from_status(body.get("status") or {}):
-        await _sync_directory(broker, runtime, {stream.name: new_place})
-    if refused:
-        status["conditions"] = set_condition(
-            conditions, "Ready", False, "ImmutableFieldChanged",
-            "refused: " + "; ".join(refused) + ". The stream keeps its original settings;"
-            " delete and re-create the Stream to change them.", gen)
-    else:
-        status["conditions"] = set_condition(
-            conditions, "Ready", True, "StreamReady", f"{target_stream.stream} on {pod}", gen)
-    return status, events
+        logger.warning(result.repaired)
+    if result.directory is not None:
+        await _sync_directory(broker, runtime, {stream.name: result.directory})
+    return result.status.to_status(body.get("status")), list(result.events)
 
 
 async def _sync_directory(broker: BrokerModel, runtime: Runtime,
@@ -301,7 +225,7 @@ async def _sync_directory(broker: BrokerModel, runtime: Runtime,
     try:
         await sync_directory(runtime, broker, changes)
     except Exception as e:
-        log.warning(f"{broker.namespace}/{broker.name}: stream directory not updated: {e}")
+        log.warning("%s/%s: stream directory not updated: %s", broker.namespace, broker.name, e)
 
 
 async def _run(body: kopf.Body, memo: Any, patch: kopf.Patch, logger: Logger,
@@ -344,21 +268,21 @@ async def stream_deleted(*, body: kopf.Body, memo: Any, logger: Logger, **_: Any
     """Delete the broker's stream (unless retained); the broker tells its clients."""
     runtime = runtime_of(memo)
     meta = body["metadata"]
-    status = body.get("status") or {}
-    applied = status.get("applied") or {}
-    placed = status.get("placement") or []
+    status = StreamStatus.from_status(body.get("status"))
+    applied = status.applied or {}
     stream = StreamModel.from_body(dict(body))
     broker_name = applied.get("broker") or stream.broker
-    if stream.deletion_policy == "retain" or not placed or not applied:
-        logger.info(f"leaving the broker's stream in place (policy {stream.deletion_policy})")
+    if stream.deletion_policy == "retain" or not status.placement or not applied:
+        logger.info("leaving the broker's stream in place (policy %s)", stream.deletion_policy)
     else:
-        await _delete_on_broker(runtime, stream.namespace, meta["name"], applied, placed, logger)
+        await _delete_on_broker(runtime, stream.namespace, meta["name"], applied,
+                                status.placement, logger)
     runtime.recent.get((stream.namespace, broker_name), {}).pop(meta["name"], None)
 
 
 async def _delete_on_broker(runtime: Runtime, namespace: str, stream_name: str,
-                            applied: dict[str, Any],
-                            placed: list[dict[str, Any]], logger: Logger) -> None:
+                            applied: dict[str, Any], placed: tuple[Placement, ...],
+                            logger: Logger) -> None:
     broker_body = await runtime.kube.get("Broker", namespace, applied["broker"])
     if broker_body is None or broker_body["metadata"].get("deletionTimestamp"):
         logger.info("its Broker is gone: there is no broker to delete the stream on")
@@ -366,9 +290,9 @@ async def _delete_on_broker(runtime: Runtime, namespace: str, stream_name: str,
     broker = BrokerModel.from_body(broker_body)
     await _sync_directory(broker, runtime, {stream_name: None})  # other pods stop naming it
     try:
-        async with _session(runtime, broker, int(placed[0]["ordinal"])) as session:
+        async with _session(runtime, broker, placed[0].ordinal) as session:
             if int(applied.get("partitions", 1)) > 1:
-                await session.delete_super_stream(applied["name"], [p["stream"] for p in placed])
+                await session.delete_super_stream(applied["name"], [p.stream for p in placed])
             else:
                 await session.delete_stream(applied["name"])
     except Exception as e:  # keep the finalizer: kopf retries until the broker answers

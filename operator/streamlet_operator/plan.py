@@ -1,0 +1,248 @@
+"""What one pass of the Stream reconciler does, and what its status says, decided without I/O.
+
+handlers/stream.py is the executor: it reads the Stream and its Broker, asks ``plan_stream``
+what to do (which settings, which pod, which step of a move), makes the broker calls the plan
+names, and asks ``report`` what they came to (phase, Ready condition, Events, directory).
+Neither function does I/O nor imports kopf, so tests/operator/test_plan.py covers every
+decision with tables, as kopf's tests/causation does for its own ``detect_*_cause``.
+
+A move (moves.py has the protocol) spans passes: START on the pass that finds the stream on a
+pod being removed (copy, record ``status.move``, name the new pod), FINISH on that pass and
+each later one until the old pod has sealed (copy the tail, delete the old stream).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from . import names
+from .builders.directory import Placed
+from .conditions import set_condition
+from .model import MOVE_STREAMS, BrokerModel, Move, Phase, Placement, StreamModel, StreamStatus
+
+if TYPE_CHECKING:  # the broker adapter's value type only: plan.py makes no broker call
+    from .brokers import StreamStats
+
+#: The condition type this reconciler sets (the export sets its own, exports.py).
+READY = "Ready"
+#: Ready's reasons (the broker calls' failures are BrokerUnavailable / BrokerRefused).
+BROKER_NOT_FOUND = "BrokerNotFound"
+MOVE_PENDING = "MovePending"
+MOVE_STALLED = "MoveStalled"
+IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
+STREAM_READY = "StreamReady"
+#: Event reasons.
+STREAM_MOVED = "StreamMoved"
+STREAM_RECREATED = "StreamRecreated"
+#: After this long waiting for the old pod to seal, the condition says the move is stalled.
+MOVE_STALLED_S = 300
+#: status.applied's keys, and the spec fields behind each.
+IMMUTABLE_FIELDS = {"name": "spec.name", "broker": "spec.broker", "partitions": "spec.partitions",
+                    "arguments": "spec.retention/spec.filterSizeBytes"}
+#: The status fields the pass that starts a move writes at once (before naming the new pod).
+MOVE_STARTED_FIELDS = ("phase", "placement", "leader", "move", "conditions")
+
+Event = tuple[str, str]  # (reason, message)
+
+
+def immutable_changes(applied: Mapping[str, Any], wanted: Mapping[str, Any]) -> tuple[str, ...]:
+    """The settings fixed at creation that the spec now changes, as the condition says them."""
+    return tuple(f"{field} (was {applied.get(key)!r}, now {wanted.get(key)!r})"
+                 for key, field in IMMUTABLE_FIELDS.items() if applied.get(key) != wanted.get(key))
+
+
+@dataclass(frozen=True)
+class Target:
+    """The stream as it is (or is to be) on the broker."""
+
+    stream: StreamModel
+    arguments: dict[str, str]  # the Create arguments
+    applied: dict[str, Any]  # what status.applied records
+    refused: tuple[str, ...] = ()  # spec changes of immutable settings, not applied
+
+
+def plan_target(stream: StreamModel, status: StreamStatus) -> Target:
+    """Settings fixed at creation win over a changed spec; the change is refused, visibly."""
+    wanted = stream.immutable()
+    applied = status.applied
+    if not applied:
+        return Target(stream, stream.create_arguments(), wanted)
+    refused = immutable_changes(applied, wanted)
+    if not refused:
+        return Target(stream, stream.create_arguments(), applied)
+    kept = StreamModel(name=stream.name, namespace=stream.namespace, stream=applied["name"],
+                       broker=applied["broker"], partitions=int(applied["partitions"]),
+                       deletion_policy=stream.deletion_policy)
+    return Target(kept, dict(applied["arguments"]), applied, refused)
+
+
+class MoveStep(Enum):
+    NONE = "none"
+    #: on a pod being removed (MoveStreams): choose a new pod, create there, copy, record the
+    #: move and its placement, then FINISH in the same pass
+    START = "start"
+    #: a move is recorded: once the old pod has sealed, copy the tail and delete the old stream
+    FINISH = "finish"
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    target: Target
+    broker: BrokerModel | None  # None: it does not exist, so nothing is done but saying so
+    ordinal: int | None = None  # the pod it is placed on; None: choose one
+    move: MoveStep = MoveStep.NONE
+    created: bool = False  # created on a broker before (status.applied is set)
+
+
+def plan_stream(stream: StreamModel, status: StreamStatus, broker: BrokerModel | None,
+                target: Target | None = None) -> StreamPlan:
+    """What this pass does: on which pod, and which step of a move."""
+    target = target or plan_target(stream, status)
+    created = bool(status.applied)
+    if broker is None:
+        return StreamPlan(target, None, created=created)
+    placed = status.placement or ()
+    if placed and not created and placed[0].ordinal >= broker.replicas:
+        placed = ()  # placed on a pod being removed, never created there: place it anew
+    ordinal = placed[0].ordinal if placed else None
+    if status.move is not None:
+        step = MoveStep.FINISH
+    elif (ordinal is not None and created and ordinal >= broker.replicas
+          and broker.scale_down_policy == MOVE_STREAMS):
+        step = MoveStep.START
+    else:
+        step = MoveStep.NONE
+    return StreamPlan(target, broker, ordinal, step, created)
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The Ready condition this pass sets."""
+
+    status: bool
+    reason: str
+    message: str = ""
+
+
+def placement_on(broker: BrokerModel, ordinal: int,
+                 partitions: list[str]) -> tuple[Placement, ...]:
+    """Every broker stream of a resource on pod ``ordinal`` (a super stream's partitions stay
+    with it on one pod)."""
+    pod = names.pod(broker.name, ordinal)
+    return tuple(Placement(p, pod, ordinal) for p in partitions)
+
+
+def move_pending(move: Move, broker: BrokerModel, now: datetime) -> Ready:
+    """Ready while the old pod has not sealed: pending, then stalled after MOVE_STALLED_S."""
+    old, new = names.pod(broker.name, move.source), names.pod(broker.name, move.target)
+    waited = int((now - move.started).total_seconds())
+    if waited < MOVE_STALLED_S:
+        return Ready(False, MOVE_PENDING,
+                     f"moving to {new}: waiting for {old} to read the stream directory"
+                     f" naming {new} and stop taking publishes ({waited} s)")
+    return Ready(False, MOVE_STALLED,
+                 f"moving to {new}: {old} has not sealed the stream after {waited} s;"
+                 f" check that it mounts the directory ConfigMap"
+                 f" {names.directory_configmap(broker.name)} and advertises the"
+                 " address the directory names for it")
+
+
+def with_ready(status: StreamStatus, ready: Ready, generation: int) -> StreamStatus:
+    conditions = set_condition(list(status.conditions or ()), READY, ready.status, ready.reason,
+                               ready.message, generation)
+    return replace(status, conditions=tuple(conditions))
+
+
+def start_move(plan: StreamPlan, status: StreamStatus, source: int, target: int,
+               generation: int, now: datetime) -> StreamStatus:
+    """The status recorded once the bulk is copied to pod ``target``: the new placement and
+    the move. Not Ready from then on: the old pod takes publishes until it seals."""
+    assert plan.broker is not None
+    move = Move(source, target, now.replace(microsecond=0))
+    moving = replace(status, phase=Phase.MOVING, leader=names.pod(plan.broker.name, target),
+                     placement=placement_on(plan.broker, target,
+                                            plan.target.stream.partition_names),
+                     move=move)
+    return with_ready(moving, move_pending(move, plan.broker, now), generation)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the plan's broker calls came to."""
+
+    ordinal: int  # the pod the stream is on now (a started move's new pod)
+    move: Move | None = None  # the move still in progress
+    finished: Move | None = None  # the move this pass finished
+    copied: int = 0  # ... and the messages it copied after the switch
+    created: bool = False  # the broker did not have the stream: created now
+    stats: StreamStats | None = None
+    failure: tuple[str, str] | None = None  # (reason, message) of the broker call that failed
+
+
+@dataclass(frozen=True)
+class Report:
+    status: StreamStatus
+    ready: Ready
+    events: tuple[Event, ...] = ()  # warnings first
+    repaired: str | None = None  # the stream had gone from its pod and was re-created empty
+    directory: Placed | None = None  # a new placement for the stream directory
+
+
+def report(plan: StreamPlan, status: StreamStatus, outcome: Outcome | None, generation: int,
+           now: datetime) -> Report:
+    """The status after the pass, from ``status`` (what it was, with a started move's fields),
+    and the Events to post."""
+    status = replace(status, observed_generation=generation)
+    stream = plan.target.stream
+    if plan.broker is None or outcome is None:
+        ready = Ready(False, BROKER_NOT_FOUND,
+                      f"Broker {stream.broker!r} does not exist in namespace {stream.namespace}")
+        return Report(with_ready(replace(status, phase=Phase.PENDING), ready, generation), ready)
+    broker = plan.broker
+    pod = names.pod(broker.name, outcome.ordinal)
+    placement = placement_on(broker, outcome.ordinal, stream.partition_names)
+    events: list[Event] = []
+    if outcome.finished is not None:
+        old = names.pod(broker.name, outcome.finished.source)
+        events.append((STREAM_MOVED, f"{stream.stream} moved from {old} to {pod}"
+                                     f" ({outcome.copied} messages copied after the switch)"))
+    status = replace(status, move=outcome.move)
+
+    if outcome.failure is not None:  # the broker's answer becomes the condition; timers retry
+        reason, message = outcome.failure
+        ready = Ready(False, reason, f"{pod}: {message}")
+        status = replace(status, phase=Phase.DEGRADED if plan.created else Phase.PENDING,
+                         leader=pod)
+        if not plan.created:
+            status = replace(status, placement=placement)
+        return Report(with_ready(status, ready, generation), ready, tuple(events))
+
+    if outcome.move is not None:  # usable on the new pod already; the old one has to seal
+        ready = move_pending(outcome.move, broker, now)
+        status = replace(status, phase=Phase.MOVING, leader=pod, placement=placement)
+        return Report(with_ready(status, ready, generation), ready, tuple(events))
+
+    repaired = None
+    if outcome.created and plan.created and not events:
+        repaired = f"{stream.stream} was missing on {pod}; re-created it (empty)"
+        events.insert(0, (STREAM_RECREATED, repaired))
+    stats = outcome.stats
+    assert stats is not None
+    before = Placed.from_status(status.fields())
+    status = replace(status, phase=Phase.READY, leader=pod, partitions=stream.partitions,
+                     placement=placement, applied=plan.target.applied,
+                     first_offset=stats.first_offset, committed_offset=stats.committed_offset,
+                     last_offset=stats.last_offset, size=stats.size)
+    after = Placed.from_status(status.fields())
+    if plan.target.refused:
+        ready = Ready(False, IMMUTABLE_FIELD_CHANGED,
+                      "refused: " + "; ".join(plan.target.refused) + ". The stream keeps its"
+                      " original settings; delete and re-create the Stream to change them.")
+    else:
+        ready = Ready(True, STREAM_READY, f"{stream.stream} on {pod}")
+    return Report(with_ready(status, ready, generation), ready, tuple(events), repaired,
+                  after if after != before else None)

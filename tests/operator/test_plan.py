@@ -1,0 +1,321 @@
+"""The Stream reconciler's decisions (streamlet_operator/plan.py), as tables: no API server,
+no broker, no clock (each row says what time it is)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from streamlet_operator.brokers import StreamStats
+from streamlet_operator.builders.directory import Placed
+from streamlet_operator.model import (
+    MOVE_STREAMS,
+    BrokerModel,
+    Move,
+    Phase,
+    Placement,
+    StreamModel,
+    StreamStatus,
+)
+from streamlet_operator.plan import (
+    BROKER_NOT_FOUND,
+    IMMUTABLE_FIELD_CHANGED,
+    MOVE_PENDING,
+    MOVE_STALLED,
+    MOVE_STALLED_S,
+    STREAM_MOVED,
+    STREAM_READY,
+    STREAM_RECREATED,
+    MoveStep,
+    Outcome,
+    Ready,
+    StreamPlan,
+    plan_stream,
+    plan_target,
+    report,
+    start_move,
+)
+
+NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+GEN = 3
+STATS = StreamStats(first_offset=0, committed_offset=40, last_offset=42)
+
+
+def stream(**spec: Any) -> StreamModel:
+    return StreamModel.from_body({"metadata": {"name": "s", "namespace": "ns"},
+                                  "spec": {"broker": "b", **spec}})
+
+
+def broker(replicas: int = 2, policy: str = "Refuse") -> BrokerModel:
+    return BrokerModel.from_body({"metadata": {"name": "b", "namespace": "ns"},
+                                  "spec": {"replicas": replicas, "scaleDownPolicy": policy}})
+
+
+def on(ordinal: int, *partitions: str) -> tuple[Placement, ...]:
+    return tuple(Placement(p, f"b-{ordinal}", ordinal) for p in partitions or ("s",))
+
+
+def created(ordinal: int, **fields: Any) -> StreamStatus:
+    """The status of ``stream()`` created and Ready on pod ``ordinal``."""
+    return replace(StreamStatus(phase=Phase.READY, leader=f"b-{ordinal}", partitions=1,
+                                placement=on(ordinal), applied=stream().immutable()), **fields)
+
+
+MOVE = Move(source=1, target=0, started=NOW - timedelta(seconds=10))
+
+
+def ready_of(status: StreamStatus) -> dict[str, Any]:
+    return next(c for c in status.conditions or () if c["type"] == "Ready")
+
+
+# --- which settings: the spec, or those fixed at creation --------------------------------
+
+@pytest.mark.parametrize(("spec", "applied", "broker_name", "arguments", "refused"), [
+    pytest.param({}, None, "b", {}, (), id="new: the spec"),
+    pytest.param({"retention": {"maxAge": "1D"}}, None, "b", {"max-age": "1D"}, (),
+                 id="new with retention: its arguments"),
+    pytest.param({}, stream().immutable(), "b", {}, (), id="created, spec unchanged"),
+    pytest.param({"retention": {"maxAge": "2D"}}, stream(retention={"maxAge": "1D"}).immutable(),
+                 "b", {"max-age": "1D"}, ("spec.retention/spec.filterSizeBytes",),
+                 id="retention changed: refused, the created one kept"),
+    pytest.param({"broker": "other"}, stream().immutable(), "b", {}, ("spec.broker",),
+                 id="another broker: refused, never moved there"),
+    pytest.param({"partitions": 3}, stream().immutable(), "b", {}, ("spec.partitions",),
+                 id="partitions changed: refused"),
+])
+def test_target(spec: dict[str, Any], applied: dict[str, Any] | None, broker_name: str,
+                arguments: dict[str, str], refused: tuple[str, ...]) -> None:
+    target = plan_target(stream(**spec), StreamStatus(applied=applied))
+    assert target.stream.broker == broker_name
+    assert target.arguments == arguments
+    assert target.applied == (applied or stream(**spec).immutable())
+    assert tuple(r.split(" ")[0] for r in target.refused) == refused
+    if refused:
+        assert target.stream.partitions == 1 and target.stream.stream == "s"
+
+
+def test_a_refusal_names_both_values() -> None:
+    target = plan_target(stream(retention={"maxAge": "2D"}),
+                         StreamStatus(applied=stream(retention={"maxAge": "1D"}).immutable()))
+    assert "'1D'" in target.refused[0] and "'2D'" in target.refused[0]
+
+
+# --- where, and which step of a move -----------------------------------------------------
+
+@pytest.mark.parametrize(("status", "model", "ordinal", "step"), [
+    pytest.param(StreamStatus(), broker(), None, MoveStep.NONE, id="new: placed by the executor"),
+    pytest.param(created(1), broker(), 1, MoveStep.NONE, id="created: stays on its pod"),
+    pytest.param(StreamStatus(placement=on(1)), broker(), 1, MoveStep.NONE,
+                 id="placed, never created: keeps its pod"),
+    pytest.param(StreamStatus(placement=on(1)), broker(1), None, MoveStep.NONE,
+                 id="placed on a pod being removed, never created: placed anew"),
+    pytest.param(created(1), broker(1), 1, MoveStep.NONE,
+                 id="on a pod being removed, Refuse: stays (the Broker keeps the pod)"),
+    pytest.param(created(1), broker(1, MOVE_STREAMS), 1, MoveStep.START,
+                 id="on a pod being removed, MoveStreams: a move starts"),
+    pytest.param(created(0), broker(1, MOVE_STREAMS), 0, MoveStep.NONE,
+                 id="MoveStreams, on a pod that stays: no move"),
+    pytest.param(created(0, phase=Phase.MOVING, move=MOVE), broker(1, MOVE_STREAMS), 0,
+                 MoveStep.FINISH, id="a move recorded: finish it"),
+    pytest.param(created(0, phase=Phase.MOVING, move=MOVE), broker(2), 0, MoveStep.FINISH,
+                 id="a move recorded, whatever the Broker says now: finish it"),
+])
+def test_plan(status: StreamStatus, model: BrokerModel, ordinal: int | None,
+              step: MoveStep) -> None:
+    plan = plan_stream(stream(), status, model)
+    assert (plan.broker, plan.ordinal, plan.move) == (model, ordinal, step)
+    assert plan.created == bool(status.applied)
+
+
+def test_no_broker_no_plan() -> None:
+    plan = plan_stream(stream(), created(1), None)
+    assert plan.broker is None and plan.ordinal is None and plan.move is MoveStep.NONE
+
+
+# --- what the status says after the broker calls -----------------------------------------
+
+def planned(status: StreamStatus, model: BrokerModel | None = None, **spec: Any) -> StreamPlan:
+    return plan_stream(stream(**spec), status, model if model is not None else broker())
+
+
+@pytest.mark.parametrize(("status", "outcome", "phase", "ready", "events"), [
+    pytest.param(StreamStatus(), Outcome(0, created=True, stats=STATS), Phase.READY,
+                 (True, STREAM_READY, "s on b-0"), (), id="new, created: Ready"),
+    pytest.param(created(1), Outcome(1, stats=STATS), Phase.READY,
+                 (True, STREAM_READY, "s on b-1"), (), id="created before, still there: Ready"),
+    pytest.param(created(1), Outcome(1, created=True, stats=STATS), Phase.READY,
+                 (True, STREAM_READY, "s on b-1"), (STREAM_RECREATED,),
+                 id="gone from its pod: re-created, a warning"),
+    pytest.param(StreamStatus(), Outcome(0, failure=("BrokerUnavailable", "pod b-0 is down")),
+                 Phase.PENDING, (False, "BrokerUnavailable", "b-0: pod b-0 is down"), (),
+                 id="new, pod down: Pending"),
+    pytest.param(created(1), Outcome(1, failure=("BrokerRefused", "ACCESS_REFUSED: no")),
+                 Phase.DEGRADED, (False, "BrokerRefused", "b-1: ACCESS_REFUSED: no"), (),
+                 id="created before, pod refuses: Degraded"),
+    pytest.param(created(0, move=MOVE), Outcome(0, move=MOVE, stats=STATS), Phase.MOVING,
+                 (False, MOVE_PENDING, "moving to b-0: waiting for b-1 to read the stream"
+                                       " directory naming b-0 and stop taking publishes (10 s)"),
+                 (), id="old pod not sealed yet: Moving, pending"),
+    pytest.param(created(0, move=replace(MOVE, started=NOW - timedelta(seconds=MOVE_STALLED_S))),
+                 Outcome(0, move=replace(MOVE, started=NOW - timedelta(seconds=MOVE_STALLED_S)),
+                         stats=STATS),
+                 Phase.MOVING, (False, MOVE_STALLED, None), (), id="not sealed for long: stalled"),
+    pytest.param(created(0, move=MOVE), Outcome(0, finished=MOVE, copied=7, stats=STATS),
+                 Phase.READY, (True, STREAM_READY, "s on b-0"), (STREAM_MOVED,),
+                 id="sealed: moved, Ready"),
+    pytest.param(created(0, move=MOVE),
+                 Outcome(0, finished=MOVE, copied=7, created=True, stats=STATS), Phase.READY,
+                 (True, STREAM_READY, "s on b-0"), (STREAM_MOVED,),
+                 id="moved: created on the new pod is no repair"),
+    pytest.param(created(0, move=MOVE),
+                 Outcome(0, finished=MOVE, copied=7, failure=("BrokerUnavailable", "down")),
+                 Phase.DEGRADED, (False, "BrokerUnavailable", "b-0: down"), (STREAM_MOVED,),
+                 id="moved, then the new pod fails: Degraded, still reported moved"),
+    pytest.param(created(0, move=MOVE), Outcome(0, move=MOVE, failure=("BrokerUnavailable", "x")),
+                 Phase.DEGRADED, (False, "BrokerUnavailable", "b-0: x"), (),
+                 id="move not finished, pod fails: Degraded, the move kept"),
+])
+def test_report(status: StreamStatus, outcome: Outcome, phase: Phase,
+                ready: tuple[bool, str, str | None], events: tuple[str, ...]) -> None:
+    result = report(planned(status), status, outcome, GEN, NOW)
+    st = result.status
+    assert st.phase == phase and st.observed_generation == GEN
+    assert st.leader == f"b-{outcome.ordinal}"
+    assert st.move == outcome.move
+    ok, reason, message = ready
+    assert (result.ready.status, result.ready.reason) == (ok, reason)
+    if message is not None:
+        assert result.ready.message == message
+    cond = ready_of(st)
+    assert (cond["status"], cond["reason"], cond["message"]) == (
+        "True" if ok else "False", reason, result.ready.message)
+    assert cond["observedGeneration"] == GEN
+    assert tuple(reason for reason, _ in result.events) == events
+    assert (result.repaired is not None) == (STREAM_RECREATED in events)
+    if phase in (Phase.READY, Phase.MOVING) or not status.applied:
+        assert st.placement == on(outcome.ordinal)
+    else:  # a created stream's placement is not rewritten by a failing pass
+        assert st.placement == status.placement
+    if phase is Phase.READY:
+        assert (st.first_offset, st.committed_offset, st.last_offset, st.size) == (0, 40, 42, 40)
+        assert st.applied == stream().immutable() and st.partitions == 1
+    else:
+        assert st.first_offset == status.first_offset and st.applied == status.applied
+
+
+def test_moved_event_names_both_pods() -> None:
+    status = created(0, move=MOVE)
+    result = report(planned(status), status, Outcome(0, finished=MOVE, copied=7, stats=STATS),
+                    GEN, NOW)
+    assert result.events == ((STREAM_MOVED,
+                              "s moved from b-1 to b-0 (7 messages copied after the switch)"),)
+
+
+def test_a_missing_broker_leaves_the_rest_of_the_status() -> None:
+    status = created(1, first_offset=5)
+    result = report(plan_stream(stream(), status, None), status, None, GEN, NOW)
+    assert result.status.phase == Phase.PENDING
+    assert result.ready == Ready(False, BROKER_NOT_FOUND,
+                                 "Broker 'b' does not exist in namespace ns")
+    assert result.events == () and result.directory is None
+    assert replace(result.status, phase=status.phase, conditions=None,
+                   observed_generation=None) == status
+
+
+def test_a_refused_change_keeps_the_stream_but_is_not_ready() -> None:
+    status = created(1)
+    plan = planned(status, retention={"maxAge": "2D"})
+    result = report(plan, status, Outcome(1, stats=STATS), GEN, NOW)
+    assert result.status.phase == Phase.READY
+    assert result.status.applied == stream().immutable()
+    assert result.ready.reason == IMMUTABLE_FIELD_CHANGED and not result.ready.status
+    assert "delete and re-create the Stream" in result.ready.message
+
+
+@pytest.mark.parametrize(("status", "outcome", "directory"), [
+    pytest.param(StreamStatus(), Outcome(0, created=True, stats=STATS),
+                 Placed("s", 1, (("s", 0),)), id="first created: named in the directory"),
+    pytest.param(created(1), Outcome(1, stats=STATS), None, id="unchanged: no write"),
+    pytest.param(created(1, move=MOVE), Outcome(0, finished=MOVE, stats=STATS),
+                 Placed("s", 1, (("s", 0),)), id="moved: the new pod named"),
+    pytest.param(StreamStatus(), Outcome(0, failure=("BrokerUnavailable", "x")), None,
+                 id="not created: not named"),
+])
+def test_directory(status: StreamStatus, outcome: Outcome, directory: Placed | None) -> None:
+    assert report(planned(status), status, outcome, GEN, NOW).directory == directory
+
+
+def test_a_super_stream_keeps_its_partitions_on_one_pod() -> None:
+    result = report(planned(StreamStatus(), partitions=3), StreamStatus(),
+                    Outcome(2, created=True, stats=STATS), GEN, NOW)
+    assert result.status.placement == on(2, "s-0", "s-1", "s-2")
+    assert result.status.partitions == 3
+    assert result.directory == Placed("s", 3, (("s-0", 2), ("s-1", 2), ("s-2", 2)))
+
+
+def test_starting_a_move_records_it_and_is_not_ready() -> None:
+    status = created(1, conditions=({"type": "Ready", "status": "True", "reason": STREAM_READY,
+                                     "message": "", "lastTransitionTime": "x"},))
+    plan = planned(status, broker(1, MOVE_STREAMS))
+    assert plan.move is MoveStep.START
+    moving = start_move(plan, status, source=1, target=0, generation=GEN,
+                        now=NOW + timedelta(microseconds=5))
+    assert moving.phase == Phase.MOVING and moving.leader == "b-0"
+    assert moving.placement == on(0)
+    assert moving.move == Move(1, 0, NOW)
+    cond = ready_of(moving)
+    assert (cond["status"], cond["reason"]) == ("False", MOVE_PENDING)
+    assert cond["lastTransitionTime"] != "x"  # Ready went False
+    # The same pass then finishes (or not): its report keeps the new placement.
+    result = report(plan, moving, Outcome(0, move=moving.move, stats=STATS), GEN, NOW)
+    assert result.status.phase == Phase.MOVING and result.status.placement == on(0)
+
+
+# --- the status as the API holds it ------------------------------------------------------
+
+FULL = {"observedGeneration": 2, "phase": "Moving", "leader": "b-0", "partitions": 1,
+        "placement": [{"stream": "s", "pod": "b-0", "ordinal": 0}],
+        "applied": {"name": "s", "broker": "b", "partitions": 1, "arguments": {}},
+        "move": {"from": 1, "to": 0, "started": "2026-01-01T11:59:50Z"},
+        "firstOffset": 0, "committedOffset": 4, "lastOffset": 5, "size": 4,
+        "conditions": [{"type": "Ready", "status": "False", "reason": MOVE_PENDING}],
+        "export": {"lastRun": "x"}}
+
+
+@pytest.mark.parametrize("raw", [
+    pytest.param(FULL, id="every field"),
+    pytest.param({}, id="empty"),
+    pytest.param({"placement": [], "conditions": []}, id="empty lists stay lists"),
+    pytest.param({**FULL, "move": None}, id="a move dropped before"),
+])
+def test_status_round_trip(raw: dict[str, Any]) -> None:
+    assert StreamStatus.from_status(raw).to_status(raw) == raw
+
+
+def test_status_fields_parse() -> None:
+    st = StreamStatus.from_status(FULL)
+    assert st.move == MOVE and st.placement == on(0) and st.phase == Phase.MOVING
+
+
+@pytest.mark.parametrize(("base", "expected"), [
+    pytest.param(FULL, {**FULL, "move": None}, id="a finished move is written as null"),
+    pytest.param({"phase": "Ready"}, {"phase": "Ready"}, id="no move, none written"),
+])
+def test_unset_fields(base: dict[str, Any], expected: dict[str, Any]) -> None:
+    st = replace(StreamStatus.from_status(base), move=None)
+    assert st.to_status(base) == expected
+
+
+def test_the_plan_imports_no_kopf_and_no_io() -> None:
+    """plan.py decides; the handlers act. A fresh interpreter, as kopf is loaded here."""
+    code = ("import sys, streamlet_operator.plan; "
+            "print(sorted(m for m in ('kopf', 'asyncio', 'aiohttp', 'socket',"
+            " 'streamlet_operator.brokers', 'streamlet_operator.kube') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.strip() == "[]"
