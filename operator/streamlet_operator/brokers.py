@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from . import names
+from .model import StreamStats
 
 Address = tuple[str, int]
 #: (namespace, broker name, pod ordinal, stream port) -> where the operator reaches that pod.
@@ -28,22 +28,6 @@ def pod_dns_address(namespace: str, broker: str, ordinal: int, port: int) -> Add
 
 class BrokerUnavailable(Exception):
     """The pod could not be reached (not running, not ready, wrong credentials)."""
-
-
-@dataclass(frozen=True)
-class StreamStats:
-    first_offset: int
-    committed_offset: int
-    last_offset: int
-    #: the pod's directory names another pod for it (a move switched it): no more publishing
-    sealed: bool = False
-
-    @property
-    def size(self) -> int:
-        """Messages from the first chunk to the committed chunk's start: a lower bound."""
-        if self.committed_offset < 0 or self.first_offset < 0:
-            return 0
-        return max(0, self.committed_offset - self.first_offset)
 
 
 class StreamWriter(Protocol):

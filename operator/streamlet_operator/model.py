@@ -273,3 +273,21 @@ class StreamStatus:
             if value is not None or result.get(key) is not None:
                 result[key] = value
         return result
+
+
+@dataclass(frozen=True)
+class StreamStats:
+    """What a broker pod says of one stream it holds (brokers.py reads it; plan.py decides on it)."""
+
+    first_offset: int
+    committed_offset: int
+    last_offset: int
+    #: the pod's directory names another pod for it (a move switched it): no more publishing
+    sealed: bool = False
+
+    @property
+    def size(self) -> int:
+        """Messages from the first chunk to the committed chunk's start: a lower bound."""
+        if self.committed_offset < 0 or self.first_offset < 0:
+            return 0
+        return max(0, self.committed_offset - self.first_offset)

@@ -17,15 +17,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import names
 from .builders.directory import Placed
 from .conditions import set_condition
-from .model import MOVE_STREAMS, BrokerModel, Move, Phase, Placement, StreamModel, StreamStatus
-
-if TYPE_CHECKING:  # the broker adapter's value type only: plan.py makes no broker call
-    from .brokers import StreamStats
+from .model import (
+    MOVE_STREAMS,
+    BrokerModel,
+    Move,
+    Phase,
+    Placement,
+    StreamModel,
+    StreamStats,
+    StreamStatus,
+)
 
 #: The condition type this reconciler sets (the export sets its own, exports.py).
 READY = "Ready"
