@@ -48,6 +48,15 @@ class Header:
 
     __slots__ = ("bloom_size", "chunk_id", "chunk_type", "crc", "data_length", "num_records",
                  "size", "timestamp", "trailer_length")
+    bloom_size: int
+    chunk_id: int
+    chunk_type: int
+    crc: int
+    data_length: int
+    num_records: int
+    size: int
+    timestamp: int
+    trailer_length: int
 
     def __init__(self, buf: bytes | memoryview, pos: int = 0) -> None:
         (magic, self.chunk_type, _entries, self.num_records, self.timestamp, _epoch,
