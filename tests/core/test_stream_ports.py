@@ -24,6 +24,9 @@ class FakeSession:
         self.confirms: list[int] = []
         self.rejects: list[tuple[int, Refusal]] = []
         self.moved: list[Any] = []
+        self.room = 1 << 20
+        self.delivered: list[tuple[int, int]] = []  # (reader id, chunks)
+        self.activations: list[tuple[Any, bool]] = []
 
     def abort(self) -> None:
         self.closing = True
@@ -36,13 +39,13 @@ class FakeSession:
         self.rejects += [(i, why) for i in ids]
 
     def write_room(self) -> int:
-        return 1 << 20
+        return self.room
 
     def deliver(self, reader_id: int, chunks: list[memoryview], committed: int) -> None:
-        pass
+        self.delivered.append((reader_id, len(chunks)))
 
     def activate(self, reader: Any, active: bool) -> None:
-        pass
+        self.activations.append((reader, active))
 
     def stream_gone(self, stream: Any) -> None:
         pass
