@@ -53,6 +53,14 @@ File format (all keys optional)::
     verify_peer = false               # true: require a client certificate (SASL EXTERNAL)
     advertised_port = 5551            # told to TLS clients in Open and Metadata (default: port)
 
+    [listeners.rabbitmq]              # the RabbitMQ Stream listener: [server] host and port
+    enabled = true                    # false: no plain listener (TLS only, with [tls])
+
+    [listeners.<protocol>]            # a further protocol (broker/main.py LISTENERS names them)
+    host = "127.0.0.1"                # default: [server] host
+    port = 5560                       # required
+    tls = false                       # true: with [tls]'s certificate
+
     [limits]
     max_connections = 10000           # per broker, 0 = unlimited
     max_connections_per_user = 0      # per user, 0 = unlimited
@@ -131,6 +139,17 @@ class TlsConfig:
 
 
 @dataclass(frozen=True)
+class Listener:
+    """One listening socket: a protocol on a host and port, plain or TLS ([tls]'s certificate).
+    Connection limits, users and permissions are the broker's, whatever the protocol."""
+
+    protocol: str
+    host: str
+    port: int
+    tls: bool = False
+
+
+@dataclass(frozen=True)
 class Retention:
     max_age_ms: int | None = None
     max_length_bytes: int | None = None
@@ -165,6 +184,17 @@ class BrokerConfig:
     max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
     users_file: Path | None = None
     directory_file: Path | None = None
+    rabbitmq_listener: bool = True  # [listeners.rabbitmq] enabled
+    other_listeners: tuple[Listener, ...] = ()  # [listeners.<protocol>] of further protocols
+
+    @property
+    def listeners(self) -> tuple[Listener, ...]:
+        """Every socket the broker listens on: RabbitMQ Stream on [server] host and port (and
+        on [tls] port), then the further protocols' [listeners.<protocol>]."""
+        own = [Listener("rabbitmq", self.host, self.port)] if self.rabbitmq_listener else []
+        if self.tls is not None:
+            own.append(Listener("rabbitmq", self.host, self.tls.port, tls=True))
+        return (*own, *self.other_listeners)
 
     @property
     def frame_budget(self) -> int:
@@ -226,7 +256,7 @@ def load(path: Path | None = None, **overrides: Any) -> BrokerConfig:
 
 def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
     known = {"server", "storage", "retention", "users", "vhosts", "permissions", "tls", "limits",
-             "cluster"}
+             "cluster", "listeners"}
     unknown = set(doc) - known
     if unknown:
         raise ConfigError(f"unknown config section(s): {', '.join(sorted(unknown))}")
@@ -264,7 +294,33 @@ def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
     if cluster.get("directory_file"):
         changes["directory_file"] = Path(str(cluster["directory_file"]))
     changes.update(_apply_access(doc))
+    changes.update(_listeners(doc.get("listeners", {}), str(changes.get("host", cfg.host))))
     return replace(cfg, **changes)
+
+
+def _listeners(section: Any, default_host: str) -> dict[str, Any]:
+    """[listeners.rabbitmq] enabled; [listeners.<protocol>] host, port, tls, enabled."""
+    if not isinstance(section, dict) or not all(isinstance(v, dict) for v in section.values()):
+        raise ConfigError("[listeners] must hold one table per protocol, e.g. [listeners.rabbitmq]")
+    changes: dict[str, Any] = {}
+    rabbitmq = section.get("rabbitmq", {})
+    extra = set(rabbitmq) - {"enabled"}
+    if extra:
+        raise ConfigError(f"[listeners.rabbitmq] takes only enabled ([server] host and port and "
+                          f"[tls] port place it), not {', '.join(sorted(extra))}")
+    changes["rabbitmq_listener"] = bool(rabbitmq.get("enabled", True))
+    others = []
+    for protocol, table in section.items():
+        if protocol == "rabbitmq" or not table.get("enabled", True):
+            continue
+        where = f"listeners.{protocol}"
+        port = _int(table, "port", where, 1)
+        if port is None:
+            raise ConfigError(f"[{where}] needs a port")
+        others.append(Listener(protocol, str(table.get("host", default_host)), port,
+                               bool(table.get("tls", False))))
+    changes["other_listeners"] = tuple(others)
+    return changes
 
 
 def _users(entries: Any, where: str) -> tuple[User, ...]:
@@ -362,6 +418,13 @@ def _validate(cfg: BrokerConfig) -> None:
     for p in cfg.permissions:
         if p.vhost not in cfg.vhosts:
             raise ConfigError(f"permissions for {p.user}: unknown vhost {p.vhost!r}")
+    if not cfg.listeners:
+        raise ConfigError("no listener: [listeners.rabbitmq] enabled = false needs [tls] or another")
+    for listener in cfg.listeners:
+        if not 0 < listener.port < 65536:
+            raise ConfigError(f"listeners.{listener.protocol}.port must be in 1..65535, got {listener.port}")
+        if listener.tls and cfg.tls is None:
+            raise ConfigError(f"[listeners.{listener.protocol}] tls = true needs a [tls] section")
     if cfg.tls is not None and cfg.tls.verify_peer and cfg.tls.cafile is None:
         raise ConfigError("[tls] verify_peer needs a cafile")
     if cfg.retention.max_segment_size_bytes > MAX_SEGMENT_BYTES:

@@ -14,7 +14,7 @@ from ..core.ports import Session
 from ..storage.files import files
 from .access import AccessControl
 from .budget import FrameBudget
-from .config import BrokerConfig
+from .config import BrokerConfig, ConfigError
 from .directory import CHECK_INTERVAL_S, EMPTY, Directory, DirectoryFile, seal_changes
 from .memory import TRIM_INTERVAL_S, return_free_memory
 from .streams import Limits, Stream
@@ -53,6 +53,10 @@ ConnectionFactory = Callable[["Broker", bool], asyncio.BaseProtocol]
 
 class Broker:
     def __init__(self, config: BrokerConfig, protocols: Mapping[str, ConnectionFactory]) -> None:
+        unknown = sorted({lst.protocol for lst in config.listeners} - set(protocols))
+        if unknown:
+            raise ConfigError(f"no such protocol: [listeners.{unknown[0]}] "
+                              f"(this broker speaks {', '.join(sorted(protocols))})")
         self.protocols = protocols
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
@@ -75,24 +79,19 @@ class Broker:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        rabbitmq = self.protocols["rabbitmq"]  # the one listener table entry so far
-        server = await loop.create_server(
-            lambda: rabbitmq(self, False), self.config.host, self.config.port, reuse_address=True,
-            backlog=1024,
-        )
-        self._servers.append(server)
-        if self.ssl_context is not None and self.config.tls is not None:
-            tls_server = await loop.create_server(
-                lambda: rabbitmq(self, True), self.config.host, self.config.tls.port,
-                ssl=self.ssl_context, reuse_address=True, backlog=1024,
-            )
-            self._servers.append(tls_server)
+        for listener in self.config.listeners:  # one protocol factory per entry of the table
+            factory, tls = self.protocols[listener.protocol], listener.tls
+            server = await loop.create_server(
+                lambda f=factory, t=tls: f(self, t), listener.host, listener.port,
+                ssl=self.ssl_context if tls else None, reuse_address=True, backlog=1024)
+            self._servers.append(server)
+            for sock in server.sockets:
+                log.info("streamlet listening for %s%s on %s", listener.protocol,
+                         " (TLS)" if tls else "", sock.getsockname()[:2])
         self._retention_task = asyncio.create_task(self._retention_loop())
         self._trim_task = asyncio.create_task(self._trim_loop())
         if self._directory is not None:
             self._directory_task = asyncio.create_task(self._directory_loop())
-        for sock in server.sockets:
-            log.info("streamlet listening on %s", sock.getsockname()[:2])
 
     @property
     def ports(self) -> list[int]:

@@ -1,0 +1,52 @@
+"""The listener table: [server] and [tls] place RabbitMQ Stream's listeners, [listeners.<protocol>]
+adds further protocols, and a protocol the broker does not speak is a clear error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streamlet.broker.config import ConfigError, Listener, load
+from streamlet.broker.main import LISTENERS
+from streamlet.broker.server import Broker
+
+TLS = '[tls]\nport = 5551\ncertfile = "c.pem"\nkeyfile = "k.pem"\n'
+
+
+def _load(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    return load(path, data_dir=str(tmp_path / "data"))
+
+
+@pytest.mark.parametrize(("text", "listeners"), [
+    ("", [Listener("rabbitmq", "127.0.0.1", 5552)]),
+    ('[server]\nhost = "0.0.0.0"\nport = 6000\n', [Listener("rabbitmq", "0.0.0.0", 6000)]),
+    (TLS, [Listener("rabbitmq", "127.0.0.1", 5552), Listener("rabbitmq", "127.0.0.1", 5551, tls=True)]),
+    (TLS + "[listeners.rabbitmq]\nenabled = false\n", [Listener("rabbitmq", "127.0.0.1", 5551, tls=True)]),
+    ("[listeners.mega]\nport = 5560\n", [Listener("rabbitmq", "127.0.0.1", 5552),
+                                          Listener("mega", "127.0.0.1", 5560)]),
+    ('[listeners.mega]\nport = 5560\nhost = "::1"\nenabled = false\n', [Listener("rabbitmq", "127.0.0.1", 5552)]),
+])
+def test_listeners_from_the_config(tmp_path: Path, text: str, listeners: list[Listener]) -> None:
+    assert list(_load(tmp_path, text).listeners) == listeners
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[listeners.mega]\nhost = \"x\"\n", "[listeners.mega] needs a port"),
+    ("[listeners.mega]\nport = 70000\n", "listeners.mega.port must be in 1..65535"),
+    ("[listeners.mega]\nport = 5560\ntls = true\n", "tls = true needs a [tls] section"),
+    ("[listeners.rabbitmq]\nenabled = false\n", "no listener"),
+    ("[listeners.rabbitmq]\nport = 1\n", "takes only enabled"),
+    ("[listeners]\nmega = 1\n", "one table per protocol"),
+])
+def test_bad_listener_tables_are_refused_with_a_reason(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace(".", r"\.")):
+        _load(tmp_path, text)
+
+
+def test_a_protocol_the_broker_does_not_speak_is_a_config_error(tmp_path: Path) -> None:
+    config = _load(tmp_path, "[listeners.mega]\nport = 5560\n")
+    with pytest.raises(ConfigError, match=r"no such protocol: \[listeners\.mega\] \(this broker speaks rabbitmq\)"):
+        Broker(config, LISTENERS)
