@@ -64,7 +64,6 @@ class Broker:
         self.limits = Limits(config.max_streams, config.max_partitions)
         self.vhosts = {name: VirtualHost(name, config.data_dir, config.fsync, self.limits)
                        for name in config.vhosts}
-        self.streams = self.vhosts["/"].streams  # the default vhost's
         self.access = AccessControl(config)
         self.connections: set[Session] = set()
         self.frame_budget = FrameBudget(config.frame_budget)

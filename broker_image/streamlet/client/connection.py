@@ -17,20 +17,19 @@ import sys
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, cast
 
+from .. import __version__
 from ..protocol import Code, FrameSplitter, Key, frames
+from ..protocol.constants import RESPONSE_FLAG
 from ..protocol.frames import Command, FrameError, decode, encode
 from ..storage.chunk import HEADER_SIZE, ChunkError, ChunkHeader
 from .errors import ConnectionClosed, StreamletError
 
 log = logging.getLogger(__name__)
 
-CLIENT_VERSION = "0.1.0"
-
 _KEY_VERSION = struct.Struct(">HH")
 _CONFIRM_HEAD = struct.Struct(">Bi")  # publisher id, count; after key and version
 _DELIVER_V2_COMMITTED = struct.Struct(">Q")
 _HEARTBEAT = encode(frames.Heartbeat())
-_RESPONSE = 0x8000
 
 #: What this client speaks, declared in ExchangeCommandVersions (RabbitMQ's order).
 CLIENT_COMMANDS: list[tuple[int, int, int]] = [
@@ -208,7 +207,7 @@ class Connection(asyncio.Protocol):
     ) -> None:
         props = {
             "product": "streamlet-client",
-            "version": CLIENT_VERSION,
+            "version": __version__,
             "platform": f"Python {sys.version.split()[0]}",
             "information": "https://github.com/streamlet",
         }
@@ -329,7 +328,7 @@ class Connection(asyncio.Protocol):
         cmd = decode(frame)
         if isinstance(cmd, FrameError):
             fut = self._pending.get(cmd.correlation_id) if cmd.correlation_id is not None else None
-            if fut is not None and (cmd.key & _RESPONSE) and not fut.done():
+            if fut is not None and (cmd.key & RESPONSE_FLAG) and not fut.done():
                 fut.set_exception(StreamletError(cmd.code, cmd.reason))
                 return
             # a newer server may send what this client does not know: skip it, as RabbitMQ's
