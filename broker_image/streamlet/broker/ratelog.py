@@ -39,5 +39,5 @@ class RepeatedError:
         """The error stopped: log ``msg`` and the count, once, if there was any."""
         if not self.total:
             return
-        self.logger.warning(msg + " (after %d like errors)", *args, self.total)
+        self.logger.warning(msg + " (after %d like errors)", *args, self.total)  # noqa: G003 - a template
         self.total = self._unlogged = 0
