@@ -1,4 +1,5 @@
-"""One client connection: framing, the handshake state machine, and command dispatch.
+"""One client connection: framing, the handshake (its order is streamlet.rabbitmq.machine's table),
+and command dispatch.
 
 Handshake: PeerProperties, SaslHandshake, SaslAuthenticate, Tune (server first, client echoes),
 Open. Before Open only those (and Close, Heartbeat) are allowed, and frames are capped at 8192
