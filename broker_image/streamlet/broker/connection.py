@@ -1,4 +1,5 @@
-"""One client connection: framing, the handshake state machine, and command dispatch.
+"""One client connection: framing, the handshake (its order is streamlet.rabbitmq.machine's table),
+and command dispatch.
 
 Handshake: PeerProperties, SaslHandshake, SaslAuthenticate, Tune (server first, client echoes),
 Open. Before Open only those (and Close, Heartbeat) are allowed, and frames are capped at 8192
@@ -27,6 +28,8 @@ from ..protocol import frames as f
 from ..protocol.constants import NO_LEADER, PRE_OPEN_FRAME_MAX, RESPONSE_FLAG
 from ..protocol.publish import deliver_prefix, encode_confirm, parse_publish
 from ..protocol.wire import Malformed
+from ..rabbitmq import machine
+from ..rabbitmq.machine import Outcome, Refuse, State
 from .access import Kind
 from .arguments import parse_create_arguments, valid_stream_name
 from .auth import MECHANISMS, authenticate_plain
@@ -79,8 +82,6 @@ def error_answer(key: int, version: int, corr: int, code: Code, cmd: object = No
 #: The core's reasons for refusing a publish, as this protocol's codes.
 _REFUSAL_CODES = {Refusal.GONE: Code.STREAM_DOES_NOT_EXIST, Refusal.MOVED: Code.STREAM_NOT_AVAILABLE,
                   Refusal.WRITE_FAILED: Code.INTERNAL_ERROR}
-_HANDSHAKE_ONLY = (f.PeerProperties, f.SaslHandshake, f.SaslAuthenticate, f.Tune, f.Open)
-_HANDSHAKE = (*_HANDSHAKE_ONLY, f.Close, f.Heartbeat)
 #: The version RabbitMQ clients check to enable features (3.13 semantics: v2 frames, filters).
 ANNOUNCED_VERSION = "3.13.0"
 #: Past this many bytes buffered for a peer that does not read, deliveries stop and the peer is
@@ -112,8 +113,10 @@ class Connection(asyncio.Protocol):
         self.peer: str | None = None
         self.splitter = FrameSplitter(PRE_OPEN_FRAME_MAX)
         self.client_properties: dict[str, str] = {}
-        self.user: str | None = None
-        self.tuned = False
+        self.user: str | None = None  # once authenticated
+        #: The handshake's progress, moved only by ``_enter`` (streamlet.rabbitmq.machine's table);
+        #: ``opened`` and ``closing`` mirror it, for the hot path and the core's Session port.
+        self.state = State.AUTHENTICATING
         self.opened = False
         self.closing = False
         self.paused = False  # the peer does not read what we write
@@ -133,6 +136,14 @@ class Connection(asyncio.Protocol):
         self.last_received = time.monotonic()
         self._heartbeat_handle: asyncio.TimerHandle | None = None
         self._corr = 0
+
+    def _enter(self, state: State) -> None:
+        self.state = state
+        self.opened = state is State.OPEN
+        self.closing = state is State.CLOSED
+
+    def _outcome(self, outcome: Outcome) -> None:
+        self._enter(machine.after(self.state, outcome))
 
     @property
     def streams(self) -> StreamManager:
@@ -159,7 +170,7 @@ class Connection(asyncio.Protocol):
         limit = self.broker.config.max_connections
         if limit and len(self.broker.connections) >= limit:
             log.warning("connection %s refused: the broker has %d connections (limit)", self.peer, limit)
-            self.closing = True
+            self._outcome(Outcome.CLOSED)
             t.close()
             return
         self.broker.connections.add(self)
@@ -174,7 +185,7 @@ class Connection(asyncio.Protocol):
             self.fail(Code.ACCESS_REFUSED, "handshake timeout")
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closing = True
+        self._outcome(Outcome.CLOSED)
         if self._heartbeat_handle:
             self._heartbeat_handle.cancel()
         self.broker.connections.discard(self)
@@ -299,15 +310,19 @@ class Connection(asyncio.Protocol):
         if isinstance(cmd, f.FrameError):
             self.reject(cmd.key, cmd.version, cmd.correlation_id, cmd.code, cmd.reason)
             return
-        if not self.opened and not isinstance(cmd, _HANDSHAKE):
-            key = cmd.wire_key
-            corr = getattr(cmd, "correlation_id", None)
-            self.reject(key, 1, corr, Code.ACCESS_REFUSED, f"{type(cmd).__name__} before Open", cmd)
+        verdict = machine.step(self.state, type(cmd))
+        if isinstance(verdict, Refuse):
+            reason = verdict.reason.format(type(cmd).__name__)
+            if verdict.answer:
+                self.reject(cmd.wire_key, 1, getattr(cmd, "correlation_id", None), verdict.code,
+                            reason, cmd)
+            else:
+                self.fail(verdict.code, reason)
             return
-        if self.opened and isinstance(cmd, _HANDSHAKE_ONLY):  # as RabbitMQ: unknown once open
-            self.reject(cmd.wire_key, 1, getattr(cmd, "correlation_id", None), Code.UNKNOWN_FRAME,
-                        f"{type(cmd).__name__} after Open", cmd)
+        if not isinstance(verdict, machine.Allow):  # Drop: closing (data_received stops first)
             return
+        if verdict.next is not self.state:
+            self._enter(verdict.next)
         handler = _HANDLERS.get(type(cmd))
         if handler is None:  # a server-to-client command, or a response we never asked for
             self.reject(cmd.wire_key, 1, getattr(cmd, "correlation_id", None), Code.UNKNOWN_FRAME,
@@ -338,7 +353,7 @@ class Connection(asyncio.Protocol):
         self.abort()
 
     def abort(self) -> None:
-        self.closing = True
+        self._outcome(Outcome.CLOSED)
         if self.transport is not None:
             self.transport.close()  # flushes what is buffered first
 
@@ -421,17 +436,14 @@ class Connection(asyncio.Protocol):
             self.abort()
             return
         self.user = user
+        self._outcome(Outcome.AUTHENTICATED)
         self.send(f.Tune(self.frame_max, self.heartbeat))
 
-    def on_tune(self, cmd: f.Tune) -> None:
-        if self.user is None:
-            self.fail(Code.ACCESS_REFUSED, "Tune before authentication")
-            return
+    def on_tune(self, cmd: f.Tune) -> None:  # after authentication (the machine's table)
         ours, theirs = self.frame_max, cmd.frame_max
         self.frame_max = min(ours, theirs) if ours and theirs else ours or theirs
         ours, theirs = self.heartbeat, cmd.heartbeat
         self.heartbeat = min(ours, theirs) if ours and theirs else 0
-        self.tuned = True
 
     def _over_user_limit(self, user: str) -> bool:
         cfg = self.broker.config
@@ -442,10 +454,8 @@ class Connection(asyncio.Protocol):
             return True
         return False
 
-    def on_open(self, cmd: f.Open) -> None:
-        if self.user is None:
-            self.fail(Code.ACCESS_REFUSED, "Open before authentication")
-            return
+    def on_open(self, cmd: f.Open) -> None:  # after authentication (the machine's table)
+        assert self.user is not None
         vhost = self.broker.vhosts.get(cmd.virtual_host or "/")
         if vhost is None or not self.broker.access.vhost_allowed(self.user, vhost.name):
             log.info("connection %s: user %s refused vhost %r", self.peer, self.user, cmd.virtual_host)
@@ -456,7 +466,7 @@ class Connection(asyncio.Protocol):
             return
         self.vhost = vhost
         host, port = self.advertised()
-        self.opened = True
+        self._outcome(Outcome.OPENED)
         # frame_max is what clients should send; what they do send is taken up to the hard limit
         self.splitter.max_size = max(self.frame_max, self.broker.config.frame_limit)
         if self._heartbeat_handle:  # the handshake timer

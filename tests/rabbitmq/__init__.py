@@ -1,0 +1,1 @@
+"""The RabbitMQ Stream protocol's broker side, in memory."""
