@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from streamlet.broker.arguments import StreamSettings
-from streamlet.broker.streams import CHUNK_MIN_ENTRIES, COALESCE_S, Publisher, Stream
+from streamlet.core.settings import StreamSettings
+from streamlet.core.streams import CHUNK_MIN_ENTRIES, COALESCE_S, Publisher, Stream
 from tests.core.clock import ManualClock
 from tests.core.test_stream_ports import FakeSession, batch
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from streamlet.broker.arguments import StreamSettings
-from streamlet.broker.streams import Publisher, Stream
+from streamlet.core.settings import StreamSettings
+from streamlet.core.streams import Publisher, Stream
 from streamlet.storage.chunk import HEADER_SIZE, iter_records
 from tests.core.clock import ManualClock
 from tests.core.test_stream_ports import FakeSession, batch

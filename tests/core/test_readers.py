@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from streamlet.broker.arguments import StreamSettings
 from streamlet.broker.sac import SacGroups
-from streamlet.broker.streams import Publisher, Stream
-from streamlet.broker.subscription import Subscription
+from streamlet.core.settings import StreamSettings
+from streamlet.core.streams import Publisher, Stream
+from streamlet.core.subscription import Subscription
 from tests.core.clock import ManualClock
 from tests.core.test_stream_ports import FakeSession, batch
 

@@ -7,11 +7,12 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from streamlet.broker.arguments import StreamSettings
-from streamlet.broker.streams import Publisher, Stream
 from streamlet.client.producer import publish_frame
 from streamlet.core.ports import Refusal
+from streamlet.core.settings import StreamSettings
+from streamlet.core.streams import Publisher, Stream
 from streamlet.protocol.publish import PublishBatch, parse_publish
+from tests.core.clock import ManualClock
 
 
 class FakeSession:
@@ -61,7 +62,7 @@ def batch(first_id: int, bodies: list[bytes], publisher_id: int = 1) -> PublishB
 
 async def test_a_publish_is_confirmed_once_flushed_and_a_repeated_one_is_not_stored_twice(
         tmp_path: Path) -> None:
-    stream = Stream("s", tmp_path / "s", StreamSettings(), "never")
+    stream = Stream("s", tmp_path / "s", StreamSettings(), "never", ManualClock())
     session = FakeSession()
     publisher = Publisher(1, "ref", stream, session)
     stream.publishers.add(publisher)
@@ -77,7 +78,7 @@ async def test_a_publish_is_confirmed_once_flushed_and_a_repeated_one_is_not_sto
 
 async def test_a_sealed_stream_rejects_publishes_as_moved_and_a_deleted_one_as_gone(
         tmp_path: Path) -> None:
-    stream = Stream("s", tmp_path / "s", StreamSettings(), "never")
+    stream = Stream("s", tmp_path / "s", StreamSettings(), "never", ManualClock())
     session = FakeSession()
     publisher = Publisher(1, None, stream, session)
     stream.publishers.add(publisher)

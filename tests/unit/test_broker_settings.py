@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from streamlet.broker.arguments import StreamSettings, parse_create_arguments, valid_stream_name
+from streamlet.broker.arguments import parse_create_arguments, valid_stream_name
 from streamlet.broker.auth import authenticate_plain, is_loopback
 from streamlet.broker.config import ConfigError, Retention, User, load, parse_duration_ms
+from streamlet.core.settings import StreamSettings
 from streamlet.protocol import Code
 
 USERS = (User("guest", "guest", loopback_only=True), User("app", "pw"))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from streamlet.broker.filtering import Matcher, chunk_bloom, matcher_from
+from streamlet.broker.filtering import matcher_from
+from streamlet.core.filtering import Matcher, chunk_bloom
 
 
 def test_no_filter_values_means_no_bloom() -> None:

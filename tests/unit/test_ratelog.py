@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from streamlet.broker.ratelog import RepeatedError
+from streamlet.core.ratelog import RepeatedError
 
 
 def test_a_run_of_errors_is_logged_once_per_interval(caplog: pytest.LogCaptureFixture) -> None:

@@ -2,27 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
+from ..core.settings import StreamSettings
 from .config import MAX_SEGMENT_BYTES, ConfigError, Retention, parse_duration_ms
 
 #: Arguments RabbitMQ accepts that mean nothing on a single node; accepted and ignored.
 IGNORED = {"initial-cluster-size", "queue-leader-locator", "x-queue-type"}
-
-
-@dataclass(frozen=True)
-class StreamSettings:
-    max_age_ms: int | None = None
-    max_length_bytes: int | None = None
-    max_segment_size_bytes: int = 500_000_000
-    filter_size: int = 16
-
-    def to_json(self) -> dict[str, int | None]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, doc: dict[str, int | None]) -> StreamSettings:
-        return cls(**{k: v for k, v in doc.items() if k in cls.__dataclass_fields__})  # type: ignore[arg-type]
 
 
 def _positive_int(key: str, value: str, lo: int, hi: int | None = None) -> int:

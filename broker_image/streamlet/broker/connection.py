@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..core.ports import Refusal
+from ..core.streams import LimitReached, Publisher, Stream, StreamManager
+from ..core.subscription import Subscription
 from ..protocol import Code, FrameSplitter, FrameTooLarge, Key, OffsetType
 from ..protocol import frames as f
 from ..protocol.constants import NO_LEADER, PRE_OPEN_FRAME_MAX, RESPONSE_FLAG
@@ -36,8 +38,7 @@ from .auth import MECHANISMS, authenticate_plain
 from .config import ConfigError
 from .directory import Address, answer_metadata
 from .filtering import matcher_from
-from .streams import LimitReached, Publisher, Stream, StreamManager
-from .subscription import Subscription, resolve_start
+from .offsets import resolve_start
 from .tls import peer_common_name
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .subscription import Subscription
+    from ..core.subscription import Subscription
 
 
 @dataclass(eq=False)

@@ -11,13 +11,13 @@ import resource
 from collections.abc import Callable, Mapping
 
 from ..core.ports import Session
+from ..core.streams import Limits, Stream
 from ..storage.files import files
 from .access import AccessControl
 from .budget import FrameBudget
 from .config import BrokerConfig, ConfigError
 from .directory import CHECK_INTERVAL_S, EMPTY, Directory, DirectoryFile, seal_changes
 from .memory import TRIM_INTERVAL_S, return_free_memory
-from .streams import Limits, Stream
 from .tls import server_context
 from .vhosts import VirtualHost
 

@@ -8,7 +8,6 @@ loses nothing it confirmed.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
@@ -23,13 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from ..core.ports import Clock, Reader, Refusal, Session
-from ..protocol.publish import PublishBatch
 from ..storage import ChunkRef, LogConfig, StreamLog
 from ..storage.files import files
-from .arguments import StreamSettings
+from .batch import PublishBatch
 from .filtering import chunk_bloom
+from .ports import Clock, Reader, Refusal, Session
 from .ratelog import RepeatedError
+from .settings import StreamSettings
 
 log = logging.getLogger("streamlet.broker")
 
@@ -62,8 +61,8 @@ class Publisher:
 
 class Stream:
     def __init__(self, name: str, directory: Path, settings: StreamSettings, fsync: str,
-                 clock: Clock | None = None) -> None:
-        self._clock = clock  # None: the running asyncio loop
+                 clock: Clock) -> None:
+        self.clock = clock  # time and scheduling: the broker's event loop, or a test's clock
         self.name = name
         self.directory = directory
         self.settings = settings
@@ -111,7 +110,7 @@ class Stream:
             publisher.conn.rejected(publisher.id, _unpack_ids([batch.ids]),
                                     Refusal.GONE if self.deleted else Refusal.MOVED)
             return
-        loop = self._clock or asyncio.get_running_loop()
+        loop = self.clock
         if not self._count and loop.time() - self._last_flush > QUIET_S:
             self._chunk_entries = CHUNK_MIN_ENTRIES  # a burst after a quiet spell starts small
         rest: PublishBatch | None = batch
@@ -180,7 +179,7 @@ class Stream:
 
     def flush(self) -> None:
         self._scheduled = False
-        self._last_flush = (self._clock or asyncio.get_running_loop()).time()
+        self._last_flush = self.clock.time()
         if not self._data or self.deleted:
             return
         data, confirms, refs = self._data, self._confirms, self._dirty_refs
@@ -377,7 +376,9 @@ class Limits:
 class StreamManager:
     """All streams of this broker, kept under ``<data_dir>/streams/<dir_name(name)>/``."""
 
-    def __init__(self, data_dir: Path, fsync: str = "never", limits: Limits | None = None) -> None:
+    def __init__(self, data_dir: Path, clock: Clock, fsync: str = "never",
+                 limits: Limits | None = None) -> None:
+        self.clock = clock
         self.root = data_dir / "streams"
         self.root.mkdir(parents=True, exist_ok=True)
         self.fsync = fsync
@@ -394,7 +395,8 @@ class StreamManager:
                 continue
             doc = json.loads(meta.read_text())
             name = doc.get("name", unquote(d.name))
-            self.streams[name] = Stream(name, d, StreamSettings.from_json(doc["settings"]), fsync)
+            self.streams[name] = Stream(name, d, StreamSettings.from_json(doc["settings"]), fsync,
+                                       clock)
             log.info("recovered stream %s: offsets %d..%d", name,
                      self.streams[name].log.first_offset, self.streams[name].log.next_offset)
 
@@ -410,7 +412,7 @@ class StreamManager:
             raise OSError(f"cannot remove the leftover directory {d}")
         stream = None
         try:
-            stream = Stream(name, d, settings, self.fsync)
+            stream = Stream(name, d, settings, self.fsync, self.clock)
             tmp = d / "stream.json.tmp"
             tmp.write_text(json.dumps({"name": name, "settings": settings.to_json(),
                                        "created": int(time.time() * 1000)}))

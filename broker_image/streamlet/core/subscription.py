@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
 from typing import TYPE_CHECKING
 
-from ..protocol import OffsetType
 from ..storage import ChunkRef
 
 if TYPE_CHECKING:
-    from ..core.ports import Session
     from .filtering import Matcher
+    from .ports import Session
     from .streams import Stream
 
 #: Bytes read from the log at a time: a run of chunks, kept until credit lets them go out, so a
@@ -19,24 +17,6 @@ if TYPE_CHECKING:
 READ_BYTES = 256 << 10
 #: Bytes one pump writes at most before yielding to the event loop.
 PUMP_BYTES = 1 << 20
-
-
-def resolve_start(stream: Stream, offset_type: int, offset: int) -> int:
-    """The offset the subscription's first chunk must contain (or follow)."""
-    lg = stream.log
-    if offset_type == OffsetType.FIRST:
-        return lg.first_offset
-    if offset_type == OffsetType.LAST:
-        last = lg.last_chunk()
-        return last.chunk_id if last is not None else lg.next_offset
-    if offset_type == OffsetType.NEXT:
-        return lg.next_offset
-    if offset_type == OffsetType.OFFSET:
-        return max(offset, lg.first_offset)
-    if offset_type == OffsetType.TIMESTAMP:
-        ref = lg.find_timestamp(offset)
-        return ref.chunk_id if ref is not None else lg.next_offset
-    raise ValueError(f"unknown offset type {offset_type}")
 
 
 class Subscription:
@@ -102,4 +82,4 @@ class Subscription:
             conn.deliver(self.id, out, lg.committed_chunk_id)
             if size >= room and self.credit > 0 and not conn.paused:
                 # more to send: after the loop has served others (and the socket has drained)
-                asyncio.get_running_loop().call_soon(self.pump)
+                self.stream.clock.call_soon(self.pump)

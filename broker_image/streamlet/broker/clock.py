@@ -1,0 +1,19 @@
+"""The core's Clock on the running asyncio loop: the broker's time and scheduling."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+
+class LoopClock:
+    """Looks the loop up at each call, so it can be made before the loop runs."""
+
+    def time(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def call_soon(self, callback: Callable[[], object]) -> object:
+        return asyncio.get_running_loop().call_soon(callback)
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> object:
+        return asyncio.get_running_loop().call_later(delay, callback)
