@@ -92,3 +92,22 @@ async def test_a_sealed_stream_rejects_publishes_as_moved_and_a_deleted_one_as_g
     assert session.rejects[-1] == (3, Refusal.GONE)
     assert stream.log.next_offset == 1
     stream.close()
+
+
+async def test_detaching_a_publisher_confirms_what_it_sent_first_unless_its_session_is_gone(
+        tmp_path: Path) -> None:
+    clock = ManualClock()
+    stream = Stream("s", tmp_path / "s", StreamSettings(), "never", clock)
+    session, gone = FakeSession(), FakeSession()
+    kept, lost = Publisher(1, "a", stream, session), Publisher(2, "b", stream, gone)
+    stream.attach_publisher(kept)
+    stream.attach_publisher(lost)
+    assert stream.reference_taken("a") and not stream.reference_taken("c")
+    stream.publish(lost, batch(1, [b"x"], publisher_id=2))
+    stream.detach_publisher(lost, confirm_first=False)
+    assert gone.confirms == [] and clock.pending == 1, "written on the stream's own time"
+    stream.publish(kept, batch(1, [b"y"]))
+    stream.detach_publisher(kept)
+    assert session.confirms == [1], "confirmed before the detach returns"
+    assert stream.publishers == set() and stream.log.next_offset == 2
+    stream.close()

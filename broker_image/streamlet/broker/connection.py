@@ -196,11 +196,11 @@ class Connection(asyncio.Protocol):
             self.broker.frame_budget.cancel(self)
         self.splitter = FrameSplitter(PRE_OPEN_FRAME_MAX)  # frees a partial frame now
         for pub in self.publishers.values():
-            pub.stream.publishers.discard(pub)
+            pub.stream.detach_publisher(pub, confirm_first=False)  # nobody to confirm to
         for sub in list(self.subscriptions.values()):
             self.drop_subscription(sub)
         for stream in self.watching:
-            stream.watchers.discard(self)
+            stream.unwatch(self)
         self.watching.clear()
         self.publishers.clear()
         self.subscriptions.clear()
@@ -209,7 +209,7 @@ class Connection(asyncio.Protocol):
     def drop_subscription(self, sub: Subscription) -> None:
         """Forget ``sub`` everywhere; a single active consumer hands over to the next in line."""
         self.subscriptions.pop(sub.id, None)
-        sub.stream.subscriptions.discard(sub)
+        sub.stream.detach_reader(sub)
         sub.active = False
         if sub.sac_key is not None and self.vhost is not None:
             self.vhost.sac.leave(sub)
@@ -530,14 +530,14 @@ class Connection(asyncio.Protocol):
             code = Code.STREAM_NOT_AVAILABLE  # moved: Metadata names its new broker
         elif cmd.publisher_id in self.publishers or cmd.reference is not None and (
             len(cmd.reference.encode()) > 256
-            or any(p.reference == cmd.reference for p in stream.publishers)
+            or stream.reference_taken(cmd.reference)
         ):
             code = Code.PRECONDITION_FAILED
         else:
             pub = Publisher(cmd.publisher_id, cmd.reference or None, stream, self)
             self.publishers[cmd.publisher_id] = pub
             self.moved_publishers.discard(cmd.publisher_id)
-            stream.publishers.add(pub)
+            stream.attach_publisher(pub)
             code = Code.OK
         self.send(f.DeclarePublisherResponse(cmd.correlation_id, code))
 
@@ -577,8 +577,7 @@ class Connection(asyncio.Protocol):
         if pub is None:
             self.send(f.DeletePublisherResponse(cmd.correlation_id, Code.PUBLISHER_DOES_NOT_EXIST))
             return
-        pub.stream.flush()  # confirms of what it sent go out before the answer
-        pub.stream.publishers.discard(pub)
+        pub.stream.detach_publisher(pub)  # confirms of what it sent go out before the answer
         self.send(f.DeletePublisherResponse(cmd.correlation_id, Code.OK))
 
     # --- consuming -------------------------------------------------------------------------------------
@@ -602,13 +601,12 @@ class Connection(asyncio.Protocol):
         if code != Code.OK or stream is None:
             self.send(f.SubscribeResponse(cmd.correlation_id, code))
             return
-        stream.flush()  # so "next" and "last" see every confirmed message
         start = resolve_start(stream, cmd.offset_type, cmd.offset)
         sub = Subscription(self, cmd.subscription_id, stream, start, cmd.credit, props)
         sub.matcher = matcher_from(props)
         sub.active = not single_active  # a single active consumer waits for its ConsumerUpdate
         self.subscriptions[cmd.subscription_id] = sub
-        stream.subscriptions.add(sub)
+        stream.attach_reader(sub)
         self.send(f.SubscribeResponse(cmd.correlation_id, Code.OK))
         if single_active:
             assert self.vhost is not None
@@ -652,7 +650,6 @@ class Connection(asyncio.Protocol):
         if not self.vhost.sac.is_active(sub):
             return  # told to step down before this answer came
         if cmd.code == Code.OK and cmd.offset_type in OffsetType.__members__.values():
-            sub.stream.flush()
             sub.cursor = resolve_start(sub.stream, cmd.offset_type, cmd.offset)
         # offset type 0 (or an error answer): start where the subscription's own spec said
         sub.active = True
@@ -707,7 +704,6 @@ class Connection(asyncio.Protocol):
         if cmd.offset_type not in OffsetType.__members__.values():
             self.send(f.ResolveOffsetSpecResponse(cmd.correlation_id, Code.PRECONDITION_FAILED))
             return
-        stream.flush()
         offset = resolve_start(stream, cmd.offset_type, cmd.offset)
         self.send(f.ResolveOffsetSpecResponse(cmd.correlation_id, Code.OK, OffsetType.OFFSET, offset))
 
@@ -773,7 +769,7 @@ class Connection(asyncio.Protocol):
         for name in cmd.streams:
             stream = self.streams.get(name)
             if stream is not None:
-                stream.watchers.add(self)
+                stream.watch(self)
                 self.watching.add(stream)
         self.send(f.MetadataResponse(
             cmd.correlation_id, [f.BrokerInfo(*b) for b in answer.brokers],
@@ -787,7 +783,6 @@ class Connection(asyncio.Protocol):
         if self.refused("read", cmd.stream):
             self.send(f.StreamStatsResponse(cmd.correlation_id, Code.ACCESS_REFUSED))
             return
-        stream.flush()
         self.send(f.StreamStatsResponse(cmd.correlation_id, Code.OK, stream.stats()))
 
     def stream_moved(self, stream: Stream) -> None:
@@ -809,7 +804,7 @@ class Connection(asyncio.Protocol):
         for sub in list(self.subscriptions.values()):
             if sub.stream is stream:
                 self.drop_subscription(sub)
-        stream.watchers.discard(self)
+        stream.unwatch(self)
         self.watching.discard(stream)
         self.send(f.MetadataUpdate(Code.STREAM_NOT_AVAILABLE, stream.name))
 

@@ -9,6 +9,7 @@ from ..protocol import OffsetType
 
 def resolve_start(stream: Stream, offset_type: int, offset: int) -> int:
     """The offset the subscription's first chunk must contain (or follow)."""
+    stream.flush()  # "next" and "last" see every confirmed message
     lg = stream.log
     if offset_type == OffsetType.FIRST:
         return lg.first_offset

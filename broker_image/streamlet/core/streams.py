@@ -101,6 +101,36 @@ class Stream:
         #: refused writes (a full disk refuses every flush): logged once per 10 s at most
         self._write_errors = RepeatedError(log)
 
+    # --- who holds the stream: the core keeps these sets, adapters attach and detach --------
+
+    def reference_taken(self, reference: str) -> bool:
+        """A publisher reference names one writer per stream at a time."""
+        return any(p.reference == reference for p in self.publishers)
+
+    def attach_publisher(self, publisher: Publisher) -> None:
+        self.publishers.add(publisher)
+
+    def detach_publisher(self, publisher: Publisher, confirm_first: bool = True) -> None:
+        """What it published is written and confirmed first (unless its session is gone: then
+        it is written on the stream's own time, and the confirm goes nowhere)."""
+        if publisher in self.publishers:
+            if confirm_first:
+                self.flush()
+            self.publishers.discard(publisher)
+
+    def attach_reader(self, reader: Reader) -> None:
+        self.subscriptions.add(reader)
+
+    def detach_reader(self, reader: Reader) -> None:
+        self.subscriptions.discard(reader)
+
+    def watch(self, session: Session) -> None:
+        """``session`` is told when the stream is gone or moves (stream_gone / stream_moved)."""
+        self.watchers.add(session)
+
+    def unwatch(self, session: Session) -> None:
+        self.watchers.discard(session)
+
     # --- publishing ---------------------------------------------------------------------------
 
     def publish(self, publisher: Publisher, batch: PublishBatch) -> None:
@@ -221,6 +251,7 @@ class Stream:
         self.log.store_offset(reference, offset)
 
     def stats(self) -> dict[str, int]:
+        self.flush()  # what was confirmed is counted
         lg = self.log
         return {
             "first_chunk_id": lg.first_chunk_id,
