@@ -54,12 +54,17 @@ def test_a_session_that_does_not_read_gets_nothing_until_it_has_room(tmp_path: P
     stream.close()
 
 
-def test_a_single_active_consumer_hands_over_only_after_the_active_one_steps_down(
-        tmp_path: Path) -> None:
+def _two_readers(tmp_path: Path) -> tuple[Stream, tuple[FakeSession, Subscription],
+                                          tuple[FakeSession, Subscription]]:
+    """One stream, two subscriptions on it, each on its own session."""
     stream = _stream_of_chunks(tmp_path, 1)
     a, b = FakeSession(), FakeSession()
-    first = Subscription(a, 1, stream, 0, 10, {})
-    second = Subscription(b, 1, stream, 0, 10, {})
+    return stream, (a, Subscription(a, 1, stream, 0, 10, {})), (b, Subscription(b, 1, stream, 0, 10, {}))
+
+
+def test_a_single_active_consumer_hands_over_only_after_the_active_one_steps_down(
+        tmp_path: Path) -> None:
+    stream, (a, first), (b, second) = _two_readers(tmp_path)
     groups = SacGroups()
     first.active = second.active = False
     groups.join(first, "app")
@@ -73,10 +78,7 @@ def test_a_single_active_consumer_hands_over_only_after_the_active_one_steps_dow
 
 def test_a_partition_group_moves_its_consumer_when_one_joins_and_waits_for_the_step_down(
         tmp_path: Path) -> None:
-    stream = _stream_of_chunks(tmp_path, 1)
-    a, b = FakeSession(), FakeSession()
-    first = Subscription(a, 1, stream, 0, 10, {})
-    second = Subscription(b, 1, stream, 0, 10, {})
+    stream, (a, first), (b, second) = _two_readers(tmp_path)
     groups = SacGroups()
     groups.join(first, "app", partition_index=1)
     assert a.activations == [(first, True)]
