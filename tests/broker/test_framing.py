@@ -154,21 +154,10 @@ def test_partial_frames_cost_at_most_the_budget_and_are_returned(
             peer.sock.setblocking(False)
             with contextlib.suppress(BlockingIOError):  # what the socket takes of the first MiB
                 peer.sock.send(head + b"x" * (MiB - len(head)))
-        peak = _settled_rss(b)
+        peak = b.settled_rss_kib()
         assert peak - start < 64 * 1024, f"partial frames grew the broker by {(peak - start) >> 10} MiB"
     finally:
         for peer in peers:
             peer.sock.close()
-    after = _settled_rss(b)
+    after = b.settled_rss_kib()
     assert after - start < 16 * 1024, f"{(after - start) >> 10} MiB not returned after the peers closed"
-
-
-def _settled_rss(b: BrokerProcess) -> int:
-    """The broker's RSS once it stops changing (polled: it reads and frees on its own time)."""
-    last, stable, deadline = -1, 0, time.monotonic() + 30
-    while time.monotonic() < deadline and stable < 5:
-        now = b.rss_kib()
-        stable = stable + 1 if abs(now - last) < 512 else 0
-        last = now
-        time.sleep(0.2)
-    return last

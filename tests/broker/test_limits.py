@@ -98,16 +98,9 @@ async def test_each_consumer_that_never_reads_costs_at_most_the_documented_buffe
             peer.handshake()
             peer.send(f.Subscribe(peer.next_corr(), 1, stream, 1, 0, 0xFFFF))
 
-        def grown() -> int:
-            return broker.rss_kib() - baseline
         # it grows while the broker fills each buffer, then stays: poll until it stops
-        last, stable, deadline = -1, 0, time.monotonic() + 60
-        while stable < 10 and time.monotonic() < deadline:
-            now = grown()
-            stable = stable + 1 if abs(now - last) < 256 else 0
-            last = now
-            await asyncio.sleep(0.2)
-        per_consumer_mib = last / 1024 / consumers
+        settled = await asyncio.to_thread(broker.settled_rss_kib, 60, 10, 256)
+        per_consumer_mib = (settled - baseline) / 1024 / consumers
         assert per_consumer_mib < 3.5, f"{per_consumer_mib:.1f} MiB per consumer that does not read"
     finally:
         for sock in stuck:

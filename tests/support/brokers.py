@@ -110,5 +110,17 @@ class BrokerProcess:
         """How many file descriptors the broker process has open, from /proc."""
         return len(os.listdir(f"/proc/{self.pid}/fd"))
 
+    def settled_rss_kib(self, timeout: float = 30, samples: int = 5, tolerance_kib: int = 512) -> int:
+        """The broker's RSS once it stops changing: ``samples`` readings in a row, 0.2 s apart,
+        each within ``tolerance_kib`` of the one before (polled: the broker reads and frees on
+        its own time); the last reading if ``timeout`` passes first."""
+        last, stable, deadline = -1, 0, time.monotonic() + timeout
+        while time.monotonic() < deadline and stable < samples:
+            now = self.rss_kib()
+            stable = stable + 1 if abs(now - last) < tolerance_kib else 0
+            last = now
+            time.sleep(0.2)
+        return last
+
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -263,8 +263,7 @@ class Connection(asyncio.Protocol):
             self._begun = s.begun
             self._release_frame()
             if s.held and self.opened:
-                self._frame_deadline = asyncio.get_running_loop().call_later(
-                    self.broker.config.frame_timeout, self._on_frame_deadline)
+                self._start_frame_deadline()
         if s.pending and not self._reserved and not self._waiting:
             if self.broker.frame_budget.reserve(self, s.pending):
                 self._reserved = s.pending
@@ -289,16 +288,20 @@ class Connection(asyncio.Protocol):
             self._frame_deadline.cancel()
             self._frame_deadline = None
 
+    def _start_frame_deadline(self) -> None:
+        self._frame_deadline = asyncio.get_running_loop().call_later(
+            self.broker.config.frame_timeout, self._on_frame_deadline)
+
     def _on_frame_deadline(self) -> None:
         self._frame_deadline = None
         if self.closing or not self.splitter.held:
             return
-        timeout = self.broker.config.frame_timeout
         if not self._reading:  # we hold it back (budget, or it does not read): not its delay
-            self._frame_deadline = asyncio.get_running_loop().call_later(timeout, self._on_frame_deadline)
+            self._start_frame_deadline()
             return
         log.info("connection %s: a frame still incomplete after %ds (%d of %d bytes), closing",
-                 self.peer, timeout, self.splitter.held, self.splitter.pending)
+                 self.peer, self.broker.config.frame_timeout, self.splitter.held,
+                 self.splitter.pending)
         self.abort()
 
     # --- dispatch --------------------------------------------------------------------------------
