@@ -13,8 +13,8 @@ import time
 import traceback
 from pathlib import Path
 
-from . import common, fuzz, hold, kills
-from .common import MB, Broker, PhaseResult, raise_nofile
+from . import fuzz, hold, kills
+from .common import MB, RSS_WAIT_S, Broker, PhaseResult, raise_nofile
 
 PHASES = ("fuzz", "hold", "kills")
 
@@ -32,7 +32,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=None, help="random seed (default: the time)")
     p.add_argument("--workdir", type=Path, default=None, help="kept; default a temporary dir")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
-    p.add_argument("--rss-wait", type=float, default=common.RSS_WAIT["s"],
+    p.add_argument("--rss-wait", type=float, default=RSS_WAIT_S,
                    help="seconds to wait after each phase before the RSS figure (at least one of "
                         "the broker's memory-return ticks)")
     return p.parse_args(argv)
@@ -65,7 +65,7 @@ async def run(args: argparse.Namespace, root: Path) -> list[PhaseResult]:
     unknown = set(phases) - set(PHASES)
     if unknown:
         raise SystemExit(f"unknown phase(s): {', '.join(sorted(unknown))}")
-    broker = Broker(root).start()
+    broker = Broker(root, rss_wait=args.rss_wait).start()
     print(f"broker pid {broker.pid} on 127.0.0.1:{broker.port}, data in {broker.data_dir}, "
           f"seed {args.seed}", flush=True)
     results: list[PhaseResult] = []
@@ -96,7 +96,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.seed is None:
         args.seed = int(time.time())
-    common.RSS_WAIT["s"] = args.rss_wait
     raise_nofile()  # 10,000 held connections: one fd each on this side too
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     t0 = time.monotonic()

@@ -23,7 +23,7 @@ RSS_SLACK = 50 * MB
 RSS_SETTLE_S = 30.0
 #: ... and at least this long (``--rss-wait``): one of the broker's memory-return ticks, so the
 #: figure is what it keeps, not what it has not given back yet.
-RSS_WAIT = {"s": TRIM_INTERVAL_S + 2}
+RSS_WAIT_S = TRIM_INTERVAL_S + 2
 
 
 class SoakFailure(Exception):
@@ -48,6 +48,8 @@ class Broker:
 
     root: Path
     max_connections: int = 12_000
+    #: after a phase, how long settle_rss waits at least before taking the RSS figure
+    rss_wait: float = RSS_WAIT_S
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
@@ -135,7 +137,7 @@ async def settle_rss(broker: Broker, start: int, slack: int = RSS_SLACK,
     figure after load, and how long it took."""
     t0 = time.monotonic()
     rss = broker.rss()
-    least = min(RSS_WAIT["s"], timeout)
+    least = min(broker.rss_wait, timeout)
     while (rss > start + slack or time.monotonic() - t0 < least) and time.monotonic() - t0 < timeout:
         await asyncio.sleep(1.0)
         rss = broker.rss()
