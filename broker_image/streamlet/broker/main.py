@@ -8,20 +8,47 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import resource
 import signal
 from collections.abc import Mapping
 
+from ..storage.files import files
 from .config import BrokerConfig
 from .connection import Connection
 from .server import Broker, ConnectionFactory
+
+log = logging.getLogger("streamlet.broker")
 
 LISTENERS: Mapping[str, ConnectionFactory] = {
     "rabbitmq": lambda broker, tls: Connection(broker, tls=tls),
 }
 
 
+def use_all_descriptors(max_open_files: int) -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard one (the kernel's default soft limit, 1024, is
+    a guard for select(), which asyncio does not use) and size the file cache of read
+    segments to ``max_open_files``, at most half of it (streams and connections need the
+    rest). Returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as e:
+            log.warning("cannot raise RLIMIT_NOFILE from %d to %d: %s", soft, hard, e)
+    cache = max_open_files
+    if soft != resource.RLIM_INFINITY and cache > soft // 2:
+        cache = max(soft // 2, 1)
+        log.warning("storage.max_open_files %d is more than half of RLIMIT_NOFILE (%d): "
+                    "keeping %d segment files open", max_open_files, soft, cache)
+    files.set_limit(cache)
+    return soft
+
+
 async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> None:
     """Run a broker until SIGINT or SIGTERM."""
+    use_all_descriptors(config.max_open_files)  # the process's, before the streams open
     broker = Broker(config, LISTENERS)
     await broker.start()
     stop = asyncio.Event()

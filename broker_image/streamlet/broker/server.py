@@ -7,12 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import resource
 from collections.abc import Callable, Mapping
 
 from ..core.ports import Session
 from ..core.streams import Limits, Stream
-from ..storage.files import files
 from .access import AccessControl
 from .budget import FrameBudget
 from .config import BrokerConfig, ConfigError
@@ -24,27 +22,6 @@ from .vhosts import VirtualHost
 log = logging.getLogger("streamlet.broker")
 
 RETENTION_INTERVAL_S = 60.0
-
-
-def use_all_descriptors(max_open_files: int) -> int:
-    """Raise the soft RLIMIT_NOFILE to the hard one (the kernel's default soft limit, 1024, is
-    a guard for select(), which asyncio does not use) and size the file cache of read
-    segments to ``max_open_files``, at most half of it (streams and connections need the
-    rest). Returns the soft limit now in force."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard and (hard == resource.RLIM_INFINITY or soft < hard):
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (ValueError, OSError) as e:
-            log.warning("cannot raise RLIMIT_NOFILE from %d to %d: %s", soft, hard, e)
-    cache = max_open_files
-    if soft != resource.RLIM_INFINITY and cache > soft // 2:
-        cache = max(soft // 2, 1)
-        log.warning("storage.max_open_files %d is more than half of RLIMIT_NOFILE (%d): "
-                    "keeping %d segment files open", max_open_files, soft, cache)
-    files.set_limit(cache)
-    return soft
 
 
 #: Makes one connection of a protocol: (the broker, whether the listener is TLS) -> protocol.
@@ -60,7 +37,6 @@ class Broker:
         self.protocols = protocols
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        use_all_descriptors(config.max_open_files)
         self.limits = Limits(config.max_streams, config.max_partitions)
         self.vhosts = {name: VirtualHost(name, config.data_dir, config.fsync, self.limits)
                        for name in config.vhosts}
