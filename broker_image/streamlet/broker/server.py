@@ -13,6 +13,7 @@ from ..core.ports import Session
 from ..core.streams import Limits, Stream
 from .access import AccessControl
 from .budget import FrameBudget
+from .clock import LoopClock
 from .config import BrokerConfig, ConfigError
 from .directory import CHECK_INTERVAL_S, EMPTY, Directory, DirectoryFile, seal_changes
 from .memory import TRIM_INTERVAL_S, return_free_memory
@@ -38,7 +39,8 @@ class Broker:
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.limits = Limits(config.max_streams, config.max_partitions)
-        self.vhosts = {name: VirtualHost(name, config.data_dir, config.fsync, self.limits)
+        clock = LoopClock()  # the streams' time and scheduling: the running event loop
+        self.vhosts = {name: VirtualHost(name, config.data_dir, config.fsync, self.limits, clock)
                        for name in config.vhosts}
         self.access = AccessControl(config)
         self.connections: set[Session] = set()

@@ -13,7 +13,6 @@ from ..core.ports import Clock
 from ..core.settings import StreamSettings
 from ..core.streams import LimitReached, Limits, Stream, StreamManager, dir_name
 from ..protocol import Code
-from .clock import LoopClock
 from .sac import SacGroups
 from .superstreams import SuperStream, SuperStreams, validate
 
@@ -27,12 +26,11 @@ def vhost_root(data_dir: Path, name: str) -> Path:
 
 
 class VirtualHost:
-    def __init__(self, name: str, data_dir: Path, fsync: str, limits: Limits | None = None,
-                 clock: Clock | None = None) -> None:
+    def __init__(self, name: str, data_dir: Path, fsync: str, limits: Limits, clock: Clock) -> None:
         self.name = name
         self.root = vhost_root(data_dir, name)
         self.root.mkdir(parents=True, exist_ok=True)
-        self.streams = StreamManager(self.root, clock or LoopClock(), fsync, limits)
+        self.streams = StreamManager(self.root, clock, fsync, limits)
         self.limits = self.streams.limits
         self.superstreams = SuperStreams(self.root / "superstreams.json")
         self.sac = SacGroups()
