@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from ..storage.files import files
 from .config import BrokerConfig
-from .connection import Connection
+from .rabbitmq.connection import Connection
 from .server import Broker, ConnectionFactory
 
 log = logging.getLogger("streamlet.broker")

@@ -1,6 +1,6 @@
 """The broker: its virtual hosts and streams, its listeners and connections, and a clean
 shutdown. It knows protocol adapters only as connection factories (``protocols``, see main.py)
-and their connections only as the core's Session port."""
+and their connections only as ``Client`` (and the core's Session port)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
-from ..core.ports import Session
 from ..core.streams import Limits, Stream
 from .access import AccessControl
 from .budget import FrameBudget
@@ -23,6 +23,14 @@ from .vhosts import VirtualHost
 log = logging.getLogger("streamlet.broker")
 
 RETENTION_INTERVAL_S = 60.0
+
+
+class Client(Protocol):
+    """What the broker needs of a connection of any protocol: whose it is, and how to end it."""
+
+    user: str | None
+
+    def abort(self) -> None: ...
 
 
 #: Makes one connection of a protocol: (the broker, whether the listener is TLS) -> protocol.
@@ -43,7 +51,7 @@ class Broker:
         self.vhosts = {name: VirtualHost(name, config.data_dir, config.fsync, self.limits, clock)
                        for name in config.vhosts}
         self.access = AccessControl(config)
-        self.connections: set[Session] = set()
+        self.connections: set[Client] = set()
         self.frame_budget = FrameBudget(config.frame_budget)
         self.closed_connections = 0  # since memory was last given back
         self.ssl_context = server_context(config.tls) if config.tls is not None else None

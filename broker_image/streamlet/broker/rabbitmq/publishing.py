@@ -1,0 +1,76 @@
+"""Publishing: DeclarePublisher, Publish (the hot path, parsed without the generic decoder),
+QueryPublisherSequence, DeletePublisher. Deduplication and confirms are the core's."""
+
+from __future__ import annotations
+
+import struct
+
+from ...core.streams import Publisher
+from ...protocol import Code, Key
+from ...protocol import frames as f
+from ...protocol.publish import parse_publish
+from ...protocol.wire import Malformed
+from .state import ConnectionState
+
+
+def on_declare_publisher(conn: ConnectionState, cmd: f.DeclarePublisher) -> None:
+    stream = conn.streams.get(cmd.stream)
+    if stream is None:
+        code = Code.STREAM_DOES_NOT_EXIST
+    elif conn.refused("write", cmd.stream):
+        code = Code.ACCESS_REFUSED
+    elif stream.sealed:
+        code = Code.STREAM_NOT_AVAILABLE  # moved: Metadata names its new broker
+    elif cmd.publisher_id in conn.publishers or cmd.reference is not None and (
+        len(cmd.reference.encode()) > 256
+        or stream.reference_taken(cmd.reference)
+    ):
+        code = Code.PRECONDITION_FAILED
+    else:
+        pub = Publisher(cmd.publisher_id, cmd.reference or None, stream, conn)
+        conn.publishers[cmd.publisher_id] = pub
+        conn.moved_publishers.discard(cmd.publisher_id)
+        stream.attach_publisher(pub)
+        code = Code.OK
+    conn.send(f.DeclarePublisherResponse(cmd.correlation_id, code))
+
+
+def on_publish(conn: ConnectionState, frame: memoryview) -> None:
+    version = frame[2] << 8 | frame[3]
+    try:
+        batch = parse_publish(frame[4:], version)
+    except Malformed as e:
+        conn.reject(Key.PUBLISH, version, None, Code.UNKNOWN_FRAME, f"malformed Publish: {e}")
+        return
+    pub = conn.publishers.get(batch.publisher_id)
+    if pub is None:
+        ids = list(struct.unpack(f">{batch.count}Q", batch.ids))
+        moved = batch.publisher_id in conn.moved_publishers
+        conn.send_publish_error(batch.publisher_id, ids, Code.STREAM_NOT_AVAILABLE if moved
+                                else Code.PUBLISHER_DOES_NOT_EXIST)
+        return
+    pub.stream.publish(pub, batch)
+
+
+def on_query_publisher_sequence(conn: ConnectionState, cmd: f.QueryPublisherSequence) -> None:
+    stream = conn.streams.get(cmd.stream)
+    if stream is None:
+        code, sequence = Code.STREAM_DOES_NOT_EXIST, 0
+    elif conn.refused("read", cmd.stream):
+        code, sequence = Code.ACCESS_REFUSED, 0
+    else:
+        code, sequence = Code.OK, stream.sequences.get(cmd.reference, 0)
+    conn.send(f.QueryPublisherSequenceResponse(cmd.correlation_id, code, sequence))
+
+
+def on_delete_publisher(conn: ConnectionState, cmd: f.DeletePublisher) -> None:
+    pub = conn.publishers.pop(cmd.publisher_id, None)
+    if pub is None and cmd.publisher_id in conn.moved_publishers:
+        conn.moved_publishers.discard(cmd.publisher_id)  # already dropped by the move
+        code = Code.OK
+    elif pub is None:
+        code = Code.PUBLISHER_DOES_NOT_EXIST
+    else:
+        pub.stream.detach_publisher(pub)  # confirms of what it sent go out before the answer
+        code = Code.OK
+    conn.send(f.DeletePublisherResponse(cmd.correlation_id, code))

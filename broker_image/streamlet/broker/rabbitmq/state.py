@@ -1,0 +1,205 @@
+"""What a RabbitMQ Stream connection holds, what every handler shares, and the core's Session port.
+
+The handlers (handshake, publishing, consuming, streams, superstreams) are functions of this
+state and a decoded command; they name no event loop (timers go through ``call_later``).
+``connection.Connection`` adds the dispatch that runs them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from ...core.ports import Refusal
+from ...core.streams import Publisher, Stream, StreamManager
+from ...core.subscription import Subscription
+from ...protocol import Code, FrameSplitter, FrameTooLarge
+from ...protocol import frames as f
+from ...protocol.answers import error_answer
+from ...protocol.constants import PRE_OPEN_FRAME_MAX, RESPONSE_FLAG
+from ...protocol.publish import deliver_prefix, encode_confirm
+from ...rabbitmq import machine
+from ...rabbitmq.machine import Outcome, State
+from ..transport import FramedConnection
+
+if TYPE_CHECKING:
+    from ..access import Kind
+    from ..server import Broker
+    from ..vhosts import VirtualHost
+
+log = logging.getLogger("streamlet.broker")
+
+#: The core's reasons for refusing a publish, as this protocol's codes.
+REFUSAL_CODES = {Refusal.GONE: Code.STREAM_DOES_NOT_EXIST, Refusal.MOVED: Code.STREAM_NOT_AVAILABLE,
+                 Refusal.WRITE_FAILED: Code.INTERNAL_ERROR}
+
+
+class ConnectionState(FramedConnection):
+    def __init__(self, broker: Broker, tls: bool = False) -> None:
+        # Before Open frames are capped at 8192 bytes, as RabbitMQ does; Open raises the cap.
+        super().__init__(broker, tls, FrameSplitter(PRE_OPEN_FRAME_MAX))
+        self.vhost: VirtualHost | None = None
+        self.client_properties: dict[str, str] = {}
+        #: The handshake's progress, moved only by ``enter`` (streamlet.rabbitmq.machine's table);
+        #: ``opened`` and ``closing`` mirror it, for the hot path and the core's Session port.
+        self.state = State.AUTHENTICATING
+        #: the handshake's deadline until Open, then the heartbeat's
+        self.timer: asyncio.TimerHandle | None = None
+        self.frame_max = broker.config.frame_max
+        self.heartbeat = broker.config.heartbeat
+        self.deliver_v2 = False
+        self.publishers: dict[int, Publisher] = {}
+        #: ids of publishers dropped because their stream moved away: a late Publish gets code 6
+        self.moved_publishers: set[int] = set()
+        self.subscriptions: dict[int, Subscription] = {}
+        #: ConsumerUpdate requests sent, by correlation id, waiting for the client's answer
+        self.pending_updates: dict[int, tuple[Subscription, bool]] = {}
+        self.watching: set[Stream] = set()
+        self.corr = 0  # our requests' correlation ids
+
+    # --- the handshake's state --------------------------------------------------------------------
+
+    def enter(self, state: State) -> None:
+        self.state = state
+        self.opened = state is State.OPEN
+        self.closing = state is State.CLOSED
+
+    def outcome(self, outcome: Outcome) -> None:
+        self.enter(machine.after(self.state, outcome))
+
+    @property
+    def streams(self) -> StreamManager:
+        """This connection's virtual host's streams (handlers past Open only)."""
+        assert self.vhost is not None
+        return self.vhost.streams
+
+    def refused(self, kind: Kind, resource: str) -> bool:
+        """True (and logged) if this connection's user may not ``kind`` the ``resource``."""
+        assert self.user is not None and self.vhost is not None
+        if self.broker.access.allowed(self.user, self.vhost.name, kind, resource):
+            return False
+        log.info("connection %s: user %s refused %s on %r in vhost %s", self.peer, self.user, kind,
+                 resource, self.vhost.name)
+        return True
+
+    # --- writing, refusing, closing ------------------------------------------------------------------
+
+    def send(self, cmd: f.Command) -> None:
+        self.write(f.encode(cmd))
+
+    def reject(self, key: int, version: int, corr: int | None, code: Code, reason: str,
+               cmd: f.Command | None = None) -> None:
+        """Answer a bad frame with its code (when it had a correlation id), in the layout of
+        that request's response, then close."""
+        log.info("connection %s: closing: %s (code %d)", self.peer, reason, code)
+        if corr is not None and not key & RESPONSE_FLAG:
+            self.write(error_answer(key & 0x7FFF, version, corr, code, cmd))
+        self.fail(code, reason)
+
+    def fail(self, code: Code, reason: str) -> None:
+        """Tell the client why, and close the connection."""
+        if self.closing:
+            return
+        self.corr += 1
+        self.send(f.Close(self.corr, code, reason[:200]))
+        self.abort()
+
+    def frame_too_large(self, error: FrameTooLarge) -> None:
+        self.fail(Code.FRAME_TOO_LARGE, str(error))
+
+    def abort(self) -> None:
+        self.outcome(Outcome.CLOSED)
+        super().abort()
+
+    def lost(self) -> None:
+        self.outcome(Outcome.CLOSED)
+        if self.timer:
+            self.timer.cancel()
+        for pub in self.publishers.values():
+            pub.stream.detach_publisher(pub, confirm_first=False)  # nobody to confirm to
+        for sub in list(self.subscriptions.values()):
+            self.drop_subscription(sub)
+        for stream in self.watching:
+            stream.unwatch(self)
+        self.watching.clear()
+        self.publishers.clear()
+        self.subscriptions.clear()
+        self.pending_updates.clear()
+
+    def writable(self) -> None:
+        for sub in list(self.subscriptions.values()):
+            sub.pump()
+
+    # --- what the connection holds ---------------------------------------------------------------
+
+    def drop_subscription(self, sub: Subscription) -> None:
+        """Forget ``sub`` everywhere; a single active consumer hands over to the next in line."""
+        self.subscriptions.pop(sub.id, None)
+        sub.stream.detach_reader(sub)
+        sub.active = False
+        if sub.sac_key is not None and self.vhost is not None:
+            self.vhost.sac.leave(sub)
+
+    def drop_publishers(self, stream: Stream) -> list[int]:
+        """Forget this connection's publishers on ``stream``; return their ids."""
+        ids = [pid for pid, pub in self.publishers.items() if pub.stream is stream]
+        for pid in ids:
+            del self.publishers[pid]
+        return ids
+
+    def send_publish_error(self, publisher_id: int, ids: list[int], code: Code) -> None:
+        self.send(f.PublishError(publisher_id, [(i, code) for i in ids]))
+
+    # --- the core's Session port (streamlet.core.ports) ------------------------------------------
+
+    def confirmed(self, publisher_id: int, ids: list[bytes]) -> None:
+        """``ids``: packed big-endian publishing ids, as PublishBatch carries them."""
+        self.write(encode_confirm(publisher_id, ids))
+
+    def rejected(self, publisher_id: int, ids: list[int], why: Refusal) -> None:
+        self.send_publish_error(publisher_id, ids, REFUSAL_CODES[why])
+
+    def deliver(self, sub_id: int, chunks: list[memoryview], committed: int) -> None:
+        """Deliver frames for stored chunks (header + data as on disk), all in one writev."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        v2 = committed if self.deliver_v2 else None
+        buffers: list[bytes | memoryview] = []
+        for chunk in chunks:
+            buffers.append(deliver_prefix(sub_id, len(chunk), v2))
+            buffers.append(chunk)
+        self.transport.writelines(buffers)
+
+    def activate(self, sub: Subscription, active: bool) -> None:
+        """Tell the client ``sub`` became active (it delivers once the client answers) or
+        passive (it already stopped)."""
+        self.corr += 1
+        self.pending_updates[self.corr] = (sub, active)
+        self.send(f.ConsumerUpdate(self.corr, sub.id, int(active)))
+        self.call_later(self.broker.config.request_timeout, self._check_answered, self.corr)
+
+    def _check_answered(self, corr: int) -> None:
+        """A client that leaves a ConsumerUpdate unanswered is closed (as RabbitMQ does): its
+        group would otherwise wait for it forever, a partition's messages going to nobody."""
+        if corr in self.pending_updates and not self.closing:
+            log.warning("connection %s: ConsumerUpdate %d unanswered for %ds, closing", self.peer,
+                        corr, self.broker.config.request_timeout)
+            self.abort()
+
+    def stream_moved(self, stream: Stream) -> None:
+        """``stream`` moved to another broker: its publishers here are gone; the client asks
+        Metadata again (which names the new broker) and declares them there."""
+        self.moved_publishers.update(self.drop_publishers(stream))
+        self.send(f.MetadataUpdate(Code.STREAM_NOT_AVAILABLE, stream.name))
+
+    def stream_gone(self, stream: Stream) -> None:
+        """The stream is gone: drop what this connection held on it and tell the client."""
+        self.drop_publishers(stream)
+        for sub in list(self.subscriptions.values()):
+            if sub.stream is stream:
+                self.drop_subscription(sub)
+        stream.unwatch(self)
+        self.watching.discard(stream)
+        self.send(f.MetadataUpdate(Code.STREAM_NOT_AVAILABLE, stream.name))
+

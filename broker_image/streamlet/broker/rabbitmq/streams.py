@@ -1,0 +1,98 @@
+"""Streams: Create, Delete, Metadata (where a stream lives, here or on another broker) and
+StreamStats."""
+
+from __future__ import annotations
+
+import logging
+
+from ...core.streams import LimitReached
+from ...protocol import Code
+from ...protocol import frames as f
+from ..arguments import parse_create_arguments, valid_stream_name
+from ..config import ConfigError
+from ..directory import Address, answer_metadata
+from .handshake import advertised
+from .state import ConnectionState
+
+log = logging.getLogger("streamlet.broker")
+
+
+def on_create(conn: ConnectionState, cmd: f.Create) -> None:
+    conn.send(f.CreateResponse(cmd.correlation_id, _create(conn, cmd)))
+
+
+def _create(conn: ConnectionState, cmd: f.Create) -> Code:
+    why = valid_stream_name(cmd.stream)
+    if why is not None:
+        log.info("create %r refused: %s", cmd.stream, why)
+        return Code.PRECONDITION_FAILED
+    if conn.refused("configure", cmd.stream):
+        return Code.ACCESS_REFUSED
+    if conn.streams.get(cmd.stream) is not None:
+        return Code.STREAM_ALREADY_EXISTS
+    try:
+        settings = parse_create_arguments(cmd.arguments, conn.broker.config.retention)
+    except ConfigError as e:
+        log.info("create %r refused: %s", cmd.stream, e)
+        return Code.PRECONDITION_FAILED
+    try:
+        conn.streams.create(cmd.stream, settings)
+    except LimitReached:  # logged, with why, where it was reached
+        return Code.PRECONDITION_FAILED
+    except OSError as e:  # the disk's problem, not this connection's
+        log.error("create %r failed: %s", cmd.stream, e)
+        return Code.INTERNAL_ERROR
+    return Code.OK
+
+
+def on_delete(conn: ConnectionState, cmd: f.Delete) -> None:
+    if conn.streams.get(cmd.stream) is None:
+        conn.send(f.DeleteResponse(cmd.correlation_id, Code.STREAM_DOES_NOT_EXIST))
+        return
+    if conn.refused("configure", cmd.stream):
+        conn.send(f.DeleteResponse(cmd.correlation_id, Code.ACCESS_REFUSED))
+        return
+    assert conn.vhost is not None
+    stream = conn.broker.delete_stream(conn.vhost, cmd.stream)  # files gone on return
+    conn.send(f.DeleteResponse(cmd.correlation_id, Code.OK))
+    if stream is not None:
+        conn.broker.stream_gone(stream)  # MetadataUpdate after the answer
+
+
+def on_metadata(conn: ConnectionState, cmd: f.Metadata) -> None:
+    assert conn.vhost is not None
+    broker = conn.broker
+    vhost, directory = conn.vhost.name, broker.directory()
+    tls = broker.config.tls if conn.tls else None
+
+    def elsewhere(name: str) -> Address | None:
+        """Where the stream directory says a stream not held here lives."""
+        address = directory.leader(vhost, name)
+        if address is None or address == broker.config.advertised:
+            return None  # unknown, or a stale entry naming this broker
+        # A Broker's pods share their ports: a TLS client goes to the other pod's TLS port.
+        return (address[0], tls.advertised_port or tls.port) if tls else address
+
+    def here(name: str) -> bool:  # a sealed stream moved: the directory names its leader
+        stream = conn.streams.get(name)
+        return stream is not None and not stream.sealed
+
+    answer = answer_metadata(cmd.streams, here, advertised(conn), elsewhere)
+    for name in cmd.streams:
+        stream = conn.streams.get(name)
+        if stream is not None:
+            stream.watch(conn)
+            conn.watching.add(stream)
+    conn.send(f.MetadataResponse(
+        cmd.correlation_id, [f.BrokerInfo(*b) for b in answer.brokers],
+        [f.StreamMetadata(name, code, leader, []) for name, code, leader in answer.streams]))
+
+
+def on_stream_stats(conn: ConnectionState, cmd: f.StreamStats) -> None:
+    stream = conn.streams.get(cmd.stream)
+    if stream is None:
+        conn.send(f.StreamStatsResponse(cmd.correlation_id, Code.STREAM_DOES_NOT_EXIST))
+    elif conn.refused("read", cmd.stream):
+        conn.send(f.StreamStatsResponse(cmd.correlation_id, Code.ACCESS_REFUSED))
+    else:
+        conn.send(f.StreamStatsResponse(cmd.correlation_id, Code.OK, stream.stats()))

@@ -1,0 +1,217 @@
+"""The asyncio side of a connection, whatever its protocol: frames in, bytes out, back-pressure.
+
+A protocol adapter subclasses ``FramedConnection`` and implements ``handle_frame`` (one whole
+frame), ``frame_too_large`` and ``lost`` (the connection is gone: release what it held). This
+class knows no protocol: it splits frames with the splitter it is given, counts connections
+against the broker's limit, and bounds what a peer can make the broker hold:
+
+- a frame that arrives in pieces is bounded three ways: by the splitter's limit for one frame,
+  by the broker's FrameBudget for all of them together (the connection stops being read while
+  its frame does not fit), and, once the adapter says the connection is ``opened``, by
+  ``server.frame_timeout`` from its first byte (a peer trickling bytes is closed);
+- a peer that does not read what we write (past WRITE_HIGH buffered) is not read either, so a
+  publisher ignoring its answers is held back by TCP instead of growing our buffers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..protocol import FrameSplitter, FrameTooLarge
+
+if TYPE_CHECKING:
+    from .server import Broker
+
+log = logging.getLogger("streamlet.broker")
+
+#: Past this many bytes buffered for a peer that does not read, deliveries stop and the peer is
+#: not read either; below WRITE_LOW both resume. The kernel's socket buffer, not this one, is
+#: what keeps a reading consumer fed.
+WRITE_HIGH = 2 << 20
+WRITE_LOW = 512 << 10
+
+
+class FramedConnection(asyncio.Protocol):
+    #: the adapter's view of the connection: past its handshake / going away
+    opened = False
+    closing = False
+
+    def __init__(self, broker: Broker, tls: bool, splitter: FrameSplitter) -> None:
+        self.broker = broker
+        self.tls = tls
+        self.splitter = splitter
+        self.transport: asyncio.Transport | None = None
+        self.peer: str | None = None
+        self.user: str | None = None  # once authenticated (limits and permissions are per user)
+        self.paused = False  # the peer does not read what we write
+        self.last_received = time.monotonic()
+        self._waiting = False  # for FrameBudget space for the incomplete frame
+        self._reading = True
+        self._reserved = 0  # FrameBudget bytes held for the incomplete frame
+        self._begun = 0  # the splitter's count when the incomplete frame began
+        self._frame_deadline: asyncio.TimerHandle | None = None
+        self._buffered_at_tick = 0  # the write buffer at the last liveness check
+
+    # --- what the adapter implements -----------------------------------------------------------
+
+    def handle_frame(self, frame: memoryview) -> None:
+        raise NotImplementedError
+
+    def frame_too_large(self, error: FrameTooLarge) -> None:
+        """Tell the peer, in its protocol, then close."""
+        raise NotImplementedError
+
+    def accepted(self) -> None:
+        """The connection counts against the broker's limit now (e.g. start a handshake timer)."""
+
+    def lost(self) -> None:
+        """The connection is gone: release everything it held (called once)."""
+
+    def writable(self) -> None:
+        """The peer reads again: resume what waited for room."""
+
+    # --- asyncio callbacks ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = t = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        t.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)  # type: ignore[attr-defined]
+        peer = transport.get_extra_info("peername")
+        self.peer = peer[0] if isinstance(peer, tuple) else None
+        limit = self.broker.config.max_connections  # one limit for every protocol
+        if limit and len(self.broker.connections) >= limit:
+            log.warning("connection %s refused: the broker has %d connections (limit)", self.peer, limit)
+            self.abort()
+            return
+        self.broker.connections.add(self)
+        self.accepted()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.broker.connections.discard(self)
+        self.broker.closed_connections += 1
+        self._release_frame()
+        if self._waiting:
+            self.broker.frame_budget.cancel(self)
+        self.splitter = FrameSplitter(self.splitter.max_size)  # frees a partial frame now
+        self.lost()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+        self._set_reading()
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self._set_reading()
+        self.writable()
+
+    def data_received(self, data: bytes) -> None:
+        self.last_received = time.monotonic()
+        try:
+            # Pulled one by one: each frame is held to the limit in force when its turn comes
+            # (a handshake may raise it for the frames after it in the same read).
+            for frame in self.splitter.feed(data):
+                if self.closing:
+                    return
+                self.handle_frame(frame)
+        except FrameTooLarge as e:
+            self.frame_too_large(e)
+            return
+        if not self.closing:
+            self._track_incomplete()
+
+    # --- writing and closing ----------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def write_room(self) -> int:
+        """Bytes that may be written before the peer counts as not reading (WRITE_HIGH)."""
+        t = self.transport
+        return 0 if t is None else WRITE_HIGH - t.get_write_buffer_size()
+
+    def abort(self) -> None:
+        """Close: what is buffered is written first."""
+        self.closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> asyncio.TimerHandle:
+        return asyncio.get_running_loop().call_later(delay, callback, *args)
+
+    def silent_for(self) -> float:
+        """Seconds since the peer last showed it is alive. While we are not reading it, its
+        frames wait unread: it is alive if we hold its frame back for budget or it took some of
+        what we wrote since the last call."""
+        if not self._reading:
+            buffered = self.transport.get_write_buffer_size() if self.transport else 0
+            if self._waiting or buffered < self._buffered_at_tick:
+                self.last_received = time.monotonic()
+            self._buffered_at_tick = buffered
+        return time.monotonic() - self.last_received
+
+    # --- reading, and a frame in pieces ---------------------------------------------------------
+
+    def _set_reading(self) -> None:
+        """Read from the peer unless it does not read us or its frame waits for budget."""
+        t = self.transport
+        want = not (self.paused or self._waiting)
+        if want != self._reading and t is not None and not t.is_closing():
+            self._reading = want
+            if want:
+                t.resume_reading()
+            else:
+                t.pause_reading()
+
+    def _track_incomplete(self) -> None:
+        """After a read: a frame left incomplete has its whole length reserved in the broker's
+        FrameBudget (or waits for it, not read meanwhile) and, once opened, a deadline."""
+        s = self.splitter
+        if s.begun != self._begun or not s.held:  # the frame held before, if any, is done
+            self._begun = s.begun
+            self._release_frame()
+            if s.held and self.opened:
+                self._start_frame_deadline()
+        if s.pending and not self._reserved and not self._waiting:
+            if self.broker.frame_budget.reserve(self, s.pending):
+                self._reserved = s.pending
+            else:
+                self._waiting = True
+                self._set_reading()
+
+    def granted(self, size: int) -> None:
+        """FrameBudget: the space this connection waited for is reserved; read on."""
+        self._waiting = False
+        self._reserved = size
+        if self.closing:
+            self._release_frame()
+            return
+        self._set_reading()
+
+    def _release_frame(self) -> None:
+        if self._reserved:
+            self.broker.frame_budget.release(self._reserved)
+            self._reserved = 0
+        if self._frame_deadline is not None:
+            self._frame_deadline.cancel()
+            self._frame_deadline = None
+
+    def _start_frame_deadline(self) -> None:
+        self._frame_deadline = self.call_later(self.broker.config.frame_timeout,
+                                               self._on_frame_deadline)
+
+    def _on_frame_deadline(self) -> None:
+        self._frame_deadline = None
+        if self.closing or not self.splitter.held:
+            return
+        if not self._reading:  # we hold it back (budget, or it does not read): not its delay
+            self._start_frame_deadline()
+            return
+        log.info("connection %s: a frame still incomplete after %ds (%d of %d bytes), closing",
+                 self.peer, self.broker.config.frame_timeout, self.splitter.held,
+                 self.splitter.pending)
+        self.abort()
