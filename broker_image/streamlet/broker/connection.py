@@ -25,6 +25,7 @@ from .. import __version__
 from ..core.ports import Refusal
 from ..core.streams import LimitReached, Publisher, Stream, StreamManager
 from ..core.subscription import Subscription
+from ..core.superstreams import Denial, SuperStreamRefused
 from ..protocol import Code, FrameSplitter, FrameTooLarge, Key, OffsetType
 from ..protocol import frames as f
 from ..protocol.constants import NO_LEADER, PRE_OPEN_FRAME_MAX, RESPONSE_FLAG
@@ -42,8 +43,8 @@ from .offsets import resolve_start
 from .tls import peer_common_name
 
 if TYPE_CHECKING:
+    from ..core.vhosts import VirtualHost
     from .server import Broker
-    from .vhosts import VirtualHost
 
 log = logging.getLogger("streamlet.broker")
 
@@ -83,6 +84,8 @@ def error_answer(key: int, version: int, corr: int, code: Code, cmd: object = No
 #: The core's reasons for refusing a publish, as this protocol's codes.
 _REFUSAL_CODES = {Refusal.GONE: Code.STREAM_DOES_NOT_EXIST, Refusal.MOVED: Code.STREAM_NOT_AVAILABLE,
                   Refusal.WRITE_FAILED: Code.INTERNAL_ERROR}
+_DENIAL_CODES = {Denial.INVALID: Code.PRECONDITION_FAILED, Denial.EXISTS: Code.STREAM_ALREADY_EXISTS,
+                 Denial.LIMIT: Code.PRECONDITION_FAILED, Denial.FAILED: Code.INTERNAL_ERROR}
 #: The version RabbitMQ clients check to enable features (3.13 semantics: v2 frames, filters).
 ANNOUNCED_VERSION = "3.13.0"
 #: Past this many bytes buffered for a peer that does not read, deliveries stop and the peer is
@@ -823,8 +826,12 @@ class Connection(asyncio.Protocol):
         except ConfigError as e:
             code, why = Code.PRECONDITION_FAILED, str(e)
         else:
-            code, why = self.vhost.create_super_stream(cmd.name, cmd.partitions, cmd.binding_keys,
-                                                       cmd.arguments, settings)
+            try:
+                self.vhost.create_super_stream(cmd.name, cmd.partitions, cmd.binding_keys,
+                                               cmd.arguments, settings)
+                code, why = Code.OK, ""
+            except SuperStreamRefused as e:
+                code, why = _DENIAL_CODES[e.reason], e.why
         if code != Code.OK:
             log.info("create super stream %r refused: %s", cmd.name, why)
         self.send(f.CreateSuperStreamResponse(cmd.correlation_id, code))
