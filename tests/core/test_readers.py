@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from streamlet.broker.sac import SacGroups
+from streamlet.core.sac import SacGroups
 from streamlet.core.settings import StreamSettings
 from streamlet.core.streams import Publisher, Stream
 from streamlet.core.subscription import Subscription

@@ -1,4 +1,4 @@
-"""Pure decisions of the broker: authentication, configuration, Create arguments, names."""
+"""Pure decisions of the broker: authentication, configuration, Create arguments."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from streamlet.broker.arguments import parse_create_arguments, valid_stream_name
+from streamlet.broker.arguments import parse_create_arguments
 from streamlet.broker.auth import authenticate_plain, is_loopback
 from streamlet.broker.config import ConfigError, Retention, User, load, parse_duration_ms
 from streamlet.core.settings import StreamSettings
@@ -45,15 +45,6 @@ def test_create_arguments() -> None:
                 {"stream-filter-size-bytes": "15"}, {"what": "1"}):
         with pytest.raises(ConfigError):
             parse_create_arguments(bad, defaults)
-
-
-def test_stream_names() -> None:
-    assert valid_stream_name("orders") is None
-    assert valid_stream_name("with/slash and spaces") is None
-    assert valid_stream_name("") is not None
-    assert valid_stream_name("amq.x") is not None
-    assert valid_stream_name("x" * 256) is not None
-    assert valid_stream_name("a\0b") is not None
 
 
 def test_config_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,5 @@
-"""server.users_file and [cluster] directory_file: the files a pod mounts beside its config."""
+"""server.users_file and [cluster] directory_file: the files a pod mounts beside its config; and
+the data directory's super streams record, unreadable: the same one-line error."""
 
 from __future__ import annotations
 
@@ -57,6 +58,18 @@ def test_a_missing_users_file_stops_serve_with_one_line(tmp_path: Path) -> None:
     assert run.returncode == 2
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot read users file" in lines[0] and "nope.toml" in lines[0]
+
+
+def test_an_unreadable_super_streams_record_stops_serve_with_one_line(tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    data.mkdir()
+    (data / "superstreams.json").write_text("{not json")
+    run = subprocess.run([sys.executable, "-m", "streamlet", "serve", "--config",
+                          str(_config(tmp_path, "")), "--data-dir", str(data)],
+                         capture_output=True, text=True, timeout=30)
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot read" in lines[0] and "superstreams.json" in lines[0]
 
 
 def test_directory_file_key(tmp_path: Path) -> None:

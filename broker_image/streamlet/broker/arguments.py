@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..core.settings import StreamSettings
+from ..core.streams import valid_stream_name as valid_stream_name  # a core rule, for the adapter
 from .config import MAX_SEGMENT_BYTES, ConfigError, Retention, parse_duration_ms
 
 #: Arguments RabbitMQ accepts that mean nothing on a single node; accepted and ignored.
@@ -38,15 +39,3 @@ def parse_create_arguments(args: dict[str, str], defaults: Retention) -> StreamS
         elif key not in IGNORED:
             raise ConfigError(f"unknown stream argument {key!r}")
     return StreamSettings(max_age, max_len, segment, filter_size)
-
-
-def valid_stream_name(name: str) -> str | None:
-    """None if ``name`` can be a stream, else why not (RabbitMQ's rules, plus file safety)."""
-    raw = name.encode()
-    if not name or len(raw) > 255:
-        return "a stream name has 1 to 255 bytes"
-    if name.startswith("amq."):
-        return "names starting with 'amq.' are reserved"
-    if any(c in name for c in "\x00\n\r"):
-        return "a stream name cannot contain NUL or line breaks"
-    return None

@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from ..core.streams import Limits, Stream
+from ..core.superstreams import SuperStreamsUnreadable
+from ..core.vhosts import VirtualHost
 from .access import AccessControl
 from .budget import FrameBudget
 from .clock import LoopClock
@@ -18,7 +20,6 @@ from .config import BrokerConfig, ConfigError
 from .directory import CHECK_INTERVAL_S, EMPTY, Directory, DirectoryFile, seal_changes
 from .memory import TRIM_INTERVAL_S, return_free_memory
 from .tls import server_context
-from .vhosts import VirtualHost
 
 log = logging.getLogger("streamlet.broker")
 
@@ -48,8 +49,11 @@ class Broker:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.limits = Limits(config.max_streams, config.max_partitions)
         clock = LoopClock()  # the streams' time and scheduling: the running event loop
-        self.vhosts = {name: VirtualHost(name, config.data_dir, config.fsync, self.limits, clock)
-                       for name in config.vhosts}
+        try:
+            self.vhosts = {name: VirtualHost(name, config.data_dir, config.fsync, self.limits, clock)
+                           for name in config.vhosts}
+        except SuperStreamsUnreadable as e:  # the serve command's one-line config error
+            raise ConfigError(str(e)) from e
         self.access = AccessControl(config)
         self.connections: set[Client] = set()
         self.frame_budget = FrameBudget(config.frame_budget)

@@ -348,6 +348,19 @@ def dir_name(name: str) -> str:
     return "#" + hashlib.sha256(name.encode()).hexdigest()
 
 
+def valid_stream_name(name: str) -> str | None:
+    """None if ``name`` can be a stream, else why not: the rules RabbitMQ has (kept for every
+    protocol, so a stream made through one is reachable through all), plus file safety."""
+    raw = name.encode()
+    if not name or len(raw) > 255:
+        return "a stream name has 1 to 255 bytes"
+    if name.startswith("amq."):
+        return "names starting with 'amq.' are reserved"
+    if any(c in name for c in "\x00\n\r"):
+        return "a stream name cannot contain NUL or line breaks"
+    return None
+
+
 #: descriptors an open stream holds: its directory's lock and the segment it appends to (its
 #: index is opened per write of its records; segments it reads are in the file cache)
 FDS_PER_STREAM = 2

@@ -24,9 +24,9 @@ from ...rabbitmq.machine import Outcome, State
 from ..transport import FramedConnection
 
 if TYPE_CHECKING:
+    from ...core.vhosts import VirtualHost
     from ..access import Kind
     from ..server import Broker
-    from ..vhosts import VirtualHost
 
 log = logging.getLogger("streamlet.broker")
 

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import logging
 
+from ...core.superstreams import Denial, SuperStream, SuperStreamRefused
 from ...protocol import Code
 from ...protocol import frames as f
 from ..arguments import parse_create_arguments
 from ..config import ConfigError
 from ..directory import SuperStreamEntry
-from ..superstreams import SuperStream
 from .state import ConnectionState
 
 log = logging.getLogger("streamlet.broker")
+
+#: The core's reasons for refusing a super stream, as this protocol's codes.
+DENIAL_CODES = {Denial.INVALID: Code.PRECONDITION_FAILED, Denial.EXISTS: Code.STREAM_ALREADY_EXISTS,
+                Denial.LIMIT: Code.PRECONDITION_FAILED, Denial.FAILED: Code.INTERNAL_ERROR}
 
 
 def on_create_super_stream(conn: ConnectionState, cmd: f.CreateSuperStream) -> None:
@@ -26,8 +30,12 @@ def on_create_super_stream(conn: ConnectionState, cmd: f.CreateSuperStream) -> N
     except ConfigError as e:
         code, why = Code.PRECONDITION_FAILED, str(e)
     else:
-        code, why = conn.vhost.create_super_stream(cmd.name, cmd.partitions, cmd.binding_keys,
-                                                   cmd.arguments, settings)
+        try:
+            conn.vhost.create_super_stream(cmd.name, cmd.partitions, cmd.binding_keys,
+                                           cmd.arguments, settings)
+            code, why = Code.OK, ""
+        except SuperStreamRefused as e:
+            code, why = DENIAL_CODES[e.reason], e.why
     if code != Code.OK:
         log.info("create super stream %r refused: %s", cmd.name, why)
     conn.send(f.CreateSuperStreamResponse(cmd.correlation_id, code))

@@ -3,20 +3,43 @@
 RabbitMQ keeps a super stream as a direct exchange bound to its partitions; here it is a record
 in ``<vhost root>/superstreams.json``, rewritten whole and atomically on every change. Route is
 an exact binding-key match, as a direct exchange has it.
+
+What goes wrong is said in the core's terms: a create refused raises ``SuperStreamRefused``
+with a neutral ``Denial`` (an adapter maps it to its own code), an unreadable record
+``SuperStreamsUnreadable``.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import os
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
-from .arguments import valid_stream_name
-from .config import ConfigError
+from .streams import valid_stream_name
 
-log = logging.getLogger("streamlet.broker")
+
+class Denial(Enum):
+    """Why a virtual host did not create a super stream."""
+
+    INVALID = "the definition is not acceptable (names, partitions, binding keys)"
+    EXISTS = "the super stream, or a stream named as a partition, exists"
+    LIMIT = "a limit would be passed (partitions per super stream, streams, descriptors)"
+    FAILED = "a partition or the record could not be written (nothing is left behind)"
+
+
+class SuperStreamRefused(Exception):
+    """A create refused: ``reason`` for the adapter's code, ``why`` (the message) for its log."""
+
+    def __init__(self, reason: Denial, why: str) -> None:
+        super().__init__(why)
+        self.reason = reason
+        self.why = why
+
+
+class SuperStreamsUnreadable(Exception):
+    """The super streams record cannot be read: the virtual host does not start (one line)."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +66,7 @@ class SuperStream:
 
 
 def validate(name: str, partitions: list[str], binding_keys: list[str]) -> str | None:
-    """None if the definition is acceptable, else why not (-> precondition failed)."""
+    """None if the definition is acceptable, else why not (``Denial.INVALID``)."""
     why = valid_stream_name(name)
     if why is not None:
         return f"super stream name: {why}"
@@ -72,7 +95,7 @@ class SuperStreams:
             try:
                 doc = json.loads(path.read_text())
             except (OSError, ValueError) as e:
-                raise ConfigError(f"cannot read {path}: {e}") from e
+                raise SuperStreamsUnreadable(f"cannot read {path}: {e}") from e
             for name, entry in doc.items():
                 self.items[name] = SuperStream.from_json(name, entry)
 

@@ -1,5 +1,8 @@
 """Virtual hosts: each has its own streams, super streams and single-active-consumer groups.
 
+A create refused raises ``SuperStreamRefused`` with a neutral ``Denial``; a protocol adapter
+says it with its own code.
+
 "/" keeps the original layout (``<data_dir>/streams/``, ``<data_dir>/superstreams.json``);
 another virtual host lives under ``<data_dir>/vhosts/<dir_name(name)>/`` with the same layout.
 """
@@ -9,12 +12,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ..core.ports import Clock
-from ..core.settings import StreamSettings
-from ..core.streams import LimitReached, Limits, Stream, StreamManager, dir_name
-from ..protocol import Code
+from .ports import Clock
 from .sac import SacGroups
-from .superstreams import SuperStream, SuperStreams, validate
+from .settings import StreamSettings
+from .streams import LimitReached, Limits, Stream, StreamManager, dir_name
+from .superstreams import Denial, SuperStream, SuperStreamRefused, SuperStreams, validate
 
 log = logging.getLogger("streamlet.broker")
 
@@ -51,22 +53,24 @@ class VirtualHost:
                                   ss.name, p, e)
 
     def create_super_stream(self, name: str, partitions: list[str], binding_keys: list[str],
-                            arguments: dict[str, str], settings: StreamSettings) -> tuple[Code, str]:
+                            arguments: dict[str, str], settings: StreamSettings) -> None:
+        """Create the partitions, then the record; raise SuperStreamRefused (nothing done, or
+        all of it undone)."""
         why = validate(name, partitions, binding_keys)
         if why is not None:
-            return Code.PRECONDITION_FAILED, why
+            raise SuperStreamRefused(Denial.INVALID, why)
         if self.superstreams.get(name) is not None:
-            return Code.STREAM_ALREADY_EXISTS, f"super stream {name} exists"
+            raise SuperStreamRefused(Denial.EXISTS, f"super stream {name} exists")
         if self.limits.max_partitions and len(partitions) > self.limits.max_partitions:
-            return (Code.PRECONDITION_FAILED, f"{len(partitions)} partitions: "
-                    f"limits.max_partitions is {self.limits.max_partitions}")
+            raise SuperStreamRefused(Denial.LIMIT, f"{len(partitions)} partitions: "
+                                     f"limits.max_partitions is {self.limits.max_partitions}")
         clash = [p for p in partitions if self.streams.get(p) is not None]
         if clash:
-            return Code.STREAM_ALREADY_EXISTS, f"stream(s) {', '.join(clash)} exist"
+            raise SuperStreamRefused(Denial.EXISTS, f"stream(s) {', '.join(clash)} exist")
         try:
             self.limits.check(len(partitions), f"create super stream {name!r}")
         except LimitReached as e:
-            return Code.PRECONDITION_FAILED, str(e)
+            raise SuperStreamRefused(Denial.LIMIT, str(e)) from e
         # the partitions first, then the record: a record never names what does not exist (a
         # crash in between leaves plain streams, which a retry reports as existing)
         created: list[str] = []
@@ -81,9 +85,8 @@ class VirtualHost:
             self.superstreams.items.pop(name, None)
             for p in created:
                 self.streams.delete(p)
-            code = Code.PRECONDITION_FAILED if isinstance(e, LimitReached) else Code.INTERNAL_ERROR
-            return code, str(e)
-        return Code.OK, ""
+            reason = Denial.LIMIT if isinstance(e, LimitReached) else Denial.FAILED
+            raise SuperStreamRefused(reason, str(e)) from e
 
     def delete_super_stream(self, name: str) -> list[Stream] | None:
         """Forget the super stream and delete its partitions; None if there is no such one."""

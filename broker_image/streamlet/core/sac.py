@@ -1,16 +1,17 @@
 """Single active consumer: one consumer per (stream, name) receives; the others wait in line.
 
-The broker tells the consumer it activates with a ConsumerUpdate (active=1) and sends it
-nothing until the client answers; the answer's offset spec (0 = keep the subscription's own)
-sets where it starts. When the active consumer leaves (Unsubscribe, connection lost, stream
-deleted) the next one in order of arrival is activated the same way.
+The group tells the consumer it activates through its session (``Session.activate``: the
+RabbitMQ adapter sends a ConsumerUpdate, active=1), and the subscription delivers nothing until
+the adapter says the client is ready (the answer's offset spec decides where it starts). When
+the active consumer leaves (unsubscribed, its connection lost, its stream deleted) the next one
+in order of arrival is activated the same way.
 
-A subscription with the ``super-stream`` property, on a partition of that super stream, is in
-a partitioned group, as RabbitMQ has it: the active member is ``members[index % len(members)]``
-where ``index`` is the partition's position in the super stream, so the partitions spread over
-the group's consumers. When a join or a leave moves that choice, the current active one is
-first told ConsumerUpdate(active=0); the new one is activated once that answer arrives (or the
-old one leaves), so two consumers never deliver at once.
+A group joined with a ``partition_index`` (RabbitMQ: the ``super-stream`` property, on a
+partition of that super stream) is a partitioned group: the active member is
+``members[index % len(members)]`` where ``index`` is the partition's position in the super
+stream, so the partitions spread over the group's consumers. When a join or a leave moves that
+choice, the current active one is first told to step down (active=False); the new one is
+activated once it has (``stepped_down``) or it leaves, so two consumers never deliver at once.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..core.subscription import Subscription
+    from .subscription import Subscription
 
 
 @dataclass(eq=False)
@@ -73,7 +74,7 @@ class SacGroups:
             self._rebalance(group)
 
     def stepped_down(self, sub: Subscription) -> None:
-        """The client answered the ConsumerUpdate(active=0) sent to ``sub``."""
+        """``sub``, told to step down (active=False), has: its client answered."""
         group = self._groups.get(sub.sac_key) if sub.sac_key else None
         if group is not None and group.stepping_down is sub:
             group.stepping_down = None
