@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -153,6 +153,32 @@ def test_a_missing_partition_is_made_again_at_start_and_an_impossible_one_is_lef
     again.close()
 
 
+def _hour_or_refuse(arguments: Mapping[str, str]) -> StreamSettings:
+    """A stand-in for the adapter's argument parser: "1h" is one hour, anything else refused."""
+    if arguments.get("max-age", "1h") != "1h":
+        raise ValueError(f"max-age {arguments['max-age']!r}")
+    return StreamSettings(max_age_ms=3_600_000 if "max-age" in arguments else None)
+
+
+@pytest.mark.parametrize("arguments, max_age_ms", [
+    ({"max-age": "1h"}, 3_600_000),  # the record's arguments, parsed as at its create
+    ({}, None),
+    ({"max-age": "1y"}, None),  # refused now: the defaults, and a warning
+])
+def test_a_missing_partition_is_made_again_with_its_super_streams_arguments(
+        tmp_path: Path, arguments: dict[str, str], max_age_ms: int | None,
+        caplog: pytest.LogCaptureFixture) -> None:
+    v = VirtualHost("/", tmp_path, "never", Limits(0, 0), ManualClock(), _hour_or_refuse)
+    v.create_super_stream("ss", ["ss-0"], ["0"], arguments, StreamSettings())
+    v.close()
+    shutil.rmtree(tmp_path / "streams" / "ss-0")
+    again = VirtualHost("/", tmp_path, "never", Limits(0, 0), ManualClock(), _hour_or_refuse)
+    stream = again.streams.get("ss-0")
+    assert stream is not None and stream.settings.max_age_ms == max_age_ms
+    assert ("no longer accepted" in caplog.text) == (arguments == {"max-age": "1y"})
+    again.close()
+
+
 def test_deleting_a_super_stream_deletes_its_partitions(tmp_path: Path, vhost: VirtualHost) -> None:
     assert vhost.delete_super_stream("nope") is None
     deleted = vhost.delete_super_stream("ss")
@@ -178,7 +204,12 @@ def test_route_is_an_exact_binding_key_match(key: str, partitions: list[str]) ->
     assert SuperStream("inv", ("inv-eu", "inv-us"), ("eu", "us")).route(key) == partitions
 
 
-@pytest.mark.parametrize("content", ["{not json", "\xff"])
+@pytest.mark.parametrize("content", [
+    "{not json", "\xff", "[]", '{"ss": []}', '{"ss": {"partitions": ["a"]}}',
+    '{"ss": {"partitions": ["a"], "binding_keys": ["0", "1"]}}',
+    '{"ss": {"partitions": [1], "binding_keys": ["0"]}}',
+    '{"ss": {"partitions": ["a"], "binding_keys": ["0"], "arguments": ["x"]}}',
+])
 def test_an_unreadable_record_stops_the_virtual_host_with_one_line(tmp_path: Path, content: str) -> None:
     (tmp_path / "superstreams.json").write_bytes(content.encode("latin-1"))
     with pytest.raises(SuperStreamsUnreadable) as e:

@@ -10,10 +10,12 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+from ..core.settings import StreamSettings
 from ..core.streams import Limits, Stream
 from ..core.superstreams import SuperStreamsUnreadable
 from ..core.vhosts import VirtualHost
 from .access import AccessControl
+from .arguments import parse_create_arguments
 from .budget import FrameBudget
 from .clock import LoopClock
 from .config import BrokerConfig, ConfigError
@@ -49,9 +51,13 @@ class Broker:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.limits = Limits(config.max_streams, config.max_partitions)
         clock = LoopClock()  # the streams' time and scheduling: the running event loop
+
+        def partition_settings(arguments: Mapping[str, str]) -> StreamSettings:
+            return parse_create_arguments(dict(arguments), config.retention)
+
         try:
-            self.vhosts = {name: VirtualHost(name, config.data_dir, config.fsync, self.limits, clock)
-                           for name in config.vhosts}
+            self.vhosts = {name: VirtualHost(name, config.data_dir, config.fsync, self.limits, clock,
+                                             partition_settings) for name in config.vhosts}
         except SuperStreamsUnreadable as e:  # the serve command's one-line config error
             raise ConfigError(str(e)) from e
         self.access = AccessControl(config)

@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import TypeGuard
 
 from .streams import valid_stream_name
 
@@ -58,11 +59,22 @@ class SuperStream:
                 "arguments": dict(self.arguments)}
 
     @classmethod
-    def from_json(cls, name: str, doc: dict[str, object]) -> SuperStream:
-        args = doc.get("arguments") or {}
-        assert isinstance(args, dict)
-        return cls(name, tuple(doc["partitions"]), tuple(doc["binding_keys"]),  # type: ignore[arg-type]
+    def from_json(cls, name: str, doc: object) -> SuperStream:
+        """Raise ValueError when ``doc`` is not a super stream record."""
+        if not isinstance(doc, dict):
+            raise ValueError(f"super stream {name!r}: not an object")
+        partitions, keys, args = doc.get("partitions"), doc.get("binding_keys"), doc.get("arguments") or {}
+        if not (_strings(partitions) and _strings(keys) and len(partitions) == len(keys)):
+            raise ValueError(f"super stream {name!r}: partitions and binding_keys must be lists "
+                             "of strings of one length")
+        if not isinstance(args, dict):
+            raise ValueError(f"super stream {name!r}: arguments must be an object")
+        return cls(name, tuple(partitions), tuple(keys),
                    tuple(sorted((str(k), str(v)) for k, v in args.items())))
+
+
+def _strings(value: object) -> TypeGuard[list[str]]:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
 def validate(name: str, partitions: list[str], binding_keys: list[str]) -> str | None:
@@ -94,10 +106,12 @@ class SuperStreams:
         if path.is_file():
             try:
                 doc = json.loads(path.read_text())
-            except (OSError, ValueError) as e:
+                if not isinstance(doc, dict):
+                    raise ValueError("not an object of super streams")
+                for name, entry in doc.items():
+                    self.items[name] = SuperStream.from_json(name, entry)
+            except (OSError, ValueError) as e:  # UnicodeDecodeError and JSON's are ValueErrors
                 raise SuperStreamsUnreadable(f"cannot read {path}: {e}") from e
-            for name, entry in doc.items():
-                self.items[name] = SuperStream.from_json(name, entry)
 
     def get(self, name: str) -> SuperStream | None:
         return self.items.get(name)

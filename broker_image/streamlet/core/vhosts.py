@@ -10,6 +10,7 @@ another virtual host lives under ``<data_dir>/vhosts/<dir_name(name)>/`` with th
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from .ports import Clock
@@ -27,9 +28,20 @@ def vhost_root(data_dir: Path, name: str) -> Path:
     return data_dir / "vhosts" / dir_name(name)
 
 
+#: The settings a partition is made with from its super stream's Create arguments (the
+#: protocol's, which the core does not parse); raises ValueError for arguments it refuses.
+PartitionSettings = Callable[[Mapping[str, str]], StreamSettings]
+
+
+def _defaults(arguments: Mapping[str, str]) -> StreamSettings:
+    return StreamSettings()
+
+
 class VirtualHost:
-    def __init__(self, name: str, data_dir: Path, fsync: str, limits: Limits, clock: Clock) -> None:
+    def __init__(self, name: str, data_dir: Path, fsync: str, limits: Limits, clock: Clock,
+                 partition_settings: PartitionSettings = _defaults) -> None:
         self.name = name
+        self.partition_settings = partition_settings
         self.root = vhost_root(data_dir, name)
         self.root.mkdir(parents=True, exist_ok=True)
         self.streams = StreamManager(self.root, clock, fsync, limits)
@@ -41,13 +53,21 @@ class VirtualHost:
     def _repair_super_streams(self) -> None:
         """A partition a super stream names but that is not there (its directory removed by
         hand, or a record from an older streamlet that wrote it before the partitions): create
-        it. One that cannot be created is logged and left out; it never stops the start."""
+        it, with the settings of the arguments the super stream was created with. One that
+        cannot be created is logged and left out; it never stops the start."""
         for ss in self.superstreams.items.values():
             for p in ss.partitions:
                 if self.streams.get(p) is None:
                     log.warning("super stream %s: re-creating missing partition %s", ss.name, p)
                     try:
-                        self.streams.create(p, StreamSettings())
+                        settings = self.partition_settings(dict(ss.arguments))
+                    except ValueError as e:  # accepted once, refused now (a changed rule)
+                        log.warning("super stream %s: arguments %s no longer accepted (%s): "
+                                    "partition %s made with the defaults", ss.name,
+                                    dict(ss.arguments), e, p)
+                        settings = StreamSettings()
+                    try:
+                        self.streams.create(p, settings)
                     except (OSError, LimitReached) as e:
                         log.error("super stream %s: cannot create partition %r: %s",
                                   ss.name, p, e)
