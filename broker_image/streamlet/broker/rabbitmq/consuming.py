@@ -4,19 +4,19 @@ delivery are the core's (streamlet.core.subscription)."""
 
 from __future__ import annotations
 
+from ...core.offsets import resolve
 from ...core.subscription import Subscription
 from ...protocol import Code, OffsetType
 from ...protocol import frames as f
 from ..filtering import matcher_from
-from ..offsets import resolve_start
+from .offsets import offset_spec
 from .state import ConnectionState
-
-_OFFSET_TYPES = set(OffsetType.__members__.values())
 
 
 def on_subscribe(conn: ConnectionState, cmd: f.Subscribe) -> None:
     stream = conn.streams.get(cmd.stream)
     props = cmd.properties
+    spec = offset_spec(cmd.offset_type, cmd.offset)
     single_active = props.get("single-active-consumer", "false").lower() == "true"
     if stream is None:
         code = Code.STREAM_DOES_NOT_EXIST
@@ -24,16 +24,16 @@ def on_subscribe(conn: ConnectionState, cmd: f.Subscribe) -> None:
         code = Code.ACCESS_REFUSED
     elif cmd.subscription_id in conn.subscriptions:
         code = Code.SUBSCRIPTION_ID_ALREADY_EXISTS
-    elif cmd.offset_type not in _OFFSET_TYPES:
+    elif spec is None:
         code = Code.PRECONDITION_FAILED
     elif single_active and not props.get("name"):
         code = Code.PRECONDITION_FAILED  # a single active consumer needs its group's name
     else:
         code = Code.OK
-    if code != Code.OK or stream is None:
+    if code != Code.OK or stream is None or spec is None:
         conn.send(f.SubscribeResponse(cmd.correlation_id, code))
         return
-    start = resolve_start(stream, cmd.offset_type, cmd.offset)
+    start = resolve(stream, spec)
     sub = Subscription(conn, cmd.subscription_id, stream, start, cmd.credit, props)
     sub.matcher = matcher_from(props)
     sub.active = not single_active  # a single active consumer waits for its ConsumerUpdate
@@ -66,8 +66,9 @@ def on_consumer_update_response(conn: ConnectionState, cmd: f.ConsumerUpdateResp
         return
     if not conn.vhost.sac.is_active(sub):
         return  # told to step down before this answer came
-    if cmd.code == Code.OK and cmd.offset_type in _OFFSET_TYPES:
-        sub.cursor = resolve_start(sub.stream, cmd.offset_type, cmd.offset)
+    spec = offset_spec(cmd.offset_type, cmd.offset)
+    if cmd.code == Code.OK and spec is not None:
+        sub.cursor = resolve(sub.stream, spec)
     # offset type 0 (or an error answer): start where the subscription's own spec said
     sub.active = True
     sub.pump()
@@ -115,14 +116,15 @@ def on_query_offset(conn: ConnectionState, cmd: f.QueryOffset) -> None:
 
 def on_resolve_offset_spec(conn: ConnectionState, cmd: f.ResolveOffsetSpec) -> None:
     stream = conn.streams.get(cmd.stream)
+    spec = offset_spec(cmd.offset_type, cmd.offset)
     if stream is None:
         code = Code.STREAM_DOES_NOT_EXIST
     elif conn.refused("read", cmd.stream):
         code = Code.ACCESS_REFUSED
-    elif cmd.offset_type not in _OFFSET_TYPES:
+    elif spec is None:
         code = Code.PRECONDITION_FAILED
     else:
-        offset = resolve_start(stream, cmd.offset_type, cmd.offset)
+        offset = resolve(stream, spec)
         conn.send(f.ResolveOffsetSpecResponse(cmd.correlation_id, Code.OK, OffsetType.OFFSET, offset))
         return
     conn.send(f.ResolveOffsetSpecResponse(cmd.correlation_id, code))
