@@ -1,2 +1,3 @@
-"""The broker side of the RabbitMQ Stream protocol, in pieces that do no I/O (``machine``: the
-connection handshake as a state table). The asyncio adapter is still streamlet.broker.connection."""
+"""The RabbitMQ Stream protocol's connection handshake, in pieces that do no I/O: ``machine``,
+the server's side as a state table (its asyncio adapter is still streamlet.broker.connection);
+``client``, the client's side, which every piece of code that connects as a client drives."""
