@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -70,7 +70,8 @@ class Wire:
     """One server connection and its fake transport, spoken to in frames."""
 
     def __init__(self, broker: Broker) -> None:
-        self.conn = LISTENERS["rabbitmq"](broker, False)
+        # the factory's type is the BaseProtocol a listener needs; the RabbitMQ one is a Protocol
+        self.conn = cast(asyncio.Protocol, LISTENERS["rabbitmq"](broker, False))
         self.transport = FakeTransport()
         self.conn.connection_made(self.transport)  # type: ignore[arg-type]
         self.splitter = FrameSplitter()
