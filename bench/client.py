@@ -18,6 +18,7 @@ from typing import Any, Protocol, cast
 
 from streamlet.protocol import frames as f
 from streamlet.protocol.constants import Code, Key
+from streamlet.rabbitmq.client import ClientHandshake, HandshakeFailed, Opened
 from streamlet.storage.chunk import HEADER_SIZE
 
 _FRAME_HEAD = struct.Struct(">IHH")
@@ -59,7 +60,9 @@ class Conn(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.paused = False
         loop = asyncio.get_running_loop()
-        self.tune: asyncio.Future[f.Tune] = loop.create_future()
+        #: the handshake in progress (streamlet.rabbitmq.client): fed the control frames until Open
+        self._handshake: ClientHandshake | None = None
+        self.opened: asyncio.Future[Opened] = loop.create_future()
         self.closed: asyncio.Future[str] = loop.create_future()
         self.errors: list[str] = []
 
@@ -77,8 +80,8 @@ class Conn(asyncio.BufferedProtocol):
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(BenchError(reason))
-        if not self.tune.done():
-            self.tune.set_exception(BenchError(reason))
+        if not self.opened.done():
+            self.opened.set_exception(BenchError(reason))
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -164,6 +167,9 @@ class Conn(asyncio.BufferedProtocol):
 
     def _control(self, frame: bytes) -> None:
         cmd = f.decode(frame)
+        if self._handshake is not None:
+            self._on_handshake(self._handshake, cmd)
+            return
         if isinstance(cmd, f.FrameError):
             self.errors.append(f"undecodable frame from server: {cmd.reason}")
             return
@@ -172,9 +178,6 @@ class Conn(asyncio.BufferedProtocol):
             fut = self._pending.pop(corr)
             if not fut.done():
                 fut.set_result(cmd)
-        elif isinstance(cmd, f.Tune):
-            if not self.tune.done():
-                self.tune.set_result(cmd)
         elif isinstance(cmd, f.Heartbeat):
             self.send(f.encode(f.Heartbeat()))
         elif isinstance(cmd, f.PublishError):
@@ -190,6 +193,34 @@ class Conn(asyncio.BufferedProtocol):
             self.errors.append(f"credit refused: code {cmd.code} sub {cmd.subscription_id}")
         elif isinstance(cmd, f.MetadataUpdate):
             self.errors.append(f"metadata update: {cmd.stream} code {cmd.code}")
+
+    def _on_handshake(self, hs: ClientHandshake, cmd: f.Command | f.FrameError) -> None:
+        try:
+            send = hs.receive(cmd)
+        except HandshakeFailed as e:
+            self._handshake = None
+            if e.answer is not None:
+                self.send(f.encode(e.answer))
+            if not self.opened.done():
+                self.opened.set_exception(BenchError(str(e)))
+            return
+        for out in send:
+            self.send(f.encode(out))
+        if hs.opened is not None:
+            self._handshake = None
+            if not self.opened.done():
+                self.opened.set_result(hs.opened)
+
+    async def open(self, hs: ClientHandshake, timeout: float = 30) -> Opened:
+        """Run the handshake ``hs`` (its frames arrive through ``_control``) to Open."""
+        self._handshake = hs
+        for cmd in hs.start():
+            self.send(f.encode(cmd))
+        try:
+            return await asyncio.wait_for(self.opened, timeout)
+        finally:
+            self._handshake = None
+            self._corr = itertools.count(hs.correlation + 1)
 
     # -- requests ---------------------------------------------------------------------------
     def send(self, data: bytes | bytearray | memoryview) -> None:
@@ -245,13 +276,9 @@ async def connect(port: int, host: str = "127.0.0.1", user: str = "guest",
     """Open a connection through the whole handshake: peer properties, SASL PLAIN, Tune, Open."""
     loop = asyncio.get_running_loop()
     _, conn = await loop.create_connection(Conn, host, port)
-    await conn.ok(f.PeerProperties(0, {"product": "streamlet-bench", "version": "0.1.0"}))
-    hs = await conn.ok(f.SaslHandshake(0))
-    if "PLAIN" not in hs.mechanisms:
-        raise BenchError(f"server does not offer PLAIN: {hs.mechanisms}")
-    await conn.ok(f.SaslAuthenticate(0, "PLAIN", f"\0{user}\0{password}".encode()))
-    tune = await asyncio.wait_for(conn.tune, 30)
-    # no heartbeats: runs are short and a busy loop must not be closed for a late one
-    conn.send(f.encode(f.Tune(tune.frame_max, 0)))
-    await conn.ok(f.Open(0, "/"))
+    # no heartbeats (None: 0 answered to the broker's Tune): runs are short and a busy loop
+    # must not be closed for a late one
+    await conn.open(ClientHandshake(
+        properties={"product": "streamlet-bench", "version": "0.1.0"}, user=user,
+        password=password, heartbeat=None))
     return conn

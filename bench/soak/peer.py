@@ -8,8 +8,8 @@ import asyncio
 import contextlib
 import struct
 
-from streamlet.protocol import Code
 from streamlet.protocol import frames as f
+from streamlet.rabbitmq.client import ClientHandshake, HandshakeFailed
 
 HOST = "127.0.0.1"
 
@@ -61,23 +61,22 @@ class Peer:
         return await self.recv_until(response, timeout)
 
     async def handshake(self, heartbeat: int = 0, timeout: float = 30.0) -> None:
-        """PeerProperties, SaslHandshake, SaslAuthenticate PLAIN guest/guest, Tune, Open.
-        ``heartbeat`` is what we answer to Tune (0: none on this connection)."""
-        await self.request(f.PeerProperties(self.next_corr(), {"product": "streamlet-soak"}),
-                           f.PeerPropertiesResponse, timeout)
-        await self.request(f.SaslHandshake(self.next_corr()), f.SaslHandshakeResponse, timeout)
-        auth = await self.request(f.SaslAuthenticate(self.next_corr(), "PLAIN", b"\0guest\0guest"),
-                                  f.SaslAuthenticateResponse, timeout)
-        assert isinstance(auth, f.SaslAuthenticateResponse)
-        if auth.code != Code.OK:
-            raise PeerClosed(f"SaslAuthenticate answered {auth.code}")
-        tune = await self.recv_until(f.Tune, timeout)
-        assert isinstance(tune, f.Tune)
-        self.send(f.Tune(tune.frame_max, heartbeat))
-        opened = await self.request(f.Open(self.next_corr(), "/"), f.OpenResponse, timeout)
-        assert isinstance(opened, f.OpenResponse)
-        if opened.code != Code.OK:
-            raise PeerClosed(f"Open answered {opened.code}")
+        """PeerProperties, SaslHandshake, SaslAuthenticate PLAIN guest/guest, Tune, Open, by the
+        client handshake machine. ``heartbeat`` is what we answer to Tune (0: none on this
+        connection), the broker's frame_max."""
+        hs = ClientHandshake(properties={"product": "streamlet-soak"},
+                             heartbeat=heartbeat or None, correlation=self.corr)
+        try:
+            async with asyncio.timeout(timeout):
+                for cmd in hs.start():
+                    self.send(cmd)
+                while hs.opened is None:
+                    for cmd in hs.receive_frame(await self.read_frame()):
+                        self.send(cmd)
+        except HandshakeFailed as e:
+            raise PeerClosed(str(e)) from e
+        finally:
+            self.corr = hs.correlation
 
     def abort(self) -> None:
         """Close without waiting (a reset if anything is unread)."""

@@ -200,6 +200,25 @@ async def test_bad_credentials(peer: Peer) -> None:
     assert e.value.code == Code.AUTHENTICATION_FAILURE
 
 
+class ClosingPeer(Peer):
+    """Closes the connection instead of answering SaslHandshake."""
+
+    def _answer(self, cmd: frames.Command) -> None:
+        if isinstance(cmd, frames.SaslHandshake):
+            self.send(frames.Close(1, Code.ACCESS_REFUSED, "go away"))
+        else:
+            super()._answer(cmd)
+
+
+async def test_server_close_during_the_handshake_fails_connect_with_its_code() -> None:
+    async with ClosingPeer() as peer:
+        with pytest.raises(ConnectionClosed) as e:
+            await connect("127.0.0.1", peer.port, timeout=10)
+        assert e.value.code == Code.ACCESS_REFUSED
+        assert "closed by the server: go away" in str(e.value)
+        await peer.wait_for(frames.CloseResponse)  # answered, as after Open
+
+
 # --- producing ---------------------------------------------------------------------------
 
 

@@ -6,7 +6,7 @@ import socket
 import struct
 
 from streamlet.protocol import frames as f
-from streamlet.protocol.constants import Code
+from streamlet.rabbitmq.client import ClientHandshake, HandshakeFailed, State
 
 
 class RawPeer:
@@ -71,25 +71,38 @@ class RawPeer:
                 return True
 
     def handshake(self, user: str = "guest", password: str = "guest") -> None:
-        self.send(self.authenticate(user, password))
-        self.send(f.Open(self.next_corr(), "/"))
-        opened = self.recv_until(f.OpenResponse)
-        assert isinstance(opened, f.OpenResponse) and opened.code == Code.OK
+        """The whole handshake through Open, echoing the broker's Tune (its values)."""
+        self._handshake(user, password, stop_at_tune=False)
 
     def authenticate(self, user: str = "guest", password: str = "guest") -> f.Tune:
         """The handshake up to the broker's Tune, returned for the caller to answer (and Open)."""
-        self.send(f.PeerProperties(self.next_corr(), {"product": "raw-test"}))
-        self.recv_until(f.PeerPropertiesResponse)
-        self.send(f.SaslHandshake(self.next_corr()))
-        self.recv_until(f.SaslHandshakeResponse)
-        self.send(f.SaslAuthenticate(self.next_corr(), "PLAIN", f"\0{user}\0{password}".encode()))
-        auth = self.recv_until(f.SaslAuthenticateResponse)
-        assert isinstance(auth, f.SaslAuthenticateResponse)
-        if auth.code != Code.OK:
-            raise PermissionError(auth.code)
-        tune = self.recv_until(f.Tune)
-        assert isinstance(tune, f.Tune)
+        tune = self._handshake(user, password, stop_at_tune=True)
+        assert tune is not None
         return tune
+
+    def _handshake(self, user: str, password: str, stop_at_tune: bool) -> f.Tune | None:
+        """Drive the client's handshake machine; a refused login raises PermissionError(code),
+        any other failure HandshakeFailed."""
+        hs = ClientHandshake(properties={"product": "raw-test"}, user=user, password=password,
+                             correlation=self.corr)
+        try:
+            for cmd in hs.start():
+                self.send(cmd)
+            while hs.opened is None:
+                got = self.recv()
+                if got is None:
+                    raise ConnectionError(f"closed while waiting for {hs.waiting_for}")
+                if stop_at_tune and hs.state is State.TUNE and isinstance(got, f.Tune):
+                    return got
+                for cmd in hs.receive(got):
+                    self.send(cmd)
+        except HandshakeFailed as e:
+            if e.state is State.SASL_AUTHENTICATE and not e.closed_by_server:
+                raise PermissionError(e.code) from e
+            raise
+        finally:
+            self.corr = hs.correlation
+        return None
 
     def request(self, cmd: f.Command, response: type[f.Command]) -> f.Command:
         self.send(cmd)

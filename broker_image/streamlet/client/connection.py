@@ -21,6 +21,7 @@ from .. import __version__
 from ..protocol import Code, FrameSplitter, Key, frames
 from ..protocol.constants import RESPONSE_FLAG
 from ..protocol.frames import Command, FrameError, decode, encode
+from ..rabbitmq.client import ClientHandshake, HandshakeFailed, Opened
 from ..storage.chunk import HEADER_SIZE, ChunkError, ChunkHeader
 from .errors import ConnectionClosed, StreamletError
 
@@ -70,18 +71,6 @@ def parse_version(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in m.group(1).split(".")) if m else ()
 
 
-def negotiate(server: int, ours: int) -> int:
-    """Tune values: 0 means "no limit", else the smaller wins."""
-    if server == 0 or ours == 0:
-        return max(server, ours)
-    return min(server, ours)
-
-
-def plain_credentials(user: str, password: str) -> bytes:
-    """SASL PLAIN: authzid (empty), NUL, authcid, NUL, password."""
-    return b"\0" + user.encode() + b"\0" + password.encode()
-
-
 class Connection(asyncio.Protocol):
     """The wire side of a :class:`~streamlet.client.Client`."""
 
@@ -92,7 +81,9 @@ class Connection(asyncio.Protocol):
         self._splitter = FrameSplitter()
         self._corr = 0
         self._pending: dict[int, asyncio.Future[Command]] = {}
-        self._tune: asyncio.Future[frames.Tune] = loop.create_future()
+        #: the handshake in progress (streamlet.rabbitmq.client): fed every frame until Open
+        self._handshake: ClientHandshake | None = None
+        self._opened: asyncio.Future[Opened] = loop.create_future()
         self._lost: asyncio.Future[None] = loop.create_future()
         self._writable: asyncio.Future[None] | None = None
         #: set once the connection cannot be used any more; raised to every later caller
@@ -213,21 +204,25 @@ class Connection(asyncio.Protocol):
         }
         if connection_name:
             props["connection_name"] = connection_name
-        pp = await self.request(frames.PeerProperties(self.next_correlation(), props))
-        self.server_properties = dict(pp.properties)
-        hs = await self.request(frames.SaslHandshake(self.next_correlation()))
-        if "PLAIN" not in hs.mechanisms:
-            raise StreamletError(
-                Code.SASL_MECHANISM_NOT_SUPPORTED, f"server offers {hs.mechanisms}, not PLAIN")
-        await self.request(frames.SaslAuthenticate(
-            self.next_correlation(), "PLAIN", plain_credentials(user, password)))
-        async with asyncio.timeout(self.timeout):
-            tune = await self._tune
-        self.frame_max = negotiate(tune.frame_max, frame_max)
-        self.heartbeat = negotiate(tune.heartbeat, heartbeat)
-        self.write(encode(frames.Tune(self.frame_max, self.heartbeat)))
-        opened = await self.request(frames.Open(self.next_correlation(), vhost))
-        self.connection_properties = dict(opened.properties)
+        hs = ClientHandshake(properties=props, user=user, password=password, vhost=vhost,
+                             frame_max=frame_max, heartbeat=heartbeat, correlation=self._corr)
+        self._handshake = hs
+        try:
+            for cmd in hs.start():
+                self.write(encode(cmd))
+            async with asyncio.timeout(self.timeout):
+                opened = await self._opened
+        except TimeoutError:
+            waiting = hs.waiting_for
+            what = (f"answer to {waiting.removesuffix('Response')}"
+                    if waiting.endswith("Response") else f"{waiting} from the server")
+            raise StreamletError(Code.INTERNAL_ERROR, f"no {what} in {self.timeout} s") from None
+        finally:
+            self._handshake = None
+            self._corr = hs.correlation
+        self.frame_max, self.heartbeat = opened.frame_max, opened.heartbeat
+        self.server_properties = opened.server_properties
+        self.connection_properties = opened.connection_properties
         if self.heartbeat:
             self._heartbeat_timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
         version = parse_version(self.server_properties.get("version", ""))
@@ -269,9 +264,9 @@ class Connection(asyncio.Protocol):
         self.closed = exc
         if self._heartbeat_timer is not None:
             self._heartbeat_timer.cancel()
-        if not self._tune.done():
-            self._tune.set_exception(exc)
-            self._tune.exception()  # mark retrieved: nobody may be waiting for Tune
+        if not self._opened.done():
+            self._opened.set_exception(exc)
+            self._opened.exception()  # mark retrieved: nobody may be waiting for Open
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(exc)
@@ -326,6 +321,9 @@ class Connection(asyncio.Protocol):
 
     def _on_frame(self, frame: memoryview) -> None:
         cmd = decode(frame)
+        if self._handshake is not None:
+            self._on_handshake_frame(self._handshake, cmd)
+            return
         if isinstance(cmd, FrameError):
             fut = self._pending.get(cmd.correlation_id) if cmd.correlation_id is not None else None
             if fut is not None and (cmd.key & RESPONSE_FLAG) and not fut.done():
@@ -350,9 +348,6 @@ class Connection(asyncio.Protocol):
             self._shutdown(ConnectionClosed(cmd.code, f"closed by the server: {cmd.reason}"))
             assert self.transport is not None
             self.transport.close()
-        elif isinstance(cmd, frames.Tune):
-            if not self._tune.done():
-                self._tune.set_result(cmd)
         elif isinstance(cmd, frames.ConsumerUpdate):
             sub = self.subscribers.get(cmd.subscription_id)
             if sub is not None:
@@ -371,3 +366,25 @@ class Connection(asyncio.Protocol):
                 log.debug("response nobody waits for: %r", cmd)
         else:
             log.warning("ignoring unexpected %s from the server", type(cmd).__name__)
+
+    def _on_handshake_frame(self, hs: ClientHandshake, cmd: Command | FrameError) -> None:
+        """A frame before Open: the machine decides; a server's Close ends it as after Open."""
+        try:
+            send = hs.receive(cmd)
+        except HandshakeFailed as e:
+            self._handshake = None
+            if e.answer is not None:
+                with contextlib.suppress(StreamletError):
+                    self.write(encode(e.answer))
+                self._shutdown(ConnectionClosed(e.code, str(e)))
+                assert self.transport is not None
+                self.transport.close()
+            elif not self._opened.done():
+                self._opened.set_exception(StreamletError(e.code, str(e)))
+            return
+        for out in send:
+            self.write(encode(out))
+        if hs.opened is not None:
+            self._handshake = None
+            if not self._opened.done():
+                self._opened.set_result(hs.opened)

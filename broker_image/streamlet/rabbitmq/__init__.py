@@ -1,2 +1,3 @@
-"""The RabbitMQ Stream protocol in pieces that do no I/O (``machine``: the connection handshake
-as a state table). The broker's adapter, which runs it, is streamlet.broker.rabbitmq."""
+"""The RabbitMQ Stream protocol's connection handshake, in pieces that do no I/O: ``machine``,
+the server's side as a state table (the broker's adapter, streamlet.broker.rabbitmq, runs it);
+``client``, the client's side, which every piece of code that connects as a client drives."""
