@@ -24,17 +24,18 @@ class OffsetSpec:
 
 
 def resolve(stream: Stream, spec: OffsetSpec) -> int:
-    """The offset the reader's first chunk must contain (or follow)."""
+    """The offset the reader's first chunk must contain (or follow). ``last`` and ``next`` are
+    taken at the commit: a reader never starts on what could still be truncated."""
     stream.flush()  # "next" and "last" see every confirmed message
-    lg = stream.log
+    lg, end = stream.log, stream.commit_end
     if spec.start is Start.FIRST:
         return lg.first_offset
     if spec.start is Start.LAST:
-        last = lg.last_chunk()
-        return last.chunk_id if last is not None else lg.next_offset
+        last = stream.committed_chunk_id
+        return last if last >= 0 else end
     if spec.start is Start.NEXT:
-        return lg.next_offset
+        return end
     if spec.start is Start.OFFSET:
         return max(spec.value, lg.first_offset)
     ref = lg.find_timestamp(spec.value)
-    return ref.chunk_id if ref is not None else lg.next_offset
+    return ref.chunk_id if ref is not None and ref.chunk_id < end else end

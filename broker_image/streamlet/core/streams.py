@@ -2,8 +2,10 @@
 
 Publishes from any connection coalesce into one chunk: ``publish`` queues and schedules the
 flush for the next event-loop iteration, or, while publishes keep coming, for COALESCE_S after
-the previous flush. A confirm goes out only after the chunk's write returned, so a killed broker
-loses nothing it confirmed.
+the previous flush. A confirm goes out only once the chunk is committed: on a stream with one
+copy, when its write returned (so a killed broker loses nothing it confirmed); on a replicated
+stream's leader, when ``commit`` says a majority holds it. Readers (subscriptions, pull reads,
+``last`` and ``next``) see committed chunks only, so nothing they saw is ever truncated.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import shutil
 import struct
 import sys
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -98,6 +100,15 @@ class Stream:
         self._waiting: list[tuple[int, Callable[[], object]]] = []
         #: moved to another broker (the stream directory names it): reads only, see seal()
         self.sealed = False
+        #: Offsets below this are committed: readers see them, their publishers were confirmed.
+        self.commit_end = self.log.next_offset
+        #: True on a replicated stream's leader: confirms wait for ``commit`` (a majority's
+        #: acks) instead of the write. False: one copy, committed once written.
+        self.awaits_commit = False
+        #: confirms waiting for the commit: (end offset of their chunk, confirms), in order
+        self._unconfirmed: deque[tuple[int, dict[tuple[Session, int], list[bytes]]]] = deque()
+        #: replication's pull readers, woken by a write (``_waiting`` wakes on commit)
+        self._waiting_written: list[tuple[int, Callable[[], object]]] = []
         #: refused writes (a full disk refuses every flush): logged once per 10 s at most
         self._write_errors = RepeatedError(log)
 
@@ -202,10 +213,20 @@ class Stream:
                 last = pid
             else:
                 dup.append(pid)
-        if dup:  # already stored: confirmed, not stored again
-            publisher.conn.confirmed(publisher.id, [struct.pack(f">{len(dup)}Q", *dup)])
+        if dup:  # stored or pending: confirmed once what is pending now is, not stored again
+            self._confirm_after_pending(publisher, struct.pack(f">{len(dup)}Q", *dup))
         return _batch_of(batch.publisher_id, kept,
                          kept_filters if batch.filter_values is not None else None)
+
+    def _confirm_after_pending(self, publisher: Publisher, packed: bytes) -> None:
+        """Confirm ``packed`` ids (duplicates) no earlier than everything written or pending now:
+        their original is among it (Osiris confirms a duplicate once its chunk commits)."""
+        if self._count:
+            self._confirms[(publisher.conn, publisher.id)].append(packed)
+        elif self.commit_end >= self.log.next_offset:
+            publisher.conn.confirmed(publisher.id, [packed])
+        else:
+            self._unconfirmed.append((self.log.next_offset, {(publisher.conn, publisher.id): [packed]}))
 
     def flush(self) -> None:
         self._scheduled = False
@@ -228,12 +249,52 @@ class Stream:
                 conn.rejected(pid, _unpack_ids(packed), Refusal.WRITE_FAILED)
             return
         self._write_errors.resolved("stream %s: writes succeed again", self.name)
+        if self._waiting_written:
+            self._wake_written()
+        if self.awaits_commit:
+            self._unconfirmed.append((self.log.next_offset, confirms))
+            return
+        self.commit_end = self.log.next_offset
         for (conn, pid), packed in confirms.items():
             conn.confirmed(pid, packed)
+        self._committed()
+
+    # --- the commit point (replicated streams; one copy commits on write) ----------------------
+
+    def commit(self, end: int) -> None:
+        """Offsets below ``end`` are on a majority (the leader's commit rule) or the leader said
+        so (a follower): confirm what waited for it and let readers see it. Never moves back."""
+        if end <= self.commit_end:
+            return
+        self.commit_end = end
+        queue = self._unconfirmed
+        while queue and queue[0][0] <= end:
+            for (conn, pid), packed in queue.popleft()[1].items():
+                conn.confirmed(pid, packed)
+        self._committed()
+
+    def _committed(self) -> None:
         for sub in list(self.subscriptions):
             sub.pump()
         if self._waiting:
-            self._wake(self.log.next_offset)
+            self._wake(self.commit_end)
+
+    @property
+    def committed_chunk_id(self) -> int:
+        """The last committed user chunk's id (-1: none), as Deliver v2 and StreamStats give it."""
+        lg = self.log
+        if self.commit_end >= lg.next_offset:
+            return lg.last_chunk_id
+        ref = lg.find_chunk(self.commit_end - 1) if self.commit_end else None
+        if ref is None or ref.chunk_id >= self.commit_end:  # none, or past the commit
+            return -1
+        return ref.chunk_id
+
+    def appended(self) -> None:
+        """A follower's log took chunks its leader sent: wake this member's replication readers.
+        Its other readers wait for the leader's ``commit``."""
+        if self._waiting_written:
+            self._wake_written()
 
     def seal(self) -> set[Publisher]:
         """Stop taking publishes (the stream moved to another broker); what is pending was
@@ -255,7 +316,7 @@ class Stream:
         lg = self.log
         return {
             "first_chunk_id": lg.first_chunk_id,
-            "committed_chunk_id": lg.committed_chunk_id,
+            "committed_chunk_id": self.committed_chunk_id,
             "last_chunk_id": lg.last_chunk_id,
             "sealed": int(self.sealed),
         }
@@ -270,28 +331,49 @@ class Stream:
     # --- pull reads: request/response protocols and replication read without a subscription --
 
     def fetch(self, offset: int, max_bytes: int) -> list[tuple[ChunkRef, memoryview]]:
-        """The stored chunks from the one holding ``offset`` (or the first after it), up to
+        """The committed chunks from the one holding ``offset`` (or the first after it), up to
         about ``max_bytes`` (always one whole chunk at least); [] when there is none yet."""
+        if offset >= self.commit_end:
+            return []
         ref = self.log.find_chunk(offset)
-        return [] if ref is None else self.log.read_chunks(ref, max_bytes)
+        if ref is None:
+            return []
+        end = self.commit_end
+        return [c for c in self.log.read_chunks(ref, max_bytes) if c[0].chunk_id < end]
 
     def when_stored(self, offset: int, callback: Callable[[], object]) -> None:
-        """Call ``callback`` once data at ``offset`` or past it is stored, or the stream is
+        """Call ``callback`` once data at ``offset`` or past it is committed, or the stream is
         deleted: at once if that is already so. A long poll is this plus fetch."""
-        if self.deleted or offset < self.log.next_offset:
+        if self.deleted or offset < self.commit_end:
             callback()
         else:
             self._waiting.append((offset, callback))
+
+    def when_written(self, offset: int, callback: Callable[[], object]) -> None:
+        """As ``when_stored``, but on the write, before the commit: replication sends a
+        leader's chunks to its followers as soon as they are written."""
+        if self.deleted or offset < self.log.next_offset:
+            callback()
+        else:
+            self._waiting_written.append((offset, callback))
 
     def mark_deleted(self) -> None:
         """Deleted: no more publishes, and pull readers are woken to find it gone."""
         self.deleted = True
         self._wake(1 << 64)
+        self._wake_written()
 
     def _wake(self, stored_up_to: int) -> None:
         """Call the pull readers whose offset is now below ``stored_up_to``."""
         due = [cb for off, cb in self._waiting if off < stored_up_to]
         self._waiting = [(off, cb) for off, cb in self._waiting if off >= stored_up_to]
+        for cb in due:
+            cb()
+
+    def _wake_written(self) -> None:
+        end = (1 << 64) if self.deleted else self.log.next_offset
+        due = [cb for off, cb in self._waiting_written if off < end]
+        self._waiting_written = [(off, cb) for off, cb in self._waiting_written if off >= end]
         for cb in due:
             cb()
 

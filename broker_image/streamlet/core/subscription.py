@@ -63,14 +63,17 @@ class Subscription:
         # Never far past the connection's high-water mark: a consumer that stops reading then
         # costs that buffer plus one chunk, not a whole pump more.
         room = min(PUMP_BYTES, conn.write_room())
+        end = self.stream.commit_end  # readers see committed chunks only
         while self.credit > 0 and size < room:
             if not ahead:
-                if self._cursor >= lg.next_offset:
+                if self._cursor >= end:
                     break
                 ref = lg.find_chunk(self._cursor)
                 if ref is None:
                     break
                 ahead.extend(lg.read_chunks(ref, READ_BYTES))
+            if ahead[0][0].chunk_id >= end:  # read ahead, not committed yet: kept for later
+                break
             chunk, data = ahead.popleft()
             self._cursor = chunk.chunk_id + chunk.num_records
             if self.matcher is not None and not self.matcher.accepts(lg, chunk):
@@ -79,7 +82,7 @@ class Subscription:
             size += len(data)
             self.credit -= 1
         if out:
-            conn.deliver(self.id, out, lg.committed_chunk_id)
+            conn.deliver(self.id, out, self.stream.committed_chunk_id)
             if size >= room and self.credit > 0 and not conn.paused:
                 # more to send: after the loop has served others (and the socket has drained)
                 self.stream.clock.call_soon(self.pump)
