@@ -125,3 +125,29 @@ async def _changed(leader: Callable[[], Awaitable[Any]], old_host: str) -> Any:
 async def _logged(b: BrokerProcess, leader: Callable[[], Awaitable[Any]], text: str) -> bool:
     await leader()  # the file is looked at when a Metadata request needs it
     return text in b.log_text()
+
+
+async def test_metadata_names_a_replicated_streams_leader_and_replicas(
+        tmp_path: Path, broker_factory: Factory) -> None:
+    """A replicated stream's entry (epoch, leader, replicas) is what Metadata answers, on every
+    broker; while it is elected (leader null) the leader is 0xFFFF, which clients retry on."""
+    config, directory = _directory_config(tmp_path)
+    a = broker_factory(config=config)
+    b1, b2 = f"127.0.0.1:{a.port + 1}", f"127.0.0.1:{a.port + 2}"
+    directory.write_text(json.dumps({"streams": {
+        "r": {"epoch": 2, "leader": b1, "replicas": [f"127.0.0.1:{a.port}", b2]},
+        "electing": {"epoch": 3, "leader": None, "replicas": [b1]}}}))
+    client = await connect(a.host, a.port)
+    try:
+        async def answered() -> Any:
+            meta = await client.metadata(["r", "electing"])
+            return meta if meta.streams[0].code == Code.OK else None
+
+        meta = await eventually(answered, what="the directory read")
+        brokers = {x.reference: (x.host, x.port) for x in meta.brokers}
+        r, electing = meta.streams
+        assert brokers[r.leader] == ("127.0.0.1", a.port + 1)
+        assert [brokers[x] for x in r.replicas] == [("127.0.0.1", a.port), ("127.0.0.1", a.port + 2)]
+        assert electing.code == Code.OK and electing.leader == 0xFFFF
+    finally:
+        await client.close()

@@ -15,6 +15,7 @@ from streamlet.broker.directory import (
     Directory,
     DirectoryError,
     DirectoryFile,
+    Placement,
     answer_metadata,
     parse,
 )
@@ -56,18 +57,53 @@ def test_metadata_answer_assigns_one_reference_per_address() -> None:
                              lambda n: n == "local", HERE, directory.get)
     brokers = {ref: (host, port) for ref, host, port in answer.brokers}
     assert len(brokers) == len(answer.brokers) == 3  # b-1, here, b-2: each once
-    by_name = {name: (code, leader) for name, code, leader in answer.streams}
+    by_name = {name: (code, leader) for name, code, leader, _ in answer.streams}
     assert brokers[by_name["a"][1]] == brokers[by_name["c"][1]] == ("b-1.h", 5552)
     assert brokers[by_name["b"][1]] == ("b-2.h", 5552)
     assert brokers[by_name["local"][1]] == HERE
     assert by_name["missing"] == by_name["stale"] == (Code.STREAM_DOES_NOT_EXIST, NO_LEADER)
-    assert [n for n, _, _ in answer.streams] == ["a", "local", "b", "c", "missing", "stale"]
+    assert [n for n, *_ in answer.streams] == ["a", "local", "b", "c", "missing", "stale"]
 
 
 def test_metadata_answer_lists_this_broker_when_nothing_is_found() -> None:
     answer = answer_metadata(["x"], lambda n: False, HERE, lambda n: None)
     assert answer.brokers == [(0, *HERE)]
-    assert answer.streams == [("x", Code.STREAM_DOES_NOT_EXIST, NO_LEADER)]
+    assert answer.streams == [("x", Code.STREAM_DOES_NOT_EXIST, NO_LEADER, [])]
+
+
+def test_a_replicated_stream_is_answered_with_its_leader_and_replicas() -> None:
+    placements = {"r": Placement(3, ("b-1.h", 5552), (HERE, ("b-2.h", 5552))),
+                  "electing": Placement(4, None, (("b-1.h", 5552),))}
+    answer = answer_metadata(["r", "electing", "local"], lambda n: n in ("r", "local"), HERE,
+                             lambda n: None, placements.get)
+    brokers = {ref: (host, port) for ref, host, port in answer.brokers}
+    by_name = {name: (code, leader, replicas) for name, code, leader, replicas in answer.streams}
+    code, leader, replicas = by_name["r"]
+    assert code == Code.OK and brokers[leader] == ("b-1.h", 5552), "the placement, not 'held here'"
+    assert [brokers[r] for r in replicas] == [HERE, ("b-2.h", 5552)]
+    assert by_name["electing"][:2] == (Code.OK, NO_LEADER), "clients retry while it is elected"
+    assert brokers[by_name["local"][1]] == HERE and by_name["local"][2] == []
+
+
+def test_parse_replicated_entries() -> None:
+    d = parse(json.dumps({"streams": {
+        "r": {"epoch": 2, "leader": "b-0:5552", "replicas": ["b-1:5552", "[::1]:5553"]},
+        "e": {"epoch": 3, "leader": None},
+        "plain": "b-2:5552"}}))
+    assert d.placement("/", "r") == Placement(2, ("b-0", 5552), (("b-1", 5552), ("::1", 5553)))
+    assert d.leader("/", "r") == ("b-0", 5552) and d.leader("/", "e") is None
+    assert d.placement("/", "e") == Placement(3, None) and d.placement("/", "plain") is None
+    assert d.leader("/", "plain") == ("b-2", 5552)
+
+
+@pytest.mark.parametrize("entry, where", [
+    ({"leader": "b:1"}, "epoch"), ({"epoch": 0, "leader": "b:1"}, "epoch"),
+    ({"epoch": True, "leader": "b:1"}, "epoch"), ({"epoch": 1, "leader": "b"}, "host:port"),
+    ({"epoch": 1, "leader": "b:1", "replicas": "b:2"}, "replicas"),
+])
+def test_parse_refuses_bad_replicated_entries(entry: dict[str, object], where: str) -> None:
+    with pytest.raises(DirectoryError, match=where):
+        parse(json.dumps({"streams": {"r": entry}}))
 
 
 class Clock:

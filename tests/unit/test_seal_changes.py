@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streamlet.broker.directory import Directory, seal_changes
+from streamlet.broker.directory import Directory, Placement, seal_changes
 
 HERE = ("b-1", 5552)
 OTHER = ("b-0", 5552)
@@ -31,3 +31,10 @@ def test_an_entry_that_disappears_changes_nothing_and_vhosts_are_keyed() -> None
     directory = Directory(streams={"v/s": OTHER})
     assert seal_changes(d(), directory, "v", ["s"], HERE) == ({"s"}, set())
     assert seal_changes(d(), directory, "/", ["s"], HERE) == (set(), set())
+
+
+def test_a_replicated_stream_is_never_sealed_by_the_directory() -> None:
+    """Its leader changes by elections (epochs, fencing), not by moves."""
+    replicated = Directory(replicated={"s": Placement(2, OTHER, (HERE,))})
+    assert seal_changes(d(s=HERE), replicated, "/", ["s"], HERE) == (set(), set())
+    assert seal_changes(None, replicated, "/", ["s"], HERE) == (set(), set())

@@ -5,9 +5,14 @@ mounted into every pod, maps stream names to the advertised ``host:port`` of the
 them, so a Metadata request to any broker names the right leader::
 
     {"streams": {"orders": "b-1.b-headless.ns.svc.cluster.local:5552",
-                 "tenant-a/audit": "b-0.b-headless.ns.svc.cluster.local:5552"},
+                 "tenant-a/audit": "b-0.b-headless.ns.svc.cluster.local:5552",
+                 "payments": {"epoch": 4, "leader": "b-2...:5552",
+                              "replicas": ["b-0...:5552", "b-1...:5552"]}},
      "super_streams": {"invoices": {"partitions": ["invoices-0", "invoices-1"],
                                     "binding_keys": ["0", "1"]}}}
+
+A replicated stream's entry is an object: its epoch, its leader (``null`` while it is being
+elected: Metadata then answers leader 0xFFFF, and clients retry) and its other members.
 
 A key is the stream's name for the vhost ``/``, else ``<vhost>/<stream>``. A stream this broker
 holds whose entry changes to name another broker has been moved there: it is sealed here
@@ -52,12 +57,33 @@ class SuperStreamEntry:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where a replicated stream lives: its leader (None while electing) and other members."""
+
+    epoch: int
+    leader: Address | None
+    replicas: tuple[Address, ...] = ()
+
+    @property
+    def members(self) -> tuple[Address, ...]:
+        return self.replicas if self.leader is None else (self.leader, *self.replicas)
+
+
+@dataclass(frozen=True)
 class Directory:
     streams: Mapping[str, Address] = field(default_factory=dict)
     super_streams: Mapping[str, SuperStreamEntry] = field(default_factory=dict)
+    replicated: Mapping[str, Placement] = field(default_factory=dict)
 
     def leader(self, vhost: str, stream: str) -> Address | None:
-        return self.streams.get(key(vhost, stream))
+        """Where a stream's writes go: the one broker of an unreplicated stream, a replicated
+        one's leader (None: unknown here, or being elected)."""
+        k = key(vhost, stream)
+        placement = self.replicated.get(k)
+        return placement.leader if placement is not None else self.streams.get(k)
+
+    def placement(self, vhost: str, stream: str) -> Placement | None:
+        return self.replicated.get(key(vhost, stream))
 
     def super_stream(self, vhost: str, name: str) -> SuperStreamEntry | None:
         return self.super_streams.get(key(vhost, name))
@@ -80,6 +106,16 @@ def parse_address(text: Any) -> Address:
     return host, int(port)
 
 
+def parse_placement(doc: dict[str, Any]) -> Placement:
+    epoch, leader, replicas = doc.get("epoch"), doc.get("leader"), doc.get("replicas", [])
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1:
+        raise DirectoryError(f"'epoch' must be a positive integer, got {epoch!r}")
+    if not isinstance(replicas, list):
+        raise DirectoryError(f"'replicas' must be a list, got {replicas!r}")
+    return Placement(epoch, None if leader is None else parse_address(leader),
+                     tuple(parse_address(r) for r in replicas))
+
+
 def parse(text: str) -> Directory:
     """The directory in ``text`` (JSON); DirectoryError if it is not one."""
     try:
@@ -93,9 +129,13 @@ def parse(text: str) -> Directory:
     if not isinstance(streams_doc, dict) or not isinstance(supers_doc, dict):
         raise DirectoryError("'streams' and 'super_streams' must be objects")
     streams = {}
-    for name, address in streams_doc.items():
+    replicated = {}
+    for name, entry in streams_doc.items():
         try:
-            streams[name] = parse_address(address)
+            if isinstance(entry, dict):
+                replicated[name] = parse_placement(entry)
+            else:
+                streams[name] = parse_address(entry)
         except DirectoryError as e:
             raise DirectoryError(f"streams[{name!r}]: {e}") from None
     supers = {}
@@ -107,7 +147,7 @@ def parse(text: str) -> Directory:
             raise DirectoryError(f"super_streams[{name!r}] needs 'partitions' and 'binding_keys',"
                                  " two lists of strings of the same length")
         supers[name] = SuperStreamEntry(tuple(parts), tuple(keys))
-    return Directory(streams, supers)
+    return Directory(streams, supers, replicated)
 
 
 def seal_changes(previous: Directory | None, current: Directory, vhost: str,
@@ -125,6 +165,8 @@ def seal_changes(previous: Directory | None, current: Directory, vhost: str,
     seal: set[str] = set()
     unseal: set[str] = set()
     for name in held:
+        if current.placement(vhost, name) is not None:
+            continue  # replicated: its members' roles come from their epochs, not from moves
         now = current.leader(vhost, name)
         if now == here:
             unseal.add(name)
@@ -138,13 +180,18 @@ class MetadataAnswer:
     """A Metadata response's two lists, with broker references assigned once per response."""
 
     brokers: list[tuple[int, str, int]] = field(default_factory=list)
-    streams: list[tuple[str, int, int]] = field(default_factory=list)  # name, code, leader ref
+    #: name, code, leader reference, replica references
+    streams: list[tuple[str, int, int, list[int]]] = field(default_factory=list)
 
 
 def answer_metadata(names: Iterable[str], held: Callable[[str], bool], here: Address,
-                    redirect: Callable[[str], Address | None]) -> MetadataAnswer:
-    """Metadata for ``names``: a held stream is led by this broker (``here``, reference 0);
-    another is led by the broker ``redirect`` names, if any, else it does not exist.
+                    redirect: Callable[[str], Address | None],
+                    placement: Callable[[str], Placement | None] = lambda name: None,
+                    ) -> MetadataAnswer:
+    """Metadata for ``names``: a replicated stream as its ``placement`` says (leader 0xFFFF
+    while it is elected: clients retry); a held stream is led by this broker (``here``,
+    reference 0); another is led by the broker ``redirect`` names, if any, else it does not
+    exist.
 
     RabbitMQ clients look the leader up by reference in the response's broker list, so each
     address gets one reference, and only referenced brokers are listed. An address equal to
@@ -160,14 +207,18 @@ def answer_metadata(names: Iterable[str], held: Callable[[str], bool], here: Add
         return refs[address]
 
     for name in names:
-        if held(name):
-            answer.streams.append((name, Code.OK, ref(here)))
-            continue
-        address = redirect(name)
-        if address is None or address == here:
-            answer.streams.append((name, Code.STREAM_DOES_NOT_EXIST, NO_LEADER))
+        where = placement(name)
+        if where is not None:
+            leader = NO_LEADER if where.leader is None else ref(where.leader)
+            answer.streams.append((name, Code.OK, leader, [ref(r) for r in where.replicas]))
+        elif held(name):
+            answer.streams.append((name, Code.OK, ref(here), []))
         else:
-            answer.streams.append((name, Code.OK, ref(address)))
+            address = redirect(name)
+            if address is None or address == here:
+                answer.streams.append((name, Code.STREAM_DOES_NOT_EXIST, NO_LEADER, []))
+            else:
+                answer.streams.append((name, Code.OK, ref(address), []))
     if not answer.brokers:
         ref(here)  # RabbitMQ always lists itself; clients do not mind an unused entry
     return answer
@@ -208,5 +259,6 @@ class DirectoryFile:
             return
         self._signature = signature
         self._problem = None
-        log.info("stream directory %s: %d streams, %d super streams", self.path,
-                 len(self.directory.streams), len(self.directory.super_streams))
+        d = self.directory
+        log.info("stream directory %s: %d streams (%d replicated), %d super streams", self.path,
+                 len(d.streams) + len(d.replicated), len(d.replicated), len(d.super_streams))

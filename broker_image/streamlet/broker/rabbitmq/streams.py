@@ -77,7 +77,8 @@ def on_metadata(conn: ConnectionState, cmd: f.Metadata) -> None:
         stream = conn.streams.get(name)
         return stream is not None and not stream.sealed
 
-    answer = answer_metadata(cmd.streams, here, advertised(conn), elsewhere)
+    answer = answer_metadata(cmd.streams, here, advertised(conn), elsewhere,
+                             lambda name: directory.placement(vhost, name))
     for name in cmd.streams:
         stream = conn.streams.get(name)
         if stream is not None:
@@ -85,7 +86,7 @@ def on_metadata(conn: ConnectionState, cmd: f.Metadata) -> None:
             conn.watching.add(stream)
     conn.send(f.MetadataResponse(
         cmd.correlation_id, [f.BrokerInfo(*b) for b in answer.brokers],
-        [f.StreamMetadata(name, code, leader, []) for name, code, leader in answer.streams]))
+        [f.StreamMetadata(*entry) for entry in answer.streams]))
 
 
 def on_stream_stats(conn: ConnectionState, cmd: f.StreamStats) -> None:
