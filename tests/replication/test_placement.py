@@ -11,6 +11,7 @@ from streamlet.replication.placement import (
     Placement,
     Pod,
     StreamMembers,
+    leaders_on,
     place,
     place_super_stream,
     safe_to_stop,
@@ -147,3 +148,8 @@ def test_stop_why_reads() -> None:
     assert ok and why == "every stream on pod 2 keeps a quorum in sync"
     ok, why = safe_to_stop(2, [s("a", (0, 1, 2), {1, 2})])
     assert not ok and why == "would leave 1 stream(s) without a quorum in sync: a"
+
+
+def test_leaders_on() -> None:
+    assert leaders_on(1, {"b": 1, "a": 1, "c": 0}) == ["a", "b"]
+    assert leaders_on(2, {"a": 1}) == []
