@@ -24,6 +24,8 @@ _ERROR_ANSWERS: dict[int, Callable[[int, Code], f.Command]] = {
     Key.EXCHANGE_COMMAND_VERSIONS: lambda c, code: f.ExchangeCommandVersionsResponse(c, code, []),
     Key.STREAM_STATS: lambda c, code: f.StreamStatsResponse(c, code, {}),
     Key.RESOLVE_OFFSET_SPEC: lambda c, code: f.ResolveOffsetSpecResponse(c, code, 0, 0),
+    Key.REPLICA_HELLO: lambda c, code: f.ReplicaHelloResponse(c, code),
+    Key.FENCE: lambda c, code: f.FenceResponse(c, code),
 }
 
 

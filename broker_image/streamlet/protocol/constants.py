@@ -41,6 +41,15 @@ class Key(IntEnum):
     CREATE_SUPER_STREAM = 29
     DELETE_SUPER_STREAM = 30
     RESOLVE_OFFSET_SPEC = 31
+    # streamlet's private replication commands (replica <-> leader, operator -> broker): a
+    # range RabbitMQ does not use (its keys are 1-31), never sent to or accepted from clients
+    REPLICA_HELLO = 0x7E01
+    REPLICA_START = 0x7E02
+    REPLICA_CHUNKS = 0x7E03
+    REPLICA_ACK = 0x7E04
+    REPLICA_COMMIT = 0x7E05
+    FENCE = 0x7E06
+    ASSIGN = 0x7E07
 
 
 class Code(IntEnum):
@@ -63,6 +72,17 @@ class Code(IntEnum):
     PRECONDITION_FAILED = 17
     PUBLISHER_DOES_NOT_EXIST = 18
     NO_OFFSET = 19
+
+
+class Role(IntEnum):
+    """A member's role in an Assign."""
+
+    LEADER = 1
+    FOLLOWER = 2
+
+
+#: The replication commands' range (docs/protocol.md): not for clients.
+REPLICATION_KEYS = range(0x7E01, 0x7F00)
 
 
 class OffsetType(IntEnum):

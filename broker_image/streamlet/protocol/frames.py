@@ -5,6 +5,9 @@ of the key. :func:`encode` turns a command into a whole frame (size included); :
 turns one frame (without its size) into a command, or into a :class:`FrameError` carrying the
 protocol's response code: a malformed frame never raises out of here.
 
+The replication commands (keys 0x7E01-0x7E07, last section) are streamlet's own, between
+its brokers and from the operator: never a client's.
+
 Most commands are declared by their ``LAYOUT``: one wire codec per dataclass field, in order
 (rstream's idea of fields that carry their wire types, as a tuple). The few with a layout that
 depends on a value (Publish, Deliver, Subscribe, offsets typed by their offset type) write
@@ -151,6 +154,7 @@ def encode(cmd: Command, version: int | None = None) -> bytes:
 _NO_CORRELATION = {
     Key.PUBLISH, Key.PUBLISH_CONFIRM, Key.PUBLISH_ERROR, Key.DELIVER, Key.CREDIT,
     Key.STORE_OFFSET, Key.METADATA_UPDATE, Key.TUNE, Key.HEARTBEAT,
+    Key.REPLICA_CHUNKS, Key.REPLICA_ACK, Key.REPLICA_COMMIT,
 }
 
 
@@ -833,3 +837,166 @@ class ExchangeCommandVersionsResponse(Command):
     correlation_id: int
     code: int
     versions: list[CommandVersion]
+
+
+# --- replication (streamlet's own: replica <-> leader, operator -> broker) ---------------------
+# Epochs are u64 (as in a chunk header), chunk ids i64 (-1: none), offsets u64. A replica opens
+# one connection per stream it follows (as Osiris runs one reader per replica): ReplicaHello
+# binds it to the stream. A refusal for a fenced member (an epoch older than the peer's) is
+# code 6, STREAM_NOT_AVAILABLE, the epoch fields telling which side is behind.
+
+#: An epoch vector: ``(epoch, last chunk id of that epoch)``, oldest first (Osiris's overview)
+EPOCH_VECTOR = array(record(tuple, U64, I64))
+
+
+@_register
+@dataclass(slots=True)
+class ReplicaHello(Command):
+    """Replica to leader: follow ``stream`` in ``epoch``; the replica's tail as it stands."""
+
+    KEY: ClassVar[int] = Key.REPLICA_HELLO
+    LAYOUT: ClassVar[tuple[Codec, ...]] = (U32, STR, U64, U16, U64, I64, U64)
+    correlation_id: int
+    stream: str
+    epoch: int
+    member: int
+    tail_epoch: int
+    tail_chunk_id: int
+    next_offset: int
+
+
+@_register
+@dataclass(slots=True)
+class ReplicaHelloResponse(Command):
+    """The leader's epoch, its first offset and its epoch vector: what the replica truncates by."""
+
+    KEY: ClassVar[int] = Key.REPLICA_HELLO
+    RESPONSE: ClassVar[bool] = True
+    LAYOUT: ClassVar[tuple[Codec, ...]] = (U32, U16, U64, U64, EPOCH_VECTOR)
+    correlation_id: int
+    code: int
+    epoch: int = 0
+    first_offset: int = 0
+    epochs: list[tuple[int, int]] = field(default_factory=list)
+
+
+@_register
+@dataclass(slots=True)
+class ReplicaStart(Command):
+    """Replica to leader, once truncated: its tail now; chunks flow from ``next_offset``. The
+    leader checks that ``(tail_epoch, tail_chunk_id)`` is in its log (Osiris's
+    ``init_data_reader``) and refuses otherwise."""
+
+    KEY: ClassVar[int] = Key.REPLICA_START
+    LAYOUT: ClassVar[tuple[Codec, ...]] = (U32, U64, U64, I64, U64)
+    correlation_id: int
+    epoch: int
+    tail_epoch: int
+    tail_chunk_id: int
+    next_offset: int
+
+
+ReplicaStartResponse = _simple_response(Key.REPLICA_START, "ReplicaStartResponse")
+
+_CHUNKS_HEAD = struct.Struct(">IHHQq")
+
+
+@_register
+@dataclass(slots=True)
+class ReplicaChunks(Command):
+    """Leader to replica, no answer: whole chunks as stored (header, bloom, data, trailer),
+    back to back, and the leader's commit point. The chunks are the rest of the frame, decoded
+    as a view of it (no copy); the leader writes :meth:`prefix` and then the bytes (or
+    sendfile), as Deliver's fast path does."""
+
+    KEY: ClassVar[int] = Key.REPLICA_CHUNKS
+    epoch: int
+    committed_chunk_id: int
+    chunks: bytes | memoryview
+
+    def body(self) -> bytes:
+        return wire.u64(self.epoch) + wire.i64(self.committed_chunk_id) + bytes(self.chunks)
+
+    @classmethod
+    def read(cls, r: Reader, version: int) -> ReplicaChunks:
+        epoch, committed = r.u64(), r.i64()
+        return cls(epoch, committed, r.rest_view())
+
+    @staticmethod
+    def prefix(epoch: int, committed_chunk_id: int, size: int) -> bytes:
+        """The whole frame's head (size prefix included) for ``size`` bytes of chunks."""
+        return _CHUNKS_HEAD.pack(20 + size, Key.REPLICA_CHUNKS, 1, epoch, committed_chunk_id)
+
+
+@_register
+@dataclass(slots=True)
+class ReplicaAck(Command):
+    """Replica to leader, no answer: written up to this chunk, in this epoch."""
+
+    KEY: ClassVar[int] = Key.REPLICA_ACK
+    LAYOUT: ClassVar[tuple[Codec, ...]] = (U64, I64, U64)
+    epoch: int
+    chunk_id: int
+    next_offset: int
+
+
+@_register
+@dataclass(slots=True)
+class ReplicaCommit(Command):
+    """Leader to replica, no answer: the commit point moved while no chunk was flowing."""
+
+    KEY: ClassVar[int] = Key.REPLICA_COMMIT
+    LAYOUT: ClassVar[tuple[Codec, ...]] = (U64, I64)
+    epoch: int
+    committed_chunk_id: int
+
+
+@_register
+@dataclass(slots=True)
+class Fence(Command):
+    """Operator to broker: raise ``stream``'s epoch to ``epoch`` (persisted before the answer),
+    stop writing, fetching and acking; answer with the tail."""
+
+    KEY: ClassVar[int] = Key.FENCE
+    LAYOUT: ClassVar[tuple[Codec, ...]] = (U32, STR, U64)
+    correlation_id: int
+    stream: str
+    epoch: int
+
+
+@_register
+@dataclass(slots=True)
+class FenceResponse(Command):
+    """The member's epoch now (higher than asked: it refused, code 6), its tail and epoch
+    vector."""
+
+    KEY: ClassVar[int] = Key.FENCE
+    RESPONSE: ClassVar[bool] = True
+    LAYOUT: ClassVar[tuple[Codec, ...]] = (U32, U16, U64, U64, I64, U64, EPOCH_VECTOR)
+    correlation_id: int
+    code: int
+    epoch: int = 0
+    tail_epoch: int = 0
+    tail_chunk_id: int = -1
+    next_offset: int = 0
+    epochs: list[tuple[int, int]] = field(default_factory=list)
+
+
+@_register
+@dataclass(slots=True)
+class Assign(Command):
+    """Operator to broker: in ``epoch``, lead ``stream`` or follow the leader at host:port;
+    ``members`` are the epoch's member set (pod ordinals)."""
+
+    KEY: ClassVar[int] = Key.ASSIGN
+    LAYOUT: ClassVar[tuple[Codec, ...]] = (U32, STR, U64, U8, STR, U32, array(U16))
+    correlation_id: int
+    stream: str
+    epoch: int
+    role: int  # constants.Role
+    leader_host: str
+    leader_port: int
+    members: list[int] = field(default_factory=list)
+
+
+AssignResponse = _simple_response(Key.ASSIGN, "AssignResponse")

@@ -95,6 +95,12 @@ class Reader:
     def rest(self) -> bytes:
         return self.raw(self.end - self.pos)
 
+    def rest_view(self) -> memoryview:
+        """What is left, as a view of the frame: no copy (a chunk's bytes)."""
+        view = memoryview(self.buf)[self.pos : self.end]
+        self.pos = self.end
+        return view
+
     def array(self, item: Callable[[Reader], Any]) -> list[Any]:
         n = self._unpack(_I32)
         if n < 0 or n > self.end - self.pos:  # every item takes at least one byte
