@@ -33,6 +33,7 @@ from .config import LogConfig
 from .files import files
 from .layout import (
     EPOCH,
+    FILE_HEADER_SIZE,
     INDEX_HEADER,
     INDEX_RECORD,
     INDEX_RECORD_SIZE,
@@ -42,8 +43,16 @@ from .layout import (
     ChunkRef,
     parse_name,
 )
-from .recovery import Event, open_active, replay_tracking
-from .segment import Segment, StorageError
+from .recovery import Event, apply_tracking, open_active, replay_tracking
+from .segment import (
+    Header,
+    InvalidChunk,
+    LogAhead,
+    OutOfOrderChunk,
+    Segment,
+    StaleEpoch,
+    StorageError,
+)
 from .tracking import Tracking, encode_trailer
 
 log = logging.getLogger(__name__)
@@ -99,6 +108,7 @@ class StreamLog:
         self._max_seg_bytes = config.max_segment_bytes
         self._max_seg_chunks = config.max_segment_chunks
         self._closed = False
+        self._epoch = EPOCH
         self.directory.mkdir(parents=True, exist_ok=True)
         # one writer per directory: a second StreamLog (this process or another) would corrupt it
         self._lock_fd = files.open(self.directory, os.O_RDONLY)
@@ -114,6 +124,7 @@ class StreamLog:
                 seg.close()
             os.close(self._lock_fd)
             raise
+        self._epoch = max(EPOCH, self.tail()[0])
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -243,6 +254,46 @@ class StreamLog:
         return len(self._segments)
 
     @property
+    def epoch(self) -> int:
+        """The epoch new chunks are written with: on open, the epoch of the last chunk (1 for
+        an empty log); raised by ``open_epoch``, and by ``accept_chunk`` to the epoch of a
+        chunk it accepts."""
+        return self._epoch
+
+    def tail(self) -> tuple[int, int, int]:
+        """``(epoch of the last chunk, id of the last chunk, next offset)`` over chunks of
+        EVERY type (unlike ``last_chunk_id``, user chunks only); ``(0, -1, next_offset)`` when
+        the log holds no chunk. What a replica tells its leader."""
+        for seg in reversed(self._segments):
+            if seg.nchunks:
+                return seg.last_epoch, seg.last_id, self._next
+        return 0, -1, self._next
+
+    def epoch_vector(self) -> list[tuple[int, int]]:
+        """``[(epoch, id of the last chunk of that epoch)]`` for each epoch present in the log,
+        ascending (Osiris' overview): what a leader sends a replica to truncate by."""
+        out: list[tuple[int, int]] = []
+        for si, seg in enumerate(self._segments):
+            if not seg.nchunks:
+                continue
+            if seg.first_epoch == seg.last_epoch:  # known without loading the table
+                pairs = [(seg.last_epoch, seg.last_id)]
+            else:
+                seg = self._seg(si)
+                epochs, ids, n = seg.epochs, seg.ids, seg.nchunks
+                pairs = []
+                i = 0
+                while i < n:  # epochs never decrease: one bisect per epoch
+                    i = bisect_right(epochs, epochs[i], i, n)
+                    pairs.append((epochs[i - 1], ids[i - 1]))
+            for epoch, cid in pairs:
+                if out and out[-1][0] == epoch:
+                    out[-1] = (epoch, cid)
+                else:
+                    out.append((epoch, cid))
+        return out
+
+    @property
     def stored_timestamps(self) -> dict[str, int]:
         """Timestamp tracking (type 2) read from the log; kept and re-snapshotted, not written."""
         return self._tracking.timestamps
@@ -265,15 +316,16 @@ class StreamLog:
         size = HEADER_SIZE + blen + dlen + len(trailer)
         pos = seg.size
         try:
-            header = HEADER.pack(MAGIC_VERSION, CHUNK_USER, num_entries, num_records, ts, EPOCH,
-                                 cid, crc32(data), dlen, len(trailer), blen)
+            header = HEADER.pack(MAGIC_VERSION, CHUNK_USER, num_entries, num_records, ts,
+                                 self._epoch, cid, crc32(data), dlen, len(trailer), blen)
         except struct.error as e:  # entries > 65535, bloom > 255 bytes, ...
             raise ValueError(f"chunk does not fit the Osiris header: {e}") from None
         self._write(seg, (header, bloom, data, trailer), size)
         if writer_sequences:
             self._tracking.add_sequences(cid, writer_sequences)
-        self._written(seg, cid, ts, pos, num_records, size, CHUNK_USER, dlen, blen)
-        ref = ChunkRef(cid, num_records, ts, CHUNK_USER, seg.id, pos, size, blen, dlen)
+        self._written(seg, cid, ts, pos, num_records, size, CHUNK_USER, dlen, blen, self._epoch)
+        ref = ChunkRef(cid, num_records, ts, CHUNK_USER, seg.id, pos, size, blen, dlen,
+                       self._epoch)
         self._last_ref = ref
         if self._first_user == -1:
             self._first_user = cid
@@ -286,7 +338,29 @@ class StreamLog:
         self._write_tracking(CHUNK_TRACKING_DELTA, body)
         self.offsets[reference] = offset
 
-    def _write_tracking(self, ctype: int, body: bytes) -> None:
+    def open_epoch(self, epoch: int) -> ChunkRef:
+        """Start writing in ``epoch`` (a new leader): write one tracking snapshot chunk (type 2,
+        consumers skip it) stamped with it, holding the current tracking state, and return it.
+        The commit point may not move until this chunk is committed (the Raft "Figure 8"
+        guard). An epoch lower than the last chunk's is refused (StaleEpoch); the same epoch
+        writes another opening chunk."""
+        last = self.tail()[0]
+        if epoch < last:
+            raise StaleEpoch(f"{self.directory}: cannot open epoch {epoch}, the log's last "
+                             f"chunk has epoch {last}")
+        if epoch < 1 or epoch >= 1 << 64:
+            raise ValueError(f"epoch out of range: {epoch}")
+        self._writable_segment()
+        previous, self._epoch = self._epoch, epoch
+        try:
+            body = self._tracking.snapshot(self.first_offset, self._segments[0].first_ts,
+                                           self.config.max_writer_sequences)
+            return self._write_tracking(CHUNK_TRACKING_SNAPSHOT, body)
+        except BaseException:
+            self._epoch = previous
+            raise
+
+    def _write_tracking(self, ctype: int, body: bytes) -> ChunkRef:
         """A tracking chunk: one simple entry holding tracking records, one record."""
         seg = self._active
         data = simple_entry(body)
@@ -294,27 +368,34 @@ class StreamLog:
         cid = self._next
         size = HEADER_SIZE + len(data)
         pos = seg.size
-        header = HEADER.pack(MAGIC_VERSION, ctype, 1, 1, ts, EPOCH, cid, crc32(data), len(data),
-                             0, 0)
+        epoch = self._epoch
+        header = HEADER.pack(MAGIC_VERSION, ctype, 1, 1, ts, epoch, cid, crc32(data),
+                             len(data), 0, 0)
         self._write(seg, (header, data), size)
-        self._written(seg, cid, ts, pos, 1, size, ctype, len(data), 0)
+        self._written(seg, cid, ts, pos, 1, size, ctype, len(data), 0, epoch)
+        return ChunkRef(cid, 1, ts, ctype, seg.id, pos, size, 0, len(data), epoch)
+
+    def _full(self, size: int, nchunks: int) -> bool:
+        """Whether a segment of ``size`` bytes and ``nchunks`` chunks is rolled over before
+        the next chunk (Osiris: max bytes or max chunks reached). A segment holds at least 2
+        chunks, so the snapshot that opens it never rolls at once. A function of the segment
+        alone: a follower rolls at exactly the same chunks as its leader."""
+        return nchunks >= 2 and (size >= self._max_seg_bytes or nchunks >= self._max_seg_chunks)
 
     def _writable_segment(self) -> Segment:
-        """The segment the next chunk goes to: the active one, rolled over first when full
-        (Osiris: max bytes reached with at least 2 chunks, or max chunks)."""
+        """The segment the next chunk goes to: the active one, rolled over first when full."""
         seg = self._active
-        if (seg.size >= self._max_seg_bytes and seg.nchunks >= 2) \
-                or seg.nchunks >= self._max_seg_chunks:
+        if self._full(seg.size, seg.nchunks):
             seg = self._roll()
         return seg
 
     def _written(self, seg: Segment, cid: int, ts: int, pos: int, records: int, size: int,
-                 ctype: int, dlen: int, blen: int) -> None:
+                 ctype: int, dlen: int, blen: int, epoch: int) -> None:
         """After a chunk's write: the chunk table, the next offset, the (buffered) index record,
         and fsync as configured."""
-        seg.add(cid, ts, pos, records, size, ctype, dlen, blen)
+        seg.add(cid, ts, pos, records, size, ctype, dlen, blen, epoch)
         self._next = cid + records
-        self._index_buf += INDEX_RECORD.pack(cid, ts, EPOCH, pos, ctype)
+        self._index_buf += INDEX_RECORD.pack(cid, ts, epoch, pos, ctype)
         if len(self._index_buf) >= _INDEX_FLUSH_BYTES \
                 or seg.size - self._index_upto >= _INDEX_FLUSH_DATA:
             try:
@@ -385,10 +466,11 @@ class StreamLog:
         self._fsync_index()
         self._last_sync = time.monotonic()
 
-    def _roll(self) -> Segment:
+    def _roll(self, with_snapshot: bool = True) -> Segment:
         """Start a new segment named by the next offset. When there is tracking state its first
         chunk is a tracking snapshot, so older segments can go without losing it (as in Osiris).
-        Retention runs after the roll.
+        Retention runs after the roll. A follower rolls ``with_snapshot=False``: the leader's
+        snapshot is the next chunk it accepts, so it lands first in the new segment as well.
 
         Every step that can fail (creating the files, writing the snapshot) comes before the
         log switches to the new segment: a roll that fails (disk full, out of descriptors)
@@ -400,12 +482,13 @@ class StreamLog:
             self._fsync_index()
         cid = self._next
         snapshot: tuple[bytes, ...] = ()
-        if not self._tracking.is_empty():
+        epoch = self._epoch
+        if with_snapshot and not self._tracking.is_empty():
             body = self._tracking.snapshot(self.first_offset, self._segments[0].first_ts,
                                            self.config.max_writer_sequences)
             data = simple_entry(body)
             ts = _now_ms()
-            header = HEADER.pack(MAGIC_VERSION, CHUNK_TRACKING_SNAPSHOT, 1, 1, ts, EPOCH, cid,
+            header = HEADER.pack(MAGIC_VERSION, CHUNK_TRACKING_SNAPSHOT, 1, 1, ts, epoch, cid,
                                  crc32(data), len(data), 0, 0)
             snapshot = (header, data)
         seg = self._new_segment(cid, snapshot)
@@ -417,7 +500,7 @@ class StreamLog:
         if snapshot:
             header, data = snapshot
             self._written(seg, cid, ts, seg.size, 1, HEADER_SIZE + len(data),
-                          CHUNK_TRACKING_SNAPSHOT, len(data), 0)
+                          CHUNK_TRACKING_SNAPSHOT, len(data), 0, epoch)
         self.apply_retention()
         return seg
 
@@ -557,8 +640,8 @@ class StreamLog:
         if len(buf) != total:
             raise StorageError(f"{seg.path}: short read at {start} ({len(buf)} of {total})")
         mv = memoryview(buf)
-        ids, nrec, tss, pos, types, bloom, dlen = (seg.ids, seg.nrec, seg.ts, seg.pos, seg.types,
-                                                   seg.bloom, seg.dlen)
+        ids, nrec, tss, pos, types, bloom, dlen, epochs = (
+            seg.ids, seg.nrec, seg.ts, seg.pos, seg.types, seg.bloom, seg.dlen, seg.epochs)
         out: list[tuple[ChunkRef, memoryview]] = []
         for k in range(ci, j):
             if types[k] != CHUNK_USER:
@@ -575,7 +658,7 @@ class StreamLog:
                 d = off + HEADER_SIZE + bl
                 view = memoryview(b"".join((mv[off : off + HEADER_SIZE], mv[d : d + dl])))
             out.append((ChunkRef(ids[k], nrec[k], tss[k], CHUNK_USER, seg.id, pos[k], csize[k],
-                                 bl, dl), view))
+                                 bl, dl, epochs[k]), view))
         return out
 
     def read_bloom(self, ref: ChunkRef) -> bytes:
