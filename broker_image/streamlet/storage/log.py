@@ -350,9 +350,11 @@ class StreamLog:
                              f"chunk has epoch {last}")
         if epoch < 1 or epoch >= 1 << 64:
             raise ValueError(f"epoch out of range: {epoch}")
-        self._writable_segment()
         previous, self._epoch = self._epoch, epoch
         try:
+            # a roll's snapshot is already the new epoch's: an old epoch's chunks are only
+            # ever written by that epoch's leader
+            self._writable_segment()
             body = self._tracking.snapshot(self.first_offset, self._segments[0].first_ts,
                                            self.config.max_writer_sequences)
             return self._write_tracking(CHUNK_TRACKING_SNAPSHOT, body)
@@ -675,6 +677,240 @@ class StreamLog:
         if si < 0:
             raise StorageError(f"segment {ref.segment} was deleted")
         return self._segments[si].open_fd()
+
+    # -- replication -----------------------------------------------------------------------------
+
+    def read_raw(self, offset: int,
+                 max_bytes: int = 1 << 20) -> list[tuple[ChunkRef, memoryview]]:
+        """Whole chunks as stored (header, bloom, data, trailer), of EVERY type, from the chunk
+        holding ``offset`` (the first chunk for an offset before the log) and the chunks after
+        it IN THE SAME SEGMENT, up to about ``max_bytes`` (always at least one): one pread.
+        What a leader sends a follower; the next call starts at the last ref's next_offset and
+        goes on in the next segment. [] from ``next_offset`` on."""
+        if offset >= self._next:
+            return []
+        si = max(bisect_right(self._seg_ids, offset) - 1, 0)
+        seg = self._seg(si)
+        ci = max(seg.locate(offset), 0)
+        while ci >= seg.nchunks:  # an empty segment (a roll without snapshot, not yet written)
+            si += 1
+            if si >= len(self._segments):
+                return []
+            seg, ci = self._seg(si), 0
+        csize, n = seg.csize, seg.nchunks
+        start = seg.pos[ci]
+        total = csize[ci]
+        j = ci + 1
+        while j < n and total + csize[j] <= max_bytes:
+            total += csize[j]
+            j += 1
+        buf = os.pread(seg.open_fd(), total, start)
+        if len(buf) != total:
+            raise StorageError(f"{seg.path}: short read at {start} ({len(buf)} of {total})")
+        mv = memoryview(buf)
+        out: list[tuple[ChunkRef, memoryview]] = []
+        for k in range(ci, j):
+            off = seg.pos[k] - start
+            if seg.bloom[k] < 0:
+                seg.fill_header(k, mv, off)
+            out.append((seg.ref(k), mv[off : off + csize[k]]))
+        return out
+
+    def accept_chunk(self, raw: Buffer) -> ChunkRef:
+        """A follower writes one whole chunk its leader sent (see ``accept_chunks``)."""
+        mv = memoryview(raw).cast("B")
+        try:
+            size = Header(mv).size
+        except (ValueError, struct.error):
+            size = -1  # accept_chunks says what is wrong
+        if size >= 0 and size != len(mv):
+            raise InvalidChunk(f"one chunk of {size} bytes expected, {len(mv)} given")
+        self.accept_chunks(mv)
+        return self._active.ref(self._active.nchunks - 1)
+
+    def accept_chunks(self, buf: Buffer) -> int:
+        """A follower writes whole chunks its leader sent (from ``read_raw``), byte for byte,
+        and returns how many. Every chunk is checked first (magic, header, whole, data CRC:
+        InvalidChunk; id == next_offset: OutOfOrderChunk; epoch not below the last chunk's:
+        StaleEpoch): one bad chunk and nothing is written. Segments roll by the leader's rule
+        but without a snapshot of their own (the leader's is among the chunks); the chunks of
+        one segment go in one write. Table, index, writer sequences and offsets are updated
+        as the leader's own writes update them."""
+        mv = memoryview(buf).cast("B")
+        checked: list[tuple[int, Header]] = []
+        pos, expect, epoch = 0, self._next, self.tail()[0]
+        while pos < len(mv):
+            h = self._check_chunk(mv, pos, expect, epoch)
+            checked.append((pos, h))
+            pos += h.size
+            expect += h.num_records
+            epoch = h.epoch
+        i = 0
+        while i < len(checked):
+            seg = self._active
+            if self._full(seg.size, seg.nchunks):
+                seg = self._roll(with_snapshot=False)
+            size, n, j = seg.size, seg.nchunks, i
+            while j < len(checked) and (j == i or not self._full(size, n)):
+                size += checked[j][1].size
+                n += 1
+                j += 1
+            first = checked[i][0]
+            end = checked[j - 1][0] + checked[j - 1][1].size
+            self._write(seg, (mv[first:end],), end - first)
+            for at, h in checked[i:j]:
+                self._accepted(seg, mv, at, h)
+            i = j
+        self._epoch = max(self._epoch, epoch)
+        return len(checked)
+
+    def _check_chunk(self, mv: memoryview, pos: int, expect: int, last_epoch: int) -> Header:
+        if len(mv) - pos < HEADER_SIZE:
+            raise InvalidChunk(f"truncated chunk header ({len(mv) - pos} bytes)")
+        try:
+            h = Header(mv, pos)
+        except ValueError:
+            raise InvalidChunk(f"bad chunk magic or type: {bytes(mv[pos : pos + 2]).hex()}") \
+                from None
+        if h.num_records < 1:
+            raise InvalidChunk(f"chunk {h.chunk_id} holds no record")
+        if pos + h.size > len(mv):
+            raise InvalidChunk(f"chunk {h.chunk_id} is cut: {h.size} bytes, "
+                               f"{len(mv) - pos} given")
+        if h.size > 0xFFFFFFFF - FILE_HEADER_SIZE:
+            raise InvalidChunk(f"chunk {h.chunk_id} too large")
+        if h.chunk_id != expect:
+            raise OutOfOrderChunk(f"{self.directory}: chunk {h.chunk_id} offered, "
+                                  f"{expect} expected")
+        if h.epoch < last_epoch:
+            raise StaleEpoch(f"{self.directory}: chunk {h.chunk_id} has epoch {h.epoch}, "
+                             f"below the last chunk's {last_epoch}")
+        data = pos + HEADER_SIZE + h.bloom_size
+        if crc32(mv[data : data + h.data_length]) != h.crc:
+            raise InvalidChunk(f"chunk {h.chunk_id}: bad data CRC")
+        return h
+
+    def _accepted(self, seg: Segment, mv: memoryview, at: int, h: Header) -> None:
+        """After an accepted chunk's write: what the leader's write of it did."""
+        cid, ctype = h.chunk_id, h.chunk_type
+        pos = seg.size
+        self._written(seg, cid, h.timestamp, pos, h.num_records, h.size, ctype, h.data_length,
+                      h.bloom_size, h.epoch)
+        data = at + HEADER_SIZE + h.bloom_size
+        if ctype == CHUNK_USER:
+            if h.trailer_length:
+                trailer = mv[data + h.data_length : data + h.data_length + h.trailer_length]
+                apply_tracking(self._tracking, cid, ctype, trailer, seg.path)
+            self._last_ref = ChunkRef(cid, h.num_records, h.timestamp, CHUNK_USER, seg.id, pos,
+                                      h.size, h.bloom_size, h.data_length, h.epoch)
+            if self._first_user == -1:
+                self._first_user = cid
+        else:
+            apply_tracking(self._tracking, cid, ctype, mv[data : data + h.data_length],
+                           seg.path)
+
+    def truncate_to(self, leader_vector: Sequence[tuple[int, int]],
+                    leader_first_offset: int) -> int:
+        """Make the log a prefix of the leader's (Osiris' init_acceptor) and return the offset
+        to fetch from. ``leader_vector`` is the leader's ``epoch_vector()``,
+        ``leader_first_offset`` its ``first_offset``. Walking the vector from the top, for
+        ``(E, ChId)`` when the log holds chunks of epoch E (the last one ``t``):
+
+        - ``t <= ChId``: keep up to ``t`` (everything when ``t`` is the last chunk: catch up);
+        - ``t > ChId``: cut right after chunk ``ChId`` (it is there, of epoch E);
+
+        an epoch the log does not hold: the next lower one. Chunks of one epoch are written by
+        one leader, so equal (epoch, id) is equal bytes and the kept prefix is the leader's.
+        When nothing matches, or the kept log would end before ``leader_first_offset`` (the
+        leader no longer has what follows it, osiris#42), the log is emptied and starts at
+        ``leader_first_offset``, the leader's first chunk (osiris#43: really emptied, its next
+        offset moved).
+
+        A log ahead of the leader (a later last epoch, or more chunks of the leader's last
+        epoch than the leader) raises LogAhead and is left alone. The tracking state is
+        rebuilt from the kept prefix as recovery does; ``epoch`` is not lowered."""
+        vec = [(int(e), int(c)) for e, c in leader_vector]
+        for (e0, c0), (e1, c1) in zip(vec, vec[1:], strict=False):
+            if e1 <= e0 or c1 <= c0:
+                raise ValueError(f"not an epoch vector: {vec}")
+        last_epoch, last_id, nxt = self.tail()
+        if vec:
+            top_epoch, top_id = vec[-1]
+            if last_epoch > top_epoch or (last_epoch == top_epoch and last_id > top_id):
+                raise LogAhead(f"{self.directory}: local tail (epoch {last_epoch}, chunk "
+                               f"{last_id}) is beyond the leader's ({top_epoch}, {top_id})")
+        local = dict(self.epoch_vector())
+        for epoch, cid in reversed(vec):
+            t = local.get(epoch)
+            if t is None:
+                continue
+            keep = min(t, cid)
+            si = bisect_right(self._seg_ids, keep) - 1
+            seg = self._seg(si)
+            ci = seg.find_id(keep)
+            if ci < 0 or seg.epochs[ci] != epoch:
+                raise StorageError(f"{self.directory}: the leader's chunk {keep} of epoch "
+                                   f"{epoch} is not a chunk here")
+            if seg.ids[ci] + seg.nrec[ci] < leader_first_offset:
+                break  # osiris#42: what follows is gone from the leader
+            if keep != last_id:
+                self._cut_after(si, ci)
+            return self._next
+        if last_id >= 0 or nxt != leader_first_offset:
+            self._reset(leader_first_offset)
+        return self._next
+
+    def _cut_after(self, si: int, ci: int) -> None:
+        """Delete every chunk after chunk ``ci`` of segment ``si``, then reload the log's state
+        from disk as recovery does. Newest files first: a crash leaves a shorter prefix."""
+        try:
+            self._flush_index()
+        except OSError:  # recovery rebuilds the missing records from the segment
+            self._index_buf.clear()
+        for seg in reversed(self._segments[si + 1 :]):
+            seg.remove_files()
+        del self._segments[si + 1 :]
+        del self._seg_ids[si + 1 :]
+        seg = self._segments[si]
+        end = seg.pos[ci] + seg.csize[ci]
+        for path, size in ((seg.path, end),
+                           (seg.index_path, FILE_HEADER_SIZE + (ci + 1) * INDEX_RECORD_SIZE)):
+            try:
+                fd = files.open(path, os.O_RDWR)
+            except FileNotFoundError:
+                continue
+            try:
+                if os.fstat(fd).st_size > size:
+                    os.ftruncate(fd, size)
+                if self._fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        log.info("%s: truncated after chunk %d", self.directory, seg.ids[ci])
+        self._reload()
+
+    def _reset(self, next_offset: int) -> None:
+        """Delete every segment and start an empty log whose next chunk is ``next_offset``."""
+        self._index_buf.clear()
+        for seg in reversed(self._segments):
+            seg.remove_files()
+        self._segments, self._seg_ids = [], []
+        self._create_segment(next_offset)
+        log.info("%s: emptied, next offset %d", self.directory, next_offset)
+        self._reload()
+
+    def _reload(self) -> None:
+        """Drop the in-memory state and open the directory again, as at start."""
+        for seg in self._segments:
+            seg.close()
+        self._segments, self._seg_ids = [], []
+        self._index_buf.clear()
+        t = self._tracking
+        for d in (t.sequences, t.sequence_chunks, t.offsets, t.timestamps):
+            d.clear()
+        self._last_ref, self._first_user = None, None
+        self._open()
+        self._epoch = max(self._epoch, self.tail()[0])
 
     # -- closing -------------------------------------------------------------------------------
 
