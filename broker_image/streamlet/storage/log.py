@@ -761,7 +761,6 @@ class StreamLog:
             for at, h in checked[i:j]:
                 self._accepted(seg, mv, at, h)
             i = j
-        self._epoch = max(self._epoch, epoch)
         return len(checked)
 
     def _check_chunk(self, mv: memoryview, pos: int, expect: int, last_epoch: int) -> Header:
@@ -796,6 +795,8 @@ class StreamLog:
         pos = seg.size
         self._written(seg, cid, h.timestamp, pos, h.num_records, h.size, ctype, h.data_length,
                       h.bloom_size, h.epoch)
+        if h.epoch > self._epoch:
+            self._epoch = h.epoch
         data = at + HEADER_SIZE + h.bloom_size
         if ctype == CHUNK_USER:
             if h.trailer_length:
