@@ -446,3 +446,26 @@ def test_user_chunk_fields_survive_the_copy(tmp_path: Path) -> None:
         assert got == ref and got.chunk_type == CHUNK_USER
         assert f.read_bloom(got) == bytes(range(16)) and f.writer_sequences == {"p": 7}
         assert f.find_timestamp(1234) == ref and f.last_chunk() == ref
+
+
+@pytest.mark.parametrize("which", ["active", "old"])
+def test_an_index_epoch_that_disagrees_with_the_header_is_rebuilt(tmp_path: Path,
+                                                                   which: str) -> None:
+    d = tmp_path / "s"
+    with StreamLog(d, CFG) as log:
+        write(log, 6, "a")
+        log.open_epoch(2)
+        write(log, 6, "b")
+        log.open_epoch(3)
+        write(log, 2, "c")
+        want_files, want = files(log), state(log)
+        assert log.segment_count >= 3
+    segs = sorted(p for p in d.iterdir() if p.suffix == ".index")
+    index = segs[-1] if which == "active" else segs[-2]
+    raw = bytearray(index.read_bytes())
+    last = len(raw) - 29  # the last record: its epoch (u64 at byte 16 of the record)
+    raw[last + 16 : last + 24] = (7).to_bytes(8, "big")
+    index.write_bytes(bytes(raw))
+    with StreamLog(d, CFG) as log:
+        assert state(log) == want
+        assert files(log) == want_files  # the index was rewritten from the headers
