@@ -3,6 +3,7 @@
 from .config import LogConfig
 from .layout import ChunkRef
 from .log import StreamLog
-from .segment import StorageError
+from .segment import InvalidChunk, LogAhead, OutOfOrderChunk, StaleEpoch, StorageError
 
-__all__ = ["ChunkRef", "LogConfig", "StorageError", "StreamLog"]
+__all__ = ["ChunkRef", "InvalidChunk", "LogAhead", "LogConfig", "OutOfOrderChunk", "StaleEpoch",
+           "StorageError", "StreamLog"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-EPOCH = 1  # a single node never changes leader, so every chunk is written in epoch 1
+EPOCH = 1  # the first epoch of a stream (and the only one of a stream that never changed leader)
 
 FILE_HEADER_SIZE = 8
 SEGMENT_HEADER = b"OSIL" + struct.pack(">I", 1)
@@ -47,6 +47,7 @@ class ChunkRef:
     size: int  # whole chunk size on disk (header+bloom+data+trailer)
     bloom_size: int
     data_length: int
+    epoch: int = EPOCH  # the leader epoch the chunk was written in (header and index record)
 
     @property
     def next_offset(self) -> int:

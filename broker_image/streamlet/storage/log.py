@@ -33,6 +33,7 @@ from .config import LogConfig
 from .files import files
 from .layout import (
     EPOCH,
+    FILE_HEADER_SIZE,
     INDEX_HEADER,
     INDEX_RECORD,
     INDEX_RECORD_SIZE,
@@ -42,8 +43,16 @@ from .layout import (
     ChunkRef,
     parse_name,
 )
-from .recovery import Event, open_active, replay_tracking
-from .segment import Segment, StorageError
+from .recovery import Event, apply_tracking, open_active, replay_tracking
+from .segment import (
+    Header,
+    InvalidChunk,
+    LogAhead,
+    OutOfOrderChunk,
+    Segment,
+    StaleEpoch,
+    StorageError,
+)
 from .tracking import Tracking, encode_trailer
 
 log = logging.getLogger(__name__)
@@ -99,6 +108,7 @@ class StreamLog:
         self._max_seg_bytes = config.max_segment_bytes
         self._max_seg_chunks = config.max_segment_chunks
         self._closed = False
+        self._epoch = EPOCH
         self.directory.mkdir(parents=True, exist_ok=True)
         # one writer per directory: a second StreamLog (this process or another) would corrupt it
         self._lock_fd = files.open(self.directory, os.O_RDONLY)
@@ -114,6 +124,7 @@ class StreamLog:
                 seg.close()
             os.close(self._lock_fd)
             raise
+        self._epoch = max(EPOCH, self.tail()[0])
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -243,6 +254,46 @@ class StreamLog:
         return len(self._segments)
 
     @property
+    def epoch(self) -> int:
+        """The epoch new chunks are written with: on open, the epoch of the last chunk (1 for
+        an empty log); raised by ``open_epoch``, and by ``accept_chunk`` to the epoch of a
+        chunk it accepts."""
+        return self._epoch
+
+    def tail(self) -> tuple[int, int, int]:
+        """``(epoch of the last chunk, id of the last chunk, next offset)`` over chunks of
+        EVERY type (unlike ``last_chunk_id``, user chunks only); ``(0, -1, next_offset)`` when
+        the log holds no chunk. What a replica tells its leader."""
+        for seg in reversed(self._segments):
+            if seg.nchunks:
+                return seg.last_epoch, seg.last_id, self._next
+        return 0, -1, self._next
+
+    def epoch_vector(self) -> list[tuple[int, int]]:
+        """``[(epoch, id of the last chunk of that epoch)]`` for each epoch present in the log,
+        ascending (Osiris' overview): what a leader sends a replica to truncate by."""
+        out: list[tuple[int, int]] = []
+        for si, seg in enumerate(self._segments):
+            if not seg.nchunks:
+                continue
+            if seg.first_epoch == seg.last_epoch:  # known without loading the table
+                pairs = [(seg.last_epoch, seg.last_id)]
+            else:
+                seg = self._seg(si)
+                epochs, ids, n = seg.epochs, seg.ids, seg.nchunks
+                pairs = []
+                i = 0
+                while i < n:  # epochs never decrease: one bisect per epoch
+                    i = bisect_right(epochs, epochs[i], i, n)
+                    pairs.append((epochs[i - 1], ids[i - 1]))
+            for epoch, cid in pairs:
+                if out and out[-1][0] == epoch:
+                    out[-1] = (epoch, cid)
+                else:
+                    out.append((epoch, cid))
+        return out
+
+    @property
     def stored_timestamps(self) -> dict[str, int]:
         """Timestamp tracking (type 2) read from the log; kept and re-snapshotted, not written."""
         return self._tracking.timestamps
@@ -265,15 +316,16 @@ class StreamLog:
         size = HEADER_SIZE + blen + dlen + len(trailer)
         pos = seg.size
         try:
-            header = HEADER.pack(MAGIC_VERSION, CHUNK_USER, num_entries, num_records, ts, EPOCH,
-                                 cid, crc32(data), dlen, len(trailer), blen)
+            header = HEADER.pack(MAGIC_VERSION, CHUNK_USER, num_entries, num_records, ts,
+                                 self._epoch, cid, crc32(data), dlen, len(trailer), blen)
         except struct.error as e:  # entries > 65535, bloom > 255 bytes, ...
             raise ValueError(f"chunk does not fit the Osiris header: {e}") from None
         self._write(seg, (header, bloom, data, trailer), size)
         if writer_sequences:
             self._tracking.add_sequences(cid, writer_sequences)
-        self._written(seg, cid, ts, pos, num_records, size, CHUNK_USER, dlen, blen)
-        ref = ChunkRef(cid, num_records, ts, CHUNK_USER, seg.id, pos, size, blen, dlen)
+        self._written(seg, cid, ts, pos, num_records, size, CHUNK_USER, dlen, blen, self._epoch)
+        ref = ChunkRef(cid, num_records, ts, CHUNK_USER, seg.id, pos, size, blen, dlen,
+                       self._epoch)
         self._last_ref = ref
         if self._first_user == -1:
             self._first_user = cid
@@ -286,7 +338,31 @@ class StreamLog:
         self._write_tracking(CHUNK_TRACKING_DELTA, body)
         self.offsets[reference] = offset
 
-    def _write_tracking(self, ctype: int, body: bytes) -> None:
+    def open_epoch(self, epoch: int) -> ChunkRef:
+        """Start writing in ``epoch`` (a new leader): write one tracking snapshot chunk (type 2,
+        consumers skip it) stamped with it, holding the current tracking state, and return it.
+        The commit point may not move until this chunk is committed (the Raft "Figure 8"
+        guard). An epoch lower than the last chunk's is refused (StaleEpoch); the same epoch
+        writes another opening chunk."""
+        last = self.tail()[0]
+        if epoch < last:
+            raise StaleEpoch(f"{self.directory}: cannot open epoch {epoch}, the log's last "
+                             f"chunk has epoch {last}")
+        if epoch < 1 or epoch >= 1 << 64:
+            raise ValueError(f"epoch out of range: {epoch}")
+        previous, self._epoch = self._epoch, epoch
+        try:
+            # a roll's snapshot is already the new epoch's: an old epoch's chunks are only
+            # ever written by that epoch's leader
+            self._writable_segment()
+            body = self._tracking.snapshot(self.first_offset, self._segments[0].first_ts,
+                                           self.config.max_writer_sequences)
+            return self._write_tracking(CHUNK_TRACKING_SNAPSHOT, body)
+        except BaseException:
+            self._epoch = previous
+            raise
+
+    def _write_tracking(self, ctype: int, body: bytes) -> ChunkRef:
         """A tracking chunk: one simple entry holding tracking records, one record."""
         seg = self._active
         data = simple_entry(body)
@@ -294,27 +370,34 @@ class StreamLog:
         cid = self._next
         size = HEADER_SIZE + len(data)
         pos = seg.size
-        header = HEADER.pack(MAGIC_VERSION, ctype, 1, 1, ts, EPOCH, cid, crc32(data), len(data),
-                             0, 0)
+        epoch = self._epoch
+        header = HEADER.pack(MAGIC_VERSION, ctype, 1, 1, ts, epoch, cid, crc32(data),
+                             len(data), 0, 0)
         self._write(seg, (header, data), size)
-        self._written(seg, cid, ts, pos, 1, size, ctype, len(data), 0)
+        self._written(seg, cid, ts, pos, 1, size, ctype, len(data), 0, epoch)
+        return ChunkRef(cid, 1, ts, ctype, seg.id, pos, size, 0, len(data), epoch)
+
+    def _full(self, size: int, nchunks: int) -> bool:
+        """Whether a segment of ``size`` bytes and ``nchunks`` chunks is rolled over before
+        the next chunk (Osiris: max bytes or max chunks reached). A segment holds at least 2
+        chunks, so the snapshot that opens it never rolls at once. A function of the segment
+        alone: a follower rolls at exactly the same chunks as its leader."""
+        return nchunks >= 2 and (size >= self._max_seg_bytes or nchunks >= self._max_seg_chunks)
 
     def _writable_segment(self) -> Segment:
-        """The segment the next chunk goes to: the active one, rolled over first when full
-        (Osiris: max bytes reached with at least 2 chunks, or max chunks)."""
+        """The segment the next chunk goes to: the active one, rolled over first when full."""
         seg = self._active
-        if (seg.size >= self._max_seg_bytes and seg.nchunks >= 2) \
-                or seg.nchunks >= self._max_seg_chunks:
+        if self._full(seg.size, seg.nchunks):
             seg = self._roll()
         return seg
 
     def _written(self, seg: Segment, cid: int, ts: int, pos: int, records: int, size: int,
-                 ctype: int, dlen: int, blen: int) -> None:
+                 ctype: int, dlen: int, blen: int, epoch: int) -> None:
         """After a chunk's write: the chunk table, the next offset, the (buffered) index record,
         and fsync as configured."""
-        seg.add(cid, ts, pos, records, size, ctype, dlen, blen)
+        seg.add(cid, ts, pos, records, size, ctype, dlen, blen, epoch)
         self._next = cid + records
-        self._index_buf += INDEX_RECORD.pack(cid, ts, EPOCH, pos, ctype)
+        self._index_buf += INDEX_RECORD.pack(cid, ts, epoch, pos, ctype)
         if len(self._index_buf) >= _INDEX_FLUSH_BYTES \
                 or seg.size - self._index_upto >= _INDEX_FLUSH_DATA:
             try:
@@ -385,10 +468,11 @@ class StreamLog:
         self._fsync_index()
         self._last_sync = time.monotonic()
 
-    def _roll(self) -> Segment:
+    def _roll(self, with_snapshot: bool = True) -> Segment:
         """Start a new segment named by the next offset. When there is tracking state its first
         chunk is a tracking snapshot, so older segments can go without losing it (as in Osiris).
-        Retention runs after the roll.
+        Retention runs after the roll. A follower rolls ``with_snapshot=False``: the leader's
+        snapshot is the next chunk it accepts, so it lands first in the new segment as well.
 
         Every step that can fail (creating the files, writing the snapshot) comes before the
         log switches to the new segment: a roll that fails (disk full, out of descriptors)
@@ -400,12 +484,13 @@ class StreamLog:
             self._fsync_index()
         cid = self._next
         snapshot: tuple[bytes, ...] = ()
-        if not self._tracking.is_empty():
+        epoch = self._epoch
+        if with_snapshot and not self._tracking.is_empty():
             body = self._tracking.snapshot(self.first_offset, self._segments[0].first_ts,
                                            self.config.max_writer_sequences)
             data = simple_entry(body)
             ts = _now_ms()
-            header = HEADER.pack(MAGIC_VERSION, CHUNK_TRACKING_SNAPSHOT, 1, 1, ts, EPOCH, cid,
+            header = HEADER.pack(MAGIC_VERSION, CHUNK_TRACKING_SNAPSHOT, 1, 1, ts, epoch, cid,
                                  crc32(data), len(data), 0, 0)
             snapshot = (header, data)
         seg = self._new_segment(cid, snapshot)
@@ -417,7 +502,7 @@ class StreamLog:
         if snapshot:
             header, data = snapshot
             self._written(seg, cid, ts, seg.size, 1, HEADER_SIZE + len(data),
-                          CHUNK_TRACKING_SNAPSHOT, len(data), 0)
+                          CHUNK_TRACKING_SNAPSHOT, len(data), 0, epoch)
         self.apply_retention()
         return seg
 
@@ -557,8 +642,8 @@ class StreamLog:
         if len(buf) != total:
             raise StorageError(f"{seg.path}: short read at {start} ({len(buf)} of {total})")
         mv = memoryview(buf)
-        ids, nrec, tss, pos, types, bloom, dlen = (seg.ids, seg.nrec, seg.ts, seg.pos, seg.types,
-                                                   seg.bloom, seg.dlen)
+        ids, nrec, tss, pos, types, bloom, dlen, epochs = (
+            seg.ids, seg.nrec, seg.ts, seg.pos, seg.types, seg.bloom, seg.dlen, seg.epochs)
         out: list[tuple[ChunkRef, memoryview]] = []
         for k in range(ci, j):
             if types[k] != CHUNK_USER:
@@ -575,7 +660,7 @@ class StreamLog:
                 d = off + HEADER_SIZE + bl
                 view = memoryview(b"".join((mv[off : off + HEADER_SIZE], mv[d : d + dl])))
             out.append((ChunkRef(ids[k], nrec[k], tss[k], CHUNK_USER, seg.id, pos[k], csize[k],
-                                 bl, dl), view))
+                                 bl, dl, epochs[k]), view))
         return out
 
     def read_bloom(self, ref: ChunkRef) -> bytes:
@@ -592,6 +677,241 @@ class StreamLog:
         if si < 0:
             raise StorageError(f"segment {ref.segment} was deleted")
         return self._segments[si].open_fd()
+
+    # -- replication -----------------------------------------------------------------------------
+
+    def read_raw(self, offset: int,
+                 max_bytes: int = 1 << 20) -> list[tuple[ChunkRef, memoryview]]:
+        """Whole chunks as stored (header, bloom, data, trailer), of EVERY type, from the chunk
+        holding ``offset`` (the first chunk for an offset before the log) and the chunks after
+        it IN THE SAME SEGMENT, up to about ``max_bytes`` (always at least one): one pread.
+        What a leader sends a follower; the next call starts at the last ref's next_offset and
+        goes on in the next segment. [] from ``next_offset`` on."""
+        if offset >= self._next:
+            return []
+        si = max(bisect_right(self._seg_ids, offset) - 1, 0)
+        seg = self._seg(si)
+        ci = max(seg.locate(offset), 0)
+        while ci >= seg.nchunks:  # an empty segment (a roll without snapshot, not yet written)
+            si += 1
+            if si >= len(self._segments):
+                return []
+            seg, ci = self._seg(si), 0
+        csize, n = seg.csize, seg.nchunks
+        start = seg.pos[ci]
+        total = csize[ci]
+        j = ci + 1
+        while j < n and total + csize[j] <= max_bytes:
+            total += csize[j]
+            j += 1
+        buf = os.pread(seg.open_fd(), total, start)
+        if len(buf) != total:
+            raise StorageError(f"{seg.path}: short read at {start} ({len(buf)} of {total})")
+        mv = memoryview(buf)
+        out: list[tuple[ChunkRef, memoryview]] = []
+        for k in range(ci, j):
+            off = seg.pos[k] - start
+            if seg.bloom[k] < 0:
+                seg.fill_header(k, mv, off)
+            out.append((seg.ref(k), mv[off : off + csize[k]]))
+        return out
+
+    def accept_chunk(self, raw: Buffer) -> ChunkRef:
+        """A follower writes one whole chunk its leader sent (see ``accept_chunks``)."""
+        mv = memoryview(raw).cast("B")
+        try:
+            size = Header(mv).size
+        except (ValueError, struct.error):
+            size = -1  # accept_chunks says what is wrong
+        if size >= 0 and size != len(mv):
+            raise InvalidChunk(f"one chunk of {size} bytes expected, {len(mv)} given")
+        self.accept_chunks(mv)
+        return self._active.ref(self._active.nchunks - 1)
+
+    def accept_chunks(self, buf: Buffer) -> int:
+        """A follower writes whole chunks its leader sent (from ``read_raw``), byte for byte,
+        and returns how many. Every chunk is checked first (magic, header, whole, data CRC:
+        InvalidChunk; id == next_offset: OutOfOrderChunk; epoch not below the last chunk's:
+        StaleEpoch): one bad chunk and nothing is written. Segments roll by the leader's rule
+        but without a snapshot of their own (the leader's is among the chunks); the chunks of
+        one segment go in one write. Table, index, writer sequences and offsets are updated
+        as the leader's own writes update them."""
+        mv = memoryview(buf).cast("B")
+        checked: list[tuple[int, Header]] = []
+        pos, expect, epoch = 0, self._next, self.tail()[0]
+        while pos < len(mv):
+            h = self._check_chunk(mv, pos, expect, epoch)
+            checked.append((pos, h))
+            pos += h.size
+            expect += h.num_records
+            epoch = h.epoch
+        i = 0
+        while i < len(checked):
+            seg = self._active
+            if self._full(seg.size, seg.nchunks):
+                seg = self._roll(with_snapshot=False)
+            size, n, j = seg.size, seg.nchunks, i
+            while j < len(checked) and (j == i or not self._full(size, n)):
+                size += checked[j][1].size
+                n += 1
+                j += 1
+            first = checked[i][0]
+            end = checked[j - 1][0] + checked[j - 1][1].size
+            self._write(seg, (mv[first:end],), end - first)
+            for at, h in checked[i:j]:
+                self._accepted(seg, mv, at, h)
+            i = j
+        return len(checked)
+
+    def _check_chunk(self, mv: memoryview, pos: int, expect: int, last_epoch: int) -> Header:
+        if len(mv) - pos < HEADER_SIZE:
+            raise InvalidChunk(f"truncated chunk header ({len(mv) - pos} bytes)")
+        try:
+            h = Header(mv, pos)
+        except ValueError:
+            raise InvalidChunk(f"bad chunk magic or type: {bytes(mv[pos : pos + 2]).hex()}") \
+                from None
+        if h.num_records < 1:
+            raise InvalidChunk(f"chunk {h.chunk_id} holds no record")
+        if pos + h.size > len(mv):
+            raise InvalidChunk(f"chunk {h.chunk_id} is cut: {h.size} bytes, "
+                               f"{len(mv) - pos} given")
+        if h.size > 0xFFFFFFFF - FILE_HEADER_SIZE:
+            raise InvalidChunk(f"chunk {h.chunk_id} too large")
+        if h.chunk_id != expect:
+            raise OutOfOrderChunk(f"{self.directory}: chunk {h.chunk_id} offered, "
+                                  f"{expect} expected")
+        if h.epoch < last_epoch:
+            raise StaleEpoch(f"{self.directory}: chunk {h.chunk_id} has epoch {h.epoch}, "
+                             f"below the last chunk's {last_epoch}")
+        data = pos + HEADER_SIZE + h.bloom_size
+        if crc32(mv[data : data + h.data_length]) != h.crc:
+            raise InvalidChunk(f"chunk {h.chunk_id}: bad data CRC")
+        return h
+
+    def _accepted(self, seg: Segment, mv: memoryview, at: int, h: Header) -> None:
+        """After an accepted chunk's write: what the leader's write of it did."""
+        cid, ctype = h.chunk_id, h.chunk_type
+        pos = seg.size
+        self._written(seg, cid, h.timestamp, pos, h.num_records, h.size, ctype, h.data_length,
+                      h.bloom_size, h.epoch)
+        if h.epoch > self._epoch:
+            self._epoch = h.epoch
+        data = at + HEADER_SIZE + h.bloom_size
+        if ctype == CHUNK_USER:
+            if h.trailer_length:
+                trailer = mv[data + h.data_length : data + h.data_length + h.trailer_length]
+                apply_tracking(self._tracking, cid, ctype, trailer, seg.path)
+            self._last_ref = ChunkRef(cid, h.num_records, h.timestamp, CHUNK_USER, seg.id, pos,
+                                      h.size, h.bloom_size, h.data_length, h.epoch)
+            if self._first_user == -1:
+                self._first_user = cid
+        else:
+            apply_tracking(self._tracking, cid, ctype, mv[data : data + h.data_length],
+                           seg.path)
+
+    def truncate_to(self, leader_vector: Sequence[tuple[int, int]],
+                    leader_first_offset: int) -> int:
+        """Make the log a prefix of the leader's (Osiris' init_acceptor) and return the offset
+        to fetch from. ``leader_vector`` is the leader's ``epoch_vector()``,
+        ``leader_first_offset`` its ``first_offset``. Walking the vector from the top, for
+        ``(E, ChId)`` when the log holds chunks of epoch E (the last one ``t``):
+
+        - ``t <= ChId``: keep up to ``t`` (everything when ``t`` is the last chunk: catch up);
+        - ``t > ChId``: cut right after chunk ``ChId`` (it is there, of epoch E);
+
+        an epoch the log does not hold: the next lower one. Chunks of one epoch are written by
+        one leader, so equal (epoch, id) is equal bytes and the kept prefix is the leader's.
+        When nothing matches, or the kept log would end before ``leader_first_offset`` (the
+        leader no longer has what follows it, osiris#42), the log is emptied and starts at
+        ``leader_first_offset``, the leader's first chunk (osiris#43: really emptied, its next
+        offset moved).
+
+        A log ahead of the leader (a later last epoch, or more chunks of the leader's last
+        epoch than the leader) raises LogAhead and is left alone. The tracking state is
+        rebuilt from the kept prefix as recovery does; ``epoch`` is not lowered."""
+        vec = [(int(e), int(c)) for e, c in leader_vector]
+        for (e0, c0), (e1, c1) in zip(vec, vec[1:], strict=False):
+            if e1 <= e0 or c1 <= c0:
+                raise ValueError(f"not an epoch vector: {vec}")
+        last_epoch, last_id, nxt = self.tail()
+        if vec:
+            top_epoch, top_id = vec[-1]
+            if last_epoch > top_epoch or (last_epoch == top_epoch and last_id > top_id):
+                raise LogAhead(f"{self.directory}: local tail (epoch {last_epoch}, chunk "
+                               f"{last_id}) is beyond the leader's ({top_epoch}, {top_id})")
+        local = dict(self.epoch_vector())
+        for epoch, cid in reversed(vec):
+            t = local.get(epoch)
+            if t is None:
+                continue
+            keep = min(t, cid)
+            si = bisect_right(self._seg_ids, keep) - 1
+            seg = self._seg(si)
+            ci = seg.find_id(keep)
+            if ci < 0 or seg.epochs[ci] != epoch:
+                raise StorageError(f"{self.directory}: the leader's chunk {keep} of epoch "
+                                   f"{epoch} is not a chunk here")
+            if seg.ids[ci] + seg.nrec[ci] < leader_first_offset:
+                break  # osiris#42: what follows is gone from the leader
+            if keep != last_id:
+                self._cut_after(si, ci)
+            return self._next
+        if last_id >= 0 or nxt != leader_first_offset:
+            self._reset(leader_first_offset)
+        return self._next
+
+    def _cut_after(self, si: int, ci: int) -> None:
+        """Delete every chunk after chunk ``ci`` of segment ``si``, then reload the log's state
+        from disk as recovery does. Newest files first: a crash leaves a shorter prefix."""
+        try:
+            self._flush_index()
+        except OSError:  # recovery rebuilds the missing records from the segment
+            self._index_buf.clear()
+        for seg in reversed(self._segments[si + 1 :]):
+            seg.remove_files()
+        del self._segments[si + 1 :]
+        del self._seg_ids[si + 1 :]
+        seg = self._segments[si]
+        end = seg.pos[ci] + seg.csize[ci]
+        for path, size in ((seg.path, end),
+                           (seg.index_path, FILE_HEADER_SIZE + (ci + 1) * INDEX_RECORD_SIZE)):
+            try:
+                fd = files.open(path, os.O_RDWR)
+            except FileNotFoundError:
+                continue
+            try:
+                if os.fstat(fd).st_size > size:
+                    os.ftruncate(fd, size)
+                if self._fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        log.info("%s: truncated after chunk %d", self.directory, seg.ids[ci])
+        self._reload()
+
+    def _reset(self, next_offset: int) -> None:
+        """Delete every segment and start an empty log whose next chunk is ``next_offset``."""
+        self._index_buf.clear()
+        for seg in reversed(self._segments):
+            seg.remove_files()
+        self._segments, self._seg_ids = [], []
+        self._create_segment(next_offset)
+        log.info("%s: emptied, next offset %d", self.directory, next_offset)
+        self._reload()
+
+    def _reload(self) -> None:
+        """Drop the in-memory state and open the directory again, as at start."""
+        for seg in self._segments:
+            seg.close()
+        self._segments, self._seg_ids = [], []
+        self._index_buf.clear()
+        t = self._tracking
+        for d in (t.sequences, t.sequence_chunks, t.offsets, t.timestamps):
+            d.clear()
+        self._last_ref, self._first_user = None, None
+        self._open()
+        self._epoch = max(self._epoch, self.tail()[0])
 
     # -- closing -------------------------------------------------------------------------------
 

@@ -16,7 +16,6 @@ from streamlet.storage.chunk import CHUNK_TRACKING_DELTA, CHUNK_USER, HEADER_SIZ
 
 from .files import files
 from .layout import (
-    EPOCH,
     FILE_HEADER_SIZE,
     INDEX_HEADER,
     INDEX_RECORD,
@@ -111,13 +110,13 @@ def open_active(seg: Segment) -> list[Event]:
     events: list[Event] = []
     kept = 0
     pos, expect = FILE_HEADER_SIZE, seg.id
-    for k, (cid, _ts, _epoch, fpos, ctype) in enumerate(recs):
+    for k, (cid, _ts, epoch, fpos, ctype) in enumerate(recs):
         if fpos != pos or cid != expect:
             break
         span = (recs[k + 1][3] if k + 1 < len(recs) else size) - fpos
         small = 0 < span <= _SMALL_CHUNK
         h = _header(rd.get(pos, HEADER_SIZE, small), pos, size)
-        if h is None or h.chunk_id != cid or h.chunk_type != ctype:
+        if h is None or h.chunk_id != cid or h.chunk_type != ctype or h.epoch != epoch:
             break
         seg.add_header(pos, h)
         _collect(rd, events, kept, pos, h, small)
@@ -150,7 +149,7 @@ def open_active(seg: Segment) -> list[Event]:
         os.ftruncate(idx_fd, end)
         os.pwrite(idx_fd, INDEX_HEADER, 0)
         missing = b"".join(
-            INDEX_RECORD.pack(seg.ids[i], seg.ts[i], EPOCH, seg.pos[i], seg.types[i])
+            INDEX_RECORD.pack(seg.ids[i], seg.ts[i], seg.epochs[i], seg.pos[i], seg.types[i])
             for i in range(kept, seg.nchunks)
         )
         if missing:
@@ -167,18 +166,25 @@ def replay_tracking(seg: Segment, events: list[Event], tracking: Tracking) -> No
     is a snapshot of the state when it was opened (if that state was not empty), then deltas
     and user-chunk trailers apply in order, exactly as Osiris recovers its tracking."""
     for i, ctype, data in events:
-        try:
-            if ctype == CHUNK_USER:
-                tracking.apply_records(seg.ids[i], data)
-                continue
-            n = int.from_bytes(data[:4], "big")
-            if len(data) < 4 or n & 0x80000000 or 4 + n > len(data):
-                raise ChunkError("tracking chunk without a simple entry")
-            body = memoryview(data)[4 : 4 + n]
-            if ctype == CHUNK_TRACKING_DELTA:
-                tracking.apply_records(seg.ids[i], body)
-            else:
-                tracking.load_snapshot(body)
-        except ChunkError as e:
-            log.warning("%s: skipping malformed tracking data in chunk %d: %s", seg.path,
-                        seg.ids[i], e)
+        apply_tracking(tracking, seg.ids[i], ctype, data, seg.path)
+
+
+def apply_tracking(tracking: Tracking, chunk_id: int, ctype: int, data: bytes | memoryview,
+                   where: object) -> None:
+    """Apply one chunk's tracking to ``tracking``: ``data`` is a user chunk's trailer, or a
+    tracking chunk's data (one simple entry). Malformed data is logged and skipped (recovery
+    and a follower's ``accept_chunk`` treat it alike)."""
+    try:
+        if ctype == CHUNK_USER:
+            tracking.apply_records(chunk_id, data)
+            return
+        n = int.from_bytes(data[:4], "big")
+        if len(data) < 4 or n & 0x80000000 or 4 + n > len(data):
+            raise ChunkError("tracking chunk without a simple entry")
+        body = memoryview(data)[4 : 4 + n]
+        if ctype == CHUNK_TRACKING_DELTA:
+            tracking.apply_records(chunk_id, body)
+        else:
+            tracking.load_snapshot(body)
+    except ChunkError as e:
+        log.warning("%s: skipping malformed tracking data in chunk %d: %s", where, chunk_id, e)

@@ -27,7 +27,6 @@ from streamlet.storage.chunk import (
 
 from .files import files
 from .layout import (
-    EPOCH,
     FILE_HEADER_SIZE,
     INDEX_HEADER,
     INDEX_RECORD,
@@ -43,23 +42,43 @@ class StorageError(Exception):
     """The log on disk is unusable (not a torn tail, which recovery repairs)."""
 
 
+class InvalidChunk(StorageError):
+    """A chunk offered to ``accept_chunk`` is malformed: magic, header, size or data CRC."""
+
+
+class OutOfOrderChunk(StorageError):
+    """A chunk offered to ``accept_chunk`` is not the next one: its id is not ``next_offset``
+    (Osiris' ``accept_chunk_out_of_order``)."""
+
+
+class StaleEpoch(StorageError):
+    """An epoch lower than the epoch of the log's last chunk (a chunk to accept, or
+    ``open_epoch``)."""
+
+
+class LogAhead(StorageError):
+    """The local log holds chunks beyond the leader's: a later epoch, or more chunks of the
+    leader's last epoch than the leader has (Osiris' ``invalid_last_offset_epoch``)."""
+
+
 class Header:
     """The fields of a chunk header that the log needs (parsed without a dataclass)."""
 
-    __slots__ = ("bloom_size", "chunk_id", "chunk_type", "crc", "data_length", "num_records",
-                 "size", "timestamp", "trailer_length")
+    __slots__ = ("bloom_size", "chunk_id", "chunk_type", "crc", "data_length", "epoch",
+                 "num_records", "size", "timestamp", "trailer_length")
     bloom_size: int
     chunk_id: int
     chunk_type: int
     crc: int
     data_length: int
+    epoch: int
     num_records: int
     size: int
     timestamp: int
     trailer_length: int
 
     def __init__(self, buf: bytes | memoryview, pos: int = 0) -> None:
-        (magic, self.chunk_type, _entries, self.num_records, self.timestamp, _epoch,
+        (magic, self.chunk_type, _entries, self.num_records, self.timestamp, self.epoch,
          self.chunk_id, self.crc, self.data_length, self.trailer_length,
          self.bloom_size) = HEADER.unpack_from(buf, pos)
         if magic != MAGIC_VERSION or self.chunk_type > CHUNK_TRACKING_SNAPSHOT:
@@ -119,19 +138,21 @@ def read_index(path: Path) -> list[tuple[int, int, int, int, int]] | None:
         return None
     end = FILE_HEADER_SIZE + (len(raw) - FILE_HEADER_SIZE) // INDEX_RECORD_SIZE * INDEX_RECORD_SIZE
     records = list(INDEX_RECORD.iter_unpack(memoryview(raw)[FILE_HEADER_SIZE:end]))
-    prev_id, prev_pos = -1, FILE_HEADER_SIZE - 1
-    for i, (cid, _ts, _epoch, pos, ctype) in enumerate(records):
-        if cid <= prev_id or pos <= prev_pos or ctype > CHUNK_TRACKING_SNAPSHOT:
+    prev_id, prev_pos, prev_epoch = -1, FILE_HEADER_SIZE - 1, 0
+    for i, (cid, _ts, epoch, pos, ctype) in enumerate(records):
+        if (cid <= prev_id or pos <= prev_pos or ctype > CHUNK_TRACKING_SNAPSHOT
+                or epoch < prev_epoch):
             return records[:i]
-        prev_id, prev_pos = cid, pos
+        prev_id, prev_pos, prev_epoch = cid, pos, epoch
     return records
 
 
 class Segment:
     """A segment file ``%020d.segment`` (named by its first chunk id) and its chunk table."""
 
-    __slots__ = ("bloom", "cached", "csize", "dlen", "fd", "first_ts", "id", "ids", "index_path",
-                 "last_ts", "loaded", "nchunks", "nrec", "path", "pos", "size", "ts", "types")
+    __slots__ = ("bloom", "cached", "csize", "dlen", "epochs", "fd", "first_epoch", "first_ts",
+                 "id", "ids", "index_path", "last_epoch", "last_id", "last_ts", "loaded",
+                 "nchunks", "nrec", "path", "pos", "size", "ts", "types")
 
     def __init__(self, directory: Path, seg_id: int) -> None:
         self.id = seg_id
@@ -145,6 +166,10 @@ class Segment:
         self.nchunks = 0
         self.first_ts = 0
         self.last_ts = 0
+        # known without loading the table (light_open reads them from the index)
+        self.first_epoch = 0
+        self.last_epoch = 0
+        self.last_id = -1
         self.ids = array("q")
         self.ts = array("q")
         self.pos = array("q")
@@ -153,11 +178,12 @@ class Segment:
         self.types = array("B")
         self.dlen = array("I")
         self.bloom = array("h")  # -1: header fields not read yet
+        self.epochs = array("Q")
 
     # -- table ---------------------------------------------------------------------------------
 
     def add(self, chunk_id: int, ts: int, pos: int, nrec: int, size: int, ctype: int,
-            dlen: int, bloom: int) -> None:
+            dlen: int, bloom: int, epoch: int) -> None:
         self.ids.append(chunk_id)
         self.ts.append(ts)
         self.pos.append(pos)
@@ -166,23 +192,31 @@ class Segment:
         self.types.append(ctype)
         self.dlen.append(dlen)
         self.bloom.append(bloom)
+        self.epochs.append(epoch)
         if not self.nchunks:
             self.first_ts = ts
+            self.first_epoch = epoch
         self.nchunks += 1
         self.last_ts = ts
+        self.last_epoch = epoch
+        self.last_id = chunk_id
         self.size = pos + size
 
     def add_header(self, pos: int, h: Header) -> None:
         self.add(h.chunk_id, h.timestamp, pos, h.num_records, h.size, h.chunk_type,
-                 h.data_length, h.bloom_size)
+                 h.data_length, h.bloom_size, h.epoch)
 
     def pop(self) -> None:
         for a in (self.ids, self.ts, self.pos, self.nrec, self.csize, self.types, self.dlen,
-                  self.bloom):
+                  self.bloom, self.epochs):
             a.pop()
         self.nchunks -= 1
-        self.size = self.pos[-1] + self.csize[-1] if self.nchunks else FILE_HEADER_SIZE
-        self.last_ts = self.ts[-1] if self.nchunks else 0
+        n = self.nchunks
+        self.size = self.pos[-1] + self.csize[-1] if n else FILE_HEADER_SIZE
+        self.last_ts = self.ts[-1] if n else 0
+        self.last_epoch = self.epochs[-1] if n else 0
+        self.first_epoch = self.first_epoch if n else 0
+        self.last_id = self.ids[-1] if n else -1
 
     def locate(self, offset: int) -> int:
         """Index of the chunk holding ``offset`` (-1 if before the first chunk)."""
@@ -213,7 +247,8 @@ class Segment:
         if self.bloom[i] < 0:
             self.fill_header(i)
         return ChunkRef(self.ids[i], self.nrec[i], self.ts[i], self.types[i], self.id,
-                        self.pos[i], self.csize[i], self.bloom[i], self.dlen[i])
+                        self.pos[i], self.csize[i], self.bloom[i], self.dlen[i],
+                        self.epochs[i])
 
     def fill_header(self, i: int, buf: bytes | memoryview | None = None, at: int = 0) -> None:
         """Cache bloom size and data length of chunk ``i`` from its header (read if not given)."""
@@ -283,9 +318,12 @@ class Segment:
                 finally:
                     os.close(fd)
                 if (h is not None and h.chunk_id == last_rec[0] and h.chunk_type == last_rec[4]
-                        and last_rec[3] + h.size == self.size):
+                        and h.epoch == last_rec[2] and last_rec[3] + h.size == self.size
+                        and first_rec[2] <= last_rec[2]):
                     self.nchunks = n
                     self.first_ts, self.last_ts = first_rec[1], last_rec[1]
+                    self.first_epoch, self.last_epoch = first_rec[2], last_rec[2]
+                    self.last_id = last_rec[0]
                     return
         self.load(None)
 
@@ -308,7 +346,7 @@ class Segment:
             finally:
                 os.close(fd)
             usable = (h is not None and h.chunk_id == records[-1][0]
-                      and records[-1][3] + h.size == size
+                      and h.epoch == records[-1][2] and records[-1][3] + h.size == size
                       and h.chunk_id + h.num_records == end_id)
         self.reset_table()
         if usable:
@@ -317,6 +355,7 @@ class Segment:
             self.ts = array("q", [r[1] for r in records])
             self.pos = array("q", [r[3] for r in records])
             self.types = array("B", [r[4] for r in records])
+            self.epochs = array("Q", [r[2] for r in records])
             ids, pos = self.ids, self.pos
             assert end_id is not None
             self.nrec = array("I", [ids[i + 1] - ids[i] for i in range(n - 1)])
@@ -327,6 +366,8 @@ class Segment:
             self.bloom = array("h", [-1]) * n
             self.nchunks, self.size = n, size
             self.first_ts, self.last_ts = self.ts[0], self.ts[-1]
+            self.first_epoch, self.last_epoch = self.epochs[0], self.epochs[-1]
+            self.last_id = ids[-1]
         else:
             fd = files.open(self.path, os.O_RDONLY)
             try:
@@ -342,7 +383,8 @@ class Segment:
     def write_index(self) -> None:
         """Rewrite the index file from the table."""
         records = b"".join(
-            INDEX_RECORD.pack(self.ids[i], self.ts[i], EPOCH, self.pos[i], self.types[i])
+            INDEX_RECORD.pack(self.ids[i], self.ts[i], self.epochs[i], self.pos[i],
+                              self.types[i])
             for i in range(self.nchunks)
         )
         tmp = self.index_path.with_suffix(".index.tmp")
@@ -354,8 +396,11 @@ class Segment:
             setattr(self, name, array("q"))
         self.nrec, self.dlen = array("I"), array("I")
         self.types, self.bloom = array("B"), array("h")
+        self.epochs = array("Q")
         self.nchunks = 0
         self.size = FILE_HEADER_SIZE
+        self.first_epoch = self.last_epoch = 0
+        self.last_id = -1
 
     def remove_files(self) -> None:
         """Delete the segment, then its index (recovery deletes an index left without segment)."""
