@@ -19,6 +19,8 @@ File format (all keys optional)::
 
     [cluster]
     directory_file = "streams.json"   # where streams held by other brokers live (directory.py)
+    member = 0                        # this broker's member id in replicated streams (pod ordinal)
+    replication_user = "guest"        # the user followers log in to their leaders as (default: the first user)
 
     [storage]
     fsync = "never"                   # never | interval | chunk
@@ -184,6 +186,10 @@ class BrokerConfig:
     max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
     users_file: Path | None = None
     directory_file: Path | None = None
+    #: this broker's id in replicated streams' member sets (the pod ordinal); None: not set
+    member: int | None = None
+    #: the configured user whose credentials followers log in to leaders with (None: the first)
+    replication_user: str | None = None
     rabbitmq_listener: bool = True  # [listeners.rabbitmq] enabled
     other_listeners: tuple[Listener, ...] = ()  # [listeners.<protocol>] of further protocols
 
@@ -200,6 +206,13 @@ class BrokerConfig:
     def frame_budget(self) -> int:
         """limits.max_buffered_bytes, raised to frame_limit: one whole frame always fits."""
         return max(self.max_buffered_bytes, self.frame_limit) if self.max_buffered_bytes else 0
+
+    @property
+    def replication_credentials(self) -> tuple[str, str]:
+        """(user, password) a follower's link logs in to its leader with."""
+        name = self.replication_user or self.users[0].name
+        user = next(u for u in self.users if u.name == name)  # validate() checked it is there
+        return user.name, user.password
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -293,6 +306,13 @@ def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
     cluster = doc.get("cluster", {})
     if cluster.get("directory_file"):
         changes["directory_file"] = Path(str(cluster["directory_file"]))
+    if "member" in cluster:
+        member = _int(cluster, "member", "cluster", 0)
+        if member is not None and member > 0xFFFE:
+            raise ConfigError(f"cluster.member must be at most {0xFFFE}, got {member}")
+        changes["member"] = member
+    if "replication_user" in cluster:
+        changes["replication_user"] = str(cluster["replication_user"])
     changes.update(_apply_access(doc))
     changes.update(_listeners(doc.get("listeners", {}), str(changes.get("host", cfg.host))))
     return replace(cfg, **changes)
@@ -415,6 +435,10 @@ def _validate(cfg: BrokerConfig) -> None:
         raise ConfigError(f"server.frame_timeout must be at least 1 second, got {cfg.frame_timeout}")
     if "/" not in cfg.vhosts:
         raise ConfigError('[[vhosts]] must include "/"')
+    if not cfg.users:
+        raise ConfigError("at least one [[users]] entry is needed")
+    if cfg.replication_user is not None and all(u.name != cfg.replication_user for u in cfg.users):
+        raise ConfigError(f"cluster.replication_user {cfg.replication_user!r} is not a configured user")
     for p in cfg.permissions:
         if p.vhost not in cfg.vhosts:
             raise ConfigError(f"permissions for {p.user}: unknown vhost {p.vhost!r}")

@@ -21,6 +21,7 @@ from .clock import LoopClock
 from .config import BrokerConfig, ConfigError
 from .directory import CHECK_INTERVAL_S, EMPTY, Directory, DirectoryFile, seal_changes
 from .memory import TRIM_INTERVAL_S, return_free_memory
+from .replication.members import Members
 from .tls import server_context
 
 log = logging.getLogger("streamlet.broker")
@@ -61,6 +62,10 @@ class Broker:
         except SuperStreamsUnreadable as e:  # the serve command's one-line config error
             raise ConfigError(str(e)) from e
         self.access = AccessControl(config)
+        #: the replicated streams this broker is a member of
+        self.members = Members(config.member, config.replication_credentials, self.stream_gone_moved)
+        for vhost in self.vhosts.values():
+            self.members.load(vhost.streams.streams)
         self.connections: set[Client] = set()
         self.frame_budget = FrameBudget(config.frame_budget)
         self.closed_connections = 0  # since memory was last given back
@@ -95,10 +100,19 @@ class Broker:
     def delete_stream(self, vhost: VirtualHost, name: str) -> Stream | None:
         """Delete the stream (its files removed on return) and unbind it from its super
         stream; the caller answers, then calls stream_gone (MetadataUpdate after the answer)."""
+        stream = vhost.streams.get(name)
+        if stream is not None:
+            self.members.forget(stream)
         stream = vhost.streams.delete(name)
         if stream is not None:
             vhost.superstreams.forget_partition(name)
         return stream
+
+    def stream_gone_moved(self, stream: Stream) -> None:
+        """A replicated stream's member stopped taking writes here: its watchers ask Metadata
+        again (MetadataUpdate 6); its publishers were told by the seal."""
+        for conn in set(stream.watchers):
+            conn.stream_moved(stream)
 
     def stream_gone(self, stream: Stream) -> None:
         """Tell every connection that held ``stream`` (MetadataUpdate) and drop what it held."""
@@ -170,6 +184,7 @@ class Broker:
             self._trim_task.cancel()
         if self._directory_task:
             self._directory_task.cancel()
+        self.members.close()
         for conn in list(self.connections):
             conn.abort()
         for server in self._servers:

@@ -181,7 +181,7 @@ class Producer:
     async def _wait(self) -> None:
         if self._closed is not None:
             raise self._closed
-        if self._wakeup is None:
+        if self._wakeup is None or self._wakeup.done():  # done: a waiter before us was cancelled
             self._wakeup = self._loop.create_future()
         await self._wakeup
         if self._closed is not None:
@@ -189,7 +189,8 @@ class Producer:
 
     def _wake(self) -> None:
         if self._wakeup is not None:
-            self._wakeup.set_result(None)
+            if not self._wakeup.done():  # a waiter cancelled (a timeout) leaves a done future
+                self._wakeup.set_result(None)
             self._wakeup = None
 
     async def flush(self) -> None:

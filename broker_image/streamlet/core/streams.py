@@ -273,6 +273,11 @@ class Stream:
                 conn.confirmed(pid, packed)
         self._committed()
 
+    def forget_unconfirmed(self) -> None:
+        """No longer this stream's leader: what waited for a commit here will not get one (its
+        publishers were told; they resend to the new leader, which deduplicates)."""
+        self._unconfirmed.clear()
+
     def _committed(self) -> None:
         for sub in list(self.subscriptions):
             sub.pump()
@@ -285,10 +290,7 @@ class Stream:
         lg = self.log
         if self.commit_end >= lg.next_offset:
             return lg.last_chunk_id
-        ref = lg.find_chunk(self.commit_end - 1) if self.commit_end else None
-        if ref is None or ref.chunk_id >= self.commit_end:  # none, or past the commit
-            return -1
-        return ref.chunk_id
+        return lg.last_user_before(self.commit_end)
 
     def appended(self) -> None:
         """A follower's log took chunks its leader sent: wake this member's replication readers.

@@ -586,6 +586,32 @@ class StreamLog:
             ci += 1
         return self._user_from(si, ci)
 
+    def end_of(self, chunk_id: int) -> int:
+        """The offset after chunk ``chunk_id`` (any type): where what it commits ends. For an
+        id past the log, ``next_offset`` (a follower holds a prefix of its leader's log)."""
+        if chunk_id >= self._next:
+            return self._next
+        si = bisect_right(self._seg_ids, chunk_id) - 1
+        if si < 0:
+            return self.first_offset
+        seg = self._seg(si)
+        ci = seg.locate(chunk_id)
+        return self.first_offset if ci < 0 else seg.ids[ci] + seg.nrec[ci]
+
+    def last_user_before(self, end: int) -> int:
+        """The id of the last user chunk that ends at or before ``end`` (-1: none)."""
+        si = min(bisect_right(self._seg_ids, max(end - 1, 0)) - 1, len(self._segments) - 1)
+        while si >= 0:
+            seg = self._seg(si)
+            ci = seg.prev_user(seg.locate(end - 1))
+            while ci >= 0 and seg.ids[ci] + seg.nrec[ci] > end:
+                ci = seg.prev_user(ci - 1)
+            if ci >= 0:
+                return seg.ids[ci]
+            si -= 1
+            end = seg.id
+        return -1
+
     def find_timestamp(self, ts_ms: int) -> ChunkRef | None:
         """The first user chunk whose timestamp is >= ``ts_ms`` (Osiris' timestamp offset spec:
         the first chunk at or after the time, then the next user chunk), None if none."""

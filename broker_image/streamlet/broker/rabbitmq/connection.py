@@ -12,7 +12,7 @@ from typing import Any
 from ...protocol import Code, Key
 from ...protocol import frames as f
 from ...rabbitmq import machine
-from . import consuming, handshake, publishing, streams, superstreams
+from . import consuming, handshake, publishing, replication, streams, superstreams
 from .state import ConnectionState
 
 log = logging.getLogger("streamlet.broker")
@@ -89,4 +89,9 @@ HANDLERS: dict[type, Callable[[ConnectionState, Any], None]] = {
     f.DeleteSuperStream: superstreams.on_delete_super_stream,
     f.Partitions: superstreams.on_partitions,
     f.Route: superstreams.on_route,
+    f.Fence: replication.on_fence,
+    f.Assign: replication.on_assign,
+    f.ReplicaHello: replication.on_replica_hello,
+    f.ReplicaStart: replication.on_replica_start,
+    f.ReplicaAck: replication.on_replica_ack,
 }

@@ -26,6 +26,7 @@ from ..transport import FramedConnection
 if TYPE_CHECKING:
     from ...core.vhosts import VirtualHost
     from ..access import Kind
+    from ..replication.leader import Leader
     from ..server import Broker
 
 log = logging.getLogger("streamlet.broker")
@@ -57,6 +58,9 @@ class ConnectionState(FramedConnection):
         self.pending_updates: dict[int, tuple[Subscription, bool]] = {}
         self.watching: set[Stream] = set()
         self.corr = 0  # our requests' correlation ids
+        #: a follower's link: the stream and member it follows, and the leader feeding it
+        self.replica_of: tuple[Stream, int] | None = None
+        self.feeding: Leader | None = None
 
     # --- the handshake's state --------------------------------------------------------------------
 
@@ -123,6 +127,9 @@ class ConnectionState(FramedConnection):
         for stream in self.watching:
             stream.unwatch(self)
         self.watching.clear()
+        if self.feeding is not None:
+            self.feeding.detach(self)
+            self.feeding = None
         self.publishers.clear()
         self.subscriptions.clear()
         self.pending_updates.clear()
@@ -130,6 +137,15 @@ class ConnectionState(FramedConnection):
     def writable(self) -> None:
         for sub in list(self.subscriptions.values()):
             sub.pump()
+        if self.feeding is not None and self.replica_of is not None:
+            feed = self.feeding.feeds.get(self.replica_of[1])
+            if feed is not None and feed.conn is self:
+                feed.pump()
+
+    def write_chunks(self, head: bytes, chunks: list[memoryview]) -> None:
+        """A follower's feed: one ReplicaChunks frame, its head and the stored bytes, one writev."""
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines([head, *chunks])
 
     # --- what the connection holds ---------------------------------------------------------------
 

@@ -1,0 +1,88 @@
+"""The private replication commands (keys 0x7E01-0x7E07, docs/protocol.md): what the placement
+driver sends (Fence, Assign) and what a follower's link sends its leader (ReplicaHello,
+ReplicaStart, ReplicaAck). Each needs the ``configure`` permission on the stream: the driver's
+and the replication user's, never an application's. The work is broker.replication.members'."""
+
+from __future__ import annotations
+
+from ...protocol import Code
+from ...protocol import frames as f
+from ...protocol.constants import Role as WireRole
+from ..replication.member import Role
+from ..replication.members import Refused
+from .handshake import advertised
+from .state import ConnectionState
+
+_ROLES = {WireRole.LEADER: Role.LEADER, WireRole.FOLLOWER: Role.FOLLOWER}
+
+
+def on_fence(conn: ConnectionState, cmd: f.Fence) -> None:
+    stream = conn.streams.get(cmd.stream)
+    if stream is None or conn.refused("configure", cmd.stream):
+        code = Code.STREAM_DOES_NOT_EXIST if stream is None else Code.ACCESS_REFUSED
+        conn.send(f.FenceResponse(cmd.correlation_id, code))
+        return
+    try:
+        report = conn.broker.members.fence(stream, cmd.epoch)
+    except Refused as e:
+        conn.send(f.FenceResponse(cmd.correlation_id, Code.STREAM_NOT_AVAILABLE, e.epoch))
+        return
+    conn.send(f.FenceResponse(cmd.correlation_id, Code.OK, report.epoch, *report.tail,
+                              report.epochs))
+
+
+def on_assign(conn: ConnectionState, cmd: f.Assign) -> None:
+    stream = conn.streams.get(cmd.stream)
+    role = _ROLES.get(cmd.role)  # type: ignore[call-overload]
+    if stream is None:
+        code = Code.STREAM_DOES_NOT_EXIST
+    elif conn.refused("configure", cmd.stream):
+        code = Code.ACCESS_REFUSED
+    elif role is None or not cmd.members:
+        code = Code.PRECONDITION_FAILED
+    else:
+        leader = None if role is Role.LEADER else (cmd.leader_host, cmd.leader_port)
+        try:
+            conn.broker.members.assign(stream, cmd.epoch, role, leader or advertised(conn),
+                                       tuple(cmd.members))
+            code = Code.OK
+        except Refused:
+            code = Code.STREAM_NOT_AVAILABLE
+    conn.send(f.AssignResponse(cmd.correlation_id, code))
+
+
+def on_replica_hello(conn: ConnectionState, cmd: f.ReplicaHello) -> None:
+    stream = conn.streams.get(cmd.stream)
+    if stream is None or conn.refused("configure", cmd.stream):
+        code = Code.STREAM_DOES_NOT_EXIST if stream is None else Code.ACCESS_REFUSED
+        conn.send(f.ReplicaHelloResponse(cmd.correlation_id, code))
+        return
+    try:
+        report = conn.broker.members.hello(stream, cmd.epoch, cmd.member)
+    except Refused as e:
+        conn.send(f.ReplicaHelloResponse(cmd.correlation_id, Code.STREAM_NOT_AVAILABLE, e.epoch))
+        return
+    conn.replica_of = (stream, cmd.member)
+    conn.send(f.ReplicaHelloResponse(cmd.correlation_id, Code.OK, report.epoch,
+                                     stream.log.first_offset, report.epochs))
+
+
+def on_replica_start(conn: ConnectionState, cmd: f.ReplicaStart) -> None:
+    if conn.replica_of is None:
+        conn.send(f.ReplicaStartResponse(cmd.correlation_id, Code.PRECONDITION_FAILED))
+        return
+    stream, member = conn.replica_of
+    try:
+        feed = conn.broker.members.start(
+            stream, cmd.epoch, member, (cmd.tail_epoch, cmd.tail_chunk_id, cmd.next_offset), conn)
+    except Refused:
+        conn.send(f.ReplicaStartResponse(cmd.correlation_id, Code.STREAM_NOT_AVAILABLE))
+        return
+    conn.feeding = feed.leader
+    conn.send(f.ReplicaStartResponse(cmd.correlation_id, Code.OK))
+    feed.pump()
+
+
+def on_replica_ack(conn: ConnectionState, cmd: f.ReplicaAck) -> None:
+    if conn.feeding is not None and conn.replica_of is not None:
+        conn.feeding.on_ack(conn.replica_of[1], cmd.epoch, cmd.chunk_id, cmd.next_offset)

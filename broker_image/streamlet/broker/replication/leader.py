@@ -1,0 +1,149 @@
+"""A replicated stream's leader: it feeds each follower the chunks it writes, counts their acks
+and moves the stream's commit point by the pure commit rule (streamlet.replication.commit).
+
+A follower's link arrives as a connection that sent ReplicaHello and ReplicaStart; from then on a
+``Feed`` pushes whole chunks (every type, bloom and trailer included) to it as soon as they are
+written (Stream.when_written), as much as the connection's write room allows, each run one
+ReplicaChunks frame written with one writelines. The connection's own back-pressure resumes it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from ...core.streams import Stream
+from ...protocol.frames import ReplicaChunks, ReplicaCommit, encode
+from ...replication.commit import committed
+from ...replication.model import EpochAck
+
+log = logging.getLogger("streamlet.broker")
+
+#: Bytes of chunks one ReplicaChunks frame carries at most (one pread).
+FEED_BYTES = 1 << 20
+
+
+class FollowerConnection(Protocol):
+    """The connection a follower's link arrived on (the RabbitMQ adapter's)."""
+
+    closing: bool
+
+    def write_room(self) -> int: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def write_chunks(self, head: bytes, chunks: list[memoryview]) -> None: ...
+
+
+class Leader:
+    """The leader's side of one stream in one epoch."""
+
+    def __init__(self, stream: Stream, epoch: int, me: int, members: tuple[int, ...]) -> None:
+        self.stream = stream
+        self.epoch = epoch
+        self.me = me
+        self.members = members
+        self.acks: dict[int, EpochAck] = {}
+        self.ends: dict[int, int] = {}  # chunk id -> its end offset, for the tails seen
+        self.feeds: dict[int, Feed] = {}  # by member
+        self.epoch_start: int | None = None
+        self.committed_id = -1
+        self.stopped = False
+
+    def start(self) -> None:
+        """Open the epoch: its first chunk (a tracking snapshot) is what the commit waits for.
+        Confirms wait for the commit from now on."""
+        stream = self.stream
+        stream.flush()
+        stream.awaits_commit = len(self.members) > 1
+        ref = stream.log.open_epoch(self.epoch)
+        self.epoch_start = ref.chunk_id
+        stream.appended()  # the feeds send it
+        self.recompute()
+
+    def stop(self) -> None:
+        """Fenced or deposed: no more feeds, no more commits in this epoch."""
+        self.stopped = True
+        for feed in self.feeds.values():
+            feed.stopped = True
+        self.feeds.clear()
+
+    def attach(self, member: int, conn: FollowerConnection, start: int) -> Feed:
+        old = self.feeds.pop(member, None)
+        if old is not None:
+            old.stopped = True
+        feed = Feed(self, conn, start)
+        self.feeds[member] = feed
+        return feed  # the caller answers ReplicaStart, then pumps
+
+    def detach(self, conn: FollowerConnection) -> None:
+        for member, feed in list(self.feeds.items()):
+            if feed.conn is conn:
+                feed.stopped = True
+                del self.feeds[member]
+
+    def on_ack(self, member: int, epoch: int, chunk_id: int, next_offset: int) -> None:
+        if self.stopped or epoch != self.epoch or member not in self.members:
+            return  # another epoch's, or not a member's: never counted
+        self.acks[member] = EpochAck(member, epoch, chunk_id)
+        self.ends[chunk_id] = next_offset
+        self.recompute()
+
+    def recompute(self) -> None:
+        if self.stopped:
+            return
+        lg = self.stream.log
+        _, tail_id, tail_end = lg.tail()
+        self.ends[tail_id] = tail_end
+        now = committed(self.epoch, self.me, tail_id, list(self.acks.values()), self.members,
+                        self.epoch_start, self.committed_id)
+        if now > self.committed_id:
+            self.committed_id = now
+            end = self.ends[now]
+            self.ends = {c: e for c, e in self.ends.items() if c >= now}
+            self.stream.commit(end)
+            for feed in self.feeds.values():
+                feed.commit_moved()
+
+
+class Feed:
+    """Chunks from ``next`` on to one follower's connection."""
+
+    def __init__(self, leader: Leader, conn: FollowerConnection, start: int) -> None:
+        self.leader = leader
+        self.conn = conn
+        self.next = start
+        self.sent_commit = -1
+        self.stopped = False
+        self._idle = False  # everything written was sent
+        self._registered = False  # a when_written callback is pending
+
+    def pump(self) -> None:
+        if self.stopped or self.conn.closing:
+            return
+        stream, lead = self.leader.stream, self.leader
+        while self.conn.write_room() > 0:
+            chunks = stream.log.read_raw(self.next, FEED_BYTES)
+            if not chunks:
+                self._idle = True
+                if not self._registered:
+                    self._registered = True
+                    stream.when_written(self.next, self._on_written)
+                return
+            self._idle = False
+            views = [view for _ref, view in chunks]
+            size = sum(len(v) for v in views)
+            self.conn.write_chunks(ReplicaChunks.prefix(lead.epoch, lead.committed_id, size), views)
+            self.sent_commit = lead.committed_id
+            self.next = chunks[-1][0].next_offset
+
+    def _on_written(self) -> None:
+        self._registered = False
+        self.pump()
+
+    def commit_moved(self) -> None:
+        """Chunks carry the commit; when none are flowing, a ReplicaCommit does."""
+        lead = self.leader
+        if self._idle and not self.stopped and lead.committed_id > self.sent_commit:
+            self.sent_commit = lead.committed_id
+            self.conn.write(encode(ReplicaCommit(lead.epoch, lead.committed_id)))

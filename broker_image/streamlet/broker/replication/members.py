@@ -1,0 +1,188 @@
+"""The replicated streams this broker is a member of, and what the placement driver and the
+followers' links ask of them: Fence, Assign, ReplicaHello, ReplicaStart, ReplicaAck.
+
+Every answer that promises an epoch is given after ``MemberState.save``. A member never takes an
+epoch lower than its own. Roles: the leader takes publishes and commits by its followers' acks;
+a follower's stream is sealed (publishes answered 6: clients ask Metadata, which names the
+leader) and fed by its link; a fenced member (after a Fence, or a restart) is sealed and does
+nothing until assigned. Readers everywhere see committed data only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ...core.streams import Stream
+from ..directory import Address
+from .follower import Follower
+from .leader import Feed, FollowerConnection, Leader
+from .member import MemberState, Role
+
+log = logging.getLogger("streamlet.broker")
+
+
+class Refused(Exception):
+    """Not done: ``epoch`` is the member's own (higher than asked, or not the leader's)."""
+
+    def __init__(self, why: str, epoch: int) -> None:
+        super().__init__(why)
+        self.epoch = epoch
+
+
+@dataclass(frozen=True)
+class TailReport:
+    """What a fenced member answers: its epoch now, its tail and its epoch vector."""
+
+    epoch: int
+    tail: tuple[int, int, int]
+    epochs: list[tuple[int, int]]
+
+
+class Member:
+    """This broker's part in one replicated stream."""
+
+    def __init__(self, stream: Stream, state: MemberState) -> None:
+        self.stream = stream
+        self.state = state
+        self.leader: Leader | None = None
+        self.follower: Follower | None = None
+
+    def report(self) -> TailReport:
+        lg = self.stream.log
+        return TailReport(self.state.epoch, lg.tail(), lg.epoch_vector())
+
+    def halt(self) -> None:
+        if self.leader is not None:
+            self.leader.stop()
+            self.leader = None
+        if self.follower is not None:
+            self.follower.stop()
+            self.follower = None
+
+
+class Members:
+    """Every member this broker holds, by stream. ``me``: this broker's member id;
+    ``credentials``: what its followers' links log in to leaders with; ``moved``: tells the
+    connections holding a stream that it is not writable here any more (MetadataUpdate 6)."""
+
+    def __init__(self, me: int | None, credentials: tuple[str, str],
+                 moved: Callable[[Stream], None]) -> None:
+        self.me = me
+        self.credentials = credentials
+        self.moved = moved
+        self.members: dict[Stream, Member] = {}
+
+    def load(self, streams: dict[str, Stream]) -> None:
+        """At start: every stream with a stored member state is a member again, fenced."""
+        for stream in streams.values():
+            state = MemberState.load(stream.directory)
+            if state is None:
+                continue
+            self._fence_stream(stream)
+            # Readers wait for a leader's commit: what this log holds past it may be truncated.
+            stream.commit_end = stream.log.first_offset
+            self.members[stream] = Member(stream, state)
+            log.info("stream %s: a replica in epoch %d, fenced until assigned", stream.name,
+                     state.epoch)
+
+    def get(self, stream: Stream) -> Member | None:
+        return self.members.get(stream)
+
+    def forget(self, stream: Stream) -> None:
+        member = self.members.pop(stream, None)
+        if member is not None:
+            member.halt()
+
+    def _fence_stream(self, stream: Stream) -> None:
+        stream.awaits_commit = True
+        stream.forget_unconfirmed()
+        if not stream.sealed:
+            for conn in {p.conn for p in stream.seal()}:
+                conn.stream_moved(stream)
+            self.moved(stream)
+
+    def fence(self, stream: Stream, epoch: int) -> TailReport:
+        member = self.members.get(stream)
+        if member is not None and epoch < member.state.epoch:
+            raise Refused(f"fence in epoch {epoch}: the member is in {member.state.epoch}",
+                          member.state.epoch)
+        self._fence_stream(stream)
+        if member is None:
+            member = self.members[stream] = Member(stream, MemberState(epoch, Role.FENCED))
+        member.halt()
+        member.state = MemberState(epoch, Role.FENCED, member.state.leader, member.state.members)
+        member.state.save(stream.directory)
+        log.info("stream %s: fenced in epoch %d", stream.name, epoch)
+        return member.report()
+
+    def assign(self, stream: Stream, epoch: int, role: Role, leader: Address | None,
+               members: tuple[int, ...]) -> None:
+        if self.me is None:
+            raise Refused("this broker has no member id ([cluster] member)", 0)
+        member = self.members.get(stream)
+        if member is not None and epoch < member.state.epoch:
+            raise Refused(f"assign in epoch {epoch}: the member is in {member.state.epoch}",
+                          member.state.epoch)
+        state = MemberState(epoch, role, leader, members)
+        if member is not None and member.state == state and (member.leader or member.follower):
+            return  # the same assignment again (a driver re-driving its step)
+        if not (role is Role.LEADER and member is not None and member.leader is not None):
+            self._fence_stream(stream)  # a leader kept in a new epoch keeps its publishers
+        if member is None:
+            member = self.members[stream] = Member(stream, state)
+        member.halt()
+        member.state = state
+        state.save(stream.directory)
+        if role is Role.LEADER:
+            member.leader = Leader(stream, epoch, self.me, members)
+            stream.sealed = False
+            member.leader.start()
+            log.info("stream %s: leader in epoch %d of members %s", stream.name, epoch, members)
+        elif role is Role.FOLLOWER:
+            assert leader is not None
+            member.follower = Follower(stream, epoch, self.me, leader, self.credentials)
+            member.follower.start()
+            log.info("stream %s: follower of %s:%d in epoch %d", stream.name, *leader, epoch)
+
+    def hello(self, stream: Stream, epoch: int, member_id: int) -> TailReport:
+        """A follower's link asks to follow: only this epoch's leader, only a member."""
+        member = self._leading(stream, epoch)
+        if member_id not in member.state.members:
+            raise Refused(f"member {member_id} is not in epoch {epoch}'s members", epoch)
+        return member.report()
+
+    def start(self, stream: Stream, epoch: int, member_id: int, tail: tuple[int, int, int],
+              conn: FollowerConnection) -> Feed:
+        """The follower truncated to our log: feed it from its next offset, after checking its
+        tail is in our log (Osiris' init_data_reader)."""
+        member = self._leading(stream, epoch)
+        assert member.leader is not None
+        tail_epoch, tail_id, next_offset = tail
+        if tail_id >= 0 and not _holds(stream, tail_epoch, tail_id):
+            raise Refused(f"member {member_id}'s tail ({tail_epoch}, {tail_id}) is not in the "
+                          "leader's log", epoch)
+        return member.leader.attach(member_id, conn, next_offset)
+
+    def _leading(self, stream: Stream, epoch: int) -> Member:
+        member = self.members.get(stream)
+        if member is None or member.leader is None or member.state.epoch != epoch:
+            mine = member.state.epoch if member is not None else 0
+            raise Refused(f"not the leader of epoch {epoch}", mine)
+        return member
+
+    def close(self) -> None:
+        for member in self.members.values():
+            member.halt()
+
+
+def _holds(stream: Stream, epoch: int, chunk_id: int) -> bool:
+    """Whether the log holds chunk ``chunk_id`` written in ``epoch`` (the epoch vector says:
+    chunks of one epoch are contiguous, so the chunk is there when it lies in that epoch's run)."""
+    start = -1
+    for e, last in stream.log.epoch_vector():
+        if e == epoch:
+            return start < chunk_id <= last
+        start = last
+    return False

@@ -1,0 +1,137 @@
+"""Replicated streams on real broker processes (loopback): a leader assigned by the driver's
+Assign, two followers that pull its chunks, confirms after a majority, reads of committed data
+on the followers, and members whose files end byte-identical."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamlet.client import connect
+from streamlet.client.errors import StreamletError
+from streamlet.protocol import Code
+from streamlet.protocol import frames as f
+from streamlet.protocol.constants import Role
+from tests.support.brokers import BrokerProcess
+from tests.support.raw import RawPeer
+from tests.support.waiting import eventually
+
+Factory = Callable[..., BrokerProcess]
+
+
+def _members(tmp_path: Path, broker_factory: Factory, n: int = 3) -> list[BrokerProcess]:
+    brokers = []
+    for i in range(n):
+        config = tmp_path / f"member{i}.toml"
+        config.write_text(f"[cluster]\nmember = {i}\n")
+        brokers.append(broker_factory(config=config))
+    return brokers
+
+
+def ask(peer: RawPeer, cmd: f.Command, response: type[f.Command]) -> Any:
+    return peer.request(cmd, response)
+
+
+def _admin(broker: BrokerProcess, cmd: f.Command, response: type[f.Command]) -> Any:
+    with RawPeer(broker.host, broker.port) as peer:
+        peer.handshake()
+        return ask(peer, cmd, response)
+
+
+def assign(brokers: list[BrokerProcess], stream: str, epoch: int, leader: int) -> None:
+    """What the placement driver does: the leader first, then the followers."""
+    lead = brokers[leader]
+    order = [leader] + [i for i in range(len(brokers)) if i != leader]
+    for i in order:
+        role = Role.LEADER if i == leader else Role.FOLLOWER
+        answer = _admin(brokers[i], f.Assign(1, stream, epoch, role, lead.host, lead.port,
+                                             list(range(len(brokers)))), f.AssignResponse)
+        assert answer.code == Code.OK, (i, answer)
+
+
+def segment_files(broker: BrokerProcess, stream: str) -> dict[str, bytes]:
+    directory = broker.data_dir / "streams" / stream
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())
+            if p.suffix in (".segment", ".index")}
+
+
+async def test_a_replicated_stream_confirms_on_a_majority_and_its_members_end_identical(
+        tmp_path: Path, broker_factory: Factory) -> None:
+    brokers = _members(tmp_path, broker_factory)
+    for b in brokers:
+        async with await connect(b.host, b.port) as c:
+            await c.create_stream("r")
+    assign(brokers, "r", 1, leader=0)
+    leader, follower = brokers[0], brokers[1]
+    async with await connect(leader.host, leader.port) as client:
+        producer = await client.producer("r", reference="app")
+        await producer.send_many(b"m%d" % i for i in range(2000))
+        await asyncio.wait_for(producer.flush(), 60)  # every message confirmed
+        assert producer.unconfirmed == 0
+
+    async with await connect(follower.host, follower.port) as reader:
+        consumer = await reader.consumer("r", "first", credit=50)
+        got: list[bytes] = []
+
+        async def read_all() -> bool:
+            while len(got) < 2000:
+                got.append(bytes((await asyncio.wait_for(consumer.__anext__(), 30)).body))
+            return True
+
+        await asyncio.wait_for(read_all(), 60)
+        assert got == [b"m%d" % i for i in range(2000)], "a follower serves what was committed"
+        with pytest.raises(StreamletError) as e:  # a follower takes no publishes
+            await reader.producer("r")
+        assert e.value.code == Code.STREAM_NOT_AVAILABLE
+
+    def identical() -> bool:
+        files = [segment_files(b, "r") for b in brokers]
+        return files[0] == files[1] == files[2] and bool(files[0])
+
+    await eventually(identical, timeout=30, what="the members' segment and index files equal")
+
+
+async def test_without_a_majority_nothing_is_confirmed(tmp_path: Path,
+                                                      broker_factory: Factory) -> None:
+    brokers = _members(tmp_path, broker_factory)
+    for b in brokers:
+        async with await connect(b.host, b.port) as c:
+            await c.create_stream("q")
+    assign(brokers, "q", 1, leader=0)
+    async with await connect(brokers[0].host, brokers[0].port) as client:
+        producer = await client.producer("q")
+        await producer.send(b"before")
+        await asyncio.wait_for(producer.flush(), 30)
+        brokers[1].kill()
+        brokers[2].kill()
+        await producer.send(b"after")
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(producer.flush(), 2)  # the leader alone is no majority
+        assert producer.unconfirmed == 1
+        brokers[1].start()  # a restarted member is fenced until assigned
+        assign([brokers[0], brokers[1]], "q", 2, leader=0)
+        await asyncio.wait_for(producer.flush(), 30)
+        assert producer.unconfirmed == 0
+
+
+def test_a_stale_epoch_is_refused(tmp_path: Path, broker_factory: Factory) -> None:
+    (b,) = _members(tmp_path, broker_factory, 1)
+    with RawPeer(b.host, b.port) as peer:
+        peer.handshake()
+        ask(peer, f.Create(peer.next_corr(), "s", {}), f.CreateResponse)
+        fenced = ask(peer, f.Fence(peer.next_corr(), "s", 5), f.FenceResponse)
+        assert fenced.code == Code.OK and fenced.epoch == 5
+        stale = ask(peer, f.Fence(peer.next_corr(), "s", 4), f.FenceResponse)
+        assert stale.code == Code.STREAM_NOT_AVAILABLE and stale.epoch == 5
+        old = ask(peer, f.Assign(peer.next_corr(), "s", 3, Role.LEADER, b.host, b.port, [0]),
+                           f.AssignResponse)
+        assert old.code == Code.STREAM_NOT_AVAILABLE
+    b.restart()  # the epoch is on disk: still refused after a restart
+    with RawPeer(b.host, b.port) as peer:
+        peer.handshake()
+        stale = ask(peer, f.Fence(peer.next_corr(), "s", 4), f.FenceResponse)
+        assert stale.code == Code.STREAM_NOT_AVAILABLE and stale.epoch == 5
