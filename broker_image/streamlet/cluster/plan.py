@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 #: At most 9 nodes. This is a development cluster on one machine: every node is a whole broker
-#: process (an interpreter and its event loop, some 40 MB), so 9 already load a laptop's cores
+#: process (an interpreter and its event loop, some 30 MB), so 9 already load a laptop's cores
 #: far past anything it measures; replicated streams want odd sizes up to 7 or so (as RabbitMQ
 #: advises: a quorum of 9 is already slow to agree); and one digit keeps ``node-0..node-8``
 #: in order wherever they are listed.
