@@ -252,6 +252,18 @@ def test_status_and_down_without_a_cluster(tmp_path: Path) -> None:
         {"supervisor_pid": dead.pid, "host": HOST, "nodes": []}))
     res = cli("cluster", "status", "--data-dir", str(tmp_path), "--json")
     assert res.returncode == 1 and f"no cluster running in {tmp_path}" in res.stderr
+    # ... or whose pid now names another process: not signalled
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / "cluster.json").write_text(json.dumps(
+            {"supervisor_pid": other.pid, "host": HOST, "nodes": []}))
+        for action in ("status", "down"):
+            res = cli("cluster", action, "--data-dir", str(tmp_path))
+            assert res.returncode == 1 and f"no cluster running in {tmp_path}" in res.stderr
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -23,6 +23,7 @@ from typing import Any
 from . import state as state_file
 from . import status as cluster_status
 from .lock import AlreadyRunning, DirectoryLock
+from .lock import holders as lock_holders
 from .plan import (
     DIRECTORY_FILE,
     LOCK_FILE,
@@ -136,6 +137,12 @@ def _running(data_dir: Path) -> ClusterState | None:
         return None
     if state is None or not pid_alive(state.supervisor_pid):
         _error(f"no cluster running in {data_dir}")
+        return None
+    locked_by = lock_holders(data_dir / LOCK_FILE)
+    if locked_by is not None and state.supervisor_pid not in locked_by:
+        # a stale cluster.json (its supervisor was killed) whose pid now names another process
+        _error(f"no cluster running in {data_dir} (pid {state.supervisor_pid} of "
+               f"{STATE_FILE} does not hold {LOCK_FILE})")
         return None
     return state
 

@@ -41,3 +41,23 @@ class DirectoryLock:
         if self._fd is not None:
             os.close(self._fd)  # closing drops the flock
             self._fd = None
+
+
+def holders(path: Path) -> set[int] | None:
+    """The pids holding a flock on ``path``, from Linux's /proc/locks (empty when the file is
+    missing); None where there is no /proc/locks to ask."""
+    try:
+        inode = os.stat(path).st_ino
+    except FileNotFoundError:
+        return set()
+    try:
+        text = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    pids = set()
+    for line in text.splitlines():
+        # "1: FLOCK  ADVISORY  WRITE 26253 fe:00:2179377 0 EOF"; a waiter's line has "->"
+        parts = line.split()
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5].rpartition(":")[2] == str(inode):
+            pids.add(int(parts[4]))
+    return pids

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 #: At most 9 nodes. This is a development cluster on one machine: every node is a whole broker
-#: process (an interpreter and its event loop, some 30 MB), so 9 already load a laptop's cores
-#: far past anything it measures; replicated streams want odd sizes up to 7 or so (as RabbitMQ
-#: advises: a quorum of 9 is already slow to agree); and one digit keeps ``node-0..node-8``
-#: in order wherever they are listed.
+#: process (an interpreter and its event loop, some 30 MB) competing for the same few cores, so
+#: more would measure the machine rather than the cluster; replicated streams want 3, 5 or 7
+#: members (as RabbitMQ advises); and one digit keeps ``node-0..node-8`` in order wherever they
+#: are listed.
 MAX_NODES = 9
 STATE_FILE = "cluster.json"
 LOCK_FILE = "cluster.lock"
