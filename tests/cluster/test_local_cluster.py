@@ -3,6 +3,8 @@ loopback, every wait a bounded poll."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import random
@@ -17,7 +19,9 @@ from typing import Any
 
 import pytest
 
-from streamlet.cluster.probe import bind_error, pid_alive
+from streamlet.cluster.plan import plan_nodes
+from streamlet.cluster.probe import bind_error, pid_alive, port_accepts
+from streamlet.cluster.supervisor import Supervisor
 from tests.support.raw import RawPeer
 
 HOST = "127.0.0.1"
@@ -181,7 +185,8 @@ def test_a_killed_node_is_restarted(cluster3: Cluster) -> None:
     handshake(cluster3.base + 1)
     others = [n["pid"] for n in cluster3.state()["nodes"]]
     assert all(pid_alive(p) for p in others)
-    assert f"node 1: pid {before['pid']} exited with signal SIGKILL" in cluster3.log_text()
+    assert (f"node 1: pid {before['pid']} exited with signal SIGKILL" in cluster3.log_text()
+            and "; restarting in 0.5 s" in cluster3.log_text())
 
 
 def test_second_up_on_the_same_data_dir_is_refused(cluster3: Cluster) -> None:
@@ -302,3 +307,38 @@ def test_cluster_help_at_every_level() -> None:
     assert "--timeout" in cli("cluster", "down", "--help").stdout
     refused = cli("--user", "x", "cluster", "status", "--data-dir", ".")
     assert refused.returncode == 2 and "--user: not an option of cluster status" in refused.stderr
+
+
+async def test_a_driver_runs_beside_the_nodes_and_is_cancelled_at_stop(tmp_path: Path) -> None:
+    """The plug-in point of a placement driver: it sees every change of the state, and is
+    cancelled when the supervisor stops (here, at its own request, once node 0 answers)."""
+    specs = plan_nodes(1, HOST, free_base(1), tmp_path)
+    specs[0].data_dir.mkdir()
+    specs[0].config_file.write_text("")
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.seen: list[tuple[int | None, bool]] = []
+            self.cancelled = False
+
+        async def run(self, supervisor: Supervisor) -> None:
+            try:
+                while True:
+                    node = supervisor.state.nodes[0]
+                    self.seen.append((node.pid, node.alive))
+                    if node.alive and await port_accepts(HOST, node.port):
+                        supervisor.stop()
+                        await asyncio.sleep(STOP_S)  # cancelled before this ends
+                    with contextlib.suppress(TimeoutError):  # a change, or a look at the port
+                        await asyncio.wait_for(supervisor.changed(), 0.2)
+            except asyncio.CancelledError:
+                self.cancelled = True
+                raise
+
+    driver = Recorder()
+    supervisor = Supervisor(specs, tmp_path, HOST, drivers=[driver])
+    assert await asyncio.wait_for(supervisor.run(), START_S) == 0
+    assert driver.cancelled
+    pid = supervisor.state.nodes[0].pid
+    assert pid is not None and (pid, True) in driver.seen and not pid_alive(pid)
+    assert not (tmp_path / "cluster.json").exists()
