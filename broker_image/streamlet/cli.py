@@ -118,8 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cluster_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`cluster up|status|down`: a local cluster of brokers on one host, without Kubernetes."""
-    from .cluster.plan import MAX_NODES
-    from .cluster.supervisor import GRACE_S
+    from .cluster.plan import DOWN_TIMEOUT_S, GRACE_S, MAX_NODES
 
     cluster = sub.add_parser("cluster", help="run a local cluster of brokers (no Kubernetes)",
                              description=(
@@ -157,8 +156,8 @@ def _cluster_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "Send SIGTERM to the cluster's supervisor and wait until it has stopped every node and "
         "exited. Exit 1 when no cluster runs in DATA_DIR, or it is still running after --timeout."))
     down.add_argument("--data-dir", required=True, help="the directory given to cluster up")
-    down.add_argument("--timeout", type=float, default=3 * GRACE_S,
-                      help=f"seconds to wait (default {3 * GRACE_S:.0f})")
+    down.add_argument("--timeout", type=float, default=DOWN_TIMEOUT_S,
+                      help=f"seconds to wait (default {DOWN_TIMEOUT_S:.0f})")
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:

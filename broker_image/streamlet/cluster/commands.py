@@ -35,7 +35,7 @@ from .plan import (
 )
 from .probe import bind_error, pid_alive
 from .state import ClusterState, StateUnreadable
-from .supervisor import GRACE_S, Supervisor
+from .supervisor import Supervisor
 from .tomlwrite import dumps
 
 
@@ -176,7 +176,3 @@ def down(data_dir: Path, timeout: float) -> int:
         time.sleep(0.1)
     print(f"stopped the cluster in {data_dir} (supervisor pid {pid})")
     return 0
-
-
-#: down's default bound: the nodes' grace, and as long again for the supervisor
-DOWN_TIMEOUT_S = 3 * GRACE_S

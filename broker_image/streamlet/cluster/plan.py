@@ -21,6 +21,10 @@ from typing import Any
 #: members (as RabbitMQ advises); and one digit keeps ``node-0..node-8`` in order wherever they
 #: are listed.
 MAX_NODES = 9
+#: Seconds a node has to stop after SIGTERM before it gets SIGKILL.
+GRACE_S = 10.0
+#: ``down``'s default bound: the nodes' grace, and twice as long again for the supervisor.
+DOWN_TIMEOUT_S = 3 * GRACE_S
 STATE_FILE = "cluster.json"
 LOCK_FILE = "cluster.lock"
 DIRECTORY_FILE = "directory.json"

@@ -24,14 +24,10 @@ from typing import Protocol
 
 from . import state as state_file
 from .backoff import DEFAULT_POLICY, BackoffPolicy, next_delay
-from .plan import STATE_FILE, NodeSpec
+from .plan import GRACE_S, STATE_FILE, NodeSpec
 from .state import ClusterState, NodeState
 
 log = logging.getLogger("streamlet.cluster")
-
-#: Seconds a node has to stop after SIGTERM before it gets SIGKILL.
-GRACE_S = 10.0
-
 
 class Driver(Protocol):
     """Runs beside the nodes while the supervisor does (e.g. a placement driver electing
