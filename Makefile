@@ -11,7 +11,7 @@ PORT ?= 5552
 .PHONY: up test test-fast lint bench soak clean help
 
 # The in-memory tests: no broker process, no cluster emulator, no Spark (seconds).
-FAST_TESTS := tests/unit tests/core tests/rabbitmq tests/storage tests/protocol tests/replication tests/client/test_client_units.py tests/operator/test_placement.py tests/operator/test_plan.py
+FAST_TESTS := tests/unit tests/core tests/rabbitmq tests/storage tests/protocol tests/replication tests/client/test_client_units.py tests/operator/test_placement.py tests/operator/test_plan.py tests/cluster/test_units.py
 
 help:
 	@echo "make up     - install and serve a broker on $(HOST):$(PORT), data in ./$(DATA) (Ctrl-C stops)"

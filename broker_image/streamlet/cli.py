@@ -29,7 +29,8 @@ def _connection_options(serve: bool = False) -> argparse.ArgumentParser:
     g = p.add_argument_group("connection options (accepted before or after any command)")
     host, port = "broker host (default 127.0.0.1)", "broker stream port (default 5552)"
     if serve:
-        host, port = f"{host}; for serve, the listen address", f"{port}; for serve, the listen port"
+        host = f"{host}; for serve and cluster up, the listen address"
+        port = f"{port}; for serve, the listen port; for cluster up, node 0's"
     g.add_argument("--host", default=argparse.SUPPRESS, help=host)
     g.add_argument("--port", type=int, default=argparse.SUPPRESS, help=port)
     g.add_argument("--user", default=argparse.SUPPRESS, help="user name (default guest)")
@@ -111,7 +112,52 @@ def build_parser() -> argparse.ArgumentParser:
                              parents=[conn])
     lsuper.add_argument("name")
     lsuper.add_argument("--keys", help="comma-separated routing keys to route (default: none)")
+    _cluster_parser(sub)
     return parser
+
+
+def _cluster_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`cluster up|status|down`: a local cluster of brokers on one host, without Kubernetes."""
+    from .cluster.plan import DOWN_TIMEOUT_S, GRACE_S, MAX_NODES
+
+    cluster = sub.add_parser("cluster", help="run a local cluster of brokers (no Kubernetes)",
+                             description=(
+        "A local cluster: N brokers on consecutive ports of one host, each restarted when it "
+        "exits, as a kubelet would. 'up' runs it in the foreground; 'status' and 'down' find "
+        "it by its data directory (DATA_DIR/cluster.json)."))
+    csub = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
+    up = csub.add_parser("up", help="run N brokers, restarting any that exits", description=(
+        "Run N brokers in the foreground: node i serves on HOST:PORT+i with its data in "
+        "DATA_DIR/node-i, its output in DATA_DIR/node-i/broker.log, and "
+        "cluster.directory_file = DATA_DIR/directory.json. A node that exits is restarted after "
+        "0.5 s, doubling up to 10 s while it keeps failing (reset once it has run 30 s). "
+        f"SIGINT or SIGTERM stops every node (SIGTERM, SIGKILL after {GRACE_S:.0f} s) and "
+        "exits 0. Refused (exit 2) when a port is busy or a cluster already runs in DATA_DIR."))
+    up.add_argument("--nodes", type=int, default=3, help=(
+        f"how many brokers, 1..{MAX_NODES} (default 3): a development cluster on one machine, "
+        "where each node is a whole broker process"))
+    up.add_argument("--host", default=argparse.SUPPRESS,
+                    help="listen (and advertised) address of every node (default 127.0.0.1)")
+    up.add_argument("--port", type=int, default=argparse.SUPPRESS,
+                    help="node i listens on PORT+i (default 5552)")
+    up.add_argument("--data-dir", required=True, help="the cluster's directory (made if missing)")
+    up.add_argument("--config", type=Path, help=(
+        "TOML configuration given to every broker (docs/configuration.md; no [tls] or "
+        "[listeners], and cluster.directory_file is set by up)"))
+    up.add_argument("--log-level", default="INFO",
+                    help="DEBUG, INFO, WARNING: the supervisor's and every broker's (default INFO)")
+    status = csub.add_parser("status", help="show the nodes of a running cluster", description=(
+        "Show each node's pid, port and whether it is alive (its process runs and its port "
+        "accepts a connection). Exit 1 when no cluster runs in DATA_DIR."))
+    status.add_argument("--data-dir", required=True, help="the directory given to cluster up")
+    status.add_argument("--json", action="store_true", help=(
+        'print {"nodes": [{"index", "pid", "port", "alive"}, ...], "streams": [...]}'))
+    down = csub.add_parser("down", help="stop a running cluster", description=(
+        "Send SIGTERM to the cluster's supervisor and wait until it has stopped every node and "
+        "exited. Exit 1 when no cluster runs in DATA_DIR, or it is still running after --timeout."))
+    down.add_argument("--data-dir", required=True, help="the directory given to cluster up")
+    down.add_argument("--timeout", type=float, default=DOWN_TIMEOUT_S,
+                      help=f"seconds to wait (default {DOWN_TIMEOUT_S:.0f})")
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -119,7 +165,16 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     (the last one given wins), and those not given get their defaults."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "serve":
+    if args.command == "cluster":
+        allowed = ("host", "port") if args.action == "up" else ()
+        given = [f"--{k}" for k in CONNECTION_DEFAULTS if hasattr(args, k) and k not in allowed]
+        if given:
+            parser.error(f"{', '.join(given)}: not an option of cluster {args.action}")
+        if args.action == "up":
+            for key in ("host", "port"):
+                if not hasattr(args, key):
+                    setattr(args, key, CONNECTION_DEFAULTS[key])
+    elif args.command == "serve":
         given = [f"--{k}" for k in ("user", "password", "vhost") if hasattr(args, k)]
         if given:
             parser.error(f"{', '.join(given)}: not an option of serve (users are configured "
@@ -138,6 +193,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "cluster":
+        from .cluster import commands as cluster_commands
+
+        try:
+            return cluster_commands.run(args)
+        except KeyboardInterrupt:
+            return 130
     from . import commands  # the client side, imported only when used
 
     try:

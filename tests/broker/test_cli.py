@@ -22,7 +22,7 @@ def conn(b: BrokerProcess) -> list[str]:
 
 def test_help_lists_every_command() -> None:
     out = cli("--help").stdout.decode()
-    for command in ("serve", "produce", "consume", "streams"):
+    for command in ("serve", "produce", "consume", "streams", "cluster"):
         assert command in out
     serve = cli("serve", "--help").stdout.decode()
     for flag in ("--host", "--port", "--data-dir", "--config"):
@@ -144,10 +144,10 @@ def test_help_is_true_at_every_level() -> None:
     assert "--port" in serve and "--user" not in serve
     table = (Path(__file__).parents[2] / "README.md").read_text()
     rows = re.findall(r"^\| `streamlet (.+?)` \|(.*)$", table, re.M)
-    assert len(rows) >= 5
+    assert len(rows) >= 7
     for code, rest in rows:
         words = code.replace("\\|", "|").split()
-        actions = words[1].split("|") if words[0] == "streams" else [""]
+        actions = words[1].split("|") if words[0] in ("streams", "cluster") else [""]
         helps = "".join(cli(words[0], *([a] if a else []), "--help").stdout.decode()
                         for a in actions)
         for flag in re.findall(r"--[a-z][a-z-]*", code + rest):

@@ -1,0 +1,178 @@
+"""``streamlet cluster up|status|down``: arguments in, one-line messages and exit codes out.
+
+Exit codes: 0 done; 1 no cluster runs there (status, down) or it would not stop (down);
+2 ``up`` refused before starting anything (bad arguments or --config, a busy port, a data
+directory that cannot be made, a cluster already running there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from . import state as state_file
+from . import status as cluster_status
+from .lock import AlreadyRunning, DirectoryLock
+from .lock import holders as lock_holders
+from .plan import (
+    DIRECTORY_FILE,
+    LOCK_FILE,
+    STATE_FILE,
+    NodeSpec,
+    PlanError,
+    node_config,
+    plan_nodes,
+)
+from .probe import bind_error, pid_alive
+from .state import ClusterState, StateUnreadable
+from .supervisor import Supervisor
+from .tomlwrite import dumps
+
+
+def _error(message: str) -> None:
+    print(f"streamlet: {message}", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    data_dir = Path(args.data_dir).absolute()
+    if args.action == "up":
+        return up(args, data_dir)
+    if args.action == "status":
+        return asyncio.run(status(data_dir, as_json=args.json))
+    return down(data_dir, args.timeout)
+
+
+def _user_config(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        return tomllib.loads(path.read_text())
+    except OSError as e:
+        raise PlanError(f"cannot read config file {path}: {e.strerror}") from e
+    except tomllib.TOMLDecodeError as e:
+        raise PlanError(f"config file {path} is not valid TOML: {e}") from e
+
+
+def up(args: argparse.Namespace, data_dir: Path) -> int:
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        specs = plan_nodes(args.nodes, args.host, args.port, data_dir)
+        doc = node_config(_user_config(args.config), data_dir / DIRECTORY_FILE)
+        text = dumps(doc)
+    except (PlanError, ValueError) as e:
+        _error(str(e))
+        return 2
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        _error(f"cannot create data directory {data_dir}: {e.strerror}")
+        return 2
+    lock = DirectoryLock(data_dir / LOCK_FILE)
+    try:
+        lock.acquire()
+    except AlreadyRunning as e:
+        pid = f" (supervisor pid {e.pid})" if e.pid else ""
+        _error(f"a cluster is already running in {data_dir}{pid}; "
+               f"'streamlet cluster down --data-dir {data_dir}' stops it")
+        return 2
+    except OSError as e:
+        _error(f"cannot lock {data_dir / LOCK_FILE}: {e.strerror}")
+        return 2
+    try:
+        busy = [why for s in specs if (why := bind_error(s.host, s.port)) is not None]
+        if busy:
+            for why in busy:
+                _error(why)
+            return 2
+        problem = _prepare(specs, text, data_dir)
+        if problem is not None:
+            _error(problem)
+            return 2
+        supervisor = Supervisor(specs, data_dir, args.host, log_level=args.log_level,
+                                directory_file=data_dir / DIRECTORY_FILE)
+        return asyncio.run(supervisor.run())
+    finally:
+        lock.release()
+
+
+def _prepare(specs: list[NodeSpec], config_text: str, data_dir: Path) -> str | None:
+    """Write each node's directory and configuration, and the (empty) stream directory; check
+    the configuration as a broker will. Why not, or None."""
+    from ..broker.config import ConfigError, load
+
+    directory = data_dir / DIRECTORY_FILE
+    try:
+        if not directory.exists():
+            directory.write_text('{"streams": {}}\n')
+        for s in specs:
+            s.data_dir.mkdir(parents=True, exist_ok=True)
+            s.config_file.write_text(config_text)
+    except OSError as e:
+        return f"cannot write in {data_dir}: {e}"
+    first = specs[0]
+    try:
+        load(first.config_file, host=first.host, port=first.port, data_dir=first.data_dir)
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
+def _running(data_dir: Path) -> ClusterState | None:
+    """The state of the cluster running in ``data_dir``, or None (after saying so)."""
+    try:
+        state = state_file.read(data_dir / STATE_FILE)
+    except (StateUnreadable, OSError) as e:
+        _error(f"no cluster running in {data_dir}: cannot read {STATE_FILE}: {e}")
+        return None
+    if state is None or not pid_alive(state.supervisor_pid):
+        _error(f"no cluster running in {data_dir}")
+        return None
+    locked_by = lock_holders(data_dir / LOCK_FILE)
+    if locked_by is not None and state.supervisor_pid not in locked_by:
+        # a stale cluster.json (its supervisor was killed) whose pid now names another process
+        _error(f"no cluster running in {data_dir} (pid {state.supervisor_pid} of "
+               f"{STATE_FILE} does not hold {LOCK_FILE})")
+        return None
+    return state
+
+
+async def status(data_dir: Path, as_json: bool) -> int:
+    state = _running(data_dir)
+    if state is None:
+        return 1
+    nodes = await cluster_status.gather_nodes(state)
+    streams = await cluster_status.gather_streams(state, nodes)
+    if as_json:
+        print(json.dumps(cluster_status.to_json(nodes, streams)))
+    else:
+        sys.stdout.write(cluster_status.table(state, nodes))
+    return 0
+
+
+def down(data_dir: Path, timeout: float) -> int:
+    state = _running(data_dir)
+    if state is None:
+        return 1
+    pid = state.supervisor_pid
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            _error(f"the supervisor (pid {pid}) of the cluster in {data_dir} is still running "
+                   f"after {timeout:.0f} s")
+            return 1
+        time.sleep(0.1)
+    print(f"stopped the cluster in {data_dir} (supervisor pid {pid})")
+    return 0

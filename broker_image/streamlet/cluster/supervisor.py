@@ -1,0 +1,216 @@
+"""The supervisor of ``cluster up``: runs every node's broker and restarts one that exits, as a
+kubelet restarts a pod's container, until SIGINT or SIGTERM stops them all.
+
+Each node has a task: start the broker, wait for it to exit, wait the backoff
+(:mod:`.backoff`), start it again. Every change is written to ``cluster.json`` (:mod:`.state`).
+Things that run beside the nodes for the supervisor's life (a placement driver, later) are
+``Driver`` objects given to :class:`Supervisor`: each gets a task, cancelled at stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from . import state as state_file
+from .backoff import DEFAULT_POLICY, BackoffPolicy, next_delay
+from .plan import GRACE_S, STATE_FILE, NodeSpec
+from .state import ClusterState, NodeState
+
+log = logging.getLogger("streamlet.cluster")
+
+class Driver(Protocol):
+    """Runs beside the nodes while the supervisor does (e.g. a placement driver electing
+    stream leaders and writing ``supervisor.directory_file``). It may read
+    ``supervisor.state`` and await ``supervisor.changed()``; it is cancelled at stop."""
+
+    async def run(self, supervisor: Supervisor) -> None: ...
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A preexec function giving the child SIGTERM when the supervisor dies, however it dies
+    (Linux's PR_SET_PDEATHSIG), so a kill -9 of the supervisor leaves no broker holding a port."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the supervisor died before prctl: go now
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"code {code}"
+
+
+class Supervisor:
+    def __init__(self, specs: Sequence[NodeSpec], data_dir: Path, host: str,
+                 log_level: str = "INFO", policy: BackoffPolicy = DEFAULT_POLICY,
+                 grace: float = GRACE_S, directory_file: Path | None = None,
+                 drivers: Sequence[Driver] = ()) -> None:
+        self.specs = list(specs)
+        self.data_dir = data_dir
+        self.directory_file = directory_file
+        self.log_level = log_level
+        self.policy = policy
+        self.grace = grace
+        self.drivers = list(drivers)
+        self.state = ClusterState(os.getpid(), host, [NodeState(s.index, s.port) for s in specs])
+        self._procs: dict[int, asyncio.subprocess.Process] = {}
+        self._stopping = False
+        self._stop: asyncio.Event | None = None
+        self._changed: asyncio.Condition | None = None
+        self._preexec = _die_with_parent()
+
+    @property
+    def state_path(self) -> Path:
+        return self.data_dir / STATE_FILE
+
+    def stop(self) -> None:
+        """Stop every node and return from :meth:`run` (what SIGINT and SIGTERM do)."""
+        if not self._stopping:
+            log.info("stopping %d nodes (SIGTERM, SIGKILL after %.0f s)", len(self.specs),
+                     self.grace)
+        self._stopping = True
+        if self._stop is not None:
+            self._stop.set()
+
+    async def changed(self) -> None:
+        """Return at the next change of ``state`` (a node started or exited)."""
+        assert self._changed is not None, "the supervisor is not running"
+        async with self._changed:
+            await self._changed.wait()
+
+    async def run(self) -> int:
+        """Run the nodes until :meth:`stop`; 0 once every one has stopped."""
+        self._stop = asyncio.Event()
+        self._changed = asyncio.Condition()
+        if self._stopping:
+            self._stop.set()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.stop)
+        try:
+            await self._save()
+            keepers = [asyncio.create_task(self._keep_logged(spec)) for spec in self.specs]
+            drivers = [asyncio.create_task(self._drive(d)) for d in self.drivers]
+            first, last = self.specs[0], self.specs[-1]
+            log.info("cluster up: %d nodes on %s:%d..%d, data in %s; stop it with Ctrl-C or "
+                     "'streamlet cluster down --data-dir %s'", len(self.specs), first.host,
+                     first.port, last.port, self.data_dir, self.data_dir)
+            await self._stop.wait()
+            for d in drivers:
+                d.cancel()
+            await asyncio.gather(*drivers, return_exceptions=True)
+            await self._stop_nodes(keepers)
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            with contextlib.suppress(FileNotFoundError):
+                self.state_path.unlink()
+        log.info("cluster stopped")
+        return 0
+
+    async def _drive(self, driver: Driver) -> None:
+        try:
+            await driver.run(self)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("driver %r failed; the nodes keep running", driver)
+
+    async def _save(self) -> None:
+        state_file.write(self.state_path, self.state)
+        if self._changed is not None:
+            async with self._changed:
+                self._changed.notify_all()
+
+    async def _start(self, spec: NodeSpec) -> asyncio.subprocess.Process:
+        spec.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(spec.log_file, "ab") as out:
+            out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} started by streamlet "
+                      f"cluster (supervisor pid {os.getpid()})\n".encode())
+            out.flush()
+            return await asyncio.create_subprocess_exec(
+                *spec.command(self.log_level), stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=self._preexec)
+
+    async def _keep_logged(self, spec: NodeSpec) -> None:
+        try:
+            await self._keep(spec)
+        except Exception:
+            log.exception("node %d: no longer supervised", spec.index)
+
+    async def _keep(self, spec: NodeSpec) -> None:
+        """Node ``spec.index``'s life: start, wait for the exit, back off, start again."""
+        node = self.state.nodes[spec.index]
+        delay: float | None = None
+        while not self._stopping:
+            try:
+                proc = await self._start(spec)
+            except OSError as e:
+                delay = next_delay(delay, 0.0, self.policy)
+                log.error("node %d: cannot start: %s; trying again in %.1f s", spec.index, e,
+                          delay)
+            else:
+                self._procs[spec.index] = proc
+                if self._stopping:  # stopped while it was starting
+                    proc.terminate()
+                started = time.monotonic()
+                node.pid, node.alive, node.started_at = proc.pid, True, time.time()
+                await self._save()
+                log.info("node %d: pid %d on %s:%d (log %s)", spec.index, proc.pid, spec.host,
+                         spec.port, spec.log_file)
+                code = await proc.wait()
+                del self._procs[spec.index]
+                ran_for = time.monotonic() - started
+                node.alive = False
+                await self._save()
+                if self._stopping:
+                    log.info("node %d: pid %d stopped (%s)", spec.index, proc.pid,
+                             _exit_text(code))
+                    return
+                delay = next_delay(delay, ran_for, self.policy)
+                log.warning("node %d: pid %d exited with %s after %.1f s; restarting in "
+                            "%.1f s", spec.index, proc.pid, _exit_text(code), ran_for, delay)
+            assert self._stop is not None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), delay)
+            if not self._stopping:
+                node.restarts += 1
+
+    async def _stop_nodes(self, keepers: list[asyncio.Task[None]]) -> None:
+        for proc in list(self._procs.values()):
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+        _, pending = await asyncio.wait(keepers, timeout=self.grace)
+        if pending:
+            for index, proc in list(self._procs.items()):
+                log.warning("node %d: pid %d did not stop in %.0f s: SIGKILL", index, proc.pid,
+                            self.grace)
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+            await asyncio.wait(pending)

@@ -1,0 +1,194 @@
+"""The local cluster's pure parts as tables: restart backoff, what `cluster up` accepts, each
+node's command and configuration, the TOML written back, cluster.json, the status view."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamlet.cluster import state as state_file
+from streamlet.cluster.backoff import BackoffPolicy, next_delay
+from streamlet.cluster.plan import MAX_NODES, PlanError, check_arguments, node_config, plan_nodes
+from streamlet.cluster.state import ClusterState, NodeState, StateUnreadable
+from streamlet.cluster.status import NodeStatus, table, to_json
+from streamlet.cluster.tomlwrite import dumps
+
+# (the delay before the run that ended, how long it ran) -> the delay before the next start
+BACKOFF = [
+    ("first exit", None, 0.1, 0.5),
+    ("first exit after a long run", None, 100.0, 0.5),
+    ("quick again: doubles", 0.5, 0.2, 1.0),
+    ("doubles again", 1.0, 5.0, 2.0),
+    ("capped", 8.0, 1.0, 10.0),
+    ("stays capped", 10.0, 1.0, 10.0),
+    ("just under the reset", 4.0, 29.9, 8.0),
+    ("ran 30 s: starts over", 10.0, 30.0, 0.5),
+    ("ran long: starts over", 2.0, 3600.0, 0.5),
+]
+
+
+@pytest.mark.parametrize(("what", "previous", "ran_for", "expected"), BACKOFF,
+                         ids=[c[0] for c in BACKOFF])
+def test_backoff(what: str, previous: float | None, ran_for: float, expected: float) -> None:
+    assert next_delay(previous, ran_for) == expected
+
+
+def test_backoff_sequence_of_a_crash_loop() -> None:
+    delays: list[float] = []
+    delay = None
+    for _ in range(8):
+        delay = next_delay(delay, 0.1)
+        delays.append(delay)
+    assert delays == [0.5, 1, 2, 4, 8, 10, 10, 10]
+    policy = BackoffPolicy(initial=1, factor=3, maximum=5, reset_after=2)
+    assert [next_delay(None, 0, policy), next_delay(1, 0, policy), next_delay(3, 0, policy),
+            next_delay(5, 2, policy)] == [1, 3, 5, 1]
+
+
+# (nodes, port) -> None when accepted, else a fragment of the refusal
+ARGUMENTS = [
+    (1, 5552, None),
+    (3, 5552, None),
+    (MAX_NODES, 5552, None),
+    (0, 5552, "--nodes must be in 1..9, got 0"),
+    (-1, 5552, "--nodes must be in 1..9"),
+    (MAX_NODES + 1, 5552, "--nodes must be in 1..9, got 10"),
+    (3, 0, "ports 0..2 are not all in 1..65535"),
+    (3, 65533, None),
+    (3, 65534, "ports 65534..65536"),
+    (1, 65535, None),
+    (1, 65536, "ports 65536..65536"),
+]
+
+
+@pytest.mark.parametrize(("nodes", "port", "refusal"), ARGUMENTS)
+def test_arguments(nodes: int, port: int, refusal: str | None) -> None:
+    if refusal is None:
+        check_arguments(nodes, port)
+    else:
+        with pytest.raises(PlanError, match=refusal.replace(".", r"\.")):
+            check_arguments(nodes, port)
+
+
+def test_plan_nodes_and_their_commands(tmp_path: Path) -> None:
+    specs = plan_nodes(3, "127.0.0.1", 6000, tmp_path)
+    assert [(s.index, s.port, s.data_dir) for s in specs] == [
+        (0, 6000, tmp_path / "node-0"), (1, 6001, tmp_path / "node-1"),
+        (2, 6002, tmp_path / "node-2")]
+    assert specs[1].log_file == tmp_path / "node-1" / "broker.log"
+    assert specs[1].command("DEBUG", python="py") == [
+        "py", "-m", "streamlet", "serve", "--host", "127.0.0.1", "--port", "6001",
+        "--data-dir", str(tmp_path / "node-1"), "--config", str(tmp_path / "node-1" / "broker.toml"),
+        "--advertised-host", "127.0.0.1", "--advertised-port", "6001", "--log-level", "DEBUG"]
+    with pytest.raises(PlanError):
+        plan_nodes(10, "127.0.0.1", 6000, tmp_path)
+
+
+D = Path("/d/directory.json")
+# the user's --config document -> the node's, or a fragment of the refusal
+CONFIGS: list[tuple[str, dict[str, Any], dict[str, Any] | str]] = [
+    ("none", {}, {"cluster": {"directory_file": str(D)}}),
+    ("kept", {"server": {"heartbeat": 5}, "users": [{"name": "a", "password": "b"}]},
+     {"server": {"heartbeat": 5}, "users": [{"name": "a", "password": "b"}],
+      "cluster": {"directory_file": str(D)}}),
+    ("other cluster keys kept", {"cluster": {"future": 1}},
+     {"cluster": {"future": 1, "directory_file": str(D)}}),
+    ("directory_file is up's", {"cluster": {"directory_file": "x.json"}},
+     "cannot set cluster.directory_file"),
+    ("tls would share a port", {"tls": {"certfile": "c", "keyfile": "k"}}, "[tls]"),
+    ("listeners would share a port", {"listeners": {"rabbitmq": {"enabled": True}}},
+     "[listeners]"),
+    ("cluster not a table", {"cluster": 3}, "must be a table"),
+]
+
+
+@pytest.mark.parametrize(("what", "user", "expected"), CONFIGS, ids=[c[0] for c in CONFIGS])
+def test_node_config(what: str, user: dict[str, Any], expected: dict[str, Any] | str) -> None:
+    if isinstance(expected, str):
+        with pytest.raises(PlanError) as e:
+            node_config(user, D)
+        assert expected in str(e.value)
+    else:
+        assert node_config(user, D) == expected
+
+
+TOML_DOCS: list[dict[str, Any]] = [
+    {},
+    {"cluster": {"directory_file": "/d/directory.json"}},
+    {"server": {"host": "0.0.0.0", "port": 5552, "cluster_name": "a \"quoted\" \\ name\n\t\x01\x7f é 🙂"},
+     "storage": {"fsync": "never"}, "retention": {"max_age": "7D", "max_length_bytes": 0}},
+    {"users": [{"name": "a", "password": "b", "loopback_only": False},
+               {"name": "c", "password": "d", "max_connections": 3}],
+     "vhosts": [{"name": "/"}, {"name": "tenant-a"}],
+     "permissions": [{"user": "a", "vhost": "/", "configure": "^app-", "read": ""}]},
+    {"top": 1, "x": {"y": {"z": [1, 2.5, True, "s"], "empty": []}, "w": {}},
+     "odd key.with dots": {"ok": -3, "inf": float("inf"), "neg": float("-inf")},
+     "nested arrays": [{"a": [{"inline": 1}]}], "aot": [{"t": {"deep": 1}}]},
+]
+
+
+@pytest.mark.parametrize("doc", TOML_DOCS)
+def test_toml_round_trip(doc: dict[str, Any]) -> None:
+    text = dumps(doc)
+    assert tomllib.loads(text) == doc, text
+
+
+def test_toml_refuses_dates() -> None:
+    import datetime
+
+    with pytest.raises(ValueError, match="date"):
+        dumps({"when": datetime.date(2026, 1, 1)})
+
+
+def test_state_round_trip_and_atomic_write(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.json"
+    assert state_file.read(path) is None
+    s = ClusterState(42, "127.0.0.1", [NodeState(0, 6000, 100, True, 0, 1.5),
+                                       NodeState(1, 6001)])
+    state_file.write(path, s)
+    assert state_file.read(path) == s
+    doc = json.loads(path.read_text())
+    assert doc == {"supervisor_pid": 42, "host": "127.0.0.1", "nodes": [
+        {"index": 0, "port": 6000, "pid": 100, "alive": True, "restarts": 0, "started_at": 1.5},
+        {"index": 1, "port": 6001, "pid": None, "alive": False, "restarts": 0,
+         "started_at": 0.0}]}
+    s.nodes[1].pid, s.nodes[1].restarts = 101, 2
+    state_file.write(path, s)
+    assert state_file.read(path) == s
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cluster.json"]  # no temporary left
+
+
+@pytest.mark.parametrize("text", ["", "{", "[]", '{"host": "h"}',
+                                  '{"supervisor_pid": 1, "host": "h", "nodes": [{"index": 0}]}',
+                                  '{"supervisor_pid": "x", "host": "h", "nodes": []}'])
+def test_state_unreadable(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "cluster.json"
+    path.write_text(text)
+    with pytest.raises(StateUnreadable):
+        state_file.read(path)
+
+
+def test_status_view() -> None:
+    s = ClusterState(42, "127.0.0.1", [])
+    nodes = [NodeStatus(0, 6000, 100, True, True, 0, 1000.0),
+             NodeStatus(1, 6001, 101, True, False, 2, 1090.0),
+             NodeStatus(2, 6002, 102, False, False, 1, 1000.0),
+             NodeStatus(3, 6003, None, False, False, 0, 0.0)]
+    assert [(n.alive, n.condition) for n in nodes] == [
+        (True, "up"), (False, "starting"), (False, "down"), (False, "down")]
+    assert to_json(nodes, []) == {"nodes": [
+        {"index": 0, "pid": 100, "port": 6000, "alive": True},
+        {"index": 1, "pid": 101, "port": 6001, "alive": False},
+        {"index": 2, "pid": 102, "port": 6002, "alive": False},
+        {"index": 3, "pid": None, "port": 6003, "alive": False}], "streams": []}
+    assert table(s, nodes, now=1100.0) == (
+        "supervisor pid 42, nodes on 127.0.0.1\n"
+        "node  pid  port  state     restarts  up for\n"
+        "0     100  6000  up        0         1m40s\n"
+        "1     101  6001  starting  2         10s\n"
+        "2     102  6002  down      1         -\n"
+        "3     -    6003  down      0         -\n")
