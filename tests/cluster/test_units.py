@@ -12,7 +12,14 @@ import pytest
 
 from streamlet.cluster import state as state_file
 from streamlet.cluster.backoff import BackoffPolicy, next_delay
-from streamlet.cluster.plan import MAX_NODES, PlanError, check_arguments, node_config, plan_nodes
+from streamlet.cluster.plan import (
+    MAX_NODES,
+    PlanError,
+    check_arguments,
+    node_config,
+    node_member,
+    plan_nodes,
+)
 from streamlet.cluster.state import ClusterState, NodeState, StateUnreadable
 from streamlet.cluster.status import NodeStatus, table, to_json
 from streamlet.cluster.tomlwrite import dumps
@@ -103,6 +110,7 @@ CONFIGS: list[tuple[str, dict[str, Any], dict[str, Any] | str]] = [
     ("listeners would share a port", {"listeners": {"rabbitmq": {"enabled": True}}},
      "[listeners]"),
     ("cluster not a table", {"cluster": 3}, "must be a table"),
+    ("member is up's", {"cluster": {"member": 1}}, "cannot set cluster.member"),
 ]
 
 
@@ -114,6 +122,14 @@ def test_node_config(what: str, user: dict[str, Any], expected: dict[str, Any] |
         assert expected in str(e.value)
     else:
         assert node_config(user, D) == expected
+
+
+def test_node_i_is_member_i() -> None:
+    doc = node_config({"cluster": {"future": 1}}, D)
+    assert [node_member(doc, i)["cluster"] for i in (0, 2)] == [
+        {"future": 1, "directory_file": str(D), "member": 0},
+        {"future": 1, "directory_file": str(D), "member": 2}]
+    assert "member" not in doc["cluster"], "the shared document is not changed"
 
 
 TOML_DOCS: list[dict[str, Any]] = [

@@ -98,6 +98,13 @@ class Client:
     async def _request(self, make: Callable[[int], frames.Command], ok: tuple[int, ...] = (Code.OK,)) -> Any:
         return await self._conn.request(make(self._conn.next_correlation()), ok)
 
+    async def request(self, make: Callable[[int], frames.Command],
+                      ok: tuple[int, ...] = (Code.OK,)) -> Any:
+        """Any request (``make`` builds it from a correlation id): its response, or
+        StreamletError when its code is not in ``ok``. For commands without a method here, as
+        the placement driver's Fence and Assign."""
+        return await self._request(make, ok)
+
     def _require(self, key: Key) -> None:
         # an older server closes the whole connection on a key it does not know: refuse here
         if not self._conn.supports(key):

@@ -22,6 +22,7 @@ from typing import Any
 
 from . import state as state_file
 from . import status as cluster_status
+from .driver import LocalDriver
 from .lock import AlreadyRunning, DirectoryLock
 from .lock import holders as lock_holders
 from .plan import (
@@ -31,6 +32,7 @@ from .plan import (
     NodeSpec,
     PlanError,
     node_config,
+    node_member,
     plan_nodes,
 )
 from .probe import bind_error, pid_alive
@@ -69,7 +71,7 @@ def up(args: argparse.Namespace, data_dir: Path) -> int:
     try:
         specs = plan_nodes(args.nodes, args.host, args.port, data_dir)
         doc = node_config(_user_config(args.config), data_dir / DIRECTORY_FILE)
-        text = dumps(doc)
+        dumps(doc)  # refuses what TOML cannot say, before anything starts
     except (PlanError, ValueError) as e:
         _error(str(e))
         return 2
@@ -95,18 +97,22 @@ def up(args: argparse.Namespace, data_dir: Path) -> int:
             for why in busy:
                 _error(why)
             return 2
-        problem = _prepare(specs, text, data_dir)
+        problem = _prepare(specs, doc, data_dir)
         if problem is not None:
             _error(problem)
             return 2
+        from ..broker.config import load
+
+        credentials = load(specs[0].config_file).replication_credentials
+        driver = LocalDriver(data_dir, args.host, [s.port for s in specs], credentials)
         supervisor = Supervisor(specs, data_dir, args.host, log_level=args.log_level,
-                                directory_file=data_dir / DIRECTORY_FILE)
+                                directory_file=data_dir / DIRECTORY_FILE, drivers=[driver])
         return asyncio.run(supervisor.run())
     finally:
         lock.release()
 
 
-def _prepare(specs: list[NodeSpec], config_text: str, data_dir: Path) -> str | None:
+def _prepare(specs: list[NodeSpec], doc: dict[str, Any], data_dir: Path) -> str | None:
     """Write each node's directory and configuration, and the (empty) stream directory; check
     the configuration as a broker will. Why not, or None."""
     from ..broker.config import ConfigError, load
@@ -117,7 +123,7 @@ def _prepare(specs: list[NodeSpec], config_text: str, data_dir: Path) -> str | N
             directory.write_text('{"streams": {}}\n')
         for s in specs:
             s.data_dir.mkdir(parents=True, exist_ok=True)
-            s.config_file.write_text(config_text)
+            s.config_file.write_text(dumps(node_member(doc, s.index)))
     except OSError as e:
         return f"cannot write in {data_dir}: {e}"
     first = specs[0]

@@ -55,6 +55,9 @@ class Leader:
         Confirms wait for the commit from now on."""
         stream = self.stream
         stream.flush()
+        # Deduplication goes on from the log: a follower's took the old leader's writer
+        # sequences with its chunks (uncommitted ones too: a leader never truncates itself).
+        stream.sequences = dict(stream.log.writer_sequences)
         stream.awaits_commit = len(self.members) > 1
         ref = stream.log.open_epoch(self.epoch)
         self.epoch_start = ref.chunk_id

@@ -1,0 +1,221 @@
+"""The local cluster's placement driver: it elects replicated streams' leaders by the pure rule
+(streamlet.replication.election), carries the decision out with the brokers' private Fence and
+Assign, and writes the stream directory every node answers Metadata from.
+
+What it watches is the supervisor's: a node whose broker exited or was restarted (a new pid)
+lost its roles (a restarted broker comes back fenced). If it led a stream, that stream is
+elected again at once: an epoch reserved in ``driver.json`` (written before any Fence, so no
+epoch is used twice), every reachable member fenced with it, the highest (epoch, chunk id) among
+a fenced majority wins, then Assign to the leader and its followers. A restarted follower is
+assigned its role again in the current epoch. Without a fenced majority nothing is elected: the
+directory names no leader (Metadata answers 0xFFFF) and the next tick tries again.
+
+Discovery: a local cluster's nodes share one file system, so the driver finds each replicated
+stream's members in the members' own state files (``node-i/streams/<s>/replication.json``) when
+it has no record of its own yet. The Kubernetes operator keeps the same facts in Stream status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from ..client import connect
+from ..protocol import Code
+from ..protocol import frames as f
+from ..protocol.constants import Role
+from ..replication.election import elect
+from ..replication.model import NO_LEADER, Tail
+
+if TYPE_CHECKING:
+    from .supervisor import Supervisor
+
+log = logging.getLogger("streamlet.cluster")
+
+RECORD = "driver.json"
+TICK_S = 0.5
+REQUEST_TIMEOUT_S = 3.0
+
+
+@dataclass
+class StreamRecord:
+    """What the driver decided for one stream: the epoch, the leader (-1: none), the members,
+    and each member's broker pid when it was assigned (a new pid: it lost its role)."""
+
+    epoch: int
+    leader: int
+    members: list[int]
+    pids: dict[str, int] = field(default_factory=dict)
+
+
+class LocalDriver:
+    def __init__(self, data_dir: Path, host: str, ports: list[int],
+                 credentials: tuple[str, str] = ("guest", "guest")) -> None:
+        self.data_dir = data_dir
+        self.host = host
+        self.ports = ports
+        self.credentials = credentials
+        self.records: dict[str, StreamRecord] = self._load()
+        self._alive: dict[int, int | None] = {}
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    async def run(self, supervisor: Supervisor) -> None:
+        while True:
+            try:
+                await self.tick({n.index: n.pid for n in supervisor.state.nodes if n.alive})
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # never let the driver die: the next tick tries again
+                log.exception("placement driver tick failed")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(supervisor.changed(), TICK_S)
+
+    async def tick(self, alive: dict[int, int | None]) -> None:
+        """``alive``: node index -> broker pid, for the nodes running now."""
+        self._alive = alive
+        for name in self._discover():
+            record = self.records[name]
+            leader_pid = record.pids.get(str(record.leader))
+            if record.leader == NO_LEADER or alive.get(record.leader) != leader_pid:
+                await self._elect(name, record, alive)
+                continue
+            restarted = [m for m in record.members if m != record.leader and m in alive
+                         and record.pids.get(str(m)) != alive[m]]
+            for m in restarted:  # back fenced: its role again, in the current epoch
+                if await self._assign(name, record, m, Role.FOLLOWER):
+                    record.pids[str(m)] = alive[m] or 0
+                    self._save()
+
+    # --- an election -------------------------------------------------------------------------------
+
+    async def _elect(self, name: str, record: StreamRecord, alive: dict[int, int | None]) -> None:
+        epoch = record.epoch + 1
+        record.epoch, record.leader, record.pids = epoch, NO_LEADER, {}
+        self._save()  # reserved before any member hears of it
+        self._publish_directory()
+        answers: dict[int, Tail | None] = {}
+        for m in record.members:
+            answers[m] = await self._fence(name, m, epoch) if m in alive else None
+        decision = elect(record.members, epoch - 1, answers)
+        if decision.leader == NO_LEADER:
+            log.warning("stream %s: no leader in epoch %d (%s; fenced: %s)", name, epoch,
+                        decision.reason.value, list(decision.fenced))
+            return
+        record.leader = decision.leader
+        if not await self._assign(name, record, decision.leader, Role.LEADER):
+            record.leader = NO_LEADER
+            self._save()
+            return
+        record.pids[str(decision.leader)] = alive.get(decision.leader) or 0
+        for m in decision.followers:
+            if m in alive and await self._assign(name, record, m, Role.FOLLOWER):
+                record.pids[str(m)] = alive[m] or 0
+        self._save()
+        self._publish_directory()
+        log.info("stream %s: member %d leads epoch %d (%s)", name, decision.leader, epoch,
+                 decision.reason.value)
+
+    async def _fence(self, name: str, member: int, epoch: int) -> Tail | None:
+        answer = await self._request(member, lambda c: f.Fence(c, name, epoch))
+        if answer is None or answer.code != Code.OK:
+            return None
+        return Tail(answer.tail_epoch, answer.tail_chunk_id, answer.next_offset)
+
+    async def _assign(self, name: str, record: StreamRecord, member: int, role: Role) -> bool:
+        port = self.ports[record.leader]
+        answer = await self._request(member, lambda c: f.Assign(
+            c, name, record.epoch, role, self.host, port, list(record.members)))
+        ok = answer is not None and answer.code == Code.OK
+        if not ok:
+            log.info("stream %s: assigning member %d as %s in epoch %d failed (%s)", name,
+                     member, role.name.lower(), record.epoch,
+                     "unreachable" if answer is None else f"code {answer.code}")
+        return ok
+
+    async def _request(self, member: int, make: Any) -> Any:
+        """The answer of ``member``'s broker, or None when it cannot be reached in time."""
+        user, password = self.credentials
+        try:
+            async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                client = await connect(self.host, self.ports[member], user, password,
+                                       heartbeat=0, connection_name="placement driver")
+                try:
+                    return await client.request(make, ok=tuple(Code))
+                finally:
+                    await client.close()
+        except (TimeoutError, OSError, ConnectionError) as e:
+            log.debug("member %d unreachable: %s", member, e)
+            return None
+        except Exception as e:  # a refused login, a closed connection: unreachable for now
+            log.info("member %d: %s", member, e)
+            return None
+
+    # --- what the driver knows -------------------------------------------------------------------
+
+    def _discover(self) -> list[str]:
+        """The replicated streams: the driver's records, and any stream whose members' state
+        files name a member set the driver has no record of yet (created and assigned by hand,
+        or before the driver ran)."""
+        for path in sorted(self.data_dir.glob("node-*/streams/*/replication.json")):
+            name = _unquote_dir(path.parent.name)
+            if name in self.records:
+                continue
+            try:
+                doc = json.loads(path.read_text())
+                epoch, members, role = int(doc["epoch"]), [int(m) for m in doc["members"]], doc["role"]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if role != "leader" or len(members) < 2:
+                continue  # the leader's file names the member set; a follower's may be older
+            node = int(path.parts[-4].removeprefix("node-"))
+            self.records[name] = StreamRecord(epoch, node, members, self._adopting(members))
+            self._save()
+            self._publish_directory()
+            log.info("stream %s: found, epoch %d, led by member %d of %s", name, epoch, node,
+                     members)
+        return sorted(self.records)
+
+    def _adopting(self, members: list[int]) -> dict[str, int]:
+        """A stream found already assigned: its members hold their roles as of now."""
+        return {str(m): pid for m in members if (pid := self._alive.get(m)) is not None}
+
+    def _load(self) -> dict[str, StreamRecord]:
+        path = self.data_dir / RECORD
+        if not path.is_file():
+            return {}
+        doc = json.loads(path.read_text())
+        return {name: StreamRecord(**entry) for name, entry in doc.items()}
+
+    def _save(self) -> None:
+        path = self.data_dir / RECORD
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w") as out:
+            json.dump({n: asdict(r) for n, r in sorted(self.records.items())}, out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+
+    def _publish_directory(self) -> None:
+        """The stream directory every node reads (Metadata's leader and replicas)."""
+        path = self.data_dir / "directory.json"
+        streams: dict[str, Any] = {}
+        for name, r in sorted(self.records.items()):
+            leader = None if r.leader == NO_LEADER else f"{self.host}:{self.ports[r.leader]}"
+            streams[name] = {"epoch": r.epoch, "leader": leader,
+                             "replicas": [f"{self.host}:{self.ports[m]}" for m in r.members
+                                          if m != r.leader]}
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"streams": streams}, indent=1))
+        os.replace(tmp, path)
+
+
+def _unquote_dir(name: str) -> str:
+    return unquote(name)
