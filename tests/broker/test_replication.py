@@ -16,7 +16,7 @@ from streamlet.client.errors import StreamletError
 from streamlet.protocol import Code
 from streamlet.protocol import frames as f
 from streamlet.protocol.constants import Role
-from tests.support.brokers import BrokerProcess
+from tests.support.brokers import BrokerProcess, free_port
 from tests.support.raw import RawPeer
 from tests.support.waiting import eventually
 
@@ -135,3 +135,26 @@ def test_a_stale_epoch_is_refused(tmp_path: Path, broker_factory: Factory) -> No
         peer.handshake()
         stale = ask(peer, f.Fence(peer.next_corr(), "s", 4), f.FenceResponse)
         assert stale.code == Code.STREAM_NOT_AVAILABLE and stale.epoch == 5
+
+
+async def test_a_replicated_create_that_cannot_reach_a_member_is_undone(
+        tmp_path: Path, broker_factory: Factory) -> None:
+    """initial-cluster-size 3 with one of the three peers down: answered 6 (not available),
+    and the members already made are deleted again, so a retry starts clean."""
+    ports = [free_port(), free_port(), free_port()]  # the last is never started
+    brokers = []
+    for i in range(2):
+        config = tmp_path / f"peer{i}.toml"
+        peers = ", ".join(f'"127.0.0.1:{p}"' for p in ports)
+        config.write_text(f"[cluster]\nmember = {i}\npeers = [{peers}]\n")
+        brokers.append(broker_factory(config=config, port=ports[i]))
+    async with await connect(brokers[0].host, brokers[0].port) as client:
+        with pytest.raises(StreamletError) as e:
+            await client.create_stream("u", arguments={"initial-cluster-size": "3"})
+        assert e.value.code == Code.STREAM_NOT_AVAILABLE
+        assert not await client.stream_exists("u")
+        await client.create_stream("u", arguments={"initial-cluster-size": "2"})  # the two alive
+        meta = await client.metadata(["u"])
+        assert meta.streams[0].leader != 0xFFFF and len(meta.streams[0].replicas) == 1
+    async with await connect(brokers[1].host, brokers[1].port) as other:
+        assert await other.stream_exists("u")

@@ -149,3 +149,32 @@ async def test_killing_the_leader_three_times_loses_no_confirmed_message(cluster
                      what="the members' segment files byte-identical")
     assert cluster.stop() == 0  # quiescence: index records are written out at the latest on close
     assert identical((".segment", ".index")), "segment and index files byte-identical"
+
+
+async def test_a_create_with_initial_cluster_size_makes_a_replicated_stream(
+        cluster: Cluster) -> None:
+    """As RabbitMQ clients create replicated streams: rstream's create_stream with
+    initial-cluster-size; the broker that received it leads (client-local), the others follow,
+    Metadata lists the leader and two replicas, and a confirm means two copies."""
+    from rstream import Producer
+
+    ports = cluster.ports()
+    async with Producer(HOST, port=ports[1], username="guest", password="guest") as producer:
+        await producer.create_stream("rs", arguments={"initial-cluster-size": 3})
+        for i in range(100):
+            await producer.send_wait("rs", b"%d" % i)
+    async with await connect(HOST, ports[2]) as client:
+        meta = await client.metadata(["rs"])
+        brokers = {b.reference: b.port for b in meta.brokers}
+        (entry,) = meta.streams
+        assert brokers[entry.leader] == ports[1], "client-local: the broker that got the Create"
+        assert sorted(brokers[r] for r in entry.replicas) == [ports[0], ports[2]]
+        consumer = await client.consumer("rs", "first", credit=10)
+        got = [int((await asyncio.wait_for(consumer.__anext__(), 30)).body) for _ in range(100)]
+    assert got == list(range(100))
+
+    def copies() -> bool:  # every member gets every message (a confirm waited for two)
+        return all(b"99" in (cluster.data_dir / f"node-{node}" / "streams" / "rs" /
+                             "00000000000000000000.segment").read_bytes() for node in range(3))
+
+    await eventually(copies, timeout=30, what="three copies")

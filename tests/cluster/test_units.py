@@ -111,6 +111,7 @@ CONFIGS: list[tuple[str, dict[str, Any], dict[str, Any] | str]] = [
      "[listeners]"),
     ("cluster not a table", {"cluster": 3}, "must be a table"),
     ("member is up's", {"cluster": {"member": 1}}, "cannot set cluster.member"),
+    ("peers are up's", {"cluster": {"peers": []}}, "cannot set cluster.peers"),
 ]
 
 

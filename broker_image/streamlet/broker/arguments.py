@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from ..core.settings import StreamSettings
 from ..core.streams import valid_stream_name as valid_stream_name  # a core rule, for the adapter
+from ..replication.placement import Locator
 from .config import MAX_SEGMENT_BYTES, ConfigError, Retention, parse_duration_ms
 
-#: Arguments RabbitMQ accepts that mean nothing on a single node; accepted and ignored.
-IGNORED = {"initial-cluster-size", "queue-leader-locator", "x-queue-type"}
+#: Arguments about where a stream's members go (``replication_request``), not its settings.
+PLACEMENT = {"initial-cluster-size", "queue-leader-locator"}
+#: Arguments RabbitMQ accepts that mean nothing here; accepted and ignored.
+IGNORED = {"x-queue-type", *PLACEMENT}
 
 
 def _positive_int(key: str, value: str, lo: int, hi: int | None = None) -> int:
@@ -39,3 +42,15 @@ def parse_create_arguments(args: dict[str, str], defaults: Retention) -> StreamS
         elif key not in IGNORED:
             raise ConfigError(f"unknown stream argument {key!r}")
     return StreamSettings(max_age, max_len, segment, filter_size)
+
+
+def replication_request(args: dict[str, str]) -> tuple[int, Locator]:
+    """How many members a Create asks for (``initial-cluster-size``, 1 when absent) and where
+    its leader goes (``queue-leader-locator``); raise ConfigError (-> precondition failed)."""
+    size = 1
+    if "initial-cluster-size" in args:
+        size = _positive_int("initial-cluster-size", args["initial-cluster-size"], 1)
+    try:
+        return size, Locator.parse(args.get("queue-leader-locator"))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None

@@ -21,6 +21,7 @@ File format (all keys optional)::
     directory_file = "streams.json"   # where streams held by other brokers live (directory.py)
     member = 0                        # this broker's member id in replicated streams (pod ordinal)
     replication_user = "guest"        # the user followers log in to their leaders as (default: the first user)
+    peers = ["b-0:5552", "b-1:5552"]  # every member's address, by member id: where replicas go
 
     [storage]
     fsync = "never"                   # never | interval | chunk
@@ -190,6 +191,9 @@ class BrokerConfig:
     member: int | None = None
     #: the configured user whose credentials followers log in to leaders with (None: the first)
     replication_user: str | None = None
+    #: every member's advertised address, by member id (a Create with initial-cluster-size > 1
+    #: places the stream's members among them); empty: no replicated creates
+    peers: tuple[tuple[str, int], ...] = ()
     rabbitmq_listener: bool = True  # [listeners.rabbitmq] enabled
     other_listeners: tuple[Listener, ...] = ()  # [listeners.<protocol>] of further protocols
 
@@ -231,6 +235,18 @@ def parse_duration_ms(text: str) -> int:
     if not m:
         raise ConfigError(f"bad duration {text!r}: expected a number and one of Y M D h m s, e.g. 7D")
     return int(m.group(1)) * _UNIT_MS[m.group(2)]
+
+
+def _peers(value: Any) -> tuple[tuple[str, int], ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"cluster.peers must be a list of 'host:port' strings, got {value!r}")
+    out = []
+    for v in value:
+        host, _, port = v.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"cluster.peers: expected 'host:port', got {v!r}")
+        out.append((host.strip("[]"), int(port)))
+    return tuple(out)
 
 
 def _int(section: dict[str, Any], key: str, where: str, minimum: int = 0) -> int | None:
@@ -313,6 +329,8 @@ def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
         changes["member"] = member
     if "replication_user" in cluster:
         changes["replication_user"] = str(cluster["replication_user"])
+    if "peers" in cluster:
+        changes["peers"] = _peers(cluster["peers"])
     changes.update(_apply_access(doc))
     changes.update(_listeners(doc.get("listeners", {}), str(changes.get("host", cfg.host))))
     return replace(cfg, **changes)
@@ -437,6 +455,9 @@ def _validate(cfg: BrokerConfig) -> None:
         raise ConfigError('[[vhosts]] must include "/"')
     if not cfg.users:
         raise ConfigError("at least one [[users]] entry is needed")
+    if cfg.peers and (cfg.member is None or cfg.member >= len(cfg.peers)):
+        raise ConfigError(f"cluster.peers lists {len(cfg.peers)} brokers: cluster.member must be "
+                          f"one of 0..{len(cfg.peers) - 1}, got {cfg.member}")
     if cfg.replication_user is not None and all(u.name != cfg.replication_user for u in cfg.users):
         raise ConfigError(f"cluster.replication_user {cfg.replication_user!r} is not a configured user")
     for p in cfg.permissions:

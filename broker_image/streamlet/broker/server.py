@@ -21,6 +21,7 @@ from .clock import LoopClock
 from .config import BrokerConfig, ConfigError
 from .directory import CHECK_INTERVAL_S, EMPTY, Directory, DirectoryFile, seal_changes
 from .memory import TRIM_INTERVAL_S, return_free_memory
+from .replication.create import Cluster
 from .replication.members import Members
 from .tls import server_context
 
@@ -63,7 +64,8 @@ class Broker:
             raise ConfigError(str(e)) from e
         self.access = AccessControl(config)
         #: the replicated streams this broker is a member of
-        self.members = Members(config.member, config.replication_credentials, self.stream_gone_moved)
+        self.members = Members(config.member, config.replication_credentials, self.stream_gone_moved,
+                               config.peers)
         for vhost in self.vhosts.values():
             self.members.load(vhost.streams.streams)
         self.connections: set[Client] = set()
@@ -107,6 +109,20 @@ class Broker:
         if stream is not None:
             vhost.superstreams.forget_partition(name)
         return stream
+
+    @property
+    def cluster(self) -> Cluster | None:
+        """What a replicated Create needs (None: no cluster.peers, no replicated creates)."""
+        cfg = self.config
+        if not cfg.peers or cfg.member is None:
+            return None
+        return Cluster(cfg.peers, cfg.member, cfg.replication_credentials, self.members,
+                       self._delete_and_tell)
+
+    def _delete_and_tell(self, vhost: VirtualHost, name: str) -> None:
+        stream = self.delete_stream(vhost, name)
+        if stream is not None:
+            self.stream_gone(stream)
 
     def stream_gone_moved(self, stream: Stream) -> None:
         """A replicated stream's member stopped taking writes here: its watchers ask Metadata

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ..protocol import FrameSplitter, FrameTooLarge
@@ -33,6 +33,14 @@ log = logging.getLogger("streamlet.broker")
 #: what keeps a reading consumer fed.
 WRITE_HIGH = 2 << 20
 WRITE_LOW = 512 << 10
+#: spawned work, referenced until it ends (the loop keeps only weak references to tasks)
+_tasks: set[asyncio.Task[None]] = set()
+
+
+def _ended(task: asyncio.Task[None], what: str, peer: str | None) -> None:
+    _tasks.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.error("connection %s: %s failed", peer, what, exc_info=task.exception())
 
 
 class FramedConnection(asyncio.Protocol):
@@ -142,6 +150,13 @@ class FramedConnection(asyncio.Protocol):
 
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> asyncio.TimerHandle:
         return asyncio.get_running_loop().call_later(delay, callback, *args)
+
+    def spawn(self, work: Coroutine[Any, Any, None], what: str) -> None:
+        """Run ``work`` beside the connection (a request that waits on other brokers); an
+        exception is logged, never raised into the loop."""
+        task = asyncio.get_running_loop().create_task(work)
+        _tasks.add(task)
+        task.add_done_callback(lambda t: _ended(t, what, self.peer))
 
     def silent_for(self) -> float:
         """Seconds since the peer last showed it is alive. While we are not reading it, its

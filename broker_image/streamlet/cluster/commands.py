@@ -118,12 +118,13 @@ def _prepare(specs: list[NodeSpec], doc: dict[str, Any], data_dir: Path) -> str 
     from ..broker.config import ConfigError, load
 
     directory = data_dir / DIRECTORY_FILE
+    peers = [f"{s.host}:{s.port}" for s in specs]
     try:
         if not directory.exists():
             directory.write_text('{"streams": {}}\n')
         for s in specs:
             s.data_dir.mkdir(parents=True, exist_ok=True)
-            s.config_file.write_text(dumps(node_member(doc, s.index)))
+            s.config_file.write_text(dumps(node_member(doc, s.index, peers)))
     except OSError as e:
         return f"cannot write in {data_dir}: {e}"
     first = specs[0]

@@ -92,13 +92,18 @@ def node_config(user: Mapping[str, Any], directory_file: Path) -> dict[str, Any]
     if "directory_file" in cluster:
         raise PlanError("a --config file for cluster up cannot set cluster.directory_file: "
                         f"cluster up sets it to <data dir>/{DIRECTORY_FILE}")
-    if "member" in cluster:
-        raise PlanError("a --config file for cluster up cannot set cluster.member: node i is "
-                        "member i")
+    for key in ("member", "peers"):
+        if key in cluster:
+            raise PlanError(f"a --config file for cluster up cannot set cluster.{key}: "
+                            "cluster up sets it (node i is member i)")
     return {**user, "cluster": {**cluster, "directory_file": str(directory_file)}}
 
 
-def node_member(doc: Mapping[str, Any], index: int) -> dict[str, Any]:
+def node_member(doc: Mapping[str, Any], index: int, peers: list[str] | None = None) -> dict[str, Any]:
     """Node ``index``'s configuration: the nodes' shared one with ``[cluster] member = index``
-    (its id in replicated streams' member sets)."""
-    return {**doc, "cluster": {**doc.get("cluster", {}), "member": index}}
+    (its id in replicated streams' member sets) and ``peers``, every node's address by index
+    (where a Create with initial-cluster-size places members)."""
+    cluster = {**doc.get("cluster", {}), "member": index}
+    if peers is not None:
+        cluster["peers"] = peers
+    return {**doc, "cluster": cluster}

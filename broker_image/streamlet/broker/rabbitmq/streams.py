@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import logging
 
+from ...core.settings import StreamSettings
 from ...core.streams import LimitReached
 from ...protocol import Code
 from ...protocol import frames as f
-from ..arguments import parse_create_arguments, valid_stream_name
+from ...replication.placement import Locator, NotEnoughPods
+from ..arguments import parse_create_arguments, replication_request, valid_stream_name
 from ..config import ConfigError
-from ..directory import Address, answer_metadata
+from ..directory import Address, Placement, answer_metadata
+from ..replication.create import Cluster, create_replicated, placement_for
 from .handshake import advertised
 from .state import ConnectionState
 
@@ -18,10 +21,13 @@ log = logging.getLogger("streamlet.broker")
 
 
 def on_create(conn: ConnectionState, cmd: f.Create) -> None:
-    conn.send(f.CreateResponse(cmd.correlation_id, _create(conn, cmd)))
+    code = _create(conn, cmd)
+    if code is not None:
+        conn.send(f.CreateResponse(cmd.correlation_id, code))
 
 
-def _create(conn: ConnectionState, cmd: f.Create) -> Code:
+def _create(conn: ConnectionState, cmd: f.Create) -> Code | None:
+    """The answer, or None when a replicated create answers later."""
     why = valid_stream_name(cmd.stream)
     if why is not None:
         log.info("create %r refused: %s", cmd.stream, why)
@@ -32,9 +38,13 @@ def _create(conn: ConnectionState, cmd: f.Create) -> Code:
         return Code.STREAM_ALREADY_EXISTS
     try:
         settings = parse_create_arguments(cmd.arguments, conn.broker.config.retention)
+        size, locator = replication_request(cmd.arguments)
     except ConfigError as e:
         log.info("create %r refused: %s", cmd.stream, e)
         return Code.PRECONDITION_FAILED
+    cluster = conn.broker.cluster
+    if size > 1 and cluster is not None:
+        return _create_replicated(conn, cmd, cluster, settings, size, locator)
     try:
         conn.streams.create(cmd.stream, settings)
     except LimitReached:  # logged, with why, where it was reached
@@ -43,6 +53,26 @@ def _create(conn: ConnectionState, cmd: f.Create) -> Code:
         log.error("create %r failed: %s", cmd.stream, e)
         return Code.INTERNAL_ERROR
     return Code.OK
+
+
+def _create_replicated(conn: ConnectionState, cmd: f.Create, cluster: Cluster,
+                       settings: StreamSettings, size: int, locator: Locator) -> Code | None:
+    assert conn.vhost is not None
+    vhost = conn.vhost
+    try:
+        placement = placement_for(cluster.peers, cluster.me, conn.broker.directory(), size,
+                                  locator)
+    except NotEnoughPods as e:
+        log.info("create %r refused: %s", cmd.stream, e)
+        return Code.PRECONDITION_FAILED
+
+    async def create() -> None:
+        code = await create_replicated(cluster, vhost, cmd.stream, cmd.arguments, settings,
+                                       placement)
+        conn.send(f.CreateResponse(cmd.correlation_id, code))
+
+    conn.spawn(create(), f"create {cmd.stream!r}")
+    return None
 
 
 def on_delete(conn: ConnectionState, cmd: f.Delete) -> None:
@@ -77,8 +107,12 @@ def on_metadata(conn: ConnectionState, cmd: f.Metadata) -> None:
         stream = conn.streams.get(name)
         return stream is not None and not stream.sealed
 
-    answer = answer_metadata(cmd.streams, here, advertised(conn), elsewhere,
-                             lambda name: directory.placement(vhost, name))
+    def placement(name: str) -> Placement | None:  # the directory's, else our member's own
+        found = directory.placement(vhost, name)
+        stream = conn.streams.get(name) if found is None else None
+        return found if stream is None else broker.members.placement(stream, advertised(conn))
+
+    answer = answer_metadata(cmd.streams, here, advertised(conn), elsewhere, placement)
     for name in cmd.streams:
         stream = conn.streams.get(name)
         if stream is not None:

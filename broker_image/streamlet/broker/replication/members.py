@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...core.streams import Stream
-from ..directory import Address
+from ..directory import Address, Placement
 from .follower import Follower
 from .leader import Feed, FollowerConnection, Leader
 from .member import MemberState, Role
@@ -68,8 +68,9 @@ class Members:
     connections holding a stream that it is not writable here any more (MetadataUpdate 6)."""
 
     def __init__(self, me: int | None, credentials: tuple[str, str],
-                 moved: Callable[[Stream], None]) -> None:
+                 moved: Callable[[Stream], None], peers: tuple[Address, ...] = ()) -> None:
         self.me = me
+        self.peers = peers
         self.credentials = credentials
         self.moved = moved
         self.members: dict[Stream, Member] = {}
@@ -89,6 +90,20 @@ class Members:
 
     def get(self, stream: Stream) -> Member | None:
         return self.members.get(stream)
+
+    def placement(self, stream: Stream, here: Address) -> Placement | None:
+        """Where this member says the stream lives (Metadata's answer until the directory has
+        an entry): its leader (None while fenced: being elected) and the other members, by
+        ``cluster.peers``. None for a stream that is not replicated."""
+        member = self.members.get(stream)
+        if member is None:
+            return None
+        state = member.state
+        leader = {Role.LEADER: here, Role.FOLLOWER: state.leader, Role.FENCED: None}[state.role]
+        leader_id = self.me if state.role is Role.LEADER else None
+        others = tuple(self.peers[m] for m in state.members if m < len(self.peers)
+                       and m != leader_id and self.peers[m] != leader)
+        return Placement(state.epoch, leader, others)
 
     def forget(self, stream: Stream) -> None:
         member = self.members.pop(stream, None)

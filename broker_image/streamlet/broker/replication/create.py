@@ -1,0 +1,118 @@
+"""A Create asking for ``initial-cluster-size`` > 1 members, as RabbitMQ clients send it: the
+members are placed among ``cluster.peers`` by the pure placement rule (the leader per
+``queue-leader-locator``: client-local, the default, is the broker that received the Create),
+the stream is created on each of them, and epoch 1 is assigned: the leader first, then its
+followers, which connect to it. The Create is answered once all of that is done; if a member
+cannot be made, what was made is deleted again and the answer is 6 (not available).
+
+More members than brokers are asked for: every broker gets one, as RabbitMQ does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ...core.settings import StreamSettings
+from ...protocol import Code
+from ...protocol import frames as f
+from ...protocol.constants import Role as WireRole
+from ...replication.placement import Load, Locator, Placement, Pod, place
+from ..arguments import PLACEMENT
+from ..directory import Address
+from .member import Role
+from .peer import open_peer
+
+if TYPE_CHECKING:
+    from ...core.vhosts import VirtualHost
+    from ..directory import Directory
+    from .members import Members
+
+log = logging.getLogger("streamlet.broker")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What a replicated create needs of the broker: every member's address (by member id),
+    this broker's id, the replication user's credentials, this broker's members, and how to
+    delete a stream here (the broker's delete: its watchers are told)."""
+
+    peers: tuple[Address, ...]
+    me: int
+    credentials: tuple[str, str]
+    members: Members
+    delete: Callable[[VirtualHost, str], None]
+
+
+def placement_for(peers: tuple[Address, ...], me: int, directory: Directory, size: int,
+                  locator: Locator) -> Placement:
+    """Where the members go: the brokers' loads as the stream directory shows them."""
+    index = {address: i for i, address in enumerate(peers)}
+    load = Load()
+    for placement in directory.replicated.values():
+        members = [index[a] for a in placement.members if a in index]
+        if placement.leader in index:
+            load.add(Placement(index[placement.leader], tuple(members)))
+    return place([Pod(i) for i in range(len(peers))], min(size, len(peers)), load, locator,
+                 receiving=me)
+
+
+async def create_replicated(cluster: Cluster, vhost: VirtualHost, name: str,
+                            arguments: dict[str, str], settings: StreamSettings,
+                            placement: Placement) -> Code:
+    peers, me, credentials = cluster.peers, cluster.me, cluster.credentials
+    plain = {k: v for k, v in arguments.items() if k not in PLACEMENT}  # no recursion
+    made: list[int] = []
+    try:
+        for m in placement.members:
+            if m == me:
+                vhost.streams.create(name, settings)
+            else:
+                await _ask(peers[m], credentials, vhost.name, lambda c: f.Create(c, name, plain),
+                           f.CreateResponse)
+            made.append(m)
+        leader = peers[placement.leader]
+        for m in placement.members:  # the leader first: its followers connect to it
+            role = WireRole.LEADER if m == placement.leader else WireRole.FOLLOWER
+            if m == me:
+                stream = vhost.streams.get(name)
+                assert stream is not None
+                cluster.members.assign(stream, 1, Role(role.name.lower()), leader,
+                                       placement.members)
+            else:
+                await _ask(peers[m], credentials, vhost.name, lambda c, r=role: f.Assign(
+                    c, name, 1, r, leader[0], leader[1], list(placement.members)),
+                    f.AssignResponse)
+    except Exception as e:
+        log.warning("create %r with members %s failed at member %s: %s; undoing", name,
+                    placement.members, placement.members[len(made)] if len(made) < len(
+                        placement.members) else "assign", e)
+        await _undo(cluster, vhost, name, made)
+        return Code.STREAM_NOT_AVAILABLE
+    log.info("stream %s created with members %s, led by %d", name, placement.members,
+             placement.leader)
+    return Code.OK
+
+
+async def _ask(address: Address, credentials: tuple[str, str], vhost: str, make: object,
+               kind: type[f.Command]) -> None:
+    async with open_peer(address, credentials, vhost=vhost) as peer:
+        answer = await peer.request(make(peer.next_corr()), kind)  # type: ignore[operator]
+        code = getattr(answer, "code", None)
+        if code != Code.OK:
+            raise RuntimeError(f"{kind.__name__} from {address[0]}:{address[1]}: code {code}")
+
+
+async def _undo(cluster: Cluster, vhost: VirtualHost, name: str, made: list[int]) -> None:
+    peers = cluster.peers
+    for m in made:
+        try:
+            if m == cluster.me:
+                cluster.delete(vhost, name)
+            else:
+                await _ask(peers[m], cluster.credentials, vhost.name,
+                           lambda c: f.Delete(c, name), f.DeleteResponse)
+        except Exception as e:  # best effort: the stream stays there, and is logged
+            log.error("create %r: cannot delete the member on %s: %s", name, peers[m], e)
