@@ -129,8 +129,11 @@ def _cluster_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up = csub.add_parser("up", help="run N brokers, restarting any that exits", description=(
         "Run N brokers in the foreground: node i serves on HOST:PORT+i with its data in "
         "DATA_DIR/node-i, its output in DATA_DIR/node-i/broker.log, and "
-        "cluster.directory_file = DATA_DIR/directory.json. A node that exits is restarted after "
-        "0.5 s, doubling up to 10 s while it keeps failing (reset once it has run 30 s). "
+        "cluster.directory_file = DATA_DIR/directory.json; node i is member i of replicated "
+        "streams (a Create with initial-cluster-size places members among the nodes). A node "
+        "that exits is restarted after 0.5 s, doubling up to 10 s while it keeps failing (reset "
+        "once it has run 30 s); if it led replicated streams, a placement driver elects new "
+        "leaders at once. "
         f"SIGINT or SIGTERM stops every node (SIGTERM, SIGKILL after {GRACE_S:.0f} s) and "
         "exits 0. Refused (exit 2) when a port is busy or a cluster already runs in DATA_DIR."))
     up.add_argument("--nodes", type=int, default=3, help=(
