@@ -227,3 +227,48 @@ async def test_a_lagging_member_is_never_elected_and_no_majority_elects_nobody(
         consumer = await client.consumer("g", "first", credit=50)
         got = [int((await asyncio.wait_for(consumer.__anext__(), 30)).body) for _ in range(500)]
     assert got == list(range(1, 501)), "member 2 caught up with what was committed without it"
+
+
+async def test_rstream_through_a_leader_kill(cluster: Cluster) -> None:
+    """rstream unchanged: its producer finds the new leader by itself (the messages it reports
+    unconfirmed are sent again by the application), and its consumer, on a replica, is not
+    interrupted: it gets every confirmed message."""
+    from rstream import (
+        Consumer,
+        ConsumerOffsetSpecification,
+        MessageContext,
+        OffsetType,
+        Producer,
+    )
+
+    _create_replicated(cluster, "h")
+    await eventually(lambda: _led(cluster, "h") == (1, 0), timeout=30, what="the driver's record")
+    ports, n = cluster.ports(), 2000
+    received: list[bytes] = []
+    closed: list[object] = []
+
+    async def on_message(body: bytes, context: MessageContext) -> None:
+        received.append(bytes(body))
+
+    consumer = Consumer(HOST, ports[2], username="guest", password="guest",
+                        on_close_handler=lambda info: closed.append(info))
+    await consumer.start()
+    await consumer.subscribe("h", on_message, offset_specification=ConsumerOffsetSpecification(
+        OffsetType.FIRST, None))
+    confirmed: set[bytes] = set()
+
+    async with Producer(HOST, ports[0], username="guest", password="guest") as producer:
+        for i in range(n):
+            body = b"%d" % i
+            while body not in confirmed:
+                try:  # a confirm each: unconfirmed is an exception, and sent again
+                    await asyncio.wait_for(producer.send_wait("h", body), 10)
+                    confirmed.add(body)
+                except Exception:  # recovering: rstream reconnects to the new leader itself
+                    await asyncio.sleep(0.2)
+            if i == n // 2:
+                os.kill(cluster.state()["nodes"][0]["pid"], signal.SIGKILL)
+    await eventually(lambda: confirmed <= set(received), timeout=60,
+                     what="the replica's consumer got every confirmed message")
+    assert closed == [], "the consumer on a replica was never interrupted"
+    await consumer.close()

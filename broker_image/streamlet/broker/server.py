@@ -64,8 +64,7 @@ class Broker:
             raise ConfigError(str(e)) from e
         self.access = AccessControl(config)
         #: the replicated streams this broker is a member of
-        self.members = Members(config.member, config.replication_credentials, self.stream_gone_moved,
-                               config.peers)
+        self.members = Members(config.member, config.replication_credentials, config.peers)
         for vhost in self.vhosts.values():
             self.members.load(vhost.streams.streams)
         self.connections: set[Client] = set()
@@ -123,12 +122,6 @@ class Broker:
         stream = self.delete_stream(vhost, name)
         if stream is not None:
             self.stream_gone(stream)
-
-    def stream_gone_moved(self, stream: Stream) -> None:
-        """A replicated stream's member stopped taking writes here: its watchers ask Metadata
-        again (MetadataUpdate 6); its publishers were told by the seal."""
-        for conn in set(stream.watchers):
-            conn.stream_moved(stream)
 
     def stream_gone(self, stream: Stream) -> None:
         """Tell every connection that held ``stream`` (MetadataUpdate) and drop what it held."""

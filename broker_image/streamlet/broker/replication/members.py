@@ -11,7 +11,6 @@ nothing until assigned. Readers everywhere see committed data only.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...core.streams import Stream
@@ -64,15 +63,14 @@ class Member:
 
 class Members:
     """Every member this broker holds, by stream. ``me``: this broker's member id;
-    ``credentials``: what its followers' links log in to leaders with; ``moved``: tells the
-    connections holding a stream that it is not writable here any more (MetadataUpdate 6)."""
+    ``credentials``: what its followers' links log in to leaders with; ``peers``: every
+    member's address, by id."""
 
     def __init__(self, me: int | None, credentials: tuple[str, str],
-                 moved: Callable[[Stream], None], peers: tuple[Address, ...] = ()) -> None:
+                 peers: tuple[Address, ...] = ()) -> None:
         self.me = me
         self.peers = peers
         self.credentials = credentials
-        self.moved = moved
         self.members: dict[Stream, Member] = {}
 
     def load(self, streams: dict[str, Stream]) -> None:
@@ -111,12 +109,13 @@ class Members:
             member.halt()
 
     def _fence_stream(self, stream: Stream) -> None:
+        """No more publishes here: its publishers are told (MetadataUpdate 6) and look the
+        leader up again. Its consumers are not: they read committed data, which stays."""
         stream.awaits_commit = True
         stream.forget_unconfirmed()
         if not stream.sealed:
             for conn in {p.conn for p in stream.seal()}:
                 conn.stream_moved(stream)
-            self.moved(stream)
 
     def fence(self, stream: Stream, epoch: int) -> TailReport:
         member = self.members.get(stream)
