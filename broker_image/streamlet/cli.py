@@ -149,9 +149,10 @@ def _cluster_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "[listeners], and cluster.directory_file is set by up)"))
     up.add_argument("--log-level", default="INFO",
                     help="DEBUG, INFO, WARNING: the supervisor's and every broker's (default INFO)")
-    status = csub.add_parser("status", help="show the nodes of a running cluster", description=(
+    status = csub.add_parser("status", help="show the nodes and replicated streams of a running cluster", description=(
         "Show each node's pid, port and whether it is alive (its process runs and its port "
-        "accepts a connection). Exit 1 when no cluster runs in DATA_DIR."))
+        "accepts a connection), then each replicated stream's epoch, leader, members and "
+        "committed chunk id. Exit 1 when no cluster runs in DATA_DIR."))
     status.add_argument("--data-dir", required=True, help="the directory given to cluster up")
     status.add_argument("--json", action="store_true", help=(
         'print {"nodes": [{"index", "pid", "port", "alive"}, ...], "streams": [...]}'))

@@ -12,14 +12,17 @@ import os
 import signal
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from streamlet.client import connect
 from streamlet.client.errors import StreamletError
+from streamlet.client.producer import publish_frame
 from streamlet.protocol import frames as f
 from streamlet.protocol.constants import Role
 from tests.cluster.test_local_cluster import HOST, Cluster
+from tests.cluster.test_local_cluster import wait_until as wait_sync
 from tests.support.raw import RawPeer
 from tests.support.waiting import eventually
 
@@ -272,3 +275,24 @@ async def test_rstream_through_a_leader_kill(cluster: Cluster) -> None:
                      what="the replica's consumer got every confirmed message")
     assert closed == [], "the consumer on a replica was never interrupted"
     await consumer.close()
+
+
+def test_status_lists_the_replicated_streams(cluster: Cluster) -> None:
+    """`cluster status --json` gives each replicated stream's epoch, leader, members and the
+    leader's committed chunk id, as the driver keeps them."""
+    from tests.cluster.test_local_cluster import status_json
+
+    _create_replicated(cluster, "s")
+    with RawPeer(HOST, cluster.ports()[0]) as peer:
+        peer.handshake()
+        peer.request(f.DeclarePublisher(peer.next_corr(), 1, "", "s"), f.DeclarePublisherResponse)
+        peer.send_raw(publish_frame(1, 1, [b"x", b"y"]))
+        peer.recv_until(f.PublishConfirm)
+
+    def listed() -> Any:
+        streams = status_json(cluster.data_dir)["streams"]
+        return streams if streams and streams[0]["committed"] is not None else None
+
+    (entry,) = wait_sync(listed, 30, "the stream in cluster status")
+    assert entry["name"] == "s" and entry["leader"] == 0 and entry["members"] == [0, 1, 2]
+    assert entry["epoch"] == 1 and entry["committed"] >= 1

@@ -159,12 +159,22 @@ async def status(data_dir: Path, as_json: bool) -> int:
     if state is None:
         return 1
     nodes = await cluster_status.gather_nodes(state)
-    streams = await cluster_status.gather_streams(state, nodes)
+    streams = await cluster_status.gather_streams(state, nodes, data_dir, _credentials(data_dir))
     if as_json:
         print(json.dumps(cluster_status.to_json(nodes, streams)))
     else:
-        sys.stdout.write(cluster_status.table(state, nodes))
+        sys.stdout.write(cluster_status.table(state, nodes, streams=streams))
     return 0
+
+
+def _credentials(data_dir: Path) -> tuple[str, str]:
+    """The replication user's, from node 0's configuration (what the driver logs in with)."""
+    from ..broker.config import ConfigError, load
+
+    try:
+        return load(data_dir / "node-0" / "broker.toml").replication_credentials
+    except (ConfigError, OSError):
+        return "guest", "guest"
 
 
 def down(data_dir: Path, timeout: float) -> int:

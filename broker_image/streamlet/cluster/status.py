@@ -4,10 +4,16 @@ ports themselves; the streams the nodes hold (to come with replication)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from ..client import connect
+from ..replication.model import NO_LEADER
+from .driver import RECORD
 from .probe import pid_alive, port_accepts
 from .state import ClusterState, NodeState
 
@@ -49,10 +55,38 @@ async def gather_nodes(state: ClusterState) -> list[NodeStatus]:
     return list(await asyncio.gather(*(_node_status(state.host, n) for n in state.nodes)))
 
 
-async def gather_streams(state: ClusterState, nodes: list[NodeStatus]) -> list[dict[str, Any]]:
-    """The replicated streams of the cluster, each as ``{"name", "epoch", "leader", "members",
-    "committed"}``. None yet: replication (issue 12) fills this in, asking the nodes alive."""
-    return []
+async def gather_streams(state: ClusterState, nodes: list[NodeStatus], data_dir: Path,
+                         credentials: tuple[str, str]) -> list[dict[str, Any]]:
+    """The replicated streams the placement driver keeps (``driver.json``), each as
+    ``{"name", "epoch", "leader", "members", "committed"}``: the leader's member index (None
+    while electing) and its committed chunk id (None when it cannot be asked)."""
+    try:
+        records = json.loads((data_dir / RECORD).read_text())
+    except (OSError, ValueError):
+        return []
+    alive = {n.index: n for n in nodes if n.alive}
+    out = []
+    for name, r in sorted(records.items()):
+        leader = r["leader"] if r["leader"] != NO_LEADER else None
+        committed = None
+        if leader in alive:
+            committed = await _committed(state.host, alive[leader].port, name, credentials)
+        out.append({"name": name, "epoch": r["epoch"], "leader": leader,
+                    "members": r["members"], "committed": committed})
+    return out
+
+
+async def _committed(host: str, port: int, stream: str, credentials: tuple[str, str]) -> int | None:
+    try:
+        async with asyncio.timeout(3):
+            client = await connect(host, port, *credentials, heartbeat=0,
+                                   connection_name="cluster status")
+            try:
+                return (await client.stream_stats(stream))["committed_chunk_id"]
+            finally:
+                await client.close()
+    except Exception:  # unreachable, refused: unknown
+        return None
 
 
 def to_json(nodes: list[NodeStatus], streams: list[dict[str, Any]]) -> dict[str, Any]:
@@ -70,16 +104,27 @@ def _uptime(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
-def table(state: ClusterState, nodes: list[NodeStatus], now: float | None = None) -> str:
-    """The nodes as aligned text columns, under a line naming the supervisor."""
+def table(state: ClusterState, nodes: list[NodeStatus], now: float | None = None,
+          streams: list[dict[str, Any]] | None = None) -> str:
+    """The nodes as aligned text columns, under a line naming the supervisor; then the
+    replicated streams, if any."""
     now = time.time() if now is None else now
     rows = [("node", "pid", "port", "state", "restarts", "up for")]
     for n in nodes:
         up = _uptime(now - n.started_at) if n.running and n.started_at else "-"
         rows.append((str(n.index), "-" if n.pid is None else str(n.pid), str(n.port),
                      n.condition, str(n.restarts), up))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [f"supervisor pid {state.supervisor_pid}, nodes on {state.host}"]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-              for r in rows]
+    lines += _columns(rows)
+    if streams:
+        srows = [("stream", "epoch", "leader", "members", "committed")]
+        srows += [(st["name"], str(st["epoch"]), "electing" if st["leader"] is None
+                   else str(st["leader"]), ",".join(map(str, st["members"])),
+                   "-" if st["committed"] is None else str(st["committed"])) for st in streams]
+        lines += [""] + _columns(srows)
     return "\n".join(lines) + "\n"
+
+
+def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
