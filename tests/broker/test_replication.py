@@ -158,3 +158,33 @@ async def test_a_replicated_create_that_cannot_reach_a_member_is_undone(
         assert meta.streams[0].leader != 0xFFFF and len(meta.streams[0].replicas) == 1
     async with await connect(brokers[1].host, brokers[1].port) as other:
         assert await other.stream_exists("u")
+
+
+async def test_offsets_and_sequences_asked_of_a_follower_are_the_leaders(
+        tmp_path: Path, broker_factory: Factory) -> None:
+    """rstream stores and queries offsets, and queries publisher sequences, on whichever
+    connection it has: a follower passes them to its leader, and its own log takes no chunk
+    that did not come from the leader (the members' files stay identical)."""
+    brokers = _members(tmp_path, broker_factory)
+    for b in brokers:
+        async with await connect(b.host, b.port) as c:
+            await c.create_stream("o")
+    assign(brokers, "o", 1, leader=0)
+    async with await connect(brokers[0].host, brokers[0].port) as leader:
+        producer = await leader.producer("o", reference="app")
+        await producer.send_many([b"a", b"b", b"c"])
+        await asyncio.wait_for(producer.flush(), 30)
+    async with await connect(brokers[1].host, brokers[1].port) as follower:
+        assert await follower.query_publisher_sequence("app", "o") == 3
+        await follower.store_offset("reader", "o", 2)
+        assert await eventually(lambda: follower.query_offset("reader", "o"),
+                                what="the stored offset") == 2
+    async with await connect(brokers[0].host, brokers[0].port) as leader:
+        assert await leader.query_offset("reader", "o") == 2, "stored by the leader"
+
+    def identical() -> bool:
+        files = [{k: v for k, v in segment_files(b, "o").items() if k.endswith(".segment")}
+                 for b in brokers]
+        return files[0] == files[1] == files[2] and bool(files[0])
+
+    await eventually(identical, timeout=30, what="the members' segment files equal")

@@ -132,3 +132,16 @@ def test_deleting_wakes_the_replication_readers(leader: Leader) -> None:
     leader.stream.when_stored(5, lambda: woken.append("stored"))
     leader.stream.mark_deleted()
     assert sorted(woken) == ["stored", "written"]
+
+
+def test_a_stored_offset_is_a_chunk_replication_sends_and_one_copy_commits(
+        tmp_path: Path, leader: Leader) -> None:
+    woken: list[bool] = []
+    leader.stream.when_written(0, lambda: woken.append(True))
+    leader.stream.store_offset("reader", 0)
+    assert woken == [True], "the tracking chunk goes to the followers as a write does"
+    assert leader.stream.commit_end == 0, "a replicated leader waits for its followers"
+    single = Stream("one", tmp_path / "one", StreamSettings(), "never", ManualClock())
+    single.store_offset("reader", 0)
+    assert single.commit_end == single.log.next_offset == 1
+    single.close()

@@ -22,6 +22,7 @@ from .config import BrokerConfig, ConfigError
 from .directory import CHECK_INTERVAL_S, EMPTY, Directory, DirectoryFile, seal_changes
 from .memory import TRIM_INTERVAL_S, return_free_memory
 from .replication.create import Cluster
+from .replication.forward import Forwarder
 from .replication.members import Members
 from .tls import server_context
 
@@ -65,6 +66,7 @@ class Broker:
         self.access = AccessControl(config)
         #: the replicated streams this broker is a member of
         self.members = Members(config.member, config.replication_credentials, config.peers)
+        self.forwarder = Forwarder(config.replication_credentials)
         for vhost in self.vhosts.values():
             self.members.load(vhost.streams.streams)
         self.connections: set[Client] = set()
@@ -194,6 +196,7 @@ class Broker:
         if self._directory_task:
             self._directory_task.cancel()
         self.members.close()
+        await self.forwarder.close()
         for conn in list(self.connections):
             conn.abort()
         for server in self._servers:

@@ -312,6 +312,10 @@ class Stream:
     def store_offset(self, reference: str, offset: int) -> None:
         self.flush()  # keep the log's order: tracking after the data it refers to
         self.log.store_offset(reference, offset)
+        if not self.awaits_commit:
+            self.commit_end = self.log.next_offset
+        if self._waiting_written:  # a leader's followers take the tracking chunk too
+            self._wake_written()
 
     def stats(self) -> dict[str, int]:
         self.flush()  # what was confirmed is counted

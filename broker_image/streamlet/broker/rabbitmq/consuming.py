@@ -9,6 +9,7 @@ from ...core.subscription import Subscription
 from ...protocol import Code, OffsetType
 from ...protocol import frames as f
 from ..filtering import matcher_from
+from .leader import forward, route
 from .offsets import offset_spec
 from .state import ConnectionState
 
@@ -98,7 +99,11 @@ def on_store_offset(conn: ConnectionState, cmd: f.StoreOffset) -> None:
         return  # StoreOffset has no answer; RabbitMQ ignores these too
     if conn.refused("read", cmd.stream):
         return
-    stream.store_offset(cmd.reference, cmd.offset)
+    where = route(conn, stream)
+    if where is None:
+        stream.store_offset(cmd.reference, cmd.offset)
+    elif not isinstance(where, Code):  # a follower's log takes only what its leader sends
+        forward(conn, where, f.StoreOffset(cmd.reference, cmd.stream, cmd.offset))
 
 
 def on_query_offset(conn: ConnectionState, cmd: f.QueryOffset) -> None:
@@ -109,8 +114,18 @@ def on_query_offset(conn: ConnectionState, cmd: f.QueryOffset) -> None:
     elif conn.refused("read", cmd.stream):
         code = Code.ACCESS_REFUSED
     else:
-        offset = stream.log.offsets.get(cmd.reference)
-        code = Code.NO_OFFSET if offset is None else Code.OK
+        where = route(conn, stream)
+        if isinstance(where, Code):
+            code = where
+        elif where is not None:
+            forward(conn, where, f.QueryOffset(0, cmd.reference, cmd.stream), lambda r: (
+                f.QueryOffsetResponse(cmd.correlation_id, r.code, r.offset) if r is not None
+                else f.QueryOffsetResponse(cmd.correlation_id, Code.STREAM_NOT_AVAILABLE, 0)),
+                f.QueryOffsetResponse)
+            return
+        else:
+            offset = stream.log.offsets.get(cmd.reference)
+            code = Code.NO_OFFSET if offset is None else Code.OK
     conn.send(f.QueryOffsetResponse(cmd.correlation_id, code, offset or 0))
 
 

@@ -10,6 +10,7 @@ from ...protocol import Code, Key
 from ...protocol import frames as f
 from ...protocol.publish import parse_publish
 from ...protocol.wire import Malformed
+from .leader import forward, route
 from .state import ConnectionState
 
 
@@ -58,6 +59,15 @@ def on_query_publisher_sequence(conn: ConnectionState, cmd: f.QueryPublisherSequ
         code, sequence = Code.STREAM_DOES_NOT_EXIST, 0
     elif conn.refused("read", cmd.stream):
         code, sequence = Code.ACCESS_REFUSED, 0
+    elif isinstance(where := route(conn, stream), Code):
+        code, sequence = where, 0
+    elif where is not None:  # the leader knows the last sequence, pending writes included
+        forward(conn, where, f.QueryPublisherSequence(0, cmd.reference, cmd.stream), lambda r: (
+            f.QueryPublisherSequenceResponse(cmd.correlation_id, r.code, r.sequence)
+            if r is not None else f.QueryPublisherSequenceResponse(
+                cmd.correlation_id, Code.STREAM_NOT_AVAILABLE, 0)),
+            f.QueryPublisherSequenceResponse)
+        return
     else:
         code, sequence = Code.OK, stream.sequences.get(cmd.reference, 0)
     conn.send(f.QueryPublisherSequenceResponse(cmd.correlation_id, code, sequence))

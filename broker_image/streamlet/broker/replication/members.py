@@ -89,6 +89,17 @@ class Members:
     def get(self, stream: Stream) -> Member | None:
         return self.members.get(stream)
 
+    def leader_of(self, stream: Stream) -> Address | None:
+        """Where requests only a leader answers go: None when this broker answers them (the
+        stream is not replicated, or this member leads); raises Refused while fenced (no
+        leader known: clients retry on 6)."""
+        member = self.members.get(stream)
+        if member is None or member.state.role is Role.LEADER:
+            return None
+        if member.state.role is Role.FENCED or member.state.leader is None:
+            raise Refused("fenced: no leader known", member.state.epoch)
+        return member.state.leader
+
     def placement(self, stream: Stream, here: Address) -> Placement | None:
         """Where this member says the stream lives (Metadata's answer until the directory has
         an entry): its leader (None while fenced: being elected) and the other members, by
