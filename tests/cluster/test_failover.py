@@ -296,3 +296,48 @@ def test_status_lists_the_replicated_streams(cluster: Cluster) -> None:
     (entry,) = wait_sync(listed, 30, "the stream in cluster status")
     assert entry["name"] == "s" and entry["leader"] == 0 and entry["members"] == [0, 1, 2]
     assert entry["epoch"] == 1 and entry["committed"] >= 1
+
+
+async def test_a_stopped_leader_is_replaced_and_confirms_nothing_after_its_fence(
+        cluster: Cluster) -> None:
+    """The leader's broker stopped (SIGSTOP: running, answering nothing) while a publisher on
+    it sends more: the driver's probes replace it. Resumed, it is fenced and made a follower:
+    the messages it took while cut off are never confirmed (its publisher is told 6), its
+    uncommitted tail is truncated, and the members' files end identical."""
+    _create_replicated(cluster, "p")
+    await eventually(lambda: _led(cluster, "p") == (1, 0), timeout=30, what="the driver's record")
+    ports = cluster.ports()
+    old = cluster.state()["nodes"][0]["pid"]
+    with RawPeer(HOST, ports[0], timeout=60) as peer:
+        peer.handshake()
+        peer.request(f.DeclarePublisher(peer.next_corr(), 1, "", "p"), f.DeclarePublisherResponse)
+        peer.send_raw(publish_frame(1, 1, [b"%d" % i for i in range(1, 101)]))
+        first = peer.recv_until(f.PublishConfirm)
+        assert isinstance(first, f.PublishConfirm)
+        assert sorted(first.publishing_ids) == list(range(1, 101))
+        os.kill(old, signal.SIGSTOP)
+        try:
+            peer.send_raw(publish_frame(1, 101, [b"late%d" % i for i in range(101, 151)]))
+            epoch, leader = await eventually(partial(_led_after, cluster, "p", 1, True),
+                                             timeout=60, what="a leader instead of the stopped one")
+            assert leader != 0
+        finally:
+            os.kill(old, signal.SIGCONT)
+        late: list[object] = []
+        while True:  # until the fence reaches the publisher
+            cmd = peer.recv()
+            assert cmd is not None, "the old leader closed instead of telling its publisher"
+            if isinstance(cmd, f.MetadataUpdate):
+                break
+            late.append(cmd)
+        assert not [c for c in late if isinstance(c, f.PublishConfirm)], (
+            "nothing confirmed by a leader cut off from its followers")
+    async with await connect(HOST, ports[leader]) as client:
+        consumer = await client.consumer("p", "first", credit=50)
+        got = [bytes((await asyncio.wait_for(consumer.__anext__(), 30)).body) for _ in range(100)]
+        assert got == [b"%d" % i for i in range(1, 101)]
+        assert (await client.stream_stats("p"))["committed_chunk_id"] < 150
+
+    await eventually(lambda: _files(cluster, 0, "p", (".segment",)) == _files(
+        cluster, leader, "p", (".segment",)), timeout=60,
+        what="the old leader's uncommitted tail truncated, its segment equal to the leader's")

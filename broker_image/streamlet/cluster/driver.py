@@ -3,8 +3,9 @@
 Assign, and writes the stream directory every node answers Metadata from.
 
 What it watches is the supervisor's: a node whose broker exited or was restarted (a new pid)
-lost its roles (a restarted broker comes back fenced). If it led a stream, that stream is
-elected again at once: an epoch reserved in ``driver.json`` (written before any Fence, so no
+lost its roles (a restarted broker comes back fenced); and it probes each leader's broker
+every tick: one that has not logged a client in for SUSPECT_AFTER probes (stopped, stuck) is
+treated alike. If it led a stream, that stream is elected again at once: an epoch reserved in ``driver.json`` (written before any Fence, so no
 epoch is used twice), every reachable member fenced with it, the highest (epoch, chunk id) among
 a fenced majority wins, then Assign to the leader and its followers. A restarted follower is
 assigned its role again in the current epoch. Without a fenced majority nothing is elected: the
@@ -42,6 +43,10 @@ log = logging.getLogger("streamlet.cluster")
 RECORD = "driver.json"
 TICK_S = 0.5
 REQUEST_TIMEOUT_S = 3.0
+#: A leader's broker must log a client in within this many seconds, at every tick...
+PROBE_TIMEOUT_S = 1.0
+#: ... or, after this many misses in a row (1.5-4.5 s), it is replaced as if it had exited.
+SUSPECT_AFTER = 3
 
 
 @dataclass
@@ -64,6 +69,7 @@ class LocalDriver:
         self.credentials = credentials
         self.records: dict[str, StreamRecord] = self._load()
         self._alive: dict[int, int | None] = {}
+        self._misses: dict[int, int] = {}  # probes of a leader's broker missed in a row
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -81,10 +87,13 @@ class LocalDriver:
     async def tick(self, alive: dict[int, int | None]) -> None:
         """``alive``: node index -> broker pid, for the nodes running now."""
         self._alive = alive
-        for name in self._discover():
+        names = self._discover()
+        stuck = await self._unresponsive({self.records[n].leader for n in names} - {NO_LEADER})
+        for name in names:
             record = self.records[name]
             leader_pid = record.pids.get(str(record.leader))
-            if record.leader == NO_LEADER or alive.get(record.leader) != leader_pid:
+            if (record.leader == NO_LEADER or alive.get(record.leader) != leader_pid
+                    or record.leader in stuck):
                 await self._elect(name, record, alive)
                 continue
             restarted = [m for m in record.members if m != record.leader and m in alive
@@ -93,6 +102,23 @@ class LocalDriver:
                 if await self._assign(name, record, m, Role.FOLLOWER):
                     record.pids[str(m)] = alive[m] or 0
                     self._save()
+
+    async def _unresponsive(self, leaders: set[int]) -> set[int]:
+        """The leaders whose broker did not answer a login for SUSPECT_AFTER ticks in a row: a
+        process that runs but does not work (stopped, stuck) loses its leaderships as an
+        exited one does. Followers are not probed: a stuck follower costs no availability."""
+        async def answers(node: int) -> bool:
+            return await self._request(node, None, probe=True) is not None
+
+        results = await asyncio.gather(*(answers(n) for n in sorted(leaders)))
+        for node, ok in zip(sorted(leaders), results, strict=True):
+            self._misses[node] = 0 if ok else self._misses.get(node, 0) + 1
+        stuck = {n for n in leaders if self._misses.get(n, 0) >= SUSPECT_AFTER}
+        for node in stuck:
+            log.warning("member %d has not answered for %d probes: electing other leaders",
+                        node, self._misses[node])
+            self._misses[node] = 0
+        return stuck
 
     # --- an election -------------------------------------------------------------------------------
 
@@ -140,15 +166,16 @@ class LocalDriver:
                      "unreachable" if answer is None else f"code {answer.code}")
         return ok
 
-    async def _request(self, member: int, make: Any) -> Any:
-        """The answer of ``member``'s broker, or None when it cannot be reached in time."""
+    async def _request(self, member: int, make: Any, probe: bool = False) -> Any:
+        """The answer of ``member``'s broker, or None when it cannot be reached in time. With
+        ``probe``, only a login within PROBE_TIMEOUT_S (True when it succeeded)."""
         user, password = self.credentials
         try:
-            async with asyncio.timeout(REQUEST_TIMEOUT_S):
+            async with asyncio.timeout(PROBE_TIMEOUT_S if probe else REQUEST_TIMEOUT_S):
                 client = await connect(self.host, self.ports[member], user, password,
                                        heartbeat=0, connection_name="placement driver")
                 try:
-                    return await client.request(make, ok=tuple(Code))
+                    return True if probe else await client.request(make, ok=tuple(Code))
                 finally:
                     await client.close()
         except (TimeoutError, OSError, ConnectionError) as e:
