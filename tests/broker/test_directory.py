@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rstream import (
     AMQPMessage,
     Consumer,
@@ -20,6 +21,7 @@ from rstream import (
 )
 
 from streamlet.client import connect
+from streamlet.client.errors import StreamletError
 from streamlet.protocol import Code
 from tests.support.brokers import BrokerProcess
 from tests.support.waiting import eventually
@@ -149,5 +151,31 @@ async def test_metadata_names_a_replicated_streams_leader_and_replicas(
         assert brokers[r.leader] == ("127.0.0.1", a.port + 1)
         assert [brokers[x] for x in r.replicas] == [("127.0.0.1", a.port), ("127.0.0.1", a.port + 2)]
         assert electing.code == Code.OK and electing.leader == 0xFFFF
+    finally:
+        await client.close()
+
+
+async def test_a_stream_held_elsewhere_is_not_available_here_not_missing(
+        tmp_path: Path, broker_factory: Factory) -> None:
+    """Subscribe and DeclarePublisher on a broker without the stream answer 6 when the directory
+    names where it is (as RabbitMQ answers for a stream without a local member: clients look it
+    up again), and 2 for a stream nobody holds."""
+    config, directory = _directory_config(tmp_path)
+    a = broker_factory(config=config)
+    directory.write_text(json.dumps({"streams": {"far": "127.0.0.1:1"}}))
+    client = await connect(a.host, a.port)
+    try:
+        async def directory_read() -> bool:
+            meta = await client.metadata(["far"])
+            return meta.streams[0].code == Code.OK
+
+        await eventually(directory_read, what="the directory read")
+        for name, code in (("far", Code.STREAM_NOT_AVAILABLE), ("none", Code.STREAM_DOES_NOT_EXIST)):
+            with pytest.raises(StreamletError) as e:
+                await client.consumer(name)
+            assert e.value.code == code, name
+            with pytest.raises(StreamletError) as e:
+                await client.producer(name)
+            assert e.value.code == code, name
     finally:
         await client.close()

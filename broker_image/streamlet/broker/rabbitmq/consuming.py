@@ -20,7 +20,7 @@ def on_subscribe(conn: ConnectionState, cmd: f.Subscribe) -> None:
     spec = offset_spec(cmd.offset_type, cmd.offset)
     single_active = props.get("single-active-consumer", "false").lower() == "true"
     if stream is None:
-        code = Code.STREAM_DOES_NOT_EXIST
+        code = conn.missing(cmd.stream)
     elif conn.refused("read", cmd.stream):
         code = Code.ACCESS_REFUSED
     elif cmd.subscription_id in conn.subscriptions:

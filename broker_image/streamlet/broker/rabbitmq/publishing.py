@@ -17,7 +17,7 @@ from .state import ConnectionState
 def on_declare_publisher(conn: ConnectionState, cmd: f.DeclarePublisher) -> None:
     stream = conn.streams.get(cmd.stream)
     if stream is None:
-        code = Code.STREAM_DOES_NOT_EXIST
+        code = conn.missing(cmd.stream)
     elif conn.refused("write", cmd.stream):
         code = Code.ACCESS_REFUSED
     elif stream.sealed:

@@ -78,6 +78,16 @@ class ConnectionState(FramedConnection):
         assert self.vhost is not None
         return self.vhost.streams
 
+    def missing(self, name: str) -> Code:
+        """The code for a stream this broker does not hold: 6 (not available here) when the
+        stream directory says another broker does, as RabbitMQ answers for a stream without a
+        local member (clients look it up again), else 2 (does not exist)."""
+        assert self.vhost is not None
+        directory = self.broker.directory()
+        known = directory.leader(self.vhost.name, name) is not None or directory.placement(
+            self.vhost.name, name) is not None
+        return Code.STREAM_NOT_AVAILABLE if known else Code.STREAM_DOES_NOT_EXIST
+
     def refused(self, kind: Kind, resource: str) -> bool:
         """True (and logged) if this connection's user may not ``kind`` the ``resource``."""
         assert self.user is not None and self.vhost is not None
