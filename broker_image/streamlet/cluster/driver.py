@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,7 +69,7 @@ class LocalDriver:
         self.ports = ports
         self.credentials = credentials
         self.records: dict[str, StreamRecord] = self._load()
-        self._alive: dict[int, int | None] = {}
+        self._alive: Mapping[int, int | None] = {}
         self._misses: dict[int, int] = {}  # probes of a leader's broker missed in a row
 
     # --- the loop ------------------------------------------------------------------------------
@@ -84,7 +85,7 @@ class LocalDriver:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(supervisor.changed(), TICK_S)
 
-    async def tick(self, alive: dict[int, int | None]) -> None:
+    async def tick(self, alive: Mapping[int, int | None]) -> None:
         """``alive``: node index -> broker pid, for the nodes running now."""
         self._alive = alive
         names = self._discover()
@@ -122,7 +123,7 @@ class LocalDriver:
 
     # --- an election -------------------------------------------------------------------------------
 
-    async def _elect(self, name: str, record: StreamRecord, alive: dict[int, int | None]) -> None:
+    async def _elect(self, name: str, record: StreamRecord, alive: Mapping[int, int | None]) -> None:
         epoch = record.epoch + 1
         record.epoch, record.leader, record.pids = epoch, NO_LEADER, {}
         self._save()  # reserved before any member hears of it
