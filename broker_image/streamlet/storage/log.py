@@ -657,17 +657,8 @@ class StreamLog:
             si = self._seg_index(found.segment)
             seg = self._seg(si)
             ci = seg.find_id(found.chunk_id)
-        csize, n = seg.csize, seg.nchunks
-        start = seg.pos[ci]
-        total = csize[ci]
-        j = ci + 1
-        while j < n and total + csize[j] <= max_bytes:
-            total += csize[j]
-            j += 1
-        buf = os.pread(seg.open_fd(), total, start)
-        if len(buf) != total:
-            raise StorageError(f"{seg.path}: short read at {start} ({len(buf)} of {total})")
-        mv = memoryview(buf)
+        start, j, mv = _read_run(seg, ci, max_bytes)
+        csize = seg.csize
         ids, nrec, tss, pos, types, bloom, dlen, epochs = (
             seg.ids, seg.nrec, seg.ts, seg.pos, seg.types, seg.bloom, seg.dlen, seg.epochs)
         out: list[tuple[ChunkRef, memoryview]] = []
@@ -723,17 +714,8 @@ class StreamLog:
             if si >= len(self._segments):
                 return []
             seg, ci = self._seg(si), 0
-        csize, n = seg.csize, seg.nchunks
-        start = seg.pos[ci]
-        total = csize[ci]
-        j = ci + 1
-        while j < n and total + csize[j] <= max_bytes:
-            total += csize[j]
-            j += 1
-        buf = os.pread(seg.open_fd(), total, start)
-        if len(buf) != total:
-            raise StorageError(f"{seg.path}: short read at {start} ({len(buf)} of {total})")
-        mv = memoryview(buf)
+        start, j, mv = _read_run(seg, ci, max_bytes)
+        csize = seg.csize
         out: list[tuple[ChunkRef, memoryview]] = []
         for k in range(ci, j):
             off = seg.pos[k] - start
@@ -969,3 +951,20 @@ class StreamLog:
     def __repr__(self) -> str:
         return (f"StreamLog({str(self.directory)!r}, first={self.first_offset}, "
                 f"next={self._next}, segments={len(self._segments)})")
+
+
+def _read_run(seg: Segment, ci: int, max_bytes: int) -> tuple[int, int, memoryview]:
+    """Chunk ``ci`` of ``seg`` and the chunks after it in the segment, up to about
+    ``max_bytes`` (at least the one): one pread. Returns the run's file position, the index
+    after its last chunk, and the bytes."""
+    csize, n = seg.csize, seg.nchunks
+    start = seg.pos[ci]
+    total = csize[ci]
+    j = ci + 1
+    while j < n and total + csize[j] <= max_bytes:
+        total += csize[j]
+        j += 1
+    buf = os.pread(seg.open_fd(), total, start)
+    if len(buf) != total:
+        raise StorageError(f"{seg.path}: short read at {start} ({len(buf)} of {total})")
+    return start, j, memoryview(buf)
