@@ -74,7 +74,7 @@ async def _attach(port: int, stream: str, timeout: float = 2.0) -> tuple[Conn, _
         conn.publishers[0] = sink
         conns.remove(conn)
         return conn, sink
-    except (BenchError, OSError, TimeoutError, asyncio.TimeoutError):
+    except (BenchError, OSError, TimeoutError):
         return None
     finally:
         for c in conns:

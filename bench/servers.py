@@ -365,17 +365,15 @@ class StreamletCluster(ClusterServer):
             raise ServerError(f"{e}; log: {log.read_text()[-2000:]}") from e
         return srv
 
-    def _state(self) -> dict[str, object]:
+    def node_pids(self) -> list[int]:
+        """Each node's broker pid from cluster.json (0 when unknown: not started, restarting)."""
         import json
 
         try:
-            return dict(json.loads((self.data_dir / "cluster.json").read_text()))
-        except (OSError, ValueError):
-            return {}
-
-    def node_pids(self) -> list[int]:
-        nodes = self._state().get("nodes") or []
-        by_port = {int(n["port"]): int(n.get("pid") or 0) for n in nodes}  # type: ignore[union-attr]
+            nodes = json.loads((self.data_dir / "cluster.json").read_text())["nodes"]
+            by_port = {int(n["port"]): int(n.get("pid") or 0) for n in nodes}
+        except (OSError, ValueError, KeyError, TypeError):
+            by_port = {}
         return [by_port.get(p, 0) for p in self.ports]
 
     def leader_port(self, stream: str) -> int | None:
