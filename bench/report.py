@@ -8,7 +8,9 @@ from typing import Any
 from .workloads import Row
 
 #: rows where lower is better compare this metric; every other row compares msg/s
-_LOWER_IS_BETTER = {"latency": "p99_ms"}
+_LOWER_IS_BETTER = {"latency": "p99_ms", "r3-latency": "p99_ms"}
+#: rows whose key figure is neither msg/s nor a column: (extra key, label in the ratio column)
+_EXTRA_METRIC = {"r3-failover": ("failover_ms", "failover time")}
 
 
 def _num(v: float | None, fmt: str = "{:,.0f}") -> str:
@@ -17,6 +19,10 @@ def _num(v: float | None, fmt: str = "{:,.0f}") -> str:
 
 def ratio(stream: Row, rabbit: Row) -> tuple[str, float | None]:
     """streamlet / RabbitMQ of the row's key metric, and its label."""
+    if stream.workload in _EXTRA_METRIC:
+        key, label = _EXTRA_METRIC[stream.workload]
+        x, y = stream.extra.get(key), rabbit.extra.get(key)
+        return label, (x / y if x is not None and y else None)
     metric = _LOWER_IS_BETTER.get(stream.workload)
     if metric:
         a, b = getattr(stream, metric), getattr(rabbit, metric)
@@ -50,8 +56,10 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def targets(rows: list[Row], physical: dict[str, float]) -> list[str]:
-    """One line per target of issue 4: met, missed, or not measured."""
+def targets(rows: list[Row], physical: dict[str, float],
+            notes: list[str] | None = None) -> list[str]:
+    """One line per target of issue 4 (and of issue 12's replicated workload): met, missed,
+    or not measured; then ``notes``."""
     by = {(r.workload, r.server): r for r in rows}
     out: list[str] = []
 
@@ -87,7 +95,50 @@ def targets(rows: list[Row], physical: dict[str, float]) -> list[str]:
                     continue  # a catch-up read comes from the page cache, not the disk
                 parts.append(f"{100 * s.mb_s / v:.0f}% of {name} ({v:,.0f} MB/s)")
             out.append("INFO streamlet " + ", ".join(parts))
+    out += replicated_targets(by)
+    return out + list(notes or [])
+
+
+def replicated_targets(by: dict[tuple[str, str], Row]) -> list[str]:
+    """Issue 12's targets for a stream with 3 members, and RF=3 / RF=1 for streamlet."""
+    out: list[str] = []
+    for size in (100, 1000):
+        s, r = by.get((f"r3-publish-{size}", "streamlet")), by.get((f"r3-publish-{size}",
+                                                                     "rabbitmq"))
+        if s and r:
+            v = s.msg_s / r.msg_s if r.msg_s else 0.0
+            out.append(f"{'MET ' if v >= 1.5 else 'MISS'} publish-{size} with 3 replicas >= "
+                       f"1.5x RabbitMQ's with 3 replicas: {v:.2f}x "
+                       f"({s.msg_s:,.0f} vs {r.msg_s:,.0f} msg/s)")
+    s, r = by.get(("r3-latency", "streamlet")), by.get(("r3-latency", "rabbitmq"))
+    if s and r and s.p99_ms is not None and r.p99_ms is not None:
+        out.append(f"{'MET ' if s.p99_ms <= r.p99_ms else 'MISS'} p99 latency with 3 replicas "
+                   f"<= RabbitMQ's: {s.p99_ms:.2f} ms vs {r.p99_ms:.2f} ms")
+    s, r = by.get(("r3-failover", "streamlet")), by.get(("r3-failover", "rabbitmq"))
+    if s and r:
+        a, b = s.extra.get("failover_ms"), r.extra.get("failover_ms")
+        ok = a is not None and (b is None or a <= b)
+        out.append(f"{'MET ' if ok else 'MISS'} failover (kill -9 of the leader to the first new "
+                   f"confirm) no slower than RabbitMQ's: {_ms(a)} vs {_ms(b)}")
+    for size in (100, 1000):
+        s, r = by.get((f"r3-consume-{size}", "streamlet")), by.get((f"r3-consume-{size}",
+                                                                     "rabbitmq"))
+        if s and r and r.msg_s:
+            out.append(f"INFO consume-{size} from a follower with 3 replicas: "
+                       f"{s.msg_s / r.msg_s:.2f}x RabbitMQ's (read from a replica on both)")
+    if by.get(("r3-failover", "rabbitmq")) is None and by.get(("r3-failover", "streamlet")):
+        s = by[("r3-failover", "streamlet")]
+        out.append(f"INFO streamlet failover with 3 replicas: {_ms(s.extra.get('failover_ms'))}")
+    for key in ("publish-100", "consume-100", "publish-1000", "consume-1000"):
+        rf3, rf1 = by.get((f"r3-{key}", "streamlet")), by.get((key, "streamlet"))
+        if rf3 and rf1 and rf1.msg_s:
+            out.append(f"INFO streamlet {key} RF=3 / RF=1: {rf3.msg_s / rf1.msg_s:.2f} "
+                       f"({rf3.msg_s:,.0f} vs {rf1.msg_s:,.0f} msg/s)")
     return out
+
+
+def _ms(v: float | None) -> str:
+    return "none" if v is None else f"{v:,.0f} ms"
 
 
 def plot(rows: list[Row], path: Path, title: str) -> None:
@@ -99,7 +150,8 @@ def plot(rows: list[Row], path: Path, title: str) -> None:
 
     servers = [s for s in ("rabbitmq", "streamlet") if any(r.server == s for r in rows)]
     colors = {"rabbitmq": "#ff6600", "streamlet": "#1f77b4"}
-    thr = [k for k in dict.fromkeys(r.workload for r in rows) if k not in ("latency",)]
+    thr = [k for k in dict.fromkeys(r.workload for r in rows)
+           if k not in ("latency", "r3-latency", "r3-failover")]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5.5),
                                    gridspec_kw={"width_ratios": [3, 1]})
     width = 0.8 / max(1, len(servers))
@@ -130,9 +182,10 @@ def plot(rows: list[Row], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def to_json(rows: list[Row], physical: dict[str, float], meta: dict[str, Any]) -> dict[str, Any]:
+def to_json(rows: list[Row], physical: dict[str, float], meta: dict[str, Any],
+            notes: list[str] | None = None) -> dict[str, Any]:
     return {"meta": meta, "physical_mb_s": physical, "rows": [r.as_dict() for r in rows],
-            "targets": targets(rows, physical)}
+            "targets": targets(rows, physical, notes)}
 
 
 BEGIN = "<!-- bench:results:begin (written by python -m bench.run --update-doc) -->"
@@ -140,7 +193,7 @@ END = "<!-- bench:results:end -->"
 
 
 def results_section(rows: list[Row], physical: dict[str, float], meta: dict[str, Any],
-                    plot_name: str | None) -> str:
+                    plot_name: str | None, notes: list[str] | None = None) -> str:
     """The generated part of docs/performance.md."""
     sizes = " (quick sizes: not representative)" if meta.get("quick") else ""
     parts = [
@@ -156,9 +209,10 @@ def results_section(rows: list[Row], physical: dict[str, float], meta: dict[str,
     if physical:
         parts += ["Physical references on the same machine: "
                   + ", ".join(f"{k} {v:,.0f} MB/s" for k, v in physical.items()) + ".", ""]
-    lines = targets(rows, physical)
+    lines = targets(rows, physical, notes)
     if lines:
-        parts += ["Targets of issue 4:", ""] + [f"- {line}" for line in lines] + [""]
+        which = "issues 4 and 12" if any(r.workload.startswith("r3-") for r in rows) else "issue 4"
+        parts += [f"Targets of {which}:", ""] + [f"- {line}" for line in lines] + [""]
     if plot_name:
         parts += [f"![throughput and latency, both servers]({plot_name})", ""]
     parts.append(END)

@@ -32,10 +32,24 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import physical, profiling, report  # noqa: E402
-from bench.servers import RabbitMQ, Server, Streamlet  # noqa: E402
+from bench.replicated import replicated  # noqa: E402
+from bench.servers import (  # noqa: E402
+    ClusterServer,
+    RabbitCluster,
+    RabbitMQ,
+    Server,
+    ServerError,
+    Streamlet,
+    StreamletCluster,
+)
 from bench.workloads import WORKLOADS, Row, Sizes  # noqa: E402
 
 SERVERS = ("rabbitmq", "streamlet")
+#: the workloads on single brokers, then the one on 3-node clusters (bench.replicated)
+ALL_WORKLOADS = [*WORKLOADS, "replicated"]
+#: how long the 3-node RabbitMQ may take to come up before the replicated workload goes on
+#: with streamlet alone
+RABBIT_CLUSTER_TIMEOUT = 120.0
 
 
 def log(msg: str) -> None:
@@ -57,15 +71,50 @@ def started(name: str, root: Path, args: argparse.Namespace) -> Iterator[Server]
         log(f"{name} stopped")
 
 
-def run_one(name: str, srv: Server, key: str, sizes: Sizes) -> list[Row]:
+@contextlib.contextmanager
+def started_cluster(name: str, root: Path) -> Iterator[ClusterServer]:
+    srv: ClusterServer
     t0 = time.monotonic()
-    rows = WORKLOADS[key](srv, sizes)
+    if name == "rabbitmq":
+        srv = RabbitCluster.start(root, timeout=RABBIT_CLUSTER_TIMEOUT)
+    else:
+        srv = StreamletCluster.start(root)
+    log(f"{name} 3-node cluster up on 127.0.0.1:{','.join(map(str, srv.ports))} "
+        f"in {time.monotonic() - t0:.0f} s (pids {srv.node_pids()})")
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        log(f"{name} 3-node cluster stopped")
+
+
+def run_one(name: str, srv: Server, key: str, sizes: Sizes, run_no: int = 0) -> list[Row]:
+    t0 = time.monotonic()
+    if key == "replicated":
+        assert isinstance(srv, ClusterServer)
+        rows = replicated(srv, sizes, run_no)
+    else:
+        rows = WORKLOADS[key](srv, sizes)
     for r in rows:
         log(f"{name:9} {r.workload:13} {r.msg_s:>12,.0f} msg/s {r.mb_s:>8,.1f} MB/s "
             f"exact={r.exact} ({time.monotonic() - t0:.1f} s)")
+        if r.workload == "r3-failover":
+            log(f"  failover {r.extra.get('failover_ms') or float('nan'):.1f} ms after the kill (connection lost "
+                f"at {r.extra.get('lost_ms')} ms, new leader attached at "
+                f"{r.extra.get('reattached_ms')} ms, {r.extra.get('attempts')} attempts)")
         for e in r.extra.get("server_errors", []):
             log(f"  server said: {e}")
     return rows
+
+
+def _rank(r: Row) -> float:
+    """Best first: the lowest p99 (latency rows), the fastest failover, else the most msg/s."""
+    if r.workload in ("latency", "r3-latency"):
+        return r.p99_ms or 0.0
+    if r.workload == "r3-failover":
+        ms = r.extra.get("failover_ms")
+        return float("inf") if ms is None else float(ms)
+    return -r.msg_s
 
 
 def median_rows(runs: list[list[Row]]) -> list[Row]:
@@ -77,12 +126,13 @@ def median_rows(runs: list[list[Row]]) -> list[Row]:
             kinds.setdefault(r.workload, []).append(r)
     out = []
     for same in kinds.values():
-        ranked = sorted(same, key=lambda r: (r.p99_ms or 0.0) if r.workload == "latency"
-                        else -r.msg_s)
+        ranked = sorted(same, key=_rank)
         mid = ranked[len(ranked) // 2]
         if len(same) > 1:
             mid.extra["repeats"] = [
-                {"msg_s": r.msg_s, "p50_ms": r.p50_ms, "p99_ms": r.p99_ms, "exact": r.exact}
+                {"msg_s": r.msg_s, "p50_ms": r.p50_ms, "p99_ms": r.p99_ms, "exact": r.exact,
+                 **({"failover_ms": r.extra.get("failover_ms")}
+                    if r.workload == "r3-failover" else {})}
                 for r in same]
             # every repeat must have been exact for the kept row to say so
             if not all(r.exact for r in same):
@@ -91,12 +141,48 @@ def median_rows(runs: list[list[Row]]) -> list[Row]:
     return out
 
 
+def run_replicated(servers: list[str], root: Path, sizes: Sizes, args: argparse.Namespace,
+                   notes: list[str]) -> list[Row]:
+    """The replicated workload on a 3-node cluster of each server, interleaved, ``repeat``
+    times. A RabbitMQ cluster that does not come up in time leaves streamlet's side alone,
+    with a note saying so."""
+    runs: dict[str, list[list[Row]]] = {}
+    with contextlib.ExitStack() as stack:
+        clusters: dict[str, ClusterServer] = {}
+        for name in servers:
+            try:
+                clusters[name] = stack.enter_context(started_cluster(name, root))
+            except ServerError as e:
+                if name != "rabbitmq":
+                    raise
+                log(f"rabbitmq 3-node cluster: {e}")
+                notes.append("INFO the 3-node RabbitMQ cluster did not come up within "
+                             f"{RABBIT_CLUSTER_TIMEOUT:.0f} s ({str(e)[:200]}): the replicated "
+                             "workload is reported for streamlet alone")
+        for i in range(args.repeat):
+            for name, srv in clusters.items():
+                runs.setdefault(name, []).append(run_one(name, srv, "replicated", sizes, i))
+    rows = [r for name in servers for r in median_rows(runs.get(name, []))]
+    kinds = list(dict.fromkeys(r.workload for r in rows))
+    return sorted(rows, key=lambda r: (kinds.index(r.workload), servers.index(r.server)))
+
+
 def run_all(servers: list[str], root: Path, sizes: Sizes, selected: list[str],
-            args: argparse.Namespace) -> list[Row]:
+            args: argparse.Namespace, notes: list[str] | None = None) -> list[Row]:
+    rows = run_single(servers, root, sizes, [k for k in selected if k in WORKLOADS], args)
+    if "replicated" in selected:
+        rows += run_replicated(servers, root, sizes, args, notes if notes is not None else [])
+    return rows
+
+
+def run_single(servers: list[str], root: Path, sizes: Sizes, selected: list[str],
+               args: argparse.Namespace) -> list[Row]:
     """Interleaved (default): both servers up, each workload run on one then the other, so a
     change in the machine's background load hits both alike. Sequential: one server at a
     time, the other stopped. Each workload runs ``repeat`` times; the median is kept."""
     runs: dict[tuple[str, str], list[list[Row]]] = {}
+    if not selected:
+        return []
 
     def one(name: str, srv: Server, key: str, last: bool = True) -> None:
         for _ in range(args.repeat if args.sequential else 1):
@@ -158,8 +244,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="scaled-down sizes (smoke test)")
     p.add_argument("--only", choices=SERVERS, help="run against one server only")
-    p.add_argument("--workloads", default=",".join(WORKLOADS),
-                   help=f"comma-separated subset of {','.join(WORKLOADS)}")
+    p.add_argument("--workloads", default=",".join(ALL_WORKLOADS),
+                   help=f"comma-separated subset of {','.join(ALL_WORKLOADS)} (replicated: "
+                        "3-node clusters of both servers, bench/replicated.py)")
     p.add_argument("--no-physical", action="store_true",
                    help="skip the loopback and disk references")
     p.add_argument("--pub-procs", type=int, default=1,
@@ -190,18 +277,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeat is None:
         args.repeat = 1 if args.quick else 3
     selected = [w.strip() for w in args.workloads.split(",") if w.strip()]
-    unknown = [w for w in selected if w not in WORKLOADS]
+    unknown = [w for w in selected if w not in ALL_WORKLOADS]
     if unknown:
-        print(f"unknown workloads: {unknown}; choose from {list(WORKLOADS)}", file=sys.stderr)
+        print(f"unknown workloads: {unknown}; choose from {ALL_WORKLOADS}", file=sys.stderr)
         return 2
     servers = [args.only] if args.only else list(SERVERS)
     root = Path(tempfile.mkdtemp(prefix="streamlet-bench-", dir=args.workdir))
     rows: list[Row] = []
     refs: dict[str, float] = {}
+    notes: list[str] = []
     try:
         if not args.no_physical:
             refs = measure_physical(root, sizes.physical_bytes)
-        rows = run_all(servers, root, sizes, selected, args)
+        rows = run_all(servers, root, sizes, selected, args, notes)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     info = meta(sizes, args)
@@ -211,12 +299,12 @@ def main(argv: list[str] | None = None) -> int:
     print(report.table(rows))
     if refs:
         print("\nphysical references: " + ", ".join(f"{k} {v:,.0f} MB/s" for k, v in refs.items()))
-    lines = report.targets(rows, refs)
+    lines = report.targets(rows, refs, notes)
     if lines:
         print("\ntargets:\n  " + "\n  ".join(lines))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report.to_json(rows, refs, info), indent=1))
+        args.json.write_text(json.dumps(report.to_json(rows, refs, info, notes), indent=1))
     if args.plot:
         try:
             report.plot(rows, args.plot, f"{who}, "
@@ -228,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         plot_name = None
         if args.plot:
             plot_name = os.path.relpath(args.plot.resolve(), args.update_doc.resolve().parent)
-        report.update_doc(args.update_doc, report.results_section(rows, refs, info, plot_name))
+        report.update_doc(args.update_doc,
+                          report.results_section(rows, refs, info, plot_name, notes))
     return 0 if all(r.exact for r in rows) else 1
 
 

@@ -274,3 +274,317 @@ class RabbitMQ(Server):
             if self.pid and rss_bytes(self.pid):
                 os.kill(self.pid, signal.SIGKILL)
         _kill_epmd(self.epmd_port)
+
+
+# ---------------------------------------------------------------------------------------------
+# three-member clusters (the replicated workload)
+
+
+def _pid_of_port(nodes: list[tuple[int, int]], port: int) -> int:
+    """The pid of the node listening on ``port`` among (port, pid) pairs; 0 if none."""
+    return next((pid for p, pid in nodes if p == port), 0)
+
+
+@dataclass
+class ClusterServer(Server):
+    """Three brokers on loopback. ``port`` is node 0's; ``ports`` every node's. ``rss`` and
+    ``cpu`` are sums over the nodes' broker processes (the table's columns for the cluster)."""
+
+    ports: list[int] = field(default_factory=list)
+
+    def node_pids(self) -> list[int]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def pid_on_port(self, port: int) -> int:
+        return _pid_of_port(list(zip(self.ports, self.node_pids(), strict=True)), port)
+
+    def rss(self) -> int:
+        return sum(rss_bytes(p) for p in self.node_pids() if p)
+
+    def cpu(self) -> float:
+        return sum(cpu_seconds(p) for p in self.node_pids() if p)
+
+    def leader_port(self, stream: str) -> int | None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def ensure_up(self, timeout: float = 120) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+def consecutive_free_ports(n: int, tries: int = 50) -> int:
+    """A port P with P .. P+n-1 all free on loopback."""
+    for _ in range(tries):
+        p = free_port()
+        if p + n < 65536 and not any(port_open(p + i) for i in range(n)):
+            return p
+    raise ServerError(f"no {n} consecutive free ports found")
+
+
+def leader_from_directory(doc: object, stream: str) -> int | None:
+    """The leader's port in a ``cluster up`` stream directory (``directory.json``:
+    ``{"streams": {name: {"leader": "host:port" | null, ...}}}``); None when absent."""
+    try:
+        leader = doc["streams"][stream]["leader"]  # type: ignore[index]
+    except (KeyError, TypeError):
+        return None
+    if not isinstance(leader, str) or ":" not in leader:
+        return None
+    try:
+        return int(leader.rpartition(":")[2])
+    except ValueError:
+        return None
+
+
+@dataclass
+class StreamletCluster(ClusterServer):
+    """``python -m streamlet cluster up --nodes 3``: the supervisor, three brokers and the
+    placement driver, data in ``data_dir``."""
+
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    @classmethod
+    def start(cls, root: Path, nodes: int = 3, timeout: float = 60) -> StreamletCluster:
+        port = consecutive_free_ports(nodes)
+        data = root / "streamlet-cluster"
+        data.mkdir(parents=True, exist_ok=True)
+        log = root / "streamlet-cluster.log"
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(REPO / "broker_image"), env.get("PYTHONPATH", "")) if p)
+        cmd = [sys.executable, "-m", "streamlet", "cluster", "up", "--nodes", str(nodes),
+               "--port", str(port), "--data-dir", str(data)]
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    cwd=root, start_new_session=True)
+        srv = cls("streamlet", port, proc.pid, data, [port + i for i in range(nodes)], proc, log)
+        try:
+            srv.ensure_up(timeout)
+        except ServerError as e:
+            srv.stop()
+            raise ServerError(f"{e}; log: {log.read_text()[-2000:]}") from e
+        return srv
+
+    def node_pids(self) -> list[int]:
+        """Each node's broker pid from cluster.json (0 when unknown: not started, restarting)."""
+        import json
+
+        try:
+            nodes = json.loads((self.data_dir / "cluster.json").read_text())["nodes"]
+            by_port = {int(n["port"]): int(n.get("pid") or 0) for n in nodes}
+        except (OSError, ValueError, KeyError, TypeError):
+            by_port = {}
+        return [by_port.get(p, 0) for p in self.ports]
+
+    def leader_port(self, stream: str) -> int | None:
+        import json
+
+        try:
+            doc = json.loads((self.data_dir / "directory.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return leader_from_directory(doc, stream)
+
+    def ensure_up(self, timeout: float = 60) -> None:
+        """Every node listening and named with a live pid in cluster.json."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise ServerError(f"cluster up exited with {self.proc.returncode}")
+            pids = self.node_pids()
+            if all(pids) and all(rss_bytes(p) for p in pids) and all(map(port_open, self.ports)):
+                return
+            time.sleep(0.1)
+        raise ServerError(f"streamlet cluster not up on {self.ports} after {timeout:.0f} s")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)  # the supervisor stops its brokers
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)
+
+
+_RABBIT_CLUSTER_CONF = _RABBIT_CONF + """\
+distribution.listener.port_range.min = {dist}
+distribution.listener.port_range.max = {dist}
+"""
+
+
+@dataclass
+class RabbitNode:
+    nodename: str
+    stream_port: int
+    env: dict[str, str]
+    base: Path
+    pid: int = 0
+
+
+@dataclass
+class RabbitCluster(ClusterServer):
+    """Three RabbitMQ nodes (``r3bench1..3@localhost``) joined into one cluster, each with its
+    own directory under ``root/rabbitmq-cluster``, all on a private epmd port (4371)."""
+
+    nodes: list[RabbitNode] = field(default_factory=list)
+    epmd_port: int = 4371
+
+    @classmethod
+    def start(cls, root: Path, stream_port: int = 5563, amqp_port: int = 5683,
+              epmd_port: int = 4371, n: int = 3, timeout: float = 120) -> RabbitCluster:
+        """Up and clustered within ``timeout`` seconds, or stopped and ServerError."""
+        install_rabbitmq()
+        deadline = time.monotonic() + timeout
+        ports = [stream_port + i for i in range(n)]
+        for p in ports + [amqp_port + i for i in range(n)]:
+            if port_open(p):
+                raise ServerError(f"port {p} is already in use: is another RabbitMQ running?")
+        top = root / "rabbitmq-cluster"
+        srv = cls("rabbitmq", ports[0], 0, top, ports, [], epmd_port)
+        cookie = "STREAMLETBENCHCOOKIE"
+        for i in range(n):
+            base = top / f"node{i + 1}"
+            for sub in ("mnesia", "log", "home"):
+                (base / sub).mkdir(parents=True, exist_ok=True)
+            ck = base / "home" / ".erlang.cookie"
+            ck.write_text(cookie)
+            ck.chmod(0o600)
+            conf = base / "rabbitmq.conf"
+            conf.write_text(_RABBIT_CLUSTER_CONF.format(
+                amqp=amqp_port + i, stream=ports[i], mgmt=free_port(), dist=amqp_port + i + 20000))
+            (base / "enabled_plugins").write_text("[rabbitmq_stream].\n")
+            (base / "rabbitmq-env.conf").write_text("")
+            env = dict(os.environ)
+            env.update({
+                "HOME": str(base / "home"),
+                "RABBITMQ_CONF_ENV_FILE": str(base / "rabbitmq-env.conf"),
+                "RABBITMQ_CONFIG_FILE": str(conf),
+                "RABBITMQ_ADVANCED_CONFIG_FILE": str(base / "advanced.config"),
+                "RABBITMQ_MNESIA_BASE": str(base / "mnesia"),
+                "RABBITMQ_LOG_BASE": str(base / "log"),
+                "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
+                "RABBITMQ_PID_FILE": str(base / "rabbit.pid"),
+                "RABBITMQ_NODENAME": f"r3bench{i + 1}@localhost",
+                "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+                "RABBITMQ_NODE_PORT": str(amqp_port + i),
+                "RABBITMQ_DIST_PORT": str(amqp_port + i + 20000),
+                "ERL_EPMD_ADDRESS": "127.0.0.1",
+                "ERL_EPMD_PORT": str(epmd_port),
+            })
+            srv.nodes.append(RabbitNode(env["RABBITMQ_NODENAME"], ports[i], env, base))
+        try:
+            for node in srv.nodes:
+                srv._launch(node)
+            for node in srv.nodes:
+                srv._await(node, deadline)
+            first = srv.nodes[0].nodename
+            for node in srv.nodes[1:]:
+                for args in (("stop_app",), ("join_cluster", first), ("start_app",)):
+                    r = srv._ctl(node, *args, timeout=max(1.0, deadline - time.monotonic()))
+                    if r.returncode != 0:
+                        raise ServerError(f"{node.nodename} {' '.join(args)}: "
+                                          f"{(r.stdout + r.stderr)[-500:]}")
+            for node in srv.nodes:
+                wait_port(node.stream_port, max(1.0, deadline - time.monotonic()))
+        except (ServerError, subprocess.TimeoutExpired, OSError) as e:
+            srv.stop()
+            raise ServerError(f"RabbitMQ cluster not up within {timeout:.0f} s: {e}") from e
+        srv.pid = srv.nodes[0].pid
+        return srv
+
+    def _launch(self, node: RabbitNode) -> None:
+        with open(node.base / "log" / "server-stdout.log", "ab") as out:
+            subprocess.run([str(RABBIT_BIN / "rabbitmq-server"), "-detached"], env=node.env,
+                           cwd=node.base, stdout=out, stderr=subprocess.STDOUT, check=True)
+
+    def _await(self, node: RabbitNode, deadline: float) -> None:
+        """Registered (ping answers), then booted (await_startup); its beam.smp pid."""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ServerError(f"{node.nodename} did not answer ping")
+            r = subprocess.run([str(RABBIT_BIN / "rabbitmq-diagnostics"), "-q", "-n",
+                                node.nodename, "ping"], env=node.env, capture_output=True,
+                               text=True, timeout=max(1.0, left))
+            if r.returncode == 0:
+                break
+            time.sleep(1.0)
+        r = self._ctl(node, "await_startup", timeout=max(1.0, deadline - time.monotonic()))
+        if r.returncode != 0:
+            raise ServerError(f"{node.nodename} await_startup: {(r.stdout + r.stderr)[-500:]}")
+        node.pid = _find_beam(node.env["HOME"])
+
+    def _ctl(self, node: RabbitNode, *args: str,
+             timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(RABBIT_BIN / "rabbitmqctl"), "-n", node.nodename, *args],
+                              env=node.env, capture_output=True, text=True, timeout=timeout)
+
+    def node_pids(self) -> list[int]:
+        return [n.pid for n in self.nodes]
+
+    def leader_port(self, stream: str) -> int | None:
+        """The writer's node, from ``rabbitmq-streams stream_status`` on a live node."""
+        for node in self.nodes:
+            if not rss_bytes(node.pid):
+                continue
+            with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+                r = subprocess.run([str(RABBIT_BIN / "rabbitmq-streams"), "-q", "-n",
+                                    node.nodename, "stream_status", stream],
+                                   env=node.env, capture_output=True, text=True, timeout=30)
+                for line in r.stdout.splitlines():
+                    if "writer" in line:
+                        for other in self.nodes:
+                            if other.nodename in line:
+                                return other.stream_port
+        return None
+
+    def ensure_up(self, timeout: float = 120) -> None:
+        """Start again any node that is gone (a failover killed it); it rejoins by itself."""
+        deadline = time.monotonic() + timeout
+        for node in self.nodes:
+            if not rss_bytes(node.pid):
+                self._launch(node)
+                self._await(node, deadline)
+                wait_port(node.stream_port, max(1.0, deadline - time.monotonic()))
+        self.pid = self.nodes[0].pid
+
+    def stop(self) -> None:
+        """Stop every node (rabbitmqctl stop, SIGKILL after 20 s), then the private epmd."""
+        for node in self.nodes:
+            if not node.pid:
+                with contextlib.suppress(ServerError):
+                    node.pid = _find_beam(node.env["HOME"], timeout=0.5)
+            if rss_bytes(node.pid) or port_open(node.stream_port):
+                with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+                    self._ctl(node, "stop", timeout=60)
+        deadline = time.monotonic() + 20
+        for node in self.nodes:
+            while node.pid and rss_bytes(node.pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if node.pid and rss_bytes(node.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(node.pid, signal.SIGKILL)
+        _kill_epmd(self.epmd_port)
+
+
+def _find_beam(home: str, timeout: float = 30) -> int:
+    """The beam.smp process started with HOME ``home`` (3.10 passes the node name by
+    environment, not on the command line)."""
+    key = home.encode()
+    deadline = time.monotonic() + timeout
+    while True:
+        for d in Path("/proc").iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                cmd = (d / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if cmd and cmd[0].endswith(b"beam.smp") and key in cmd:
+                return int(d.name)
+        if time.monotonic() >= deadline:
+            raise ServerError(f"no beam.smp process found with HOME {home}")
+        time.sleep(0.2)

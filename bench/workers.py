@@ -21,13 +21,14 @@ from typing import Any
 
 from streamlet.protocol.constants import OffsetType
 
+from . import failover
 from .client import Conn, connect
 from .load import CountingConsumer, LatencyConsumer, Publisher, RatePublisher, percentile
 
 
 @dataclass
 class Job:
-    kind: str  # publish | consume | latency_pub | latency_sub | stalled
+    kind: str  # publish | consume | latency_pub | latency_sub | stalled | failover_pub
     port: int
     streams: list[str]
     params: dict[str, Any] = field(default_factory=dict)
@@ -142,7 +143,19 @@ async def _stalled(job: Job, conn: Conn, ready: Callable[[], None], go: Event,
     return {"records": sink.records, "chunks": sink.chunks, "complete": True}
 
 
+async def _failover_pub(job: Job, ready: Callable[[], None], go: Event) -> dict[str, Any]:
+    """A steady publisher that finds the new leader when its own dies (bench.failover)."""
+    p = job.params
+    got = await failover.attach_first(job.streams[0], job.port)
+    ready()
+    await _go(go)
+    return await failover.run(job.streams[0], got, p["ports"], p["rate"], p["size"],
+                              p["after"], time.monotonic() + p["timeout"])
+
+
 async def _run(job: Job, ready: Callable[[], None], go: Event, stop: Event) -> dict[str, Any]:
+    if job.kind == "failover_pub":  # opens (and reopens) its own connections
+        return await _failover_pub(job, ready, go)
     conn = await connect(job.port)
     try:
         if job.kind == "publish":

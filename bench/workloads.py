@@ -37,12 +37,15 @@ class Sizes:
     consume_reps: int = 3  # catch-up reads of each published stream (short phases are noisy)
     physical_bytes: int = 1 << 30
     pub_procs: int = 1  # publisher processes sharing one stream in the single-stream workloads
+    fail_kill_after: float = 3.0  # replicated failover: publish this long, then kill the leader
+    fail_after: float = 2.0  # and keep publishing this long after the first new confirm
 
     @classmethod
     def quick(cls) -> Sizes:
         return cls(pub_small=20_000, pub_large=5_000, fan_count=2_000, lat_seconds=1.0,
                    lat_warmup=0.2, many_total=10_000, stall_count=5_000, stall_hold=0.5,
-                   consume_reps=1, physical_bytes=64 << 20)
+                   consume_reps=1, physical_bytes=64 << 20, fail_kill_after=1.0,
+                   fail_after=0.5)
 
 
 @dataclass
