@@ -5,6 +5,7 @@ on the followers, and members whose files end byte-identical."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,14 +43,17 @@ def _admin(broker: BrokerProcess, cmd: f.Command, response: type[f.Command]) -> 
         return ask(peer, cmd, response)
 
 
-def assign(brokers: list[BrokerProcess], stream: str, epoch: int, leader: int) -> None:
-    """What the placement driver does: the leader first, then the followers."""
+def assign(brokers: list[BrokerProcess], stream: str, epoch: int, leader: int,
+           ids: list[int] | None = None) -> None:
+    """What the placement driver does: the leader first, then the followers. ``ids``: the
+    brokers' member ids (their positions when not given)."""
+    ids = ids if ids is not None else list(range(len(brokers)))
     lead = brokers[leader]
     order = [leader] + [i for i in range(len(brokers)) if i != leader]
     for i in order:
         role = Role.LEADER if i == leader else Role.FOLLOWER
-        answer = _admin(brokers[i], f.Assign(1, stream, epoch, role, lead.host, lead.port,
-                                             list(range(len(brokers)))), f.AssignResponse)
+        answer = _admin(brokers[i], f.Assign(1, stream, epoch, role, lead.host, lead.port, ids),
+                        f.AssignResponse)
         assert answer.code == Code.OK, (i, answer)
 
 
@@ -113,7 +117,7 @@ async def test_without_a_majority_nothing_is_confirmed(tmp_path: Path,
             await asyncio.wait_for(producer.flush(), 2)  # the leader alone is no majority
         assert producer.unconfirmed == 1
         brokers[1].start()  # a restarted member is fenced until assigned
-        assign([brokers[0], brokers[1]], "q", 2, leader=0)
+        assign([brokers[0], brokers[1]], "q", 2, leader=0, ids=[0, 1])
         await asyncio.wait_for(producer.flush(), 30)
         assert producer.unconfirmed == 0
 
@@ -188,3 +192,33 @@ async def test_offsets_and_sequences_asked_of_a_follower_are_the_leaders(
         return files[0] == files[1] == files[2] and bool(files[0])
 
     await eventually(identical, timeout=30, what="the members' segment files equal")
+
+
+async def test_metadata_follows_an_assign_before_the_directory_does(
+        tmp_path: Path, broker_factory: Factory) -> None:
+    """A member answers Metadata from its own state when it is newer (a higher epoch) than the
+    directory file, which brokers re-read at most once a second: clients find a new leader as
+    soon as the members know it."""
+    directory = tmp_path / "directory.json"
+    brokers = []
+    for i in range(3):
+        config = tmp_path / f"m{i}.toml"
+        config.write_text(f'[cluster]\nmember = {i}\ndirectory_file = "{directory}"\n')
+        brokers.append(broker_factory(config=config))
+    for b in brokers:
+        async with await connect(b.host, b.port) as c:
+            await c.create_stream("n")
+    assign(brokers, "n", 1, leader=0)
+    directory.write_text(json.dumps({"streams": {"n": {
+        "epoch": 1, "leader": f"127.0.0.1:{brokers[0].port}",
+        "replicas": [f"127.0.0.1:{b.port}" for b in brokers[1:]]}}}))
+    async with await connect(brokers[2].host, brokers[2].port) as client:
+        async def leader_port() -> int:
+            meta = await client.metadata(["n"])
+            ports = {b.reference: b.port for b in meta.brokers}
+            return ports.get(meta.streams[0].leader, 0)
+
+        assert await eventually(leader_port, what="the directory read") == brokers[0].port
+        brokers[0].kill()
+        assign(brokers[1:], "n", 2, leader=0, ids=[1, 2])  # 1 leads epoch 2; the file: epoch 1
+        assert await leader_port() == brokers[1].port

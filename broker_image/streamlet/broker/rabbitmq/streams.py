@@ -107,10 +107,15 @@ def on_metadata(conn: ConnectionState, cmd: f.Metadata) -> None:
         stream = conn.streams.get(name)
         return stream is not None and not stream.sealed
 
-    def placement(name: str) -> Placement | None:  # the directory's, else our member's own
+    def placement(name: str) -> Placement | None:
+        """The directory's entry or this member's own state, whichever has the higher epoch:
+        an Assign reaches the members before the directory file reaches every broker."""
         found = directory.placement(vhost, name)
-        stream = conn.streams.get(name) if found is None else None
-        return found if stream is None else broker.members.placement(stream, advertised(conn))
+        stream = conn.streams.get(name)
+        own = broker.members.placement(stream, advertised(conn)) if stream is not None else None
+        if own is None or found is not None and found.epoch > own.epoch:
+            return found
+        return own
 
     answer = answer_metadata(cmd.streams, here, advertised(conn), elsewhere, placement)
     for name in cmd.streams:
