@@ -145,3 +145,25 @@ def test_a_stored_offset_is_a_chunk_replication_sends_and_one_copy_commits(
     single.store_offset("reader", 0)
     assert single.commit_end == single.log.next_offset == 1
     single.close()
+
+
+def test_fsync_interval_syncs_what_was_written_within_a_second(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With storage.fsync "interval", a chunk written after the log's last sync is synced by a
+    timer a second later, even when nothing else is written (before, only a later write did)."""
+    clock = ManualClock()
+    stream = Stream("s", tmp_path / "s", StreamSettings(), "interval", clock)
+    synced: list[float] = []
+    monkeypatch.setattr(stream.log, "sync", lambda: synced.append(clock.now))
+    publisher = Publisher(1, None, stream, FakeSession())
+    stream.attach_publisher(publisher)
+    stream.publish(publisher, batch(1, [b"a"]))
+    clock.advance(0)  # written
+    stream.publish(publisher, batch(2, [b"b"]))
+    clock.advance(0.5)  # written too: one timer for both
+    assert synced == []
+    clock.advance(0.6)
+    assert len(synced) == 1, "one sync, a second after the first write"
+    clock.advance(5)
+    assert len(synced) == 1, "nothing written since: no more syncs"
+    stream.close()

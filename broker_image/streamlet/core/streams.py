@@ -49,6 +49,8 @@ QUIET_S = 0.01
 #: between gather into it (bigger chunks, so fewer, cheaper deliveries, as RabbitMQ's writer
 #: packs whatever is pending). A publish after a quiet spell is written at once.
 COALESCE_S = 0.0005
+#: fsync "interval": the longest a written chunk stays unsynced (about: the timer's delay).
+SYNC_INTERVAL_S = 1.0
 
 
 class Publisher:
@@ -111,6 +113,10 @@ class Stream:
         self._waiting_written: list[tuple[int, Callable[[], object]]] = []
         #: refused writes (a full disk refuses every flush): logged once per 10 s at most
         self._write_errors = RepeatedError(log)
+        #: fsync "interval": the log syncs on a write a second after its last sync; this timer
+        #: syncs the tail written after that, so nothing confirmed stays unsynced much longer
+        self._sync_interval = fsync == "interval"
+        self._sync_due = False
 
     # --- who holds the stream: the core keeps these sets, adapters attach and detach --------
 
@@ -249,6 +255,7 @@ class Stream:
                 conn.rejected(pid, _unpack_ids(packed), Refusal.WRITE_FAILED)
             return
         self._write_errors.resolved("stream %s: writes succeed again", self.name)
+        self._written()
         if self._waiting_written:
             self._wake_written()
         if self.awaits_commit:
@@ -295,8 +302,23 @@ class Stream:
     def appended(self) -> None:
         """A follower's log took chunks its leader sent: wake this member's replication readers.
         Its other readers wait for the leader's ``commit``."""
+        self._written()
         if self._waiting_written:
             self._wake_written()
+
+    def _written(self) -> None:
+        if self._sync_interval and not self._sync_due:
+            self._sync_due = True
+            self.clock.call_later(SYNC_INTERVAL_S, self._sync)
+
+    def _sync(self) -> None:
+        self._sync_due = False
+        if self.deleted or self.log.closed:
+            return
+        try:
+            self.log.sync()
+        except OSError as e:
+            self._write_errors.error("stream %s: fsync failed: %s", self.name, e)
 
     def seal(self) -> set[Publisher]:
         """Stop taking publishes (the stream moved to another broker); what is pending was
@@ -312,6 +334,7 @@ class Stream:
     def store_offset(self, reference: str, offset: int) -> None:
         self.flush()  # keep the log's order: tracking after the data it refers to
         self.log.store_offset(reference, offset)
+        self._written()
         if not self.awaits_commit:
             self.commit_end = self.log.next_offset
         if self._waiting_written:  # a leader's followers take the tracking chunk too

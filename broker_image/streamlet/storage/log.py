@@ -225,6 +225,10 @@ class StreamLog:
         return first.id if first.nchunks else self._next
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def next_offset(self) -> int:
         return self._next
 
