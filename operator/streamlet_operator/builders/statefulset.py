@@ -124,8 +124,9 @@ def _merge_named(base: list[dict[str, Any]], override: list[dict[str, Any]]) -> 
     return out
 
 
-def config_hash(broker: BrokerModel, users: dict[str, str] | None = None) -> str:
-    text = render_config(broker) + (render_users(users) if users is not None else "")
+def config_hash(broker: BrokerModel, users: dict[str, str] | None = None,
+                pods: int | None = None) -> str:
+    text = render_config(broker, pods) + (render_users(users) if users is not None else "")
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -136,7 +137,8 @@ def build_statefulset(broker: BrokerModel, replicas: int,
         "labels": names.labels(broker.name),
         # A new config or user list rolls the pods: the broker reads them once, at start.
         # (The stream directory is not hashed: the broker re-reads it while running.)
-        "annotations": {"streamlet.dev/config-hash": config_hash(broker, users)},
+        # The pod count is in the config (cluster.peers): scaling rolls the pods too.
+        "annotations": {"streamlet.dev/config-hash": config_hash(broker, users, replicas)},
     }
     pod_spec: dict[str, Any] = {
         "terminationGracePeriodSeconds": 30,
