@@ -138,12 +138,13 @@ def test_the_config_lists_spec_replicas_peers_by_default(spec: dict[str, Any], p
     assert text.count("events-headless") == pods and 'member = "auto"' in text
 
 
-def test_a_change_of_the_pod_count_rolls_the_pods() -> None:
-    """The brokers read cluster.peers at start: the pods must restart to see a new count."""
-    def hash_of(replicas: int) -> str:
-        sts = build_statefulset(broker(replicas=2), replicas, {"u": "p"})
+def test_a_change_of_the_pod_count_does_not_roll_the_pods() -> None:
+    """A restarted broker comes back fenced in its replicated streams, and nothing assigns it
+    again yet: a scale must not restart the pods (a change of configuration still does)."""
+    def hash_of(replicas: int, **spec: Any) -> str:
+        sts = build_statefulset(broker(replicas=replicas, **spec), replicas, {"u": "p"})
         return str(sts["spec"]["template"]["metadata"]["annotations"]["streamlet.dev/config-hash"])
-    assert hash_of(2) == hash_of(2) != hash_of(3)
+    assert hash_of(2) == hash_of(3) != hash_of(3, port=6000)
 
 
 def test_tls_config_is_what_the_broker_reads(tmp_path: Path) -> None:

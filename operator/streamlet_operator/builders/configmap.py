@@ -30,7 +30,8 @@ def render_config(broker: BrokerModel, pods: int | None = None) -> str:
     The advertised host is per pod, so it is not here: each pod sets STREAMLET_ADVERTISED_HOST.
     So is the member id: ``member = "auto"`` is the ordinal the pod's hostname ends in. Every
     pod is a peer, so a Create with ``initial-cluster-size`` > 1 places its members among them
-    (a change of the pod count changes this file, which rolls the pods: brokers read it once).
+    (brokers read it at start: a pod running before a scale keeps the peers of then, as the
+    pod count does not roll the pods, statefulset.config_hash).
     """
     r = broker.retention
     pods = broker.replicas if pods is None else pods
