@@ -78,7 +78,7 @@ async def test_replicas_reach_the_broker_as_initial_cluster_size(
         await ready(kube, namespace, name)
     sent = {name: (address, args) for address, name, args in cluster.admin.creates
             if address in {cluster.pods.pods[(namespace, "b", i)] for i in range(3)}}
-    st = (await kube.get("Stream", namespace, "orders"))["status"]
+    st = (await ready(kube, namespace, "orders"))["status"]
     assert sent["orders"] == (cluster.pods.pods[(namespace, "b", st["placement"][0]["ordinal"])],
                               {"max-age": "1D", "initial-cluster-size": "3"})
     assert sent["defaulted"][1] == {"initial-cluster-size": "3"}
