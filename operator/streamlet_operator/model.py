@@ -64,6 +64,8 @@ class BrokerModel:
     retention: Retention = Retention("7D", 0, 500_000_000)
     advertise: Advertise = Advertise()
     pod_template: dict[str, Any] = field(default_factory=dict)
+    #: spec.streams.defaultReplicas: copies of a Stream that sets no spec.replicas
+    default_replicas: int = 1
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> BrokerModel:
@@ -101,6 +103,7 @@ class BrokerModel:
                 port=adv.get("port"),
             ),
             pod_template=dict(spec.get("podTemplate") or {}),
+            default_replicas=int((spec.get("streams") or {}).get("defaultReplicas") or 1),
         )
 
 
@@ -114,6 +117,8 @@ class StreamModel:
     retention: Retention = Retention()
     filter_size_bytes: int | None = None
     deletion_policy: str = "delete"
+    #: spec.replicas: copies of the stream; None: the Broker's spec.streams.defaultReplicas
+    replicas: int | None = None
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> StreamModel:
@@ -128,6 +133,7 @@ class StreamModel:
             retention=Retention.parse(spec.get("retention")),
             filter_size_bytes=spec.get("filterSizeBytes"),
             deletion_policy=spec.get("deletionPolicy") or "delete",
+            replicas=None if spec.get("replicas") is None else int(spec["replicas"]),
         )
 
     @property
@@ -152,12 +158,17 @@ class StreamModel:
 
     def immutable(self) -> dict[str, Any]:
         """The settings fixed at creation, as recorded in status.applied."""
-        return {
+        fixed: dict[str, Any] = {
             "name": self.stream,
             "broker": self.broker,
             "partitions": self.partitions,
             "arguments": self.create_arguments(),
         }
+        # Unset: the Broker's default, resolved when created (plan.plan_stream records it,
+        # only when above 1: an absent "replicas" is one copy, as streams made before it).
+        if self.replicas is not None:
+            fixed["replicas"] = self.replicas
+        return fixed
 
 
 class Phase(StrEnum):

@@ -40,6 +40,10 @@ BROKER_NOT_FOUND = "BrokerNotFound"
 MOVE_PENDING = "MovePending"
 MOVE_STALLED = "MoveStalled"
 IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
+#: More copies asked for than the Broker has pods: not created until it has them.
+NOT_ENOUGH_PODS = "NotEnoughPods"
+#: A super stream's partitions are not replicated yet: spec.replicas above 1 is refused.
+REPLICAS_UNSUPPORTED = "ReplicasUnsupported"
 STREAM_READY = "StreamReady"
 #: Event reasons.
 STREAM_MOVED = "StreamMoved"
@@ -48,17 +52,26 @@ STREAM_RECREATED = "StreamRecreated"
 MOVE_STALLED_S = 300
 #: status.applied's keys, and the spec fields behind each.
 IMMUTABLE_FIELDS = {"name": "spec.name", "broker": "spec.broker", "partitions": "spec.partitions",
-                    "arguments": "spec.retention/spec.filterSizeBytes"}
+                    "arguments": "spec.retention/spec.filterSizeBytes",
+                    "replicas": "spec.replicas"}
 #: The status fields the pass that starts a move writes at once (before naming the new pod).
 MOVE_STARTED_FIELDS = ("phase", "placement", "leader", "move", "conditions")
 
 Event = tuple[str, str]  # (reason, message)
 
 
+def _fixed(applied: Mapping[str, Any], key: str) -> Any:
+    """A setting as created; ``replicas`` absent is one copy (streams made before it)."""
+    return applied.get(key, 1) if key == "replicas" else applied.get(key)
+
+
 def immutable_changes(applied: Mapping[str, Any], wanted: Mapping[str, Any]) -> tuple[str, ...]:
-    """The settings fixed at creation that the spec now changes, as the condition says them."""
-    return tuple(f"{field} (was {applied.get(key)!r}, now {wanted.get(key)!r})"
-                 for key, field in IMMUTABLE_FIELDS.items() if applied.get(key) != wanted.get(key))
+    """The settings fixed at creation that the spec now changes, as the condition says them.
+    An unset ``spec.replicas`` changes nothing: the Broker's default was taken at creation."""
+    return tuple(f"{field} (was {_fixed(applied, key)!r}, now {wanted.get(key)!r})"
+                 for key, field in IMMUTABLE_FIELDS.items()
+                 if (key != "replicas" or key in wanted)
+                 and _fixed(applied, key) != wanted.get(key))
 
 
 @dataclass(frozen=True)
@@ -66,9 +79,19 @@ class Target:
     """The stream as it is (or is to be) on the broker."""
 
     stream: StreamModel
-    arguments: dict[str, str]  # the Create arguments
+    arguments: dict[str, str]  # the Create arguments, initial-cluster-size aside
     applied: dict[str, Any]  # what status.applied records
     refused: tuple[str, ...] = ()  # spec changes of immutable settings, not applied
+    #: copies of the stream; None: not known yet (unset in the spec, the Broker's default)
+    replicas: int | None = None
+
+    @property
+    def create_arguments(self) -> dict[str, str]:
+        """What the Create sends: ``initial-cluster-size`` for more than one copy (the pod that
+        receives it places the other members among its peers and leads: client-local)."""
+        if (self.replicas or 1) > 1:
+            return {**self.arguments, "initial-cluster-size": str(self.replicas)}
+        return dict(self.arguments)
 
 
 def plan_target(stream: StreamModel, status: StreamStatus) -> Target:
@@ -76,14 +99,45 @@ def plan_target(stream: StreamModel, status: StreamStatus) -> Target:
     wanted = stream.immutable()
     applied = status.applied
     if not applied:
-        return Target(stream, stream.create_arguments(), wanted)
+        return Target(stream, stream.create_arguments(), wanted, replicas=stream.replicas)
+    replicas = int(_fixed(applied, "replicas"))
     refused = immutable_changes(applied, wanted)
     if not refused:
-        return Target(stream, stream.create_arguments(), applied)
+        return Target(stream, stream.create_arguments(), applied, replicas=replicas)
     kept = StreamModel(name=stream.name, namespace=stream.namespace, stream=applied["name"],
                        broker=applied["broker"], partitions=int(applied["partitions"]),
-                       deletion_policy=stream.deletion_policy)
-    return Target(kept, dict(applied["arguments"]), applied, refused)
+                       deletion_policy=stream.deletion_policy, replicas=replicas)
+    return Target(kept, dict(applied["arguments"]), applied, refused, replicas)
+
+
+def resolve_replicas(target: Target, broker: BrokerModel) -> Target:
+    """The copies of a stream not created yet: its spec, else the Broker's default (one for a
+    super stream, whose partitions are not replicated yet). Recorded in ``applied`` when above
+    one."""
+    replicas = target.replicas
+    if replicas is None:
+        replicas = broker.default_replicas if target.stream.partitions <= 1 else 1
+    applied = {k: v for k, v in target.applied.items() if k != "replicas"}
+    if replicas > 1:
+        applied["replicas"] = replicas
+    return replace(target, replicas=replicas, applied=applied)
+
+
+def unplaceable(target: Target, broker: BrokerModel) -> Ready | None:
+    """Why a stream not created yet cannot be: more copies than pods (refused, not capped: a
+    stream with fewer copies than asked would stay so, members cannot be added yet), or a
+    replicated super stream. None: it can."""
+    replicas, stream = target.replicas or 1, target.stream
+    if replicas > 1 and stream.partitions > 1:
+        return Ready(False, REPLICAS_UNSUPPORTED,
+                     f"replicas {replicas} with partitions {stream.partitions}: a super stream's"
+                     " partitions have one copy each; set replicas to 1 (or leave it unset)")
+    if replicas > broker.replicas:
+        return Ready(False, NOT_ENOUGH_PODS,
+                     f"replicas {replicas} needs as many pods; Broker {broker.name!r} has"
+                     f" {broker.replicas}: not created until it has them (scale the Broker up,"
+                     " or delete and re-create the Stream with fewer replicas)")
+    return None
 
 
 class MoveStep(Enum):
@@ -102,6 +156,8 @@ class StreamPlan:
     ordinal: int | None = None  # the pod it is placed on; None: choose one
     move: MoveStep = MoveStep.NONE
     created: bool = False  # created on a broker before (status.applied is set)
+    #: why it is not created this pass (no broker call is made): too few pods for its replicas
+    waiting: Ready | None = None
 
 
 def plan_stream(stream: StreamModel, status: StreamStatus, broker: BrokerModel | None,
@@ -111,6 +167,11 @@ def plan_stream(stream: StreamModel, status: StreamStatus, broker: BrokerModel |
     created = bool(status.applied)
     if broker is None:
         return StreamPlan(target, None, created=created)
+    if not created:
+        target = resolve_replicas(target, broker)
+        waiting = unplaceable(target, broker)
+        if waiting is not None:
+            return StreamPlan(target, broker, waiting=waiting)
     placed = status.placement or ()
     if placed and not created and placed[0].ordinal >= broker.replicas:
         placed = ()  # placed on a pod being removed, never created there: place it anew
@@ -204,6 +265,9 @@ def report(plan: StreamPlan, status: StreamStatus, outcome: Outcome | None, gene
     and the Events to post."""
     status = replace(status, observed_generation=generation)
     stream = plan.target.stream
+    if plan.waiting is not None:
+        return Report(with_ready(replace(status, phase=Phase.PENDING), plan.waiting, generation),
+                      plan.waiting)
     if plan.broker is None or outcome is None:
         ready = Ready(False, BROKER_NOT_FOUND,
                       f"Broker {stream.broker!r} does not exist in namespace {stream.namespace}")

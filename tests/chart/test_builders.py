@@ -71,7 +71,14 @@ def test_children_are_owned_and_selected() -> None:
     assert manifests["PodDisruptionBudget/events"]["spec"]["selector"]["matchLabels"] == selector
 
 
-def _mounted(tmp_path: Path, model: BrokerModel, users: dict[str, str]) -> Path:
+@pytest.fixture(autouse=True)
+def _pod_hostname(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker reads the config as pod events-1 of the StatefulSet would (member "auto")."""
+    monkeypatch.delenv("STREAMLET_MEMBER", raising=False)
+    monkeypatch.setattr(broker_config.socket, "gethostname", lambda: "events-1")
+
+
+def _mounted(tmp_path: Path, model: BrokerModel, users: dict[str, str], pods: int = 2) -> Path:
     """The pod's files under tmp_path: the ConfigMap's config naming the Secret's users file
     at the paths the StatefulSet mounts them (checked here too)."""
     container = build_statefulset(model, 1)["spec"]["template"]["spec"]["containers"][0]
@@ -79,7 +86,7 @@ def _mounted(tmp_path: Path, model: BrokerModel, users: dict[str, str]) -> Path:
     config_path = container["command"][-1]
     assert container["command"][:3] == ["streamlet", "serve", "--config"]
     assert config_path == f"{mounts['config']}/{names.CONFIG_KEY}"
-    text = render_config(model)
+    text = render_config(model, pods)
     users_path = f"{mounts['users']}/{names.USERS_KEY}"
     assert f'users_file = "{users_path}"' in text
     assert f'directory_file = "{mounts["directory"]}/{names.DIRECTORY_KEY}"' in text
@@ -103,6 +110,41 @@ def test_config_is_what_the_broker_reads(tmp_path: Path) -> None:
     users = {u.name: u for u in cfg.users}
     assert users["streamlet-operator"].password == 'p w"x'
     assert not users["app"].loopback_only
+
+
+def test_every_pod_is_a_peer_and_its_member_id_is_its_ordinal(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """cluster.peers: each pod's DNS name through the headless Service and the stream port, by
+    ordinal; each pod's member id is the ordinal its hostname ends in."""
+    model = broker(port=6000, replicas=3, tls={"secretName": "events-tls", "port": 5671})
+    path = _mounted(tmp_path, model, {"u": "p"}, pods=3)
+    cfg = broker_config.load(path)
+    assert cfg.member == 1
+    assert cfg.peers == tuple((f"events-{i}.events-headless.prod.svc.cluster.local", 6000)
+                              for i in range(3))
+    monkeypatch.setattr(broker_config.socket, "gethostname", lambda: "events-2")
+    assert broker_config.load(path).member == 2
+    # A scale-down kept waiting for moves: the StatefulSet runs 4 pods, and so does the config.
+    assert broker_config.load(_mounted(tmp_path, model, {"u": "p"}, pods=4)).peers[3] == (
+        "events-3.events-headless.prod.svc.cluster.local", 6000)
+    domain = broker(advertise={"clusterDomain": "k8s.example"})
+    assert 'peers = ["events-0.events-headless.prod.svc.k8s.example:5552"]' in render_config(
+        domain, 1)
+
+
+@pytest.mark.parametrize(("spec", "pods"), [({}, 1), ({"replicas": 3}, 3)])
+def test_the_config_lists_spec_replicas_peers_by_default(spec: dict[str, Any], pods: int) -> None:
+    text = render_config(broker(**spec))
+    assert text.count("events-headless") == pods and 'member = "auto"' in text
+
+
+def test_a_change_of_the_pod_count_does_not_roll_the_pods() -> None:
+    """A restarted broker comes back fenced in its replicated streams, and nothing assigns it
+    again yet: a scale must not restart the pods (a change of configuration still does)."""
+    def hash_of(replicas: int, **spec: Any) -> str:
+        sts = build_statefulset(broker(replicas=replicas, **spec), replicas, {"u": "p"})
+        return str(sts["spec"]["template"]["metadata"]["annotations"]["streamlet.dev/config-hash"])
+    assert hash_of(2) == hash_of(3) != hash_of(3, port=6000)
 
 
 def test_tls_config_is_what_the_broker_reads(tmp_path: Path) -> None:

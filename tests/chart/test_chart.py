@@ -42,7 +42,8 @@ def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 VALUE_SETS = {
     "defaults": {},
     "everything": {
-        "broker": {"create": True, "spec": {"replicas": 3, "usersSecret": "app-users"}},
+        "broker": {"create": True, "spec": {"replicas": 3, "usersSecret": "app-users",
+                                            "streams": {"defaultReplicas": 3}}},
         "operator": {"watchNamespaces": ["team-a", "team-b"], "verbose": True,
                      "imagePullSecrets": [{"name": "regcred"}],
                      "nodeSelector": {"kubernetes.io/os": "linux"},
@@ -123,6 +124,7 @@ def test_watch_namespaces_and_broker(chart: helm_python.Chart) -> None:
     assert broker["metadata"] == {**broker["metadata"], "name": "streamlet",
                                   "namespace": "streamlet-system"}
     assert broker["spec"]["replicas"] == 3 and broker["spec"]["usersSecret"] == "app-users"
+    assert broker["spec"]["streams"] == {"defaultReplicas": 3}
 
 
 def test_metrics_can_be_turned_off(chart: helm_python.Chart) -> None:
@@ -138,8 +140,10 @@ def test_metrics_can_be_turned_off(chart: helm_python.Chart) -> None:
     {"operator": {"watchNamespaces": ["Not_A_Namespace"]}},
     {"operator": {"metrics": {"port": 70000}}},
     {"broker": {"spec": {"replicas": 0}}},
+    {"broker": {"spec": {"streams": {"defaultReplicas": 8}}}},
     {"unknownKey": True},
-], ids=["empty-image", "bad-namespace", "bad-port", "zero-replicas", "unknown-key"])
+], ids=["empty-image", "bad-namespace", "bad-port", "zero-replicas", "eight-default-replicas",
+        "unknown-key"])
 def test_values_schema_refuses(chart: helm_python.Chart, values: dict[str, Any]) -> None:
     with pytest.raises(helm_python.HelmError):
         render(chart, values)

@@ -87,7 +87,9 @@ def test_examples_validate(path: Path) -> None:
     ({"broker": "b", "retention": {"maxAge": "7 days"}}, "maxAge"),
     ({"broker": "b", "deletionPolicy": "Orphan"}, "deletionPolicy"),
     ({"broker": "b", "filterSizeBytes": 8}, "filterSizeBytes"),
-    ({"broker": "b", "replicas": 3}, "unexpected"),
+    ({"broker": "b", "replicas": 0}, "replicas"),
+    ({"broker": "b", "replicas": 8}, "replicas"),
+    ({"broker": "b", "replica": 3}, "unexpected"),
     ({"partitions": 2}, "broker"),
     ({"broker": "b", "export": {"schedule": "0 * * * *"}}, "destination"),
 ])
@@ -103,6 +105,9 @@ def test_invalid_broker_is_rejected() -> None:
     obj = {"apiVersion": "streamlet.dev/v1alpha1", "kind": "Broker", "metadata": {"name": "b"},
            "spec": {"replicas": 0, "storage": {"size": "lots"}}}
     with pytest.raises(jsonschema.ValidationError):
+        validate(obj, crd_schema("Broker"))
+    obj["spec"] = {"streams": {"defaultReplicas": 8}}
+    with pytest.raises(jsonschema.ValidationError, match="8"):
         validate(obj, crd_schema("Broker"))
 
 

@@ -11,6 +11,7 @@ import itertools
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 # The operator's timers take their intervals at import: short ones, so drift is repaired quickly.
 os.environ.setdefault("STREAMLET_OPERATOR_BROKER_INTERVAL", "1")
@@ -19,7 +20,11 @@ os.environ.setdefault("STREAMLET_OPERATOR_STREAM_INTERVAL", "1")
 import kopf  # noqa: E402
 import pytest  # noqa: E402
 
-from streamlet_operator.brokers import ClientBrokerAdmin  # noqa: E402
+from streamlet_operator.brokers import (  # noqa: E402
+    Address,
+    BrokerSession,
+    ClientBrokerAdmin,
+)
 from streamlet_operator.kube import Kube  # noqa: E402
 from streamlet_operator.model import BrokerModel  # noqa: E402
 from streamlet_operator.runtime import Runtime  # noqa: E402
@@ -53,6 +58,39 @@ def _advertised(pods: PodAddresses) -> Callable[[BrokerModel, int], Awaitable[st
     return advertised
 
 
+class _RecordingSession:
+    """A session that notes each Create the broker accepted: (pod, stream, arguments)."""
+
+    def __init__(self, session: BrokerSession, address: Address,
+                 creates: list[tuple[Address, str, dict[str, str]]]) -> None:
+        self._session, self._address, self._creates = session, address, creates
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+    async def create_stream(self, name: str, arguments: dict[str, str]) -> bool:
+        made = await self._session.create_stream(name, arguments)
+        if made:
+            self._creates.append((self._address, name, dict(arguments)))
+        return made
+
+
+class RecordingAdmin(ClientBrokerAdmin):
+    """The operator's real admin, keeping the Create arguments it sent: brokers here have no
+    cluster.peers, so they accept initial-cluster-size and make one copy (replicated creates
+    between brokers are tests/cluster's); what the operator asks for is checked here."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.creates: list[tuple[Address, str, dict[str, str]]] = []
+
+    @contextlib.asynccontextmanager
+    async def session(self, address: Address, user: str,
+                      password: str) -> AsyncIterator[Any]:
+        async with super().session(address, user, password) as session:
+            yield _RecordingSession(session, address, self.creates)
+
+
 @dataclass
 class Cluster:
     api: EmulatedApiServer
@@ -60,6 +98,7 @@ class Cluster:
     pods: PodAddresses
     launcher: ProcessLauncher
     probe: ClientProbe
+    admin: RecordingAdmin
 
     @property
     def url(self) -> str:
@@ -71,12 +110,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     api = EmulatedApiServer().start()
     _API["url"] = api.url
     pods = PodAddresses()
-    runtime = Runtime(kube=kube_client(api.url), admin=ClientBrokerAdmin(), resolve=pods,
+    admin = RecordingAdmin()
+    runtime = Runtime(kube=kube_client(api.url), admin=admin, resolve=pods,
                       credentials=_guest, advertised=_advertised(pods))
     operator = OperatorRun(runtime).start()
     launcher = ProcessLauncher(tmp_path_factory.mktemp("pods"))
     try:
-        yield Cluster(api, operator, pods, launcher, ClientProbe())
+        yield Cluster(api, operator, pods, launcher, ClientProbe(), admin)
     finally:
         operator.stop()
         launcher.stop_all()

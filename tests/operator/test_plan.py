@@ -28,6 +28,8 @@ from streamlet_operator.plan import (
     MOVE_PENDING,
     MOVE_STALLED,
     MOVE_STALLED_S,
+    NOT_ENOUGH_PODS,
+    REPLICAS_UNSUPPORTED,
     STREAM_MOVED,
     STREAM_READY,
     STREAM_RECREATED,
@@ -51,9 +53,12 @@ def stream(**spec: Any) -> StreamModel:
                                   "spec": {"broker": "b", **spec}})
 
 
-def broker(replicas: int = 2, policy: str = "Refuse") -> BrokerModel:
-    return BrokerModel.from_body({"metadata": {"name": "b", "namespace": "ns"},
-                                  "spec": {"replicas": replicas, "scaleDownPolicy": policy}})
+def broker(replicas: int = 2, policy: str = "Refuse", default_replicas: int | None = None
+           ) -> BrokerModel:
+    spec: dict[str, Any] = {"replicas": replicas, "scaleDownPolicy": policy}
+    if default_replicas is not None:
+        spec["streams"] = {"defaultReplicas": default_replicas}
+    return BrokerModel.from_body({"metadata": {"name": "b", "namespace": "ns"}, "spec": spec})
 
 
 def on(ordinal: int, *partitions: str) -> tuple[Placement, ...]:
@@ -103,6 +108,81 @@ def test_a_refusal_names_both_values() -> None:
     target = plan_target(stream(retention={"maxAge": "2D"}),
                          StreamStatus(applied=stream(retention={"maxAge": "1D"}).immutable()))
     assert "'1D'" in target.refused[0] and "'2D'" in target.refused[0]
+
+
+# --- how many copies: spec.replicas, the Broker's default, fixed at creation --------------
+
+@pytest.mark.parametrize(("spec", "applied", "model", "replicas", "size", "recorded"), [
+    pytest.param({}, None, broker(3), 1, None, None, id="new, no default: one copy"),
+    pytest.param({"replicas": 3}, None, broker(3), 3, "3", 3, id="new with replicas 3"),
+    pytest.param({}, None, broker(3, default_replicas=3), 3, "3", 3,
+                 id="new, unset: the Broker's default"),
+    pytest.param({"replicas": 1}, None, broker(3, default_replicas=3), 1, None, None,
+                 id="new, replicas 1 over a default of 3"),
+    pytest.param({"partitions": 2}, None, broker(3, default_replicas=3), 1, None, None,
+                 id="new super stream: one copy per partition whatever the default"),
+    pytest.param({}, {**stream().immutable(), "replicas": 3}, broker(3), 3, "3", 3,
+                 id="created with 3: a re-create asks for 3 again"),
+    pytest.param({}, stream().immutable(), broker(3, default_replicas=3), 1, None, None,
+                 id="created with one copy: a later Broker default changes nothing"),
+    pytest.param({"replicas": 3}, {**stream().immutable(), "replicas": 3}, broker(3), 3, "3", 3,
+                 id="created with 3, spec says 3"),
+])
+def test_replicas(spec: dict[str, Any], applied: dict[str, Any] | None, model: BrokerModel,
+                  replicas: int, size: str | None, recorded: int | None) -> None:
+    status = StreamStatus(applied=applied, placement=on(0) if applied else None)
+    plan = plan_stream(stream(**spec), status, model)
+    assert plan.waiting is None and not plan.target.refused
+    assert plan.target.replicas == replicas
+    assert plan.target.create_arguments.get("initial-cluster-size") == size
+    assert plan.target.applied.get("replicas") == recorded
+    assert "initial-cluster-size" not in plan.target.arguments  # not in applied.arguments
+
+
+@pytest.mark.parametrize(("spec", "applied", "refused"), [
+    pytest.param({"replicas": 5}, {**stream().immutable(), "replicas": 3},
+                 "spec.replicas (was 3, now 5)", id="3 to 5"),
+    pytest.param({"replicas": 3}, stream().immutable(), "spec.replicas (was 1, now 3)",
+                 id="set on a stream created with one copy"),
+])
+def test_replicas_are_fixed_at_creation(spec: dict[str, Any], applied: dict[str, Any],
+                                        refused: str) -> None:
+    plan = plan_stream(stream(**spec), StreamStatus(applied=applied, placement=on(0)), broker(5))
+    assert plan.target.refused == (refused,)
+    assert plan.target.replicas == (applied.get("replicas") or 1)
+    assert plan.target.create_arguments.get("initial-cluster-size") == (
+        None if plan.target.replicas == 1 else str(plan.target.replicas))
+    result = report(plan, StreamStatus(applied=applied, placement=on(0)),
+                    Outcome(0, stats=STATS), GEN, NOW)
+    assert ready_of(result.status)["reason"] == IMMUTABLE_FIELD_CHANGED
+    assert result.status.applied == applied
+
+
+@pytest.mark.parametrize(("spec", "model", "reason", "words"), [
+    pytest.param({"replicas": 3}, broker(2), NOT_ENOUGH_PODS, "replicas 3 needs as many pods;"
+                 " Broker 'b' has 2", id="3 copies on 2 pods"),
+    pytest.param({}, broker(1, default_replicas=3), NOT_ENOUGH_PODS, "has 1",
+                 id="the default on too few pods"),
+    pytest.param({"replicas": 3, "partitions": 2}, broker(3), REPLICAS_UNSUPPORTED,
+                 "a super stream's partitions have one copy each", id="replicated super stream"),
+])
+def test_a_stream_that_cannot_have_its_copies_waits(spec: dict[str, Any], model: BrokerModel,
+                                                    reason: str, words: str) -> None:
+    """Refused, not capped: no broker call, Pending with the reason, until the Broker has the
+    pods (members cannot be added to a stream later)."""
+    plan = plan_stream(stream(**spec), StreamStatus(), model)
+    assert plan.waiting is not None and plan.waiting.reason == reason
+    result = report(plan, StreamStatus(), None, GEN, NOW)
+    assert result.status.phase == Phase.PENDING and result.status.applied is None
+    ready = ready_of(result.status)
+    assert ready["status"] == "False" and ready["reason"] == reason and words in ready["message"]
+    assert result.directory is None
+
+
+def test_a_created_stream_is_kept_when_the_broker_shrinks_below_its_replicas() -> None:
+    applied = {**stream().immutable(), "replicas": 3}
+    plan = plan_stream(stream(), StreamStatus(applied=applied, placement=on(0)), broker(2))
+    assert plan.waiting is None and plan.ordinal == 0 and plan.target.replicas == 3
 
 
 # --- where, and which step of a move -----------------------------------------------------

@@ -63,6 +63,45 @@ async def gone(kube: Kube, kind: str, namespace: str, name: str) -> None:
     await eventually(check, what=f"{kind} {name} deleted")
 
 
+async def test_replicas_reach_the_broker_as_initial_cluster_size(
+        cluster: Cluster, kube: Kube, kubelet: Kubelet, namespace: str) -> None:
+    """spec.replicas 3 on 3 pods: the Create the placed pod receives asks for 3 members; the
+    Broker's default applies to a Stream without replicas; 3 copies on a 2-pod Broker wait,
+    with a reason, until it has 3 pods."""
+    await kube.create(broker_body(namespace, "b", replicas=3, streams={"defaultReplicas": 3}))
+    await eventually(lambda: kube.get("StatefulSet", namespace, "b"), what="StatefulSet")
+    await kubelet.sync(namespace, "b")
+    await kube.create(stream_body(namespace, "orders", replicas=3, retention={"maxAge": "1D"}))
+    await kube.create(stream_body(namespace, "defaulted"))
+    await kube.create(stream_body(namespace, "single", replicas=1))
+    for name in ("orders", "defaulted", "single"):
+        await ready(kube, namespace, name)
+    sent = {name: (address, args) for address, name, args in cluster.admin.creates
+            if address in {cluster.pods.pods[(namespace, "b", i)] for i in range(3)}}
+    st = (await ready(kube, namespace, "orders"))["status"]
+    assert sent["orders"] == (cluster.pods.pods[(namespace, "b", st["placement"][0]["ordinal"])],
+                              {"max-age": "1D", "initial-cluster-size": "3"})
+    assert sent["defaulted"][1] == {"initial-cluster-size": "3"}
+    assert sent["single"][1] == {}
+    assert st["applied"]["replicas"] == 3 and st["applied"]["arguments"] == {"max-age": "1D"}
+
+    await running_broker(kube, kubelet, namespace, replicas=2, name="small")
+    await kube.create(stream_body(namespace, "wide", broker="small", replicas=3))
+    s = await ready(kube, namespace, "wide", reason="NotEnoughPods", status="False")
+    assert s["status"]["phase"] == "Pending" and "has 2" in condition(s, "Ready")["message"]
+    await kube.patch("Broker", namespace, "small", {"spec": {"replicas": 3}})
+    await eventually(lambda: _replicas_are(kube, namespace, "small", 3), what="3 pods")
+    await kubelet.sync(namespace, "small")
+    await ready(kube, namespace, "wide")
+    assert any(name == "wide" and args == {"initial-cluster-size": "3"}
+               for _, name, args in cluster.admin.creates)
+
+
+async def _replicas_are(kube: Kube, namespace: str, name: str, replicas: int) -> bool:
+    sts = await kube.get("StatefulSet", namespace, name)
+    return sts is not None and sts["spec"]["replicas"] == replicas
+
+
 async def test_stream_is_created_on_its_pod(cluster: Cluster, kube: Kube, kubelet: Kubelet,
                                             namespace: str) -> None:
     await running_broker(kube, kubelet, namespace, replicas=2)

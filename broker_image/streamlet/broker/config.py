@@ -19,7 +19,9 @@ File format (all keys optional)::
 
     [cluster]
     directory_file = "streams.json"   # where streams held by other brokers live (directory.py)
-    member = 0                        # this broker's member id in replicated streams (pod ordinal)
+    member = 0                        # this broker's member id in replicated streams (pod ordinal),
+                                      # or "auto": the number after the hostname's last '-'
+                                      # (a StatefulSet pod's <name>-<ordinal>); env STREAMLET_MEMBER
     replication_user = "guest"        # the user followers log in to their leaders as (default: the first user)
     peers = ["b-0:5552", "b-1:5552"]  # every member's address, by member id: where replicas go
 
@@ -76,6 +78,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -249,6 +252,36 @@ def _peers(value: Any) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
+MAX_MEMBER = 0xFFFE
+#: The member id "auto" stands for: the digits after the last '-' of the hostname's first label.
+AUTO_MEMBER = "auto"
+_ORDINAL = re.compile(r"-(\d+)$")
+
+
+def member_from_hostname(hostname: str) -> int:
+    """A StatefulSet pod's ordinal from its hostname, ``<name>-<ordinal>`` (only the first DNS
+    label counts, so a pod with ``setHostnameAsFQDN`` works too)."""
+    label = hostname.split(".", 1)[0]
+    m = _ORDINAL.search(label)
+    if not m:
+        raise ConfigError(f'cluster.member = "{AUTO_MEMBER}": hostname {hostname!r} does not end '
+                          f"in -<ordinal> as a StatefulSet pod's <name>-<ordinal> does; set "
+                          "cluster.member to this broker's member id")
+    return _member(int(m.group(1)), f"cluster.member (from hostname {hostname!r})")
+
+
+def _member(value: Any, where: str = "cluster.member") -> int:
+    """An explicit member id, or "auto" (from the hostname)."""
+    if value == AUTO_MEMBER:
+        return member_from_hostname(socket.gethostname())
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_MEMBER:
+        raise ConfigError(f'{where} must be an integer in 0..{MAX_MEMBER} or "{AUTO_MEMBER}", '
+                          f"got {value!r}")
+    return value
+
+
 def _int(section: dict[str, Any], key: str, where: str, minimum: int = 0) -> int | None:
     if key not in section:
         return None
@@ -274,6 +307,8 @@ def load(path: Path | None = None, **overrides: Any) -> BrokerConfig:
         env["advertised_host"] = os.environ["STREAMLET_ADVERTISED_HOST"]
     if os.environ.get("STREAMLET_ADVERTISED_PORT"):
         env["advertised_port"] = int(os.environ["STREAMLET_ADVERTISED_PORT"])
+    if os.environ.get("STREAMLET_MEMBER"):
+        env["member"] = _member(os.environ["STREAMLET_MEMBER"], "STREAMLET_MEMBER")
     cfg = replace(cfg, **env)
     flags = {k: v for k, v in overrides.items() if v is not None}
     if "data_dir" in flags:
@@ -323,10 +358,7 @@ def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
     if cluster.get("directory_file"):
         changes["directory_file"] = Path(str(cluster["directory_file"]))
     if "member" in cluster:
-        member = _int(cluster, "member", "cluster", 0)
-        if member is not None and member > 0xFFFE:
-            raise ConfigError(f"cluster.member must be at most {0xFFFE}, got {member}")
-        changes["member"] = member
+        changes["member"] = _member(cluster["member"])
     if "replication_user" in cluster:
         changes["replication_user"] = str(cluster["replication_user"])
     if "peers" in cluster:

@@ -13,7 +13,7 @@ from .statefulset import build_statefulset
 def build_all(broker: BrokerModel, replicas: int, users: dict[str, str]) -> list[dict[str, Any]]:
     """Every child of a Broker, in the order they should be applied."""
     return [
-        build_configmap(broker),
+        build_configmap(broker, replicas),  # cluster.peers: every pod the StatefulSet runs
         build_users_secret(broker, users),
         build_headless_service(broker),
         build_client_service(broker),

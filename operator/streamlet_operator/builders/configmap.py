@@ -15,12 +15,26 @@ USERS_DIR = "/etc/streamlet/users"
 DIRECTORY_FILE = f"/etc/streamlet/directory/{names.DIRECTORY_KEY}"
 
 
-def render_config(broker: BrokerModel) -> str:
-    """The broker's TOML. Users come from a Secret, mounted as the file ``users_file`` names.
+def peers(broker: BrokerModel, pods: int) -> list[str]:
+    """Every pod's address by ordinal, as the brokers reach each other: the pod's DNS name
+    through the headless Service and the stream port (the TLS listener aside). In PodDNS mode
+    without ``advertise.port`` this is what the pod advertises to clients."""
+    return [f"{names.pod_dns(broker.name, i, broker.namespace, broker.advertise.cluster_domain)}"
+            f":{broker.port}" for i in range(pods)]
+
+
+def render_config(broker: BrokerModel, pods: int | None = None) -> str:
+    """The broker's TOML for a StatefulSet of ``pods`` pods (default ``spec.replicas``). Users
+    come from a Secret, mounted as the file ``users_file`` names.
 
     The advertised host is per pod, so it is not here: each pod sets STREAMLET_ADVERTISED_HOST.
+    So is the member id: ``member = "auto"`` is the ordinal the pod's hostname ends in. Every
+    pod is a peer, so a Create with ``initial-cluster-size`` > 1 places its members among them
+    (brokers read it at start: a pod running before a scale keeps the peers of then, as the
+    pod count does not roll the pods, statefulset.config_hash).
     """
     r = broker.retention
+    pods = broker.replicas if pods is None else pods
     lines = [
         "[server]",
         'host = "0.0.0.0"',
@@ -32,6 +46,8 @@ def render_config(broker: BrokerModel) -> str:
         "",
         "[cluster]",
         f"directory_file = {toml_string(DIRECTORY_FILE)}",
+        'member = "auto"',
+        "peers = [" + ", ".join(toml_string(p) for p in peers(broker, pods)) + "]",
         "",
         "[retention]",
         f"max_age = {toml_string(r.max_age or '0s')}",
@@ -51,10 +67,10 @@ def render_config(broker: BrokerModel) -> str:
     return "\n".join(lines)
 
 
-def build_configmap(broker: BrokerModel) -> dict[str, Any]:
+def build_configmap(broker: BrokerModel, pods: int | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata(broker, names.configmap(broker.name)),
-        "data": {names.CONFIG_KEY: render_config(broker)},
+        "data": {names.CONFIG_KEY: render_config(broker, pods)},
     }

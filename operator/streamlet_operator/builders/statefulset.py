@@ -125,7 +125,11 @@ def _merge_named(base: list[dict[str, Any]], override: list[dict[str, Any]]) -> 
 
 
 def config_hash(broker: BrokerModel, users: dict[str, str] | None = None) -> str:
-    text = render_config(broker) + (render_users(users) if users is not None else "")
+    """What rolls the pods. Not the pod count (cluster.peers, rendered here for one pod): a
+    restarted broker comes back fenced in every replicated stream it is a member of, and until
+    the operator drives elections nothing assigns it again, so a scale must not restart the
+    pods. A pod keeps the peers it started with until it restarts for another reason."""
+    text = render_config(broker, 1) + (render_users(users) if users is not None else "")
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -136,6 +140,7 @@ def build_statefulset(broker: BrokerModel, replicas: int,
         "labels": names.labels(broker.name),
         # A new config or user list rolls the pods: the broker reads them once, at start.
         # (The stream directory is not hashed: the broker re-reads it while running.)
+        # (Not the pod count: config_hash says why.)
         "annotations": {"streamlet.dev/config-hash": config_hash(broker, users)},
     }
     pod_spec: dict[str, Any] = {

@@ -179,7 +179,7 @@ async def _reconcile_on_broker(body: dict[str, Any], runtime: Runtime, index: An
     found = BrokerModel.from_body(broker_body) if broker_body is not None else None
     plan = plan_stream(stream, status, found, target)
     broker = plan.broker
-    if broker is None:
+    if broker is None or plan.waiting is not None:  # no broker call this pass
         result = report(plan, status, None, gen, datetime.now(UTC))
         return result.status.to_status(body.get("status")), []
 
@@ -202,8 +202,9 @@ async def _reconcile_on_broker(body: dict[str, Any], runtime: Runtime, index: An
             if done is not None:
                 move, finished, copied = None, move, done
         async with _session(runtime, broker, ordinal) as session:
-            created = await _create(session, target.stream, target.arguments)
-            stats = await session.stream_stats(target.stream.partition_names[0])
+            created = await _create(session, plan.target.stream,
+                                    plan.target.create_arguments)
+            stats = await session.stream_stats(plan.target.stream.partition_names[0])
     except Exception as e:  # the broker's answer becomes the condition; the timer retries
         failure = _failure(e)
         log.warning("%s/%s: %r on %s: %s", stream.namespace, stream.name, target.stream.stream,

@@ -1,0 +1,78 @@
+"""``cluster.member``: an id, or "auto" (a StatefulSet pod's ordinal from its hostname), and
+the environment's STREAMLET_MEMBER over the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streamlet.broker import config
+from streamlet.broker.config import ConfigError, load, member_from_hostname
+
+PEERS = 'peers = ["b-0:5552", "b-1:5552", "b-2:5552", "b-3:5552"]\n'
+
+
+@pytest.mark.parametrize(("hostname", "member"), [
+    ("streamlet-0", 0),
+    ("streamlet-2", 2),
+    ("my-broker-12", 12),
+    ("streamlet-3.streamlet-headless.apps.svc.cluster.local", 3),  # setHostnameAsFQDN
+    ("b-65534", 65534),
+])
+def test_member_from_a_statefulset_hostname(hostname: str, member: int) -> None:
+    assert member_from_hostname(hostname) == member
+
+
+@pytest.mark.parametrize(("hostname", "why"), [
+    ("laptop", "does not end in -<ordinal>"),
+    ("streamlet-", "does not end in -<ordinal>"),
+    ("streamlet-x1", "does not end in -<ordinal>"),
+    ("streamlet-1x", "does not end in -<ordinal>"),
+    ("host.streamlet-1", "does not end in -<ordinal>"),  # only the first label counts
+    ("b-65535", "0..65534"),
+])
+def test_a_hostname_without_an_ordinal_is_a_clear_error(hostname: str, why: str) -> None:
+    with pytest.raises(ConfigError, match=why):
+        member_from_hostname(hostname)
+
+
+def test_auto_in_the_file_takes_the_hostname(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STREAMLET_MEMBER", raising=False)
+    monkeypatch.setattr(config.socket, "gethostname", lambda: "streamlet-2")
+    cfg = tmp_path / "b.toml"
+    cfg.write_text('[cluster]\nmember = "auto"\n' + PEERS)
+    assert load(cfg).member == 2
+    monkeypatch.setattr(config.socket, "gethostname", lambda: "laptop")
+    with pytest.raises(ConfigError, match="hostname 'laptop' does not end in -<ordinal>"):
+        load(cfg)
+    monkeypatch.setattr(config.socket, "gethostname", lambda: "streamlet-7")
+    with pytest.raises(ConfigError, match="cluster.member must be one of 0..3, got 7"):
+        load(cfg)  # a pod beyond the peers the file lists
+
+
+def test_the_environment_overrides_the_file(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(config.socket, "gethostname", lambda: "streamlet-2")
+    cfg = tmp_path / "b.toml"
+    cfg.write_text("[cluster]\nmember = 1\n" + PEERS)
+    monkeypatch.setenv("STREAMLET_MEMBER", "3")
+    assert load(cfg).member == 3
+    monkeypatch.setenv("STREAMLET_MEMBER", "auto")
+    assert load(cfg).member == 2
+    monkeypatch.delenv("STREAMLET_MEMBER")
+    assert load(cfg).member == 1
+    monkeypatch.setenv("STREAMLET_MEMBER", "two")
+    with pytest.raises(ConfigError, match='STREAMLET_MEMBER must be an integer in 0..65534 or "auto"'):
+        load(cfg)
+
+
+@pytest.mark.parametrize("value", ['"self"', "-1", "65535", "true", "1.5"])
+def test_a_bad_member_in_the_file_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             value: str) -> None:
+    monkeypatch.delenv("STREAMLET_MEMBER", raising=False)
+    cfg = tmp_path / "b.toml"
+    cfg.write_text(f"[cluster]\nmember = {value}\n")
+    with pytest.raises(ConfigError, match="cluster.member must be an integer in 0..65534"):
+        load(cfg)
