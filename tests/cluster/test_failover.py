@@ -341,3 +341,25 @@ async def test_a_stopped_leader_is_replaced_and_confirms_nothing_after_its_fence
     await eventually(lambda: _files(cluster, 0, "p", (".segment",)) == _files(
         cluster, leader, "p", (".segment",)), timeout=60,
         what="the old leader's uncommitted tail truncated, its segment equal to the leader's")
+
+
+async def test_deleting_a_replicated_stream_deletes_every_member(cluster: Cluster) -> None:
+    """Delete on any member deletes the stream on all of them (as RabbitMQ does), and the
+    placement driver forgets it: no election runs for a stream that is gone."""
+    from tests.cluster.test_local_cluster import status_json
+
+    ports = cluster.ports()
+    async with await connect(HOST, ports[0]) as client:
+        await client.create_stream("x", arguments={"initial-cluster-size": "3"})
+    await eventually(lambda: _led(cluster, "x") is not None, timeout=30, what="the driver's record")
+    async with await connect(HOST, ports[2]) as client:  # a follower takes the Delete
+        await client.delete_stream("x")
+    for node in range(3):
+        assert not (cluster.data_dir / f"node-{node}" / "streams" / "x").exists(), node
+    os.kill(cluster.state()["nodes"][0]["pid"], signal.SIGKILL)  # the driver looks at it again
+
+    def forgotten() -> bool:
+        return "x" not in json.loads((cluster.data_dir / "driver.json").read_text())
+
+    await eventually(forgotten, timeout=60, what="the driver forgets the deleted stream")
+    assert all(s["name"] != "x" for s in status_json(cluster.data_dir)["streams"])

@@ -34,7 +34,7 @@ from ..protocol import Code
 from ..protocol import frames as f
 from ..protocol.constants import Role
 from ..replication.election import elect
-from ..replication.model import NO_LEADER, Tail
+from ..replication.model import NO_LEADER, Tail, quorum
 
 if TYPE_CHECKING:
     from .supervisor import Supervisor
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("streamlet.cluster")
 
 RECORD = "driver.json"
+_GONE = object()  # a Fence answered "no such stream"
 TICK_S = 0.5
 REQUEST_TIMEOUT_S = 3.0
 #: A leader's broker must log a client in within this many seconds, at every tick...
@@ -129,8 +130,17 @@ class LocalDriver:
         self._save()  # reserved before any member hears of it
         self._publish_directory()
         answers: dict[int, Tail | None] = {}
+        gone = 0
         for m in record.members:
-            answers[m] = await self._fence(name, m, epoch) if m in alive else None
+            answer = await self._fence(name, m, epoch) if m in alive else None
+            gone += answer is _GONE
+            answers[m] = answer if isinstance(answer, Tail) else None
+        if gone >= quorum(len(record.members)):  # deleted: nothing to elect any more
+            log.info("stream %s: deleted on a majority of its members, forgotten", name)
+            del self.records[name]
+            self._save()
+            self._publish_directory()
+            return
         decision = elect(record.members, epoch - 1, answers)
         if decision.leader == NO_LEADER:
             log.warning("stream %s: no leader in epoch %d (%s; fenced: %s)", name, epoch,
@@ -150,8 +160,11 @@ class LocalDriver:
         log.info("stream %s: member %d leads epoch %d (%s)", name, decision.leader, epoch,
                  decision.reason.value)
 
-    async def _fence(self, name: str, member: int, epoch: int) -> Tail | None:
+    async def _fence(self, name: str, member: int, epoch: int) -> Tail | object | None:
+        """The member's tail; _GONE when it has no such stream; None when it did not fence."""
         answer = await self._request(member, lambda c: f.Fence(c, name, epoch))
+        if answer is not None and answer.code == Code.STREAM_DOES_NOT_EXIST:
+            return _GONE
         if answer is None or answer.code != Code.OK:
             return None
         return Tail(answer.tail_epoch, answer.tail_chunk_id, answer.next_offset)

@@ -13,7 +13,9 @@ from ...replication.placement import Locator, NotEnoughPods
 from ..arguments import parse_create_arguments, replication_request, valid_stream_name
 from ..config import ConfigError
 from ..directory import Address, Placement, answer_metadata
-from ..replication.create import Cluster, create_replicated, placement_for
+from ..replication.create import Cluster, create_replicated, delete_members, placement_for
+from ..replication.forward import FORWARDED
+from ..replication.peer import PEER_CONNECTION
 from .handshake import advertised
 from .state import ConnectionState
 
@@ -76,17 +78,36 @@ def _create_replicated(conn: ConnectionState, cmd: f.Create, cluster: Cluster,
 
 
 def on_delete(conn: ConnectionState, cmd: f.Delete) -> None:
-    if conn.streams.get(cmd.stream) is None:
+    held = conn.streams.get(cmd.stream)
+    if held is None:
         conn.send(f.DeleteResponse(cmd.correlation_id, Code.STREAM_DOES_NOT_EXIST))
         return
     if conn.refused("configure", cmd.stream):
         conn.send(f.DeleteResponse(cmd.correlation_id, Code.ACCESS_REFUSED))
         return
     assert conn.vhost is not None
-    stream = conn.broker.delete_stream(conn.vhost, cmd.stream)  # files gone on return
-    conn.send(f.DeleteResponse(cmd.correlation_id, Code.OK))
-    if stream is not None:
-        conn.broker.stream_gone(stream)  # MetadataUpdate after the answer
+    vhost, broker = conn.vhost, conn.broker
+    member = broker.members.get(held)
+    others = [] if member is None else [m for m in member.state.members
+                                        if m != broker.config.member]
+    stream = broker.delete_stream(vhost, cmd.stream)  # files gone on return
+
+    def answered() -> None:
+        conn.send(f.DeleteResponse(cmd.correlation_id, Code.OK))
+        if stream is not None:
+            broker.stream_gone(stream)  # MetadataUpdate after the answer
+
+    cluster = broker.cluster
+    passed_on = conn.client_properties.get("connection_name") in (PEER_CONNECTION, FORWARDED)
+    if not others or cluster is None or passed_on:
+        answered()
+        return
+
+    async def delete_everywhere() -> None:  # every member, as RabbitMQ deletes them
+        await delete_members(cluster, vhost.name, cmd.stream, others)
+        answered()
+
+    conn.spawn(delete_everywhere(), f"delete {cmd.stream!r} on its members")
 
 
 def on_metadata(conn: ConnectionState, cmd: f.Metadata) -> None:

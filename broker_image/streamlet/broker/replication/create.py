@@ -116,3 +116,18 @@ async def _undo(cluster: Cluster, vhost: VirtualHost, name: str, made: list[int]
                            lambda c: f.Delete(c, name), f.DeleteResponse)
         except Exception as e:  # best effort: the stream stays there, and is logged
             log.error("create %r: cannot delete the member on %s: %s", name, peers[m], e)
+
+
+async def delete_members(cluster: Cluster, vhost: str, name: str, ids: list[int]) -> None:
+    """A replicated stream deleted here: delete it on its other members too, as RabbitMQ
+    deletes every member. One that cannot be reached keeps its copy (logged); it holds no
+    leader and the placement driver forgets a stream most members no longer have."""
+    for m in ids:
+        if m == cluster.me or m >= len(cluster.peers):
+            continue
+        try:
+            await _ask(cluster.peers[m], cluster.credentials, vhost, lambda c: f.Delete(c, name),
+                       f.DeleteResponse)
+        except Exception as e:
+            log.error("delete %r: cannot delete the member on %s:%d: %s", name,
+                      *cluster.peers[m], e)

@@ -58,8 +58,13 @@ class Peer:
         return await self.answer(kind)
 
 
+#: The connection_name of a broker's own connections to its peers: what they ask (a Delete of
+#: a member) is not passed on to the other members again.
+PEER_CONNECTION = "streamlet replication"
+
+
 @contextlib.asynccontextmanager
-async def open_peer(address: Address, credentials: tuple[str, str], name: str = "replication",
+async def open_peer(address: Address, credentials: tuple[str, str], name: str = PEER_CONNECTION,
                     vhost: str = "/") -> AsyncIterator[Peer]:
     """A logged-in connection to ``address``, closed on exit."""
     reader, writer = await asyncio.open_connection(*address)
