@@ -222,3 +222,31 @@ async def test_metadata_follows_an_assign_before_the_directory_does(
         brokers[0].kill()
         assign(brokers[1:], "n", 2, leader=0, ids=[1, 2])  # 1 leads epoch 2; the file: epoch 1
         assert await leader_port() == brokers[1].port
+
+
+async def test_without_a_driver_restarted_members_resume_their_roles(
+        tmp_path: Path, broker_factory: Factory) -> None:
+    """cluster.resume_roles (what the operator sets until it elects): a restarted leader leads
+    again in its epoch and a restarted follower follows again, so a rolling restart leaves the
+    stream writable; without it a restarted member waits fenced for a driver."""
+    brokers = []
+    for i in range(3):
+        config = tmp_path / f"r{i}.toml"
+        config.write_text(f"[cluster]\nmember = {i}\nresume_roles = true\n")
+        brokers.append(broker_factory(config=config))
+    for b in brokers:
+        async with await connect(b.host, b.port) as c:
+            await c.create_stream("v")
+    assign(brokers, "v", 1, leader=0)
+    sent = 0
+    for restarted in (1, 0, 2):  # a rolling restart: one pod at a time, the leader among them
+        brokers[restarted].restart()
+        async with await connect(brokers[0].host, brokers[0].port) as client:
+            producer = await client.producer("v", reference="app")
+            await producer.send_many(b"%d" % i for i in range(sent, sent + 100))
+            await asyncio.wait_for(producer.flush(), 60)  # a majority again after each restart
+            sent += 100
+    async with await connect(brokers[2].host, brokers[2].port) as client:
+        consumer = await client.consumer("v", "first", credit=50)
+        got = [int((await asyncio.wait_for(consumer.__anext__(), 30)).body) for _ in range(sent)]
+    assert got == list(range(sent))

@@ -24,6 +24,7 @@ File format (all keys optional)::
                                       # (a StatefulSet pod's <name>-<ordinal>); env STREAMLET_MEMBER
     replication_user = "guest"        # the user followers log in to their leaders as (default: the first user)
     peers = ["b-0:5552", "b-1:5552"]  # every member's address, by member id: where replicas go
+    resume_roles = false              # a restarted member takes up its last role (no placement driver)
 
     [storage]
     fsync = "never"                   # never | interval | chunk
@@ -197,6 +198,9 @@ class BrokerConfig:
     #: every member's advertised address, by member id (a Create with initial-cluster-size > 1
     #: places the stream's members among them); empty: no replicated creates
     peers: tuple[tuple[str, int], ...] = ()
+    #: a restarted member takes up the role it had, in the same epoch, instead of waiting
+    #: fenced for a placement driver's Assign (for clusters without one)
+    resume_roles: bool = False
     rabbitmq_listener: bool = True  # [listeners.rabbitmq] enabled
     other_listeners: tuple[Listener, ...] = ()  # [listeners.<protocol>] of further protocols
 
@@ -363,6 +367,10 @@ def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
         changes["replication_user"] = str(cluster["replication_user"])
     if "peers" in cluster:
         changes["peers"] = _peers(cluster["peers"])
+    if "resume_roles" in cluster:
+        if not isinstance(cluster["resume_roles"], bool):
+            raise ConfigError(f"cluster.resume_roles must be true or false, got {cluster['resume_roles']!r}")
+        changes["resume_roles"] = cluster["resume_roles"]
     changes.update(_apply_access(doc))
     changes.update(_listeners(doc.get("listeners", {}), str(changes.get("host", cfg.host))))
     return replace(cfg, **changes)

@@ -82,6 +82,8 @@ class Broker:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        if self.config.resume_roles:
+            self.members.resume()
         for listener in self.config.listeners:  # one protocol factory per entry of the table
             factory, tls = self.protocols[listener.protocol], listener.tls
             server = await loop.create_server(

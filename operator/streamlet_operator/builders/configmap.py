@@ -31,7 +31,8 @@ def render_config(broker: BrokerModel, pods: int | None = None) -> str:
     So is the member id: ``member = "auto"`` is the ordinal the pod's hostname ends in. Every
     pod is a peer, so a Create with ``initial-cluster-size`` > 1 places its members among them
     (brokers read it at start: a pod running before a scale keeps the peers of then, as the
-    pod count does not roll the pods, statefulset.config_hash).
+    pod count does not roll the pods, statefulset.config_hash). ``resume_roles``: a restarted
+    pod takes up its replicated streams' roles again (the operator does not elect yet).
     """
     r = broker.retention
     pods = broker.replicas if pods is None else pods
@@ -48,6 +49,8 @@ def render_config(broker: BrokerModel, pods: int | None = None) -> str:
         f"directory_file = {toml_string(DIRECTORY_FILE)}",
         'member = "auto"',
         "peers = [" + ", ".join(toml_string(p) for p in peers(broker, pods)) + "]",
+        # no placement driver elects on Kubernetes yet: a restarted pod takes up its roles
+        "resume_roles = true",
         "",
         "[retention]",
         f"max_age = {toml_string(r.max_age or '0s')}",

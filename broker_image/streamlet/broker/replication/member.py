@@ -51,8 +51,8 @@ class MemberState:
 
     @classmethod
     def load(cls, directory: Path) -> MemberState | None:
-        """The stored state with the role FENCED (a restart), None for an unreplicated stream.
-        Raises ValueError when the file is not a member state."""
+        """The stored state (its role as stored), None for an unreplicated stream. Raises
+        ValueError when the file is not a member state."""
         path = directory / FILE
         if not path.is_file():
             return None
@@ -61,4 +61,5 @@ class MemberState:
         if not isinstance(epoch, int) or epoch < 1 or not isinstance(members, list):
             raise ValueError(f"{path}: not a replication state")
         address = None if leader is None else (str(leader[0]), int(leader[1]))
-        return cls(epoch, Role.FENCED, address, tuple(int(m) for m in members))
+        role = Role(doc.get("role", Role.FENCED.value))
+        return cls(epoch, role, address, tuple(int(m) for m in members))

@@ -11,7 +11,7 @@ nothing until assigned. Readers everywhere see committed data only.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...core.streams import Stream
 from ..directory import Address, Placement
@@ -72,19 +72,44 @@ class Members:
         self.peers = peers
         self.credentials = credentials
         self.members: dict[Stream, Member] = {}
+        self._stored: dict[Stream, MemberState] = {}  # as stored, for resume
 
     def load(self, streams: dict[str, Stream]) -> None:
-        """At start: every stream with a stored member state is a member again, fenced."""
+        """At start: every stream with a stored member state is a member again, fenced: it
+        waits for an Assign (or ``resume``)."""
         for stream in streams.values():
-            state = MemberState.load(stream.directory)
-            if state is None:
+            stored = MemberState.load(stream.directory)
+            if stored is None:
                 continue
             self._fence_stream(stream)
             # Readers wait for a leader's commit: what this log holds past it may be truncated.
             stream.commit_end = stream.log.first_offset
-            self.members[stream] = Member(stream, state)
+            self.members[stream] = Member(stream, replace(stored, role=Role.FENCED))
+            self._stored[stream] = stored
             log.info("stream %s: a replica in epoch %d, fenced until assigned", stream.name,
-                     state.epoch)
+                     stored.epoch)
+
+    def resume(self) -> None:
+        """Without a placement driver (cluster.resume_roles): every member takes up the role
+        it stored, in the same epoch. An epoch has one leader, assigned once, so this makes
+        no second one; under a driver that elected meanwhile, the epochs keep the old role
+        from committing anything until the driver fences it (which is why it is off then)."""
+        for stream, stored in list(self._stored.items()):
+            if stored.role is Role.FENCED or self.members.get(stream) is None:
+                continue
+            leader = stored.leader
+            if stored.role is Role.LEADER:
+                leader = self.peers[self.me] if self.me is not None and self.me < len(
+                    self.peers) else stored.leader
+            try:
+                self.assign(stream, stored.epoch, stored.role, leader, stored.members)
+            except Refused as e:
+                log.warning("stream %s: cannot resume as %s: %s", stream.name,
+                            stored.role.value, e)
+            else:
+                log.info("stream %s: resumed as %s in epoch %d", stream.name, stored.role.value,
+                         stored.epoch)
+        self._stored.clear()
 
     def get(self, stream: Stream) -> Member | None:
         return self.members.get(stream)
