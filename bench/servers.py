@@ -242,22 +242,8 @@ class RabbitMQ(Server):
         return srv
 
     def _find_beam(self) -> int:
-        """The beam.smp process started with our private HOME (3.10 passes the node name by
-        environment, not on the command line)."""
-        home = self.env["HOME"].encode()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            for d in Path("/proc").iterdir():
-                if not d.name.isdigit():
-                    continue
-                try:
-                    cmd = (d / "cmdline").read_bytes().split(b"\0")
-                except OSError:
-                    continue
-                if cmd and cmd[0].endswith(b"beam.smp") and home in cmd:
-                    return int(d.name)
-            time.sleep(0.2)
-        raise ServerError(f"no beam.smp process found for {self.nodename}")
+        """The beam.smp process started with our private HOME."""
+        return _find_beam(self.env["HOME"])
 
     def ctl(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(RABBIT_BIN / "rabbitmqctl"), "-n", self.nodename, *args],

@@ -24,11 +24,13 @@ from tests.support.waiting import eventually
 Factory = Callable[..., BrokerProcess]
 
 
-def _members(tmp_path: Path, broker_factory: Factory, n: int = 3) -> list[BrokerProcess]:
+def _members(tmp_path: Path, broker_factory: Factory, n: int = 3,
+             cluster: str = "") -> list[BrokerProcess]:
+    """``n`` brokers, member ids 0..n-1; ``cluster``: more lines of their [cluster] section."""
     brokers = []
     for i in range(n):
         config = tmp_path / f"member{i}.toml"
-        config.write_text(f"[cluster]\nmember = {i}\n")
+        config.write_text(f"[cluster]\nmember = {i}\n{cluster}")
         brokers.append(broker_factory(config=config))
     return brokers
 
@@ -200,11 +202,7 @@ async def test_metadata_follows_an_assign_before_the_directory_does(
     directory file, which brokers re-read at most once a second: clients find a new leader as
     soon as the members know it."""
     directory = tmp_path / "directory.json"
-    brokers = []
-    for i in range(3):
-        config = tmp_path / f"m{i}.toml"
-        config.write_text(f'[cluster]\nmember = {i}\ndirectory_file = "{directory}"\n')
-        brokers.append(broker_factory(config=config))
+    brokers = _members(tmp_path, broker_factory, cluster=f'directory_file = "{directory}"\n')
     for b in brokers:
         async with await connect(b.host, b.port) as c:
             await c.create_stream("n")
@@ -229,11 +227,7 @@ async def test_without_a_driver_restarted_members_resume_their_roles(
     """cluster.resume_roles (what the operator sets until it elects): a restarted leader leads
     again in its epoch and a restarted follower follows again, so a rolling restart leaves the
     stream writable; without it a restarted member waits fenced for a driver."""
-    brokers = []
-    for i in range(3):
-        config = tmp_path / f"r{i}.toml"
-        config.write_text(f"[cluster]\nmember = {i}\nresume_roles = true\n")
-        brokers.append(broker_factory(config=config))
+    brokers = _members(tmp_path, broker_factory, cluster="resume_roles = true\n")
     for b in brokers:
         async with await connect(b.host, b.port) as c:
             await c.create_stream("v")
