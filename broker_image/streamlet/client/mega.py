@@ -11,6 +11,7 @@ come once the message is durable, so out of order); each waits for its correlati
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from types import TracebackType
 
@@ -51,10 +52,8 @@ class MegaClient:
     async def close(self) -> None:
         self._task.cancel()
         self.writer.close()
-        try:
+        with contextlib.suppress(OSError):
             await self.writer.wait_closed()
-        except OSError:
-            pass
 
     def _kind(self, correlation: int) -> MessageType | None:
         got = self._pending.get(correlation)
