@@ -544,10 +544,11 @@ def _validate(cfg: BrokerConfig) -> None:
             raise ConfigError(f"[listeners.mega] host {listener.host!r}: MEGA has no "
                               "authentication, so it listens on loopback only, or with tls = true "
                               "and [tls] verify_peer = true (client certificates)")
-    if not 0 < cfg.mega_max_payload_bytes <= cfg.frame_limit:
+    mega = any(lst.protocol == "mega" for lst in cfg.listeners)
+    if mega and not 0 < cfg.mega_max_payload_bytes <= cfg.frame_limit:
         raise ConfigError(f"listeners.mega.max_payload_bytes must be in 1..server.frame_limit "
                           f"({cfg.frame_limit}), got {cfg.mega_max_payload_bytes}")
-    if not 0 < cfg.mega_max_topic_bytes <= 255:
+    if mega and not 0 < cfg.mega_max_topic_bytes <= 255:
         raise ConfigError(f"listeners.mega.max_topic_bytes must be in 1..255 (a stream name's "
                           f"bytes), got {cfg.mega_max_topic_bytes}")
     if cfg.tls is not None and cfg.tls.verify_peer and cfg.tls.cafile is None:
