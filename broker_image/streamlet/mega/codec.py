@@ -125,14 +125,14 @@ class MegaSplitter:
             raise FramingLost(correlation, ErrorCode.MESSAGE_TOO_LARGE,
                               f"topic of {topic_len} bytes exceeds the limit of {self.max_topic}",
                               topic_len, self.max_topic)
-        fixed = HEAD.size + topic_len + 8
+        fixed = HEAD.size + int(topic_len) + 8
         if kind == MessageType.CREATE_TOPIC:
             return fixed
         if kind == MessageType.CONSUME:
             return fixed + 4
         if left < fixed + 4:
             return None
-        size = _U32.unpack_from(buf, pos + fixed)[0]
+        size = int(_U32.unpack_from(buf, pos + fixed)[0])
         if size > self.max_payload:
             raise FramingLost(correlation, ErrorCode.MESSAGE_TOO_LARGE,
                               f"payload of {size} bytes exceeds the limit of {self.max_payload}",
