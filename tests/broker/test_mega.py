@@ -367,3 +367,17 @@ async def test_fuzz_leaves_the_broker_serving(mega_broker: MegaBroker) -> None:
             _, body = await c.consume("m-fuzz", off)
             if off in exact:
                 assert body == exact[off]
+
+
+async def test_a_topic_deleted_through_rabbitmq_and_created_again(mega_broker: MegaBroker) -> None:
+    async with await client(mega_broker) as c:
+        await c.create_topic("m-deleted")
+        assert await c.produce("m-deleted", b"one") == 0
+        async with RProducer(mega_broker.host, mega_broker.port, username="guest",
+                             password="guest") as p:
+            await p.delete_stream("m-deleted")
+        await expect(ErrorCode.TOPIC_NOT_FOUND, c.produce("m-deleted", b"two"))
+        await expect(ErrorCode.TOPIC_NOT_FOUND, c.consume("m-deleted", 0))
+        await c.create_topic("m-deleted")
+        assert await c.produce("m-deleted", b"three") == 0  # a new stream: offsets start over
+        assert (await c.consume("m-deleted", 0))[1] == b"three"
