@@ -59,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", type=Path, help="TOML configuration file")
     serve.add_argument("--advertised-host", help="host clients are told to connect to")
     serve.add_argument("--advertised-port", type=int, help="port clients are told to connect to")
+    serve.add_argument("--mega-port", type=int, default=None, metavar="P",
+                       help="serve MEGA (docs/protocols/mega.md) on P, on loopback unless "
+                            "configured otherwise; 0 turns it off (default: [listeners.mega], "
+                            "none)")
     serve.add_argument("--fsync", choices=["never", "interval", "chunk"],
                        help="when to fsync the log (default never: a confirm means the OS has it)")
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
@@ -220,7 +224,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         config = load(args.config, host=args.host, port=args.port, data_dir=args.data_dir,
                       advertised_host=args.advertised_host, advertised_port=args.advertised_port,
-                      fsync=args.fsync)
+                      fsync=args.fsync, mega_port=args.mega_port)
     except ConfigError as e:
         print(f"streamlet: {e}", file=sys.stderr)
         return 2

@@ -47,6 +47,37 @@ def test_bad_listener_tables_are_refused_with_a_reason(tmp_path: Path, text: str
 
 
 def test_a_protocol_the_broker_does_not_speak_is_a_config_error(tmp_path: Path) -> None:
-    config = _load(tmp_path, "[listeners.mega]\nport = 5560\n")
-    with pytest.raises(ConfigError, match=r"no such protocol: \[listeners\.mega\] \(this broker speaks rabbitmq\)"):
+    config = _load(tmp_path, "[listeners.amqp]\nport = 5560\n")
+    with pytest.raises(ConfigError, match=r"no such protocol: \[listeners\.amqp\] \(this broker speaks "):
         Broker(config, LISTENERS)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('[listeners.mega]\nport = 5560\nhost = "0.0.0.0"\n', "loopback only"),
+    (TLS + '[listeners.mega]\nport = 5560\nhost = "0.0.0.0"\ntls = true\n', "loopback only"),
+    ("[listeners.mega]\nport = 5560\nmax_payload_bytes = 16777217\n", "max_payload_bytes must be"),
+    ("[listeners.mega]\nport = 5560\nmax_topic_bytes = 256\n", "max_topic_bytes must be"),
+])
+def test_mega_has_no_authentication_so_loopback_only(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _load(tmp_path, text)
+
+
+def test_mega_over_tls_with_client_certificates_may_listen_anywhere(tmp_path: Path) -> None:
+    text = (TLS + 'cafile = "ca.pem"\nverify_peer = true\n'
+            + '[listeners.mega]\nport = 5560\nhost = "0.0.0.0"\ntls = true\n')
+    assert Listener("mega", "0.0.0.0", 5560, tls=True) in _load(tmp_path, text).listeners
+
+
+@pytest.mark.parametrize(("text", "flag", "mega"), [
+    ("", None, []),
+    ("", 5570, [Listener("mega", "127.0.0.1", 5570)]),
+    ('[server]\nhost = "0.0.0.0"\n', 5570, [Listener("mega", "127.0.0.1", 5570)]),
+    ('[listeners.mega]\nport = 5560\nhost = "::1"\n', 5570, [Listener("mega", "::1", 5570)]),
+    ("[listeners.mega]\nport = 5560\n", 0, []),
+])
+def test_mega_port_flag(tmp_path: Path, text: str, flag: int | None, mega: list[Listener]) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    cfg = load(path, mega_port=flag, data_dir=str(tmp_path / "data"))
+    assert [lst for lst in cfg.listeners if lst.protocol == "mega"] == mega

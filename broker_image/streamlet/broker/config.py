@@ -67,6 +67,13 @@ File format (all keys optional)::
     port = 5560                       # required
     tls = false                       # true: with [tls]'s certificate
 
+    [listeners.mega]                  # MEGA (docs/protocols/mega.md); off unless configured
+    port = 5553                       # or serve --mega-port (0: off)
+    host = "127.0.0.1"                # MEGA has no authentication: loopback only, unless
+                                      # tls = true with [tls] verify_peer = true
+    max_topic_bytes = 255             # a longer topic: MESSAGE_TOO_LARGE and a close
+    max_payload_bytes = 1048576       # a longer PRODUCE payload: the same (<= frame_limit)
+
     [limits]
     max_connections = 10000           # per broker, 0 = unlimited
     max_connections_per_user = 0      # per user, 0 = unlimited
@@ -112,6 +119,10 @@ DEFAULT_MAX_OPEN_FILES = 1024
 DEFAULT_SEGMENT_BYTES = 500_000_000
 MAX_SEGMENT_BYTES = 3_000_000_000
 FSYNC_POLICIES = ("never", "interval", "chunk")
+#: MEGA's limits on a request (streamlet.mega's defaults; a stream name has at most 255 bytes)
+DEFAULT_MEGA_MAX_TOPIC = 255
+DEFAULT_MEGA_MAX_PAYLOAD = 1 << 20
+LOOPBACK_HOSTS = ("localhost", "::1")
 
 
 class ConfigError(ValueError):
@@ -203,6 +214,8 @@ class BrokerConfig:
     resume_roles: bool = False
     rabbitmq_listener: bool = True  # [listeners.rabbitmq] enabled
     other_listeners: tuple[Listener, ...] = ()  # [listeners.<protocol>] of further protocols
+    mega_max_topic_bytes: int = DEFAULT_MEGA_MAX_TOPIC  # [listeners.mega] max_topic_bytes
+    mega_max_payload_bytes: int = DEFAULT_MEGA_MAX_PAYLOAD  # [listeners.mega] max_payload_bytes
 
     @property
     def listeners(self) -> tuple[Listener, ...]:
@@ -295,8 +308,9 @@ def _int(section: dict[str, Any], key: str, where: str, minimum: int = 0) -> int
     return v
 
 
-def load(path: Path | None = None, **overrides: Any) -> BrokerConfig:
-    """Build the config: defaults < file < environment < non-None keyword overrides (flags)."""
+def load(path: Path | None = None, mega_port: int | None = None, **overrides: Any) -> BrokerConfig:
+    """Build the config: defaults < file < environment < non-None keyword overrides (flags);
+    ``mega_port``: serve --mega-port (with_mega_port)."""
     cfg = BrokerConfig()
     if path is not None:
         try:
@@ -317,7 +331,7 @@ def load(path: Path | None = None, **overrides: Any) -> BrokerConfig:
     flags = {k: v for k, v in overrides.items() if v is not None}
     if "data_dir" in flags:
         flags["data_dir"] = Path(flags["data_dir"])
-    cfg = replace(cfg, **flags)
+    cfg = with_mega_port(replace(cfg, **flags), mega_port)
     _validate(cfg)
     return cfg
 
@@ -388,6 +402,12 @@ def _listeners(section: Any, default_host: str) -> dict[str, Any]:
                           f"[tls] port place it), not {', '.join(sorted(extra))}")
     changes["rabbitmq_listener"] = bool(rabbitmq.get("enabled", True))
     others = []
+    mega = section.get("mega", {})
+    for key, field_name in (("max_topic_bytes", "mega_max_topic_bytes"),
+                            ("max_payload_bytes", "mega_max_payload_bytes")):
+        value = _int(mega, key, "listeners.mega", 1)
+        if value is not None:
+            changes[field_name] = value
     for protocol, table in section.items():
         if protocol == "rabbitmq" or not table.get("enabled", True):
             continue
@@ -477,6 +497,23 @@ def _apply_access(doc: dict[str, Any]) -> dict[str, Any]:
     return changes
 
 
+def _loopback(host: str) -> bool:
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def with_mega_port(cfg: BrokerConfig, port: int | None) -> BrokerConfig:
+    """``serve --mega-port``: None keeps [listeners.mega]; 0 turns MEGA off; else MEGA on that
+    port, on [listeners.mega] host if given, else 127.0.0.1 (MEGA has no authentication)."""
+    if port is None:
+        return cfg
+    mega = [lst for lst in cfg.other_listeners if lst.protocol == "mega"]
+    others = tuple(lst for lst in cfg.other_listeners if lst.protocol != "mega")
+    if port:
+        host = mega[0].host if mega else "127.0.0.1"
+        others = (*others, Listener("mega", host, port, mega[0].tls if mega else False))
+    return replace(cfg, other_listeners=others)
+
+
 def _validate(cfg: BrokerConfig) -> None:
     if not 0 < cfg.port < 65536:
         raise ConfigError(f"port must be in 1..65535, got {cfg.port}")
@@ -510,6 +547,18 @@ def _validate(cfg: BrokerConfig) -> None:
             raise ConfigError(f"listeners.{listener.protocol}.port must be in 1..65535, got {listener.port}")
         if listener.tls and cfg.tls is None:
             raise ConfigError(f"[listeners.{listener.protocol}] tls = true needs a [tls] section")
+        if listener.protocol == "mega" and not _loopback(listener.host) and not (
+                listener.tls and cfg.tls is not None and cfg.tls.verify_peer):
+            raise ConfigError(f"[listeners.mega] host {listener.host!r}: MEGA has no "
+                              "authentication, so it listens on loopback only, or with tls = true "
+                              "and [tls] verify_peer = true (client certificates)")
+    mega = any(lst.protocol == "mega" for lst in cfg.listeners)
+    if mega and not 0 < cfg.mega_max_payload_bytes <= cfg.frame_limit:
+        raise ConfigError(f"listeners.mega.max_payload_bytes must be in 1..server.frame_limit "
+                          f"({cfg.frame_limit}), got {cfg.mega_max_payload_bytes}")
+    if mega and not 0 < cfg.mega_max_topic_bytes <= 255:
+        raise ConfigError(f"listeners.mega.max_topic_bytes must be in 1..255 (a stream name's "
+                          f"bytes), got {cfg.mega_max_topic_bytes}")
     if cfg.tls is not None and cfg.tls.verify_peer and cfg.tls.cafile is None:
         raise ConfigError("[tls] verify_peer needs a cafile")
     if cfg.retention.max_segment_size_bytes > MAX_SEGMENT_BYTES:

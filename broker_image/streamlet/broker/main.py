@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from ..storage.files import files
 from .config import BrokerConfig
+from .mega.connection import MegaConnection
 from .rabbitmq.connection import Connection
 from .server import Broker, ConnectionFactory
 
@@ -22,6 +23,7 @@ log = logging.getLogger("streamlet.broker")
 
 LISTENERS: Mapping[str, ConnectionFactory] = {
     "rabbitmq": lambda broker, tls: Connection(broker, tls=tls),
+    "mega": lambda broker, tls: MegaConnection(broker, tls=tls),
 }
 
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..protocol import FrameSplitter, FrameTooLarge
 
@@ -37,6 +37,23 @@ WRITE_LOW = 512 << 10
 _tasks: set[asyncio.Task[None]] = set()
 
 
+class Splitter(Protocol):
+    """What the transport needs of a protocol's frame splitter (protocol/framing.py
+    FrameSplitter is RabbitMQ's, mega/codec.py MegaSplitter MEGA's): ``feed`` a read and
+    iterate its whole frames; FrameTooLarge (or a subclass) when framing is lost."""
+
+    max_size: int
+    begun: int
+
+    @property
+    def pending(self) -> int: ...
+
+    @property
+    def held(self) -> int: ...
+
+    def feed(self, data: bytes | memoryview) -> Iterator[memoryview]: ...
+
+
 def _ended(task: asyncio.Task[None], what: str, peer: str | None) -> None:
     _tasks.discard(task)
     if not task.cancelled() and task.exception() is not None:
@@ -48,10 +65,10 @@ class FramedConnection(asyncio.Protocol):
     opened = False
     closing = False
 
-    def __init__(self, broker: Broker, tls: bool, splitter: FrameSplitter) -> None:
+    def __init__(self, broker: Broker, tls: bool, splitter: Splitter) -> None:
         self.broker = broker
         self.tls = tls
-        self.splitter = splitter
+        self.splitter: Splitter = splitter
         self.transport: asyncio.Transport | None = None
         self.peer: str | None = None
         self.user: str | None = None  # once authenticated (limits and permissions are per user)

@@ -181,6 +181,17 @@ class Stream:
             else:
                 loop.call_soon(self.flush)
 
+    @property
+    def pending_end(self) -> int:
+        """The offset the next record published here will get: the log's end plus the records
+        pending for the next chunk. A flush moves records from the second term to the first,
+        so this does not change when the pending chunk is written; it grows by a batch's
+        records when ``publish`` takes the batch (not deduplicated away). Right after
+        ``publish`` of one single-record message without a reference, that message's offset is
+        ``pending_end - 1`` whoever else publishes here (the event loop runs one call at a
+        time; a failed write rejects it)."""
+        return self.log.next_offset + self._records
+
     def _add(self, publisher: Publisher, batch: PublishBatch) -> None:
         """Deduplicate ``batch`` and add what is new to the pending chunk."""
         ref = publisher.reference

@@ -1,0 +1,107 @@
+"""A MEGA client (docs/protocols/mega.md), asyncio: create_topic, produce -> offset,
+consume(offset) -> (timestamp, message). Requests may be in flight together (produce answers
+come once the message is durable, so out of order); each waits for its correlation id.
+
+    async with await MegaClient.connect("127.0.0.1", 5553) as c:
+        await c.create_topic("events")
+        offset = await c.produce("events", b"hello")
+        timestamp, body = await c.consume("events", offset)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from types import TracebackType
+
+from ..mega import ErrorCode, MessageType, Response, encode_request
+from ..mega.codec import iter_responses
+
+
+class MegaError(Exception):
+    """The broker answered a request with an error code."""
+
+    def __init__(self, code: ErrorCode | int) -> None:
+        name = code.name if isinstance(code, ErrorCode) else str(code)
+        super().__init__(f"MEGA error {int(code)} ({name})")
+        self.code = code
+
+
+class MegaClient:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self._corr = 0
+        self._pending: dict[int, tuple[MessageType, asyncio.Future[Response]]] = {}
+        self._buf = bytearray()
+        self._task = asyncio.get_running_loop().create_task(self._read())
+
+    @classmethod
+    async def connect(cls, host: str, port: int) -> MegaClient:
+        reader, writer = await asyncio.open_connection(host, port)
+        return cls(reader, writer)
+
+    async def __aenter__(self) -> MegaClient:
+        return self
+
+    async def __aexit__(self, t: type[BaseException] | None, e: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        self._task.cancel()
+        self.writer.close()
+        with contextlib.suppress(OSError):
+            await self.writer.wait_closed()
+
+    def _kind(self, correlation: int) -> MessageType | None:
+        got = self._pending.get(correlation)
+        return got[0] if got else None
+
+    async def _read(self) -> None:
+        error: BaseException = ConnectionError("the broker closed the connection")
+        try:
+            while data := await self.reader.read(1 << 16):
+                self._buf += data
+                for response in iter_responses(self._buf, self._kind):
+                    got = self._pending.pop(response.correlation, None)
+                    if got is not None and not got[1].done():
+                        got[1].set_result(response)
+        except (OSError, ValueError) as e:
+            error = e
+        for _, fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(error)
+        self._pending.clear()
+
+    async def request(self, kind: MessageType, topic: str | bytes, *, payload: bytes | None = None,
+                      offset: int | None = None) -> Response:
+        """Send one request and wait for its answer (MegaError for an error code)."""
+        self._corr = (self._corr + 1) & 0xFFFFFFFF
+        corr = self._corr
+        fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._pending[corr] = (kind, fut)
+        if self._task.done():
+            raise ConnectionError("the connection is closed")
+        self.writer.write(encode_request(corr, kind, topic, int(time.time() * 1000),
+                                         payload=payload, offset=offset))
+        response = await fut
+        if not response.ok:
+            raise MegaError(response.code)
+        return response
+
+    async def create_topic(self, topic: str) -> None:
+        await self.request(MessageType.CREATE_TOPIC, topic)
+
+    async def produce(self, topic: str, message: bytes) -> int:
+        """The offset the message got, once the broker has it durably."""
+        response = await self.request(MessageType.PRODUCE, topic, payload=message)
+        assert response.offset is not None
+        return response.offset
+
+    async def consume(self, topic: str, offset: int) -> tuple[int, bytes]:
+        """(the timestamp of the message's chunk, ms since the epoch; the message)."""
+        response = await self.request(MessageType.CONSUME, topic, offset=offset)
+        assert response.message is not None
+        return response.timestamp, response.message
