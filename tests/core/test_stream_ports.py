@@ -28,6 +28,7 @@ class FakeSession:
         self.room = 1 << 20
         self.delivered: list[tuple[int, int]] = []  # (reader id, chunks)
         self.activations: list[tuple[Any, bool]] = []
+        self.placements: list[tuple[int, int]] = []  # (first publishing id, offset)
 
     def abort(self) -> None:
         self.closing = True
@@ -35,6 +36,9 @@ class FakeSession:
     def confirmed(self, publisher_id: int, ids: list[bytes]) -> None:
         for packed in ids:
             self.confirms += struct.unpack(f">{len(packed) // 8}Q", packed)
+
+    def placed(self, publisher_id: int, first_id: int, offset: int) -> None:
+        self.placements.append((first_id, offset))
 
     def rejected(self, publisher_id: int, ids: list[int], why: Refusal) -> None:
         self.rejects += [(i, why) for i in ids]
@@ -110,4 +114,35 @@ async def test_detaching_a_publisher_confirms_what_it_sent_first_unless_its_sess
     stream.detach_publisher(kept)
     assert session.confirms == [1], "confirmed before the detach returns"
     assert stream.publishers == set() and stream.log.next_offset == 2
+    stream.close()
+
+
+def test_a_publisher_that_wants_offsets_is_told_where_each_batch_went(tmp_path: Path) -> None:
+    """Session.placed gives each batch's real offset, also when the chunk's write rolls the
+    segment and the roll's tracking snapshot takes the offset the batch would have had, and
+    when several publishers share a chunk."""
+    from streamlet.storage.chunk import HEADER_SIZE, iter_records
+
+    clock = ManualClock()
+    settings = StreamSettings(max_segment_size_bytes=200)
+    stream = Stream("s", tmp_path / "s", settings, "never", clock)
+    stream.store_offset("reader", 0)  # tracking state: every roll writes a snapshot first
+    a, b = FakeSession(), FakeSession()
+    pa = Publisher(1, None, stream, a, wants_offsets=True)
+    pb = Publisher(2, None, stream, b, wants_offsets=True)
+    for i in range(1, 31):
+        stream.publish(pa, batch(i, [b"a%d" % i]))
+        stream.publish(pb, batch(i, [b"b%d" % i], publisher_id=2))
+        clock.advance(1)
+    assert stream.log.segment_count > 2, "the writes rolled segments"
+    by_offset, offset = {}, 0
+    while chunks := stream.fetch(offset, 1 << 30):  # a segment's run at a time
+        for ref, view in chunks:
+            for k, record in enumerate(iter_records(view[HEADER_SIZE:])):
+                by_offset[ref.chunk_id + k] = bytes(record)
+        offset = chunks[-1][0].next_offset
+    for session, name in ((a, b"a"), (b, b"b")):
+        assert len(session.placements) == 30
+        for first_id, offset in session.placements:
+            assert by_offset[offset] == name + b"%d" % first_id
     stream.close()

@@ -35,6 +35,10 @@ class Session(Protocol):
 
     def rejected(self, publisher_id: int, ids: list[int], why: Refusal) -> None: ...
 
+    def placed(self, publisher_id: int, first_id: int, offset: int) -> None:
+        """For a publisher with ``wants_offsets``: the batch starting with publishing id
+        ``first_id`` was written at ``offset`` (before its confirm, which may come later)."""
+
     # readers
     def write_room(self) -> int:
         """Bytes that may be delivered before the peer counts as not reading."""

@@ -54,13 +54,17 @@ SYNC_INTERVAL_S = 1.0
 
 
 class Publisher:
-    __slots__ = ("id", "reference", "stream", "conn")
+    __slots__ = ("id", "reference", "stream", "conn", "wants_offsets")
 
-    def __init__(self, pid: int, reference: str | None, stream: Stream, conn: Session) -> None:
+    def __init__(self, pid: int, reference: str | None, stream: Stream, conn: Session,
+                 wants_offsets: bool = False) -> None:
         self.id = pid
         self.reference = reference
         self.stream = stream
         self.conn = conn
+        #: told the offset each batch was written at (Session.placed): a protocol that answers
+        #: a publish with its offset (MEGA)
+        self.wants_offsets = wants_offsets
 
 
 class Stream:
@@ -91,6 +95,9 @@ class Stream:
         #: packed publishing ids to confirm, per (connection, publisher id)
         self._confirms: dict[tuple[Session, int], list[bytes]] = defaultdict(list)
         self._dirty_refs: dict[str, int] = {}
+        #: (publisher, first publishing id, record position) of pending batches whose publisher
+        #: wants their offsets
+        self._placed: list[tuple[Publisher, int, int]] = []
         #: filter values of the pending chunk (None: an entry without one), for its bloom
         self._filter_values: set[str | None] = set()
         self._scheduled = False
@@ -181,17 +188,6 @@ class Stream:
             else:
                 loop.call_soon(self.flush)
 
-    @property
-    def pending_end(self) -> int:
-        """The offset the next record published here will get: the log's end plus the records
-        pending for the next chunk. A flush moves records from the second term to the first,
-        so this does not change when the pending chunk is written; it grows by a batch's
-        records when ``publish`` takes the batch (not deduplicated away). Right after
-        ``publish`` of one single-record message without a reference, that message's offset is
-        ``pending_end - 1`` whoever else publishes here (the event loop runs one call at a
-        time; a failed write rejects it)."""
-        return self.log.next_offset + self._records
-
     def _add(self, publisher: Publisher, batch: PublishBatch) -> None:
         """Deduplicate ``batch`` and add what is new to the pending chunk."""
         ref = publisher.reference
@@ -206,6 +202,8 @@ class Stream:
             self._filter_values.add(None)
         else:
             self._filter_values.update(batch.filter_values)
+        if publisher.wants_offsets:  # its place in the pending chunk, told once it is written
+            self._placed.append((publisher, batch.first_id, self._records))
         self._data.append(batch.data)
         self._count += batch.count
         self._records += batch.num_records
@@ -254,11 +252,12 @@ class Stream:
         count, records = self._count, self._records
         self._data, self._count, self._records, self._bytes = [], 0, 0, 0
         self._confirms, self._dirty_refs = defaultdict(list), {}
+        placed, self._placed = self._placed, []
         bloom = chunk_bloom(self._filter_values, self.settings.filter_size)
         self._filter_values = set()
         try:
-            self.log.append(data[0] if len(data) == 1 else b"".join(data), count, records,
-                            writer_sequences=refs or None, bloom=bloom)
+            ref = self.log.append(data[0] if len(data) == 1 else b"".join(data), count, records,
+                                  writer_sequences=refs or None, bloom=bloom)
         except (OSError, ValueError) as e:
             self._write_errors.error("stream %s: write failed: %s", self.name, e)
             self.sequences.update({r: self.log.writer_sequences.get(r, 0) for r in refs})
@@ -266,6 +265,9 @@ class Stream:
                 conn.rejected(pid, _unpack_ids(packed), Refusal.WRITE_FAILED)
             return
         self._write_errors.resolved("stream %s: writes succeed again", self.name)
+        # Where the chunk really went: a segment roll writes its snapshot chunk first.
+        for publisher, first_id, position in placed:
+            publisher.conn.placed(publisher.id, first_id, ref.chunk_id + position)
         self._written()
         if self._waiting_written:
             self._wake_written()

@@ -121,8 +121,17 @@ class MegaConnection(FramedConnection):
         ts = now_ms()
         for (pid,) in _U64.iter_unpack(raw):
             got = self.waiting.pop(pid, None)
-            if got is not None:
+            if got is None:
+                continue
+            if got[1] < 0:  # confirmed without being placed: a bug, said as one
+                self.answer_error(got[0], ErrorCode.INTERNAL_ERROR)
+            else:
                 self.answer(got[0], ts, produced(got[1]))
+
+    def placed(self, publisher_id: int, first_id: int, offset: int) -> None:
+        got = self.waiting.get(first_id)
+        if got is not None:
+            self.waiting[first_id] = (got[0], offset, got[2])
 
     def rejected(self, publisher_id: int, ids: list[int], why: Refusal) -> None:
         for pid in ids:
@@ -191,7 +200,8 @@ def on_produce(conn: MegaConnection, request: Request) -> None:
     pub = conn.publishers.get(stream)
     if pub is None:
         conn.next_publisher += 1
-        pub = conn.publishers[stream] = Publisher(conn.next_publisher, None, stream, conn)
+        pub = conn.publishers[stream] = Publisher(conn.next_publisher, None, stream, conn,
+                                                  wants_offsets=True)
         stream.attach_publisher(pub)
     payload = request.payload
     assert payload is not None
@@ -199,9 +209,9 @@ def on_produce(conn: MegaConnection, request: Request) -> None:
     pid = conn.next_id
     batch = PublishBatch(pub.id, 1, _U64.pack(pid), _U32.pack(len(payload)) + payload, 1, pid,
                          pid, True)
-    # The message's offset: the stream's end, pending records included, before it is taken
-    # (see Stream.pending_end). Registered first: a refusal answers it during publish.
-    conn.waiting[pid] = (request.correlation, stream.pending_end, stream)
+    # Its offset comes with Session.placed once written, its answer with the confirm.
+    # Registered first: a refusal answers it during publish.
+    conn.waiting[pid] = (request.correlation, -1, stream)
     stream.publish(pub, batch)
 
 

@@ -183,6 +183,9 @@ class ConnectionState(FramedConnection):
         """``ids``: packed big-endian publishing ids, as PublishBatch carries them."""
         self.write(encode_confirm(publisher_id, ids))
 
+    def placed(self, publisher_id: int, first_id: int, offset: int) -> None:
+        """RabbitMQ's publishers are told nothing of offsets (never ``wants_offsets``)."""
+
     def rejected(self, publisher_id: int, ids: list[int], why: Refusal) -> None:
         self.send_publish_error(publisher_id, ids, REFUSAL_CODES[why])
 
