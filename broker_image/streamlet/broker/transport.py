@@ -18,10 +18,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
-from ..protocol import FrameSplitter, FrameTooLarge
+from ..protocol import FrameTooLarge
+from ..protocol.framing import Splitter
 
 if TYPE_CHECKING:
     from .server import Broker
@@ -35,23 +36,6 @@ WRITE_HIGH = 2 << 20
 WRITE_LOW = 512 << 10
 #: spawned work, referenced until it ends (the loop keeps only weak references to tasks)
 _tasks: set[asyncio.Task[None]] = set()
-
-
-class Splitter(Protocol):
-    """What the transport needs of a protocol's frame splitter (protocol/framing.py
-    FrameSplitter is RabbitMQ's, mega/codec.py MegaSplitter MEGA's): ``feed`` a read and
-    iterate its whole frames; FrameTooLarge (or a subclass) when framing is lost."""
-
-    max_size: int
-    begun: int
-
-    @property
-    def pending(self) -> int: ...
-
-    @property
-    def held(self) -> int: ...
-
-    def feed(self, data: bytes | memoryview) -> Iterator[memoryview]: ...
 
 
 def _ended(task: asyncio.Task[None], what: str, peer: str | None) -> None:
@@ -121,7 +105,7 @@ class FramedConnection(asyncio.Protocol):
         self._release_frame()
         if self._waiting:
             self.broker.frame_budget.cancel(self)
-        self.splitter = FrameSplitter(self.splitter.max_size)  # frees a partial frame now
+        self.splitter.clear()  # frees a partial frame now
         self.lost()
 
     def pause_writing(self) -> None:

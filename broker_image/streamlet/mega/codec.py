@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import IntEnum
 
-from ..protocol.framing import FrameTooLarge
+from ..protocol.framing import FrameTooLarge, Splitter
 
 
 class MessageType(IntEnum):
@@ -48,7 +48,6 @@ _U64 = struct.Struct(">Q")
 _SUCCESS = struct.Struct(">IBQ")  # correlation, 1, timestamp
 _ERROR = struct.Struct(">IBB")  # correlation, 0, code
 _TYPES = frozenset(int(t) for t in MessageType)
-_EMPTY = memoryview(b"")
 
 
 class FramingLost(FrameTooLarge):
@@ -74,42 +73,25 @@ class Request:
     offset: int | None = None  # CONSUME
 
 
-class MegaSplitter:
-    """FrameSplitter's interface (protocol/framing.py) for MEGA's layout: feed the bytes of one
-    read, then iterate its whole requests (each as all its bytes, header included).
+class MegaSplitter(Splitter):
+    """MEGA's requests (each handed out as all its bytes, header included): the shared
+    splitter (protocol/framing.py) told MEGA's layout.
 
     ``pending`` is the request's whole length once its header (and, for PRODUCE, its payload
-    length) says it, ``held`` the bytes of an incomplete request kept between reads, ``begun``
-    counts requests left incomplete at the end of a read. A request is measured before it is
-    buffered: a topic past ``max_topic`` or a payload past ``max_payload`` raises FramingLost
-    (MESSAGE_TOO_LARGE), an unknown type FramingLost (INVALID_MESSAGE_TYPE).
+    length) says it. A request is measured before it is buffered: a topic past ``max_topic`` or
+    a payload past ``max_payload`` raises FramingLost (MESSAGE_TOO_LARGE), an unknown type
+    FramingLost (INVALID_MESSAGE_TYPE).
     """
 
-    __slots__ = ("_have", "_head_max", "_need", "_pieces", "_pos", "_rest", "begun",
-                 "max_payload", "max_size", "max_topic")
+    __slots__ = ("max_payload", "max_topic")
 
     def __init__(self, max_topic: int = DEFAULT_MAX_TOPIC,
                  max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
         self.max_topic = max_topic
         self.max_payload = max_payload
-        #: the header of the largest request: what is held before its length is known
-        self._head_max = HEAD.size + max_topic + 8 + 4
-        #: the largest request taken
-        self.max_size = self._head_max + max_payload
-        self._rest = _EMPTY
-        self._pos = 0
-        self._pieces: list[bytes | memoryview] = []
-        self._have = 0
-        self._need = 0
-        self.begun = 0
-
-    @property
-    def pending(self) -> int:
-        return self._need
-
-    @property
-    def held(self) -> int:
-        return self._have
+        # the header of the largest request says its length; the largest request is taken
+        head_max = HEAD.size + max_topic + 8 + 4
+        super().__init__(head_max + max_payload, head_max)
 
     def measure(self, buf: bytes | memoryview, pos: int = 0) -> int | None:
         """The length of the request starting at ``buf[pos:]``, None while its bytes there do
@@ -138,48 +120,6 @@ class MegaSplitter:
                               f"payload of {size} bytes exceeds the limit of {self.max_payload}",
                               size, self.max_payload)
         return fixed + 4 + size
-
-    def feed(self, data: bytes | memoryview) -> MegaSplitter:
-        view = memoryview(data)
-        if self._have:
-            if not self._need:  # the header itself was split: at most _head_max bytes held
-                head = bytes(self._pieces[0])
-                joined = head + bytes(view[: self._head_max])
-                need = self.measure(joined)
-                if need is None:  # still short of a header: all of this read was taken
-                    self._pieces, self._have = [joined], len(joined)
-                    self._rest, self._pos = _EMPTY, 0
-                    return self
-                self._need = need
-            take = min(self._need - self._have, len(view))
-            self._pieces.append(view[:take])
-            self._have += take
-            view = view[take:]
-        self._rest, self._pos = view, 0
-        return self
-
-    def __iter__(self) -> MegaSplitter:
-        return self
-
-    def __next__(self) -> memoryview:
-        if self._need and self._have == self._need:  # a request split over reads, now whole
-            frame = memoryview(b"".join(self._pieces))
-            self._pieces, self._have, self._need = [], 0, 0
-            return frame
-        if self._have:
-            raise StopIteration
-        view, pos = self._rest, self._pos
-        left = len(view) - pos
-        if left:
-            need = self.measure(view, pos)
-            if need is not None and left >= need:
-                self._pos = pos + need
-                return view[pos : pos + need]
-            tail = bytes(view[pos:])  # copied: a view would keep the whole read alive
-            self._pieces, self._have, self._need = [tail], len(tail), need or 0
-            self.begun += 1
-        self._rest, self._pos = _EMPTY, 0
-        raise StopIteration
 
 
 def decode_request(frame: bytes | memoryview) -> Request:
