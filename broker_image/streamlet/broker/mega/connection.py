@@ -114,6 +114,17 @@ class MegaConnection(FramedConnection):
             return None
         return name
 
+    def topic(self, request: Request) -> Stream | None:
+        """The stream the request's topic names, or None when answered INVALID_REQUEST (not a
+        stream name) or TOPIC_NOT_FOUND."""
+        name = self.stream_named(request)
+        if name is None:
+            return None
+        stream = self.streams.get(name)
+        if stream is None:
+            self.answer_error(request.correlation, ErrorCode.TOPIC_NOT_FOUND)
+        return stream
+
     # --- the core's Session port (streamlet.core.ports) ----------------------------------------
 
     def confirmed(self, publisher_id: int, ids: list[bytes]) -> None:
@@ -183,12 +194,8 @@ def on_create_topic(conn: MegaConnection, request: Request) -> None:
 
 
 def on_produce(conn: MegaConnection, request: Request) -> None:
-    name = conn.stream_named(request)
-    if name is None:
-        return
-    stream = conn.streams.get(name)
+    stream = conn.topic(request)
     if stream is None:
-        conn.answer_error(request.correlation, ErrorCode.TOPIC_NOT_FOUND)
         return
     try:
         elsewhere = conn.broker.members.leader_of(stream) is not None
@@ -216,12 +223,8 @@ def on_produce(conn: MegaConnection, request: Request) -> None:
 
 
 def on_consume(conn: MegaConnection, request: Request) -> None:
-    name = conn.stream_named(request)
-    if name is None:
-        return
-    stream = conn.streams.get(name)
+    stream = conn.topic(request)
     if stream is None:
-        conn.answer_error(request.correlation, ErrorCode.TOPIC_NOT_FOUND)
         return
     offset = request.offset
     assert offset is not None
@@ -237,7 +240,7 @@ def on_consume(conn: MegaConnection, request: Request) -> None:
                 next(records)
             record = next(records)
         except (ChunkError, StopIteration) as e:
-            log.error("stream %s: offset %d unreadable: %r", name, offset, e)
+            log.error("stream %s: offset %d unreadable: %r", stream.name, offset, e)
             conn.answer_error(request.correlation, ErrorCode.INTERNAL_ERROR)
             return
         conn.answer(request.correlation, ref.timestamp, consumed(record))

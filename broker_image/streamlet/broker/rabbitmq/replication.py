@@ -5,6 +5,7 @@ and the replication user's, never an application's. The work is broker.replicati
 
 from __future__ import annotations
 
+from ...core.streams import Stream
 from ...protocol import Code
 from ...protocol import frames as f
 from ...protocol.constants import Role as WireRole
@@ -16,11 +17,18 @@ from .state import ConnectionState
 _ROLES = {WireRole.LEADER: Role.LEADER, WireRole.FOLLOWER: Role.FOLLOWER}
 
 
+def _configurable(conn: ConnectionState, name: str) -> Stream | Code:
+    """The stream, or why this connection may not run replication commands on it."""
+    stream = conn.streams.get(name)
+    if stream is None:
+        return Code.STREAM_DOES_NOT_EXIST
+    return Code.ACCESS_REFUSED if conn.refused("configure", name) else stream
+
+
 def on_fence(conn: ConnectionState, cmd: f.Fence) -> None:
-    stream = conn.streams.get(cmd.stream)
-    if stream is None or conn.refused("configure", cmd.stream):
-        code = Code.STREAM_DOES_NOT_EXIST if stream is None else Code.ACCESS_REFUSED
-        conn.send(f.FenceResponse(cmd.correlation_id, code))
+    stream = _configurable(conn, cmd.stream)
+    if isinstance(stream, Code):
+        conn.send(f.FenceResponse(cmd.correlation_id, stream))
         return
     try:
         report = conn.broker.members.fence(stream, cmd.epoch)
@@ -32,12 +40,10 @@ def on_fence(conn: ConnectionState, cmd: f.Fence) -> None:
 
 
 def on_assign(conn: ConnectionState, cmd: f.Assign) -> None:
-    stream = conn.streams.get(cmd.stream)
+    stream = _configurable(conn, cmd.stream)
     role = _ROLES.get(cmd.role)  # type: ignore[call-overload]
-    if stream is None:
-        code = Code.STREAM_DOES_NOT_EXIST
-    elif conn.refused("configure", cmd.stream):
-        code = Code.ACCESS_REFUSED
+    if isinstance(stream, Code):
+        code = stream
     elif role is None or not cmd.members:
         code = Code.PRECONDITION_FAILED
     else:
@@ -52,10 +58,9 @@ def on_assign(conn: ConnectionState, cmd: f.Assign) -> None:
 
 
 def on_replica_hello(conn: ConnectionState, cmd: f.ReplicaHello) -> None:
-    stream = conn.streams.get(cmd.stream)
-    if stream is None or conn.refused("configure", cmd.stream):
-        code = Code.STREAM_DOES_NOT_EXIST if stream is None else Code.ACCESS_REFUSED
-        conn.send(f.ReplicaHelloResponse(cmd.correlation_id, code))
+    stream = _configurable(conn, cmd.stream)
+    if isinstance(stream, Code):
+        conn.send(f.ReplicaHelloResponse(cmd.correlation_id, stream))
         return
     try:
         report = conn.broker.members.hello(stream, cmd.epoch, cmd.member)
