@@ -59,6 +59,17 @@ def assign(brokers: list[BrokerProcess], stream: str, epoch: int, leader: int,
         assert answer.code == Code.OK, (i, answer)
 
 
+async def _stream_on_members(name: str, tmp_path: Path, broker_factory: Factory,
+                             n: int = 3, cluster: str = "") -> list[BrokerProcess]:
+    """``n`` member brokers holding stream ``name``, epoch 1 assigned, member 0 leading."""
+    brokers = _members(tmp_path, broker_factory, n, cluster)
+    for b in brokers:
+        async with await connect(b.host, b.port) as c:
+            await c.create_stream(name)
+    assign(brokers, name, 1, leader=0)
+    return brokers
+
+
 def segment_files(broker: BrokerProcess, stream: str) -> dict[str, bytes]:
     directory = broker.data_dir / "streams" / stream
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir())
@@ -67,11 +78,7 @@ def segment_files(broker: BrokerProcess, stream: str) -> dict[str, bytes]:
 
 async def test_a_replicated_stream_confirms_on_a_majority_and_its_members_end_identical(
         tmp_path: Path, broker_factory: Factory) -> None:
-    brokers = _members(tmp_path, broker_factory)
-    for b in brokers:
-        async with await connect(b.host, b.port) as c:
-            await c.create_stream("r")
-    assign(brokers, "r", 1, leader=0)
+    brokers = await _stream_on_members("r", tmp_path, broker_factory)
     leader, follower = brokers[0], brokers[1]
     async with await connect(leader.host, leader.port) as client:
         producer = await client.producer("r", reference="app")
@@ -103,11 +110,7 @@ async def test_a_replicated_stream_confirms_on_a_majority_and_its_members_end_id
 
 async def test_without_a_majority_nothing_is_confirmed(tmp_path: Path,
                                                       broker_factory: Factory) -> None:
-    brokers = _members(tmp_path, broker_factory)
-    for b in brokers:
-        async with await connect(b.host, b.port) as c:
-            await c.create_stream("q")
-    assign(brokers, "q", 1, leader=0)
+    brokers = await _stream_on_members("q", tmp_path, broker_factory)
     async with await connect(brokers[0].host, brokers[0].port) as client:
         producer = await client.producer("q")
         await producer.send(b"before")
@@ -171,11 +174,7 @@ async def test_offsets_and_sequences_asked_of_a_follower_are_the_leaders(
     """rstream stores and queries offsets, and queries publisher sequences, on whichever
     connection it has: a follower passes them to its leader, and its own log takes no chunk
     that did not come from the leader (the members' files stay identical)."""
-    brokers = _members(tmp_path, broker_factory)
-    for b in brokers:
-        async with await connect(b.host, b.port) as c:
-            await c.create_stream("o")
-    assign(brokers, "o", 1, leader=0)
+    brokers = await _stream_on_members("o", tmp_path, broker_factory)
     async with await connect(brokers[0].host, brokers[0].port) as leader:
         producer = await leader.producer("o", reference="app")
         await producer.send_many([b"a", b"b", b"c"])
@@ -202,11 +201,8 @@ async def test_metadata_follows_an_assign_before_the_directory_does(
     directory file, which brokers re-read at most once a second: clients find a new leader as
     soon as the members know it."""
     directory = tmp_path / "directory.json"
-    brokers = _members(tmp_path, broker_factory, cluster=f'directory_file = "{directory}"\n')
-    for b in brokers:
-        async with await connect(b.host, b.port) as c:
-            await c.create_stream("n")
-    assign(brokers, "n", 1, leader=0)
+    brokers = await _stream_on_members("n", tmp_path, broker_factory,
+                                       cluster=f'directory_file = "{directory}"\n')
     directory.write_text(json.dumps({"streams": {"n": {
         "epoch": 1, "leader": f"127.0.0.1:{brokers[0].port}",
         "replicas": [f"127.0.0.1:{b.port}" for b in brokers[1:]]}}}))
@@ -227,11 +223,8 @@ async def test_without_a_driver_restarted_members_resume_their_roles(
     """cluster.resume_roles (what the operator sets until it elects): a restarted leader leads
     again in its epoch and a restarted follower follows again, so a rolling restart leaves the
     stream writable; without it a restarted member waits fenced for a driver."""
-    brokers = _members(tmp_path, broker_factory, cluster="resume_roles = true\n")
-    for b in brokers:
-        async with await connect(b.host, b.port) as c:
-            await c.create_stream("v")
-    assign(brokers, "v", 1, leader=0)
+    brokers = await _stream_on_members("v", tmp_path, broker_factory,
+                                       cluster="resume_roles = true\n")
     sent = 0
     for restarted in (1, 0, 2):  # a rolling restart: one pod at a time, the leader among them
         brokers[restarted].restart()
