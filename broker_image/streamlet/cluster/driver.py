@@ -29,12 +29,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from ..client import connect
-from ..protocol import Code
-from ..protocol import frames as f
+from ..elector import Members, run_election
 from ..protocol.constants import Role
-from ..replication.election import elect
-from ..replication.model import NO_LEADER, Tail, quorum
+from ..replication.model import NO_LEADER
 
 if TYPE_CHECKING:
     from .supervisor import Supervisor
@@ -42,12 +39,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("streamlet.cluster")
 
 RECORD = "driver.json"
-_GONE = object()  # a Fence answered "no such stream"
 TICK_S = 0.5
-REQUEST_TIMEOUT_S = 3.0
-#: A leader's broker must log a client in within this many seconds, at every tick...
-PROBE_TIMEOUT_S = 1.0
-#: ... or, after this many misses in a row (1.5-4.5 s), it is replaced as if it had exited.
+#: A leader's broker that misses this many probes in a row (elector.PROBE_TIMEOUT_S each,
+#: 1.5-4.5 s) is replaced as if it had exited.
 SUSPECT_AFTER = 3
 
 
@@ -68,7 +62,7 @@ class LocalDriver:
         self.data_dir = data_dir
         self.host = host
         self.ports = ports
-        self.credentials = credentials
+        self.brokers = Members(lambda m: (host, ports[m]), credentials)
         self.records: dict[str, StreamRecord] = self._load()
         self._alive: Mapping[int, int | None] = {}
         self._misses: dict[int, int] = {}  # probes of a leader's broker missed in a row
@@ -109,10 +103,7 @@ class LocalDriver:
         """The leaders whose broker did not answer a login for SUSPECT_AFTER ticks in a row: a
         process that runs but does not work (stopped, stuck) loses its leaderships as an
         exited one does. Followers are not probed: a stuck follower costs no availability."""
-        async def answers(node: int) -> bool:
-            return await self._request(node, None, probe=True) is not None
-
-        results = await asyncio.gather(*(answers(n) for n in sorted(leaders)))
+        results = await asyncio.gather(*(self.brokers.probe(n) for n in sorted(leaders)))
         for node, ok in zip(sorted(leaders), results, strict=True):
             self._misses[node] = 0 if ok else self._misses.get(node, 0) + 1
         stuck = {n for n in leaders if self._misses.get(n, 0) >= SUSPECT_AFTER}
@@ -125,79 +116,30 @@ class LocalDriver:
     # --- an election -------------------------------------------------------------------------------
 
     async def _elect(self, name: str, record: StreamRecord, alive: Mapping[int, int | None]) -> None:
-        epoch = record.epoch + 1
-        record.epoch, record.leader, record.pids = epoch, NO_LEADER, {}
-        self._save()  # reserved before any member hears of it
-        self._publish_directory()
-        answers: dict[int, Tail | None] = {}
-        gone = 0
-        for m in record.members:
-            answer = await self._fence(name, m, epoch) if m in alive else None
-            gone += answer is _GONE
-            answers[m] = answer if isinstance(answer, Tail) else None
-        if gone >= quorum(len(record.members)):  # deleted: nothing to elect any more
+        async def reserve(epoch: int) -> bool:
+            record.epoch, record.leader, record.pids = epoch, NO_LEADER, {}
+            self._save()  # before any member hears of it
+            self._publish_directory()
+            return True
+
+        outcome = await run_election(name, record.members, record.epoch, reserve, self.brokers,
+                                     reachable=set(alive))
+        if outcome.deleted:
             log.info("stream %s: deleted on a majority of its members, forgotten", name)
             del self.records[name]
             self._save()
             self._publish_directory()
             return
-        decision = elect(record.members, epoch - 1, answers)
-        if decision.leader == NO_LEADER:
-            log.warning("stream %s: no leader in epoch %d (%s; fenced: %s)", name, epoch,
-                        decision.reason.value, list(decision.fenced))
+        if outcome.leader == NO_LEADER:
             return
-        record.leader = decision.leader
-        if not await self._assign(name, record, decision.leader, Role.LEADER):
-            record.leader = NO_LEADER
-            self._save()
-            return
-        record.pids[str(decision.leader)] = alive.get(decision.leader) or 0
-        for m in decision.followers:
-            if m in alive and await self._assign(name, record, m, Role.FOLLOWER):
-                record.pids[str(m)] = alive[m] or 0
+        record.leader = outcome.leader
+        record.pids = {str(m): alive.get(m) or 0 for m in outcome.assigned}
         self._save()
         self._publish_directory()
-        log.info("stream %s: member %d leads epoch %d (%s)", name, decision.leader, epoch,
-                 decision.reason.value)
-
-    async def _fence(self, name: str, member: int, epoch: int) -> Tail | object | None:
-        """The member's tail; _GONE when it has no such stream; None when it did not fence."""
-        answer = await self._request(member, lambda c: f.Fence(c, name, epoch))
-        if answer is not None and answer.code == Code.STREAM_DOES_NOT_EXIST:
-            return _GONE
-        if answer is None or answer.code != Code.OK:
-            return None
-        return Tail(answer.tail_epoch, answer.tail_chunk_id, answer.next_offset)
 
     async def _assign(self, name: str, record: StreamRecord, member: int, role: Role) -> bool:
-        port = self.ports[record.leader]
-        answer = await self._request(member, lambda c: f.Assign(
-            c, name, record.epoch, role, self.host, port, list(record.members)))
-        ok = answer is not None and answer.code == Code.OK
-        if not ok:
-            log.info("stream %s: assigning member %d as %s in epoch %d failed (%s)", name,
-                     member, role.name.lower(), record.epoch,
-                     "unreachable" if answer is None else f"code {answer.code}")
-        return ok
-
-    async def _request(self, member: int, make: Any, probe: bool = False) -> Any:
-        """The answer of ``member``'s broker, or None when it cannot be reached in time. With
-        ``probe``, only a login within PROBE_TIMEOUT_S (True when it succeeded)."""
-        user, password = self.credentials
-        try:
-            async with asyncio.timeout(PROBE_TIMEOUT_S if probe else REQUEST_TIMEOUT_S):
-                client = await connect(self.host, self.ports[member], user, password,
-                                       heartbeat=0, connection_name="placement driver")
-                try:
-                    return True if probe else await client.request(make, ok=tuple(Code))
-                finally:
-                    await client.close()
-        except (TimeoutError, OSError, ConnectionError) as e:
-            log.debug("member %d unreachable: %s", member, e)
-            return None
-        except Exception as e:  # a refused login, a closed connection: unreachable for now
-            log.info("member %d: %s", member, e)
-            return None
+        return await self.brokers.assign(member, name, record.epoch, role, record.leader,
+                                         record.members)
 
     # --- what the driver knows -------------------------------------------------------------------
 
