@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from streamlet.client.producer import publish_frame
-from streamlet.cluster.driver import LocalDriver
+from streamlet.cluster.driver import SUSPECT_AFTER, LocalDriver
 from streamlet.protocol import frames as f
 from streamlet.protocol.constants import Role
 from streamlet.storage import StreamLog
@@ -39,13 +39,15 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
 
 
 class ProxiedCluster:
-    """Three brokers; member i's peers, and the driver, reach broker i through proxies[i]."""
+    """Three brokers; member i's peers reach broker i through proxies[i], the driver through
+    driver_proxies[i]."""
 
     def __init__(self, root: Path, bg: LoopThread) -> None:
         self.root = root
         self.bg = bg
         ports = [free_port() for _ in range(3)]
         self.proxies = [bg.run(FaultProxy(p).start()) for p in ports]
+        self.driver_proxies = [bg.run(FaultProxy(p).start()) for p in ports]
         peers = ", ".join(f'"{HOST}:{p.port}"' for p in self.proxies)
         self.brokers: list[BrokerProcess] = []
         for i, port in enumerate(ports):
@@ -55,7 +57,8 @@ class ProxiedCluster:
             self.brokers.append(BrokerProcess(root / f"node-{i}", port=port, config=config))
         for b in self.brokers:
             b.start()
-        self.driver = LocalDriver(root, HOST, [p.port for p in self.proxies])
+        self.driver = LocalDriver(root, HOST, [p.port for p in self.driver_proxies],
+                                  peer_ports=[p.port for p in self.proxies])
         self._ticking: Any = None
 
     def create(self, name: str) -> None:
@@ -83,11 +86,14 @@ class ProxiedCluster:
             self._ticking.cancel()
             self._ticking = None
 
-    def cut(self, i: int) -> None:
-        self.bg.call(self.proxies[i].cut)
+    def cut(self, i: int, peers: bool = True, driver: bool = True) -> None:
+        """Broker i cut off from its peers' links, the driver's requests, or both."""
+        for proxy in [self.proxies[i]] * peers + [self.driver_proxies[i]] * driver:
+            self.bg.call(proxy.cut)
 
     def heal(self, i: int) -> None:
-        self.bg.call(self.proxies[i].heal)
+        for proxy in (self.proxies[i], self.driver_proxies[i]):
+            self.bg.call(proxy.heal)
 
     def record(self, name: str) -> tuple[int, int] | None:
         r = self.driver.records.get(name)
@@ -109,7 +115,7 @@ class ProxiedCluster:
         self.stop_driving()
         for b in self.brokers:
             b.stop()
-        for p in self.proxies:
+        for p in self.proxies + self.driver_proxies:
             self.bg.run(p.close())
 
 
@@ -220,3 +226,28 @@ def test_a_partitioned_leader_confirms_nothing_after_the_fence_and_is_truncated_
     bodies = _user_records(c.brokers[0].data_dir / "streams" / "t")
     assert sorted(bodies) == sorted(confirmed) and len(bodies) == len(set(bodies)), (
         "every confirmed message once, nothing the partitioned leader took after the cut")
+
+
+def test_a_leader_only_the_driver_cannot_reach_keeps_leading_until_its_followers_lose_it(
+        cluster: ProxiedCluster) -> None:
+    """The driver's path to the leader cut, its followers' links not: the driver suspects it
+    and asks the followers (ReplicaContact), who heard from it lately: no election, and the
+    leader goes on committing. Its followers' links cut as well: they lose it, and another
+    member is elected."""
+    c = cluster
+    c.create("v")
+    c.drive()
+    wait_until(lambda: c.record("v") == (1, 0), 30, "the driver's record of epoch 1")
+    c.cut(0, peers=False)
+    wait_until(lambda: c.driver.misses.get(0, 0) >= SUSPECT_AFTER + 8, 60,
+               "the leader suspected for eight ticks (its followers asked at each)")
+    assert c.record("v") == (1, 0), "no election while the followers are in contact"
+    with RawPeer(HOST, c.brokers[0].port) as peer:  # and it still commits with them
+        peer.handshake()
+        peer.request(f.DeclarePublisher(peer.next_corr(), 1, "", "v"), f.DeclarePublisherResponse)
+        peer.send_raw(publish_frame(1, 1, [b"%d" % i for i in range(1, 51)]))
+        _confirms_until(peer, set(range(1, 51)), 60)
+    assert c.record("v") == (1, 0)
+    c.cut(0, driver=False)
+    wait_until(lambda: (r := c.record("v")) is not None and r[0] > 1 and r[1] in (1, 2), 90,
+               "another leader once the followers lost it too")

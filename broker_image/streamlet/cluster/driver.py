@@ -31,6 +31,7 @@ from urllib.parse import unquote
 
 from ..elector import Members, run_election
 from ..protocol.constants import Role
+from ..replication.liveness import Contact, leader_lost
 from ..replication.model import NO_LEADER
 
 if TYPE_CHECKING:
@@ -41,8 +42,11 @@ log = logging.getLogger("streamlet.cluster")
 RECORD = "driver.json"
 TICK_S = 0.5
 #: A leader's broker that misses this many probes in a row (elector.PROBE_TIMEOUT_S each,
-#: 1.5-4.5 s) is replaced as if it had exited.
+#: 1.5-4.5 s) is suspected: replaced as if it had exited if its followers lost it too.
 SUSPECT_AFTER = 3
+#: A follower that has not heard from its leader for this long no longer vouches for it (an
+#: idle leader sends something every 0.5 s: broker.replication.leader.HEARTBEAT_S).
+CONTACT_TIMEOUT_S = 3.0
 
 
 @dataclass
@@ -58,14 +62,20 @@ class StreamRecord:
 
 class LocalDriver:
     def __init__(self, data_dir: Path, host: str, ports: list[int],
-                 credentials: tuple[str, str] = ("guest", "guest")) -> None:
+                 credentials: tuple[str, str] = ("guest", "guest"),
+                 peer_ports: list[int] | None = None) -> None:
+        """``ports``: where the driver reaches each node; ``peer_ports``: where nodes and clients
+        reach each other (the directory's addresses, a follower's leader), when they differ."""
         self.data_dir = data_dir
         self.host = host
-        self.ports = ports
-        self.brokers = Members(lambda m: (host, ports[m]), credentials)
+        self.ports = peer_ports or ports
+        self.brokers = Members(lambda m: (host, ports[m]), credentials,
+                               peer_address=lambda m: (host, self.ports[m]))
         self.records: dict[str, StreamRecord] = self._load()
         self._alive: Mapping[int, int | None] = {}
-        self._misses: dict[int, int] = {}  # probes of a leader's broker missed in a row
+        #: probes of a leader's broker missed in a row, by node
+        self.misses: dict[int, int] = {}
+        self._kept: set[str] = set()  # streams whose unanswering leader its followers vouch for
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -84,34 +94,51 @@ class LocalDriver:
         """``alive``: node index -> broker pid, for the nodes running now."""
         self._alive = alive
         names = self._discover()
-        stuck = await self._unresponsive({self.records[n].leader for n in names} - {NO_LEADER})
+        suspects = await self._suspects({self.records[n].leader for n in names} - {NO_LEADER})
         for name in names:
             record = self.records[name]
             leader_pid = record.pids.get(str(record.leader))
             if (record.leader == NO_LEADER or alive.get(record.leader) != leader_pid
-                    or record.leader in stuck):
+                    or (record.leader in suspects and await self._lost(name, record))):
                 await self._elect(name, record, alive)
                 continue
             restarted = [m for m in record.members if m != record.leader and m in alive
                          and record.pids.get(str(m)) != alive[m]]
-            for m in restarted:  # back fenced: its role again, in the current epoch
+            for m in restarted:  # back fenced, or not reached when elected: its role now
                 if await self._assign(name, record, m, Role.FOLLOWER):
                     record.pids[str(m)] = alive[m] or 0
                     self._save()
 
-    async def _unresponsive(self, leaders: set[int]) -> set[int]:
-        """The leaders whose broker did not answer a login for SUSPECT_AFTER ticks in a row: a
-        process that runs but does not work (stopped, stuck) loses its leaderships as an
-        exited one does. Followers are not probed: a stuck follower costs no availability."""
+    async def _suspects(self, leaders: set[int]) -> set[int]:
+        """The leaders whose broker did not answer a login for SUSPECT_AFTER ticks in a row (a
+        process that runs but does not work, or a path to it that fails): their followers are
+        asked whether they lost it too. Followers are not probed: a stuck follower costs no
+        availability."""
         results = await asyncio.gather(*(self.brokers.probe(n) for n in sorted(leaders)))
-        for node, ok in zip(sorted(leaders), results, strict=True):
-            self._misses[node] = 0 if ok else self._misses.get(node, 0) + 1
-        stuck = {n for n in leaders if self._misses.get(n, 0) >= SUSPECT_AFTER}
-        for node in stuck:
-            log.warning("member %d has not answered for %d probes: electing other leaders",
-                        node, self._misses[node])
-            self._misses[node] = 0
-        return stuck
+        # a node that leads nothing now starts from no misses when it leads again
+        self.misses = {node: 0 if ok else self.misses.get(node, 0) + 1
+                       for node, ok in zip(sorted(leaders), results, strict=True)}
+        return {n for n, missed in self.misses.items() if missed >= SUSPECT_AFTER}
+
+    async def _lost(self, name: str, record: StreamRecord) -> bool:
+        """Whether the suspected leader of ``name`` is lost: too few of its followers heard
+        from it lately to make a quorum with it (replication.liveness)."""
+        followers = [m for m in record.members if m != record.leader]
+        answers = await asyncio.gather(*(self.brokers.contact(m, name) for m in followers))
+        reports = dict(zip(followers, answers, strict=True))
+        lost = leader_lost(record.epoch, record.leader, record.members, reports,
+                           CONTACT_TIMEOUT_S)
+        if lost:
+            log.warning("stream %s: member %d has not answered for %d probes and its followers "
+                        "lost it too (%s): electing another leader", name, record.leader,
+                        self.misses.get(record.leader, 0), _contacts(reports))
+            self._kept.discard(name)
+        elif name not in self._kept:
+            log.warning("stream %s: member %d does not answer the driver, but its followers are "
+                        "in contact with it (%s): it keeps leading", name, record.leader,
+                        _contacts(reports))
+            self._kept.add(name)
+        return lost
 
     # --- an election -------------------------------------------------------------------------------
 
@@ -198,6 +225,16 @@ class LocalDriver:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"streams": streams}, indent=1))
         os.replace(tmp, path)
+
+
+def _contacts(reports: Mapping[int, Contact | None]) -> str:
+    def one(c: Contact | None) -> str:
+        if c is None:
+            return "not answering"
+        if not c.following:
+            return f"not following (epoch {c.epoch})"
+        return "link down" if c.age is None else f"heard {c.age:.1f} s ago"
+    return ", ".join(f"member {m}: {one(c)}" for m, c in sorted(reports.items()))
 
 
 def _unquote_dir(name: str) -> str:

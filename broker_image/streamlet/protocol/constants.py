@@ -50,6 +50,8 @@ class Key(IntEnum):
     REPLICA_COMMIT = 0x7E05
     FENCE = 0x7E06
     ASSIGN = 0x7E07
+    # driver -> follower: is it in contact with its leader (0x7E08-0x7E0F: taken elsewhere)
+    REPLICA_CONTACT = 0x7E10
 
 
 class Code(IntEnum):

@@ -139,6 +139,16 @@ class Members:
                        and m != leader_id and self.peers[m] != leader)
         return Placement(state.epoch, leader, others)
 
+    def contact(self, stream: Stream) -> tuple[int, Role, float | None] | None:
+        """The member's epoch and role, and how long ago (seconds) its link last heard from the
+        leader (None: not following, or the link is down); None when not replicated."""
+        member = self.members.get(stream)
+        if member is None:
+            return None
+        follower = member.follower
+        return (member.state.epoch, member.state.role,
+                None if follower is None else follower.contact_age())
+
     def forget(self, stream: Stream) -> None:
         member = self.members.pop(stream, None)
         if member is not None:
