@@ -91,7 +91,16 @@ class Members:
         if answer is None or answer.code != Code.OK:
             return None
         return Contact(answer.epoch, answer.role == Role.FOLLOWER,
-                       None if answer.age_ms < 0 else answer.age_ms / 1000)
+                       None if answer.age_ms < 0 else answer.age_ms / 1000,
+                       Tail(answer.tail_epoch, answer.tail_chunk_id, answer.next_offset))
+
+    async def seal(self, member: int, name: str, epoch: int, on: bool = True) -> Tail | None:
+        """Stop the leader of ``epoch`` taking publishes (``on``), or let it take them again:
+        its tail then, or None when it is not that epoch's leader or cannot be reached."""
+        answer = await self.request(member, lambda c: f.ReplicaSeal(c, name, epoch, int(on)))
+        if answer is None or answer.code != Code.OK:
+            return None
+        return Tail(answer.tail_epoch, answer.tail_chunk_id, answer.next_offset)
 
     async def probe(self, member: int) -> bool:
         """Whether the member's broker logs a client in within PROBE_TIMEOUT_S."""

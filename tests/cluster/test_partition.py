@@ -5,18 +5,25 @@ ticked in-process (no supervisor); the test's clients talk to the brokers direct
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from streamlet.client.producer import publish_frame
+from streamlet.cluster import requests
 from streamlet.cluster.driver import SUSPECT_AFTER, LocalDriver
+from streamlet.cluster.requests import Request
+from streamlet.cluster.state import ClusterState
+from streamlet.cluster.status import gather_streams
 from streamlet.protocol import frames as f
 from streamlet.protocol.constants import Role
+from streamlet.replication.model import NO_LEADER
 from streamlet.storage import StreamLog
 from streamlet.storage.chunk import CHUNK_USER, iter_records
 from tests.support.brokers import BrokerProcess, free_port
@@ -251,3 +258,38 @@ def test_a_leader_only_the_driver_cannot_reach_keeps_leading_until_its_followers
     c.cut(0, driver=False)
     wait_until(lambda: (r := c.record("v")) is not None and r[0] > 1 and r[1] in (1, 2), 90,
                "another leader once the followers lost it too")
+
+
+def test_no_majority_elects_nobody_until_an_unclean_election_is_asked_for(
+        cluster: ProxiedCluster, tmp_path: Path) -> None:
+    """Members 0 (the leader) and 1 cut off: member 2 alone answers, so election after
+    election finds no majority and names no leader. A forced election asked for
+    (``cluster elect --force``'s request) elects member 2, logged and recorded as unclean;
+    healed, the others follow it."""
+    c = cluster
+    c.create("u")
+    c.drive()
+    wait_until(lambda: c.record("u") == (1, 0), 30, "the driver's record of epoch 1")
+    c.cut(0)
+    c.cut(1)
+    wait_until(lambda: (r := c.record("u")) is not None and r[0] >= 4 and r[1] == NO_LEADER, 90,
+               "three elections without a majority")
+    assert c.record("u")[1] == NO_LEADER, "no leader without a majority"  # type: ignore[index]
+    assert c.member_state(2, "u")["role"] == "fenced"
+    request = requests.write(tmp_path, Request(requests.ELECT, "u", force=True))
+    epoch, leader = wait_until(lambda: (r := c.record("u")) is not None and r[1] != NO_LEADER
+                               and r, 60, "a leader elected uncleanly")
+    assert leader == 2 and c.driver.records["u"].unclean
+    assert json.loads((tmp_path / "driver.json").read_text())["u"]["unclean"] is True
+    wait_until(lambda: not request.exists(), 30, "the request taken up")
+    streams = asyncio.run(gather_streams(ClusterState(0, HOST), [], tmp_path, ("guest", "guest")))
+    assert [(s["name"], s["leader"], s["unclean"]) for s in streams] == [("u", 2, True)]
+    c.heal(0)
+    c.heal(1)
+    def following(i: int) -> bool:
+        state = c.member_state(i, "u")
+        return bool(state["role"] == "follower" and state["epoch"] == epoch)
+
+    for i in (0, 1):
+        wait_until(partial(following, i), 60, f"member {i} following the unclean leader")
+    assert c.record("u") == (epoch, 2), "the unclean leader keeps leading"

@@ -13,17 +13,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .model import quorum
+from .model import Tail, quorum
 
 
 @dataclass(frozen=True, slots=True)
 class Contact:
-    """A member's report: its epoch, whether it follows in it, and how long ago (seconds) it
-    last heard from its leader (None: its link to the leader is down)."""
+    """A member's report: its epoch, whether it follows in it, how long ago (seconds) it last
+    heard from its leader (None: its link to the leader is down), and its tail."""
 
     epoch: int
     following: bool
     age: float | None
+    tail: Tail | None = None
 
 
 def vouches(contact: Contact | None, epoch: int, timeout: float) -> bool:

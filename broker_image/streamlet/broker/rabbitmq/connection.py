@@ -95,4 +95,5 @@ HANDLERS: dict[type, Callable[[ConnectionState, Any], None]] = {
     f.ReplicaStart: replication.on_replica_start,
     f.ReplicaAck: replication.on_replica_ack,
     f.ReplicaContact: replication.on_replica_contact,
+    f.ReplicaSeal: replication.on_replica_seal,
 }
