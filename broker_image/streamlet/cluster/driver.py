@@ -122,6 +122,8 @@ class LocalDriver:
             record = self.records[name]
             leader_pid = record.pids.get(str(record.leader))
             forced = asked.get((requests.ELECT, name))
+            if record.leader not in suspects:
+                self._kept.discard(name)  # answering again: a new suspicion is logged anew
             if (record.leader == NO_LEADER or alive.get(record.leader) != leader_pid
                     or (record.leader in suspects and await self._lost(name, record))):
                 await self._elect(name, record, alive,
