@@ -121,14 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cluster_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """`cluster up|status|down`: a local cluster of brokers on one host, without Kubernetes."""
+    """`cluster up|status|down|elect|transfer`: a local cluster of brokers on one host, without
+    Kubernetes."""
     from .cluster.plan import DOWN_TIMEOUT_S, GRACE_S, MAX_NODES
 
     cluster = sub.add_parser("cluster", help="run a local cluster of brokers (no Kubernetes)",
                              description=(
         "A local cluster: N brokers on consecutive ports of one host, each restarted when it "
         "exits, as a kubelet would. 'up' runs it in the foreground; 'status' and 'down' find "
-        "it by its data directory (DATA_DIR/cluster.json)."))
+        "it by its data directory (DATA_DIR/cluster.json); 'elect' and 'transfer' are requests "
+        "to its placement driver."))
     csub = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = csub.add_parser("up", help="run N brokers, restarting any that exits", description=(
         "Run N brokers in the foreground: node i serves on HOST:PORT+i with its data in "
@@ -155,8 +157,9 @@ def _cluster_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     help="DEBUG, INFO, WARNING: the supervisor's and every broker's (default INFO)")
     status = csub.add_parser("status", help="show the nodes and replicated streams of a running cluster", description=(
         "Show each node's pid, port and whether it is alive (its process runs and its port "
-        "accepts a connection), then each replicated stream's epoch, leader, members and "
-        "committed chunk id. Exit 1 when no cluster runs in DATA_DIR."))
+        "accepts a connection), then each replicated stream's epoch, leader (marked unclean "
+        "when elected by 'elect --force'), members and committed chunk id. Exit 1 when no "
+        "cluster runs in DATA_DIR."))
     status.add_argument("--data-dir", required=True, help="the directory given to cluster up")
     status.add_argument("--json", action="store_true", help=(
         'print {"nodes": [{"index", "pid", "port", "alive"}, ...], "streams": [...]}'))
@@ -166,6 +169,38 @@ def _cluster_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     down.add_argument("--data-dir", required=True, help="the directory given to cluster up")
     down.add_argument("--timeout", type=float, default=DOWN_TIMEOUT_S,
                       help=f"seconds to wait (default {DOWN_TIMEOUT_S:.0f})")
+    elect = csub.add_parser("elect", help="allow an unclean election of a stream without a leader",
+                            description=(
+        "Ask the running placement driver to elect a leader for STREAM, which has none because "
+        "no majority of its members can be fenced, among the members that answer: the one "
+        "with the highest (epoch, chunk id). UNCLEAN: messages confirmed by the members that "
+        "do not answer may be lost (truncated when they come back). Without a majority's "
+        "answer nothing is ever elected otherwise. A stream that has a leader is left alone. "
+        "Waits until the driver has acted, then prints the stream's leader (recorded as "
+        "unclean in 'cluster status'). Exit 1 when no cluster runs in DATA_DIR, the driver "
+        "does not act within --timeout, or no member answered."))
+    elect.add_argument("stream")
+    elect.add_argument("--force", action="store_true", required=True,
+                       help="required: the election may lose confirmed messages")
+    elect.add_argument("--data-dir", required=True, help="the directory given to cluster up")
+    elect.add_argument("--timeout", type=float, default=30.0,
+                       help="seconds to wait for the driver (default 30)")
+    transfer = csub.add_parser("transfer", help="move a stream's leadership to another member",
+                               description=(
+        "Ask the running placement driver to make member MEMBER lead STREAM, losing no "
+        "confirmed message: the leader stops taking publishes (its publishers are told to look "
+        "the leader up again; what it took is still replicated and confirmed), the driver waits "
+        "until MEMBER holds the leader's whole log (at most 10 s; otherwise the leader takes "
+        "publishes again and nothing changes), then elects in a new epoch with MEMBER "
+        "preferred. Waits until the driver has acted and prints the leader. Exit 1 when no "
+        "cluster runs in DATA_DIR, the driver does not act within --timeout, or another member "
+        "leads."))
+    transfer.add_argument("stream")
+    transfer.add_argument("--to", type=int, required=True, metavar="MEMBER",
+                          help="the member (node index) to lead")
+    transfer.add_argument("--data-dir", required=True, help="the directory given to cluster up")
+    transfer.add_argument("--timeout", type=float, default=30.0,
+                          help="seconds to wait for the driver (default 30)")
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -29,6 +29,7 @@ from .protocol import Code
 from .protocol import frames as f
 from .protocol.constants import Role
 from .replication.election import Decision, elect
+from .replication.liveness import Contact
 from .replication.model import NO_LEADER, Tail, quorum
 
 log = logging.getLogger("streamlet.elector")
@@ -49,14 +50,17 @@ Address = tuple[str, int]
 
 
 class Members:
-    """Requests to member brokers by member id (``address(member)`` gives host and port)."""
+    """Requests to member brokers by member id (``address(member)`` gives host and port;
+    ``peer_address(member)``, where followers reach a leader, when that differs)."""
 
     def __init__(self, address: Callable[[int], Address],
                  credentials: tuple[str, str] = ("guest", "guest"),
-                 connection_name: str = "placement driver") -> None:
+                 connection_name: str = "placement driver",
+                 peer_address: Callable[[int], Address] | None = None) -> None:
         self.address = address
         self.credentials = credentials
         self.connection_name = connection_name
+        self.peer_address = peer_address or address
 
     async def fence(self, member: int, name: str, epoch: int) -> Tail | Gone | None:
         """The member's tail once fenced with ``epoch``; GONE when it has no such stream; None
@@ -70,7 +74,7 @@ class Members:
 
     async def assign(self, member: int, name: str, epoch: int, role: Role, leader: int,
                      members: Sequence[int]) -> bool:
-        host, port = self.address(leader)
+        host, port = self.peer_address(leader)
         answer = await self.request(member, lambda c: f.Assign(
             c, name, epoch, role, host, port, list(members)))
         ok = answer is not None and answer.code == Code.OK
@@ -79,6 +83,24 @@ class Members:
                      member, role.name.lower(), epoch,
                      "unreachable" if answer is None else f"code {answer.code}")
         return ok
+
+    async def contact(self, member: int, name: str) -> Contact | None:
+        """Whether the member follows ``name``'s leader and how long ago it heard from it
+        (ReplicaContact); None when it cannot be asked or does not hold the stream."""
+        answer = await self.request(member, lambda c: f.ReplicaContact(c, name))
+        if answer is None or answer.code != Code.OK:
+            return None
+        return Contact(answer.epoch, answer.role == Role.FOLLOWER,
+                       None if answer.age_ms < 0 else answer.age_ms / 1000,
+                       Tail(answer.tail_epoch, answer.tail_chunk_id, answer.next_offset))
+
+    async def seal(self, member: int, name: str, epoch: int, on: bool = True) -> Tail | None:
+        """Stop the leader of ``epoch`` taking publishes (``on``), or let it take them again:
+        its tail then, or None when it is not that epoch's leader or cannot be reached."""
+        answer = await self.request(member, lambda c: f.ReplicaSeal(c, name, epoch, int(on)))
+        if answer is None or answer.code != Code.OK:
+            return None
+        return Tail(answer.tail_epoch, answer.tail_chunk_id, answer.next_offset)
 
     async def probe(self, member: int) -> bool:
         """Whether the member's broker logs a client in within PROBE_TIMEOUT_S."""

@@ -50,6 +50,10 @@ class Key(IntEnum):
     REPLICA_COMMIT = 0x7E05
     FENCE = 0x7E06
     ASSIGN = 0x7E07
+    # driver -> member (0x7E08-0x7E0F: taken elsewhere): in contact with its leader? its tail;
+    # a leader's publishes stopped (or taken again) for a planned transfer
+    REPLICA_CONTACT = 0x7E10
+    REPLICA_SEAL = 0x7E11
 
 
 class Code(IntEnum):

@@ -94,4 +94,6 @@ HANDLERS: dict[type, Callable[[ConnectionState, Any], None]] = {
     f.ReplicaHello: replication.on_replica_hello,
     f.ReplicaStart: replication.on_replica_start,
     f.ReplicaAck: replication.on_replica_ack,
+    f.ReplicaContact: replication.on_replica_contact,
+    f.ReplicaSeal: replication.on_replica_seal,
 }
