@@ -63,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="serve MEGA (docs/protocols/mega.md) on P, on loopback unless "
                             "configured otherwise; 0 turns it off (default: [listeners.mega], "
                             "none)")
+    serve.add_argument("--rsio-port", type=int, default=None, metavar="P",
+                       help="serve Reactive Streams IO (docs/protocols/reactive-streams.md) on P, "
+                            "on loopback unless configured otherwise; 0 turns it off (default: "
+                            "[listeners.rsio], none)")
     serve.add_argument("--fsync", choices=["never", "interval", "chunk"],
                        help="when to fsync the log (default never: a confirm means the OS has it)")
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
@@ -224,7 +228,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         config = load(args.config, host=args.host, port=args.port, data_dir=args.data_dir,
                       advertised_host=args.advertised_host, advertised_port=args.advertised_port,
-                      fsync=args.fsync, mega_port=args.mega_port)
+                      fsync=args.fsync, mega_port=args.mega_port,
+                      rsio_port=args.rsio_port)
     except ConfigError as e:
         print(f"streamlet: {e}", file=sys.stderr)
         return 2
