@@ -80,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--size", type=int, default=100, help="size of generated messages (default 100)")
     produce.add_argument("--reference", help="publisher reference, enables deduplication")
     produce.add_argument("--create", action="store_true", help="create the stream if missing")
+    _protocol_option(produce)
 
     consume = sub.add_parser("consume", help="read messages from a stream", parents=[conn],
                              description=(
@@ -91,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--timeout", type=float, default=None,
                          help="stop after this many seconds without a message")
     consume.add_argument("--name", help="consumer name for stored offsets")
+    _protocol_option(consume)
 
     streams = sub.add_parser("streams", help="create, delete and inspect streams", parents=[conn])
     ssub = streams.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -122,6 +124,18 @@ def build_parser() -> argparse.ArgumentParser:
     lsuper.add_argument("--keys", help="comma-separated routing keys to route (default: none)")
     _cluster_parser(sub)
     return parser
+
+
+#: the port a client command connects to by default, per --protocol (--port overrides it)
+PROTOCOL_PORTS = {"rabbitmq": 5552, "mega": 5553, "rsio": 5554}
+
+
+def _protocol_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--protocol", choices=list(PROTOCOL_PORTS), default="rabbitmq", help=(
+        "the wire protocol: rabbitmq (default), mega (docs/protocols/mega.md) or rsio (Reactive "
+        "Streams IO, docs/protocols/reactive-streams.md); the default port follows it (5552, "
+        "5553, 5554); mega and rsio take no --user/--password/--vhost, --reference or --name, "
+        "and mega's --offset is first or a number"))
 
 
 def _cluster_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -195,6 +209,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
             if not hasattr(args, key):
                 setattr(args, key, None)
     else:
+        if getattr(args, "protocol", "rabbitmq") != "rabbitmq" and not hasattr(args, "port"):
+            args.port = PROTOCOL_PORTS[args.protocol]
         for key, value in CONNECTION_DEFAULTS.items():
             if not hasattr(args, key):
                 setattr(args, key, value)
