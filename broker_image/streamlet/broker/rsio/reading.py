@@ -45,8 +45,8 @@ class Sink(Protocol):
 
 
 class Outbound:
-    __slots__ = ("ahead", "conn", "cursor", "demand", "done", "element_size", "end", "expected",
-                 "id", "sink", "stream")
+    __slots__ = ("ahead", "conn", "cursor", "demand", "done", "element_size", "end", "error",
+                 "expected", "id", "sink", "stream")
 
     def __init__(self, sink: Sink, conn: Session, sub_id: int, stream: Stream, start: int,
                  end: int | None, element_size: int) -> None:
@@ -63,6 +63,7 @@ class Outbound:
         self.element_size = element_size
         self.expected = -1  # the offset a client counting from the last Position expects
         self.done = False
+        self.error: str | None = None
 
     def request(self, n: int) -> None:
         self.demand = min(self.demand + n, UNBOUNDED)
@@ -85,15 +86,14 @@ class Outbound:
             if not self.done and self.end is not None and not self.ahead:
                 self._read()  # finds out whether the end is reached, demand or not
         except ChunkError as e:
-            out.clear()
             self._end(f"stream {self.stream.name}: a stored chunk cannot be read ({e})")
-            return
         if out:
-            sink.writelines(out)
+            sink.writelines(out)  # before the onError of an element that could not go
         if self.done:
-            return
-        if self.end is not None and not self.ahead and self.cursor >= self.end:
+            sink.reader_ended(self, self.error)
+        elif self.end is not None and not self.ahead and self.cursor >= self.end:
             self._end(None)
+            sink.reader_ended(self, None)
         elif size >= room and self.demand > 0 and not sink.paused:
             self.stream.clock.call_soon(self.pump)  # more: after the loop has served others
 
@@ -165,6 +165,7 @@ class Outbound:
         return run
 
     def _end(self, error: str | None) -> None:
+        """Ended: the pump says so (onComplete or onError) after what it has written."""
         self.done = True
+        self.error = error
         self.ahead.clear()
-        self.sink.reader_ended(self, error)
