@@ -266,12 +266,13 @@ async def test_demand_is_back_pressure_and_confirmation(broker: RsioBroker) -> N
 
 async def test_publish_violations_end_the_append_only(broker: RsioBroker) -> None:
     p = await Peer.open(broker)
-    for sub, frames, why in [
+    cases: list[tuple[int, list[Message], str]] = [
         (1, [OnNextPacked(1, 2, b"abc")], "onNextPacked"),
         (2, [OnNextPart(2, 1, b"a"), OnNextPart(2, 2, b"b")], "incomplete"),
         (3, [OnNextPart(3, 1, b"a" * 60_000), OnNextPart(3, 1, b"a" * 60_000)], "more than"),
         (4, [OnNextPart(4, 1, b"a"), OnComplete(4)], "inside a split"),
-    ]:
+    ]
+    for sub, frames, why in cases:
         p.send(Subscribe("r-viol?mode=append&create=true", sub, 0))
         await p.recv(2)
         p.send(Subscribed(sub, 0), *frames)

@@ -5,6 +5,7 @@ limit, malformed frames, publisher strings, and a fuzz of 100,000 random and mut
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -188,7 +189,7 @@ FUZZ_FRAMES = 100_000
 
 def _random_message(rng: random.Random) -> Message:
     n = lambda: rng.choice([0, 1, 127, 128, rng.randrange(2**64)])  # noqa: E731
-    return rng.choice([
+    makers: list[Callable[[], Message]] = [
         lambda: Hello(n(), tuple(n() for _ in range(rng.randrange(4)))),
         lambda: Goodbye(rng.choice(["", "bye", "\u20ac" * 3])),
         lambda: Subscribe(rng.choice(["ev", "ev?end=now", "x" * 300]), n(), n()),
@@ -197,7 +198,8 @@ def _random_message(rng: random.Random) -> Message:
         lambda: OnError(n(), "e"), lambda: OnNextPacked(n(), n(), rng.randbytes(16)),
         lambda: OnNextPart(n(), n(), rng.randbytes(8)),
         lambda: OnNextLastPart(n(), n(), b""), lambda: Position(n(), n()),
-    ])()
+    ]
+    return rng.choice(makers)()
 
 
 def mutate(rng: random.Random, raw: bytes) -> bytes:
