@@ -348,7 +348,7 @@ class RsioSplitter(Splitter):
             return None
         size, at = got
         whole = at - pos + size
-        if whole > self.max_size:
+        if self.max_size and whole > self.max_size:  # 0: no limit (a client's)
             raise FramingLost(f"a frame of {whole} bytes exceeds the limit of {self.max_size}",
                               whole, self.max_size)
         return whole
