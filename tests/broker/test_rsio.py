@@ -15,6 +15,7 @@ import pytest
 from rstream import ConsumerOffsetSpecification, OffsetType, RawMessage
 from rstream import Producer as RProducer
 
+from streamlet.client import connect
 from streamlet.client.rsio import RsioClient, RsioError
 from streamlet.rsio import (
     Cancel,
@@ -385,6 +386,18 @@ async def test_a_follower_of_the_stream_gets_what_is_published(broker: RsioBroke
         assert (element.offset, element.body) == (1, b"after")
         with pytest.raises(RsioError, match="no stream"):
             await c.read("r-none")
+
+
+async def test_a_super_stream_partition_through_rsio(broker: RsioBroker) -> None:
+    async with await connect(broker.host, broker.port) as admin:
+        await admin.create_super_stream("r-super", ["r-super-0", "r-super-1"], ["0", "1"])
+        assert await admin.route("1", "r-super") == ["r-super-1"]
+    async with await RsioClient.connect(broker.host, broker.rsio_port) as c:
+        assert await c.publish("r-super-1", [b"p1-a", b"p1-b"]) == 2
+        got = await rstream_consume(broker, "r-super-1",
+                                    ConsumerOffsetSpecification(OffsetType.FIRST), 2)
+        assert got == [(0, b"p1-a"), (1, b"p1-b")]
+        assert [(e.offset, e.body) for e in await c.read("r-super-1")] == got
 
 
 # --- configuration ------------------------------------------------------------------------------
