@@ -12,10 +12,10 @@ from streamlet.broker.config import BrokerConfig, ConfigError, Listener, load
 TLS = '[tls]\nport = 5551\ncertfile = "c.pem"\nkeyfile = "k.pem"\n'
 
 
-def _load(tmp_path: Path, text: str, **flags: object) -> BrokerConfig:
+def _load(tmp_path: Path, text: str, rsio_port: int | None = None) -> BrokerConfig:
     path = tmp_path / "c.toml"
     path.write_text(text)
-    return load(path, data_dir=str(tmp_path / "data"), **flags)
+    return load(path, data_dir=str(tmp_path / "data"), rsio_port=rsio_port)
 
 
 @pytest.mark.parametrize(("text", "flag", "rsio"), [
