@@ -63,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="serve MEGA (docs/protocols/mega.md) on P, on loopback unless "
                             "configured otherwise; 0 turns it off (default: [listeners.mega], "
                             "none)")
+    serve.add_argument("--rsio-port", type=int, default=None, metavar="P",
+                       help="serve Reactive Streams IO (docs/protocols/reactive-streams.md) on P, "
+                            "on loopback unless configured otherwise; 0 turns it off (default: "
+                            "[listeners.rsio], none)")
     serve.add_argument("--fsync", choices=["never", "interval", "chunk"],
                        help="when to fsync the log (default never: a confirm means the OS has it)")
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
@@ -76,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--size", type=int, default=100, help="size of generated messages (default 100)")
     produce.add_argument("--reference", help="publisher reference, enables deduplication")
     produce.add_argument("--create", action="store_true", help="create the stream if missing")
+    _protocol_option(produce)
 
     consume = sub.add_parser("consume", help="read messages from a stream", parents=[conn],
                              description=(
@@ -87,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--timeout", type=float, default=None,
                          help="stop after this many seconds without a message")
     consume.add_argument("--name", help="consumer name for stored offsets")
+    _protocol_option(consume)
 
     streams = sub.add_parser("streams", help="create, delete and inspect streams", parents=[conn])
     ssub = streams.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -118,6 +124,18 @@ def build_parser() -> argparse.ArgumentParser:
     lsuper.add_argument("--keys", help="comma-separated routing keys to route (default: none)")
     _cluster_parser(sub)
     return parser
+
+
+#: the port a client command connects to by default, per --protocol (--port overrides it)
+PROTOCOL_PORTS = {"rabbitmq": 5552, "mega": 5553, "rsio": 5554}
+
+
+def _protocol_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--protocol", choices=list(PROTOCOL_PORTS), default="rabbitmq", help=(
+        "the wire protocol: rabbitmq (default), mega (docs/protocols/mega.md) or rsio (Reactive "
+        "Streams IO, docs/protocols/reactive-streams.md); the default port follows it (5552, "
+        "5553, 5554); mega and rsio take no --user/--password/--vhost, --reference or --name, "
+        "and mega's --offset is first or a number"))
 
 
 def _cluster_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -226,6 +244,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
             if not hasattr(args, key):
                 setattr(args, key, None)
     else:
+        if getattr(args, "protocol", "rabbitmq") != "rabbitmq" and not hasattr(args, "port"):
+            args.port = PROTOCOL_PORTS[args.protocol]
         for key, value in CONNECTION_DEFAULTS.items():
             if not hasattr(args, key):
                 setattr(args, key, value)
@@ -259,7 +279,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         config = load(args.config, host=args.host, port=args.port, data_dir=args.data_dir,
                       advertised_host=args.advertised_host, advertised_port=args.advertised_port,
-                      fsync=args.fsync, mega_port=args.mega_port)
+                      fsync=args.fsync, mega_port=args.mega_port,
+                      rsio_port=args.rsio_port)
     except ConfigError as e:
         print(f"streamlet: {e}", file=sys.stderr)
         return 2
