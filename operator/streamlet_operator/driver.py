@@ -71,6 +71,8 @@ class Driver:
         self.away: set[int] = set()
         #: streams whose members this driver has assigned their roles (once after it starts)
         self.assigned: set[str] = set()
+        #: each stream's leader's commit point at the last look: (epoch, chunk id)
+        self.committed: dict[str, tuple[int, int]] = {}
 
     # --- a tick --------------------------------------------------------------------------------
 
@@ -237,9 +239,16 @@ class Driver:
         if committed is None:
             synced: tuple[int, ...] = ()
         else:
+            # In sync: holding what the leader had committed a look earlier, so a follower
+            # a moment behind a busy leader is not counted out (and the status not rewritten)
+            # at every tick.
+            name = obj["metadata"]["name"]
+            epoch, before = self.committed.get(name, (record.epoch, committed))
+            self.committed[name] = (record.epoch, committed)
+            mark = min(before, committed) if epoch == record.epoch else committed
             tails = {m: (await self._stat(broker, m, stream, "last_offset") if m in up else None)
                      for m in record.followers}
-            synced = failover.in_sync(record.leader, committed, tails)
+            synced = failover.in_sync(record.leader, mark, tails)
         after = failover.with_phase(record, synced)
         status = obj.get("status") or {}
         current = list(status.get("conditions") or [])

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from streamlet.client import connect
+from streamlet.elector import Members
 from streamlet_operator import names
 from streamlet_operator.brokers import Address, ClientBrokerAdmin
 from streamlet_operator.driver import Driver
@@ -271,3 +272,27 @@ async def test_a_lagging_member_is_never_elected(
     assert record_of(stream).leader == current
     address = cluster.pods.pods[(namespace, "b", current)]
     assert await read_all(address, LAGGING) == [body(i, LAGGING_SIZE) for i in range(LAGGING)]
+
+
+async def test_an_election_left_half_done_is_driven_again(
+        cluster: Cluster, kube: Kube, namespace: str,
+        replicated_stream: tuple[Kubelet, PeeredLauncher, dict[str, Any]]) -> None:
+    """An operator that died after reserving epoch 2 and fencing every member with it: the
+    stream has no leader and nobody to assign one. The running operator takes it from the
+    status: epoch 3, a leader, publishes confirmed again."""
+    _, _, stream = replicated_stream
+    record = record_of(stream)
+    reserved = Replication(record.epoch + 1, None, record.members, (), "Electing", "Electing")
+    # Its steps, in the state they leave (fenced first here: the running operator, seeing no
+    # leader in the status, would otherwise fence with a later epoch in between).
+    members = Members(lambda m: cluster.pods.pods[(namespace, "b", m)])
+    for m in record.members:
+        assert await members.fence(m, "orders", reserved.epoch) is not None
+    await kube.patch("Stream", namespace, "orders",
+                     {"status": {"replication": reserved.to_dict()}}, subresource="status")
+    stream = await replication(kube, namespace, "orders",
+                               lambda r: r.epoch == reserved.epoch + 1 and r.phase == "Ready",
+                               what="elected in the next epoch")
+    leader = record_of(stream).leader
+    assert leader is not None
+    await publish(cluster.pods.pods[(namespace, "b", leader)], MESSAGES, 0)
