@@ -3,10 +3,11 @@
 Each tick (handlers/replication.py runs it every ``SETTINGS.replication_interval`` seconds):
 
 - every pod is probed (a login within a second, elector.Members.probe); misses in a row count;
+  the Broker's Pods are listed for those being deleted (their leaderships move first);
 - a Stream with no ``status.replication`` yet is discovered: the pods that hold it (StreamStats)
   once all its copies answer, epoch 1, the Create's pod as leader (failover.discovered);
-- a Stream whose leader missed ``SUSPECT_AFTER`` probes, that has no leader, or that carries
-  the force-leader annotation is elected (elector.run_election): the new epoch is reserved in
+- a Stream whose leader missed ``SUSPECT_AFTER`` probes or is on a pod being deleted, that has
+  no leader, or that carries the force-leader annotation is elected (elector.run_election): the new epoch is reserved in
   its status by a resourceVersion compare-and-swap **before** any member hears of it (a
   conflict with another writer that changed the epoch means it is theirs: this one stops), the
   reachable members are fenced, the pure rule elects, Assign goes to the leader and then the
@@ -28,7 +29,7 @@ from typing import Any
 
 from streamlet.elector import Members, run_election
 from streamlet.protocol.constants import Role
-from streamlet.replication.election import Decision, elect
+from streamlet.replication.election import Decision
 from streamlet.replication.model import NO_LEADER, Tail
 
 from . import failover, names
@@ -97,9 +98,10 @@ class Driver:
                 self.misses[pod] = self.misses.get(pod, 0) + 1
                 self.away.add(pod)
         back = self.away & up
+        draining = await self._draining(broker)
         for obj in streams:
             try:
-                await self._drive(broker, members, obj, up, back)
+                await self._drive(broker, members, obj, up, back, draining)
             except Exception:  # one stream's trouble does not stop the others'
                 log.exception("%s/%s: placement driver step failed", self.namespace,
                               obj["metadata"]["name"])
@@ -111,8 +113,23 @@ class Driver:
         return _Members(lambda m: resolve(broker.namespace, broker.name, m, broker.port),
                         credentials, connection_name="streamlet operator")
 
+    async def _draining(self, broker: BrokerModel) -> frozenset[int]:
+        """The ordinals of the Broker's pods being deleted (a drain, a roll, a scale-down):
+        their leaderships move before their brokers stop. Pods are listed, not watched: a
+        tick a second is soon enough, and a pod that vanished fails its probes anyway."""
+        pods = await self.runtime.kube.list("Pod", broker.namespace,
+                                            labels=names.selector(broker.name))
+        prefix = f"{broker.name}-"
+        result = set()
+        for pod in pods:
+            meta = pod["metadata"]
+            suffix = meta["name"].removeprefix(prefix)
+            if meta.get("deletionTimestamp") and suffix.isdigit():
+                result.add(int(suffix))
+        return frozenset(result)
+
     async def _drive(self, broker: BrokerModel, members: Members, obj: dict[str, Any],
-                     up: set[int], back: set[int]) -> None:
+                     up: set[int], back: set[int], draining: frozenset[int]) -> None:
         name = obj["metadata"]["name"]
         status = obj.get("status") or {}
         record = Replication.from_status(status)
@@ -124,9 +141,9 @@ class Driver:
         if refused is not None:
             await self._event(obj, "Warning", FORCE_LEADER_REFUSED, refused)
             await self._unannotate(name)
-        step = failover.next_step(record, self.misses, up, preferred is not None)
+        step = failover.next_step(record, self.misses, up, preferred is not None, draining)
         if step is not Step.NONE:
-            await self.elect(broker, members, obj, record, up, preferred)
+            await self.elect(broker, members, obj, record, up, preferred, draining)
             return
         first = name not in self.assigned
         returning = [m for m in record.members if m in up and (first or m in back)]
@@ -160,9 +177,11 @@ class Driver:
     # --- an election --------------------------------------------------------------------------
 
     async def elect(self, broker: BrokerModel, members: Members, obj: dict[str, Any],
-                    record: Replication, up: set[int], preferred: int | None = None) -> bool:
+                    record: Replication, up: set[int], preferred: int | None = None,
+                    draining: frozenset[int] = frozenset()) -> bool:
         """Elect ``obj``'s leader in ``record.epoch + 1``; ``preferred``: forced (the
-        annotation), that member preferred. False when another writer reserved first."""
+        annotation), that member preferred; ``draining``: members on pods being deleted.
+        False when another writer reserved first."""
         name = obj["metadata"]["name"]
         stream = obj["status"]["applied"]["name"]
         forced = preferred is not None
@@ -177,8 +196,8 @@ class Driver:
             return True
 
         def decide(answers: dict[int, Tail | None]) -> Decision:
-            return elect(record.members, record.epoch, answers, preferred=preferred,
-                         in_sync=record.in_sync, force=forced)
+            return failover.choose(record, answers, draining=draining, preferred=preferred,
+                                   force=forced)
 
         outcome = await run_election(stream, record.members, record.epoch, reserve, members,
                                      reachable=up, decide=decide)

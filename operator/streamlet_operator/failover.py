@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
-from streamlet.replication.model import quorum
+from streamlet.replication.election import Decision, elect
+from streamlet.replication.model import NO_LEADER, Tail, quorum
 
 #: The annotation that asks for an election now, unclean if no majority answers, preferring
 #: the ordinal it names (docs/replication.md).
@@ -86,19 +87,45 @@ class Step(Enum):
 
 
 def next_step(record: Replication, misses: Mapping[int, int], up: Collection[int],
-              force: bool) -> Step:
+              force: bool, draining: Collection[int] = ()) -> Step:
     """Whether this stream needs an election: asked for (``force``); no leader, with a
     majority of the members answering probes (``up``; fewer could not elect: wait rather
-    than use up an epoch a tick); or its leader missed SUSPECT_AFTER probes in a row
-    (``misses``: ordinal -> probes missed in a row)."""
+    than use up an epoch a tick); its leader missed SUSPECT_AFTER probes in a row
+    (``misses``: ordinal -> probes missed in a row); or its leader's pod is being deleted
+    (``draining``) while a majority of the members on other pods answers (else it keeps
+    leading until it stops: moving would leave the stream with no leader sooner)."""
     if force:
         return Step.FORCE
+    quorate = quorum(len(record.members))
     if record.leader is None:
         reachable = len(set(up) & set(record.members))
-        return Step.ELECT if reachable >= quorum(len(record.members)) else Step.NONE
+        return Step.ELECT if reachable >= quorate else Step.NONE
     if misses.get(record.leader, 0) >= SUSPECT_AFTER:
         return Step.ELECT
+    staying = set(up) & set(record.members) - set(draining)
+    if record.leader in draining and len(staying) >= quorate:
+        return Step.ELECT
     return Step.NONE
+
+
+def choose(record: Replication, answers: Mapping[int, Tail | None], *,
+           draining: Collection[int] = (), preferred: int | None = None,
+           force: bool = False) -> Decision:
+    """The election's decision from the fence answers: among the members not on a pod being
+    deleted when they are a fenced majority by themselves (so leadership leaves a pod going
+    away even when it holds the longest log: what only it holds was never confirmed, since
+    every confirmed chunk is on a majority, which meets theirs); else among all who answered
+    (``draining`` then only breaks ties)."""
+    def run(given: Mapping[int, Tail | None]) -> Decision:
+        return elect(record.members, record.epoch, given, preferred=preferred,
+                     in_sync=record.in_sync, draining=draining, force=force)
+
+    if draining:
+        staying = {m: (None if m in draining else t) for m, t in answers.items()}
+        decision = run(staying)
+        if decision.leader != NO_LEADER and not decision.unclean:
+            return decision
+    return run(answers)
 
 
 def in_sync(leader: int, committed: int, tails: Mapping[int, int | None]) -> tuple[int, ...]:

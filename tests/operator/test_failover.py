@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from streamlet.replication.model import Tail
 from streamlet_operator.builders.directory import Placed, Replicated, render_directory
 from streamlet_operator.failover import (
     AVAILABLE,
@@ -16,6 +17,7 @@ from streamlet_operator.failover import (
     UNDER_REPLICATED,
     Replication,
     Step,
+    choose,
     conditions,
     discovered,
     in_sync,
@@ -43,6 +45,34 @@ NONE = Replication(5, None, (0, 1, 2), (), UNAVAILABLE, "NoQuorum")
 def test_next_step(record: Replication, misses: dict[int, int], up: set[int], force: bool,
                    step: Step) -> None:
     assert next_step(record, misses, up, force) is step
+
+
+@pytest.mark.parametrize(("draining", "up", "step"), [
+    ({1}, {0, 1, 2}, Step.ELECT),  # the leader's pod is being deleted: move first
+    ({1}, {1, 2}, Step.NONE),  # without it only one answers: it leads until it stops
+    ({0}, {0, 1, 2}, Step.NONE),  # a follower's pod: nothing to move
+    ({0, 1}, {0, 1, 2}, Step.NONE),  # two of three going: the leader stays while it can
+])
+def test_next_step_with_pods_being_deleted(draining: set[int], up: set[int], step: Step) -> None:
+    assert next_step(R3, {}, up, False, draining) is step
+
+
+T = Tail
+
+
+@pytest.mark.parametrize(("answers", "draining", "leader", "unclean"), [
+    # the draining leader holds the longest log (unconfirmed chunks): the others still win
+    ({0: T(4, 10, 11), 1: T(4, 12, 13), 2: T(4, 10, 11)}, {1}, 0, False),
+    ({0: T(4, 9, 10), 1: T(4, 12, 13), 2: T(4, 10, 11)}, {1}, 2, False),  # highest of the rest
+    # without it no majority: all who answered, it included (the draining pod only ties)
+    ({0: None, 1: T(4, 12, 13), 2: T(4, 10, 11)}, {1}, 1, False),
+    ({0: T(4, 10, 11), 1: T(4, 10, 11), 2: None}, {0}, 1, False),  # a tie goes past it
+    ({0: T(4, 10, 11), 1: T(4, 12, 13), 2: T(4, 10, 11)}, set(), 1, False),  # nothing draining
+])
+def test_choose(answers: dict[int, Tail | None], draining: set[int], leader: int,
+                unclean: bool) -> None:
+    decision = choose(R3, answers, draining=draining)
+    assert (decision.leader, decision.unclean, decision.epoch) == (leader, unclean, R3.epoch + 1)
 
 
 @pytest.mark.parametrize(("leader", "committed", "tails", "expected"), [

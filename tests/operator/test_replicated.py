@@ -296,3 +296,34 @@ async def test_an_election_left_half_done_is_driven_again(
     leader = record_of(stream).leader
     assert leader is not None
     await publish(cluster.pods.pods[(namespace, "b", leader)], MESSAGES, 0)
+
+
+async def test_leadership_leaves_a_pod_being_deleted(
+        cluster: Cluster, kube: Kube, namespace: str,
+        replicated_stream: tuple[Kubelet, PeeredLauncher, dict[str, Any]]) -> None:
+    """The leader's Pod gets a deletionTimestamp (a drain, a roll) while its broker still
+    runs, as in its termination grace period: another member leads before it stops, though
+    the old leader holds every message; the old one follows in the new epoch meanwhile."""
+    _, _, stream = replicated_stream
+    for ordinal in range(PODS):  # the Pod objects the StatefulSet controller would make
+        await kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": f"b-{ordinal}", "namespace": namespace, "labels": names.selector("b"),
+            "finalizers": ["tests.streamlet.dev/terminating"]}})
+    record = record_of(stream)
+    old = record.leader
+    assert old is not None
+    await publish(cluster.pods.pods[(namespace, "b", old)], MESSAGES, 0)
+    try:
+        await kube.delete("Pod", namespace, f"b-{old}")  # held by the finalizer: terminating
+        stream = await replication(kube, namespace, "orders",
+                                   lambda r: r.leader not in (None, old) and r.phase == "Ready"
+                                   and set(r.in_sync) == {0, 1, 2},
+                                   what="leadership moved, the old leader following")
+        new = record_of(stream).leader
+        assert new is not None
+        await publish(cluster.pods.pods[(namespace, "b", new)], MESSAGES, MESSAGES)
+        expected = [f"m{i}".encode() for i in range(2 * MESSAGES)]
+        assert await read_all(cluster.pods.pods[(namespace, "b", old)], 2 * MESSAGES) == expected
+    finally:
+        for ordinal in range(PODS):
+            await kube.patch("Pod", namespace, f"b-{ordinal}", {"metadata": {"finalizers": []}})
