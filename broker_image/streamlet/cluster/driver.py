@@ -94,6 +94,7 @@ class LocalDriver:
         #: probes of a leader's broker missed in a row, by node
         self.misses: dict[int, int] = {}
         self._kept: set[str] = set()  # streams whose unanswering leader its followers vouch for
+        self._published_supers: dict[str, Any] | None = None
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -112,6 +113,8 @@ class LocalDriver:
         """``alive``: node index -> broker pid, for the nodes running now."""
         self._alive = alive
         names = self._discover()
+        if self._super_streams() != self._published_supers:
+            self._publish_directory()
         asked = {(r.kind, r.stream): r for r in requests.read(self.data_dir)}
         for r in asked.values():
             if r.stream not in self.records:
@@ -313,9 +316,27 @@ class LocalDriver:
             streams[name] = {"epoch": r.epoch, "leader": leader,
                              "replicas": [f"{self.host}:{self.ports[m]}" for m in r.members
                                           if m != r.leader]}
+        supers = self._super_streams()
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"streams": streams}, indent=1))
+        tmp.write_text(json.dumps({"streams": streams, "super_streams": supers}, indent=1))
         os.replace(tmp, path)
+        self._published_supers = supers
+
+    def _super_streams(self) -> dict[str, Any]:
+        """The replicated super streams the nodes recorded (each on the node that received its
+        create), for every node to answer Partitions and Route."""
+        found: dict[str, Any] = {}
+        for path in sorted(self.data_dir.glob("node-*/superstreams.json")):
+            try:
+                doc = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            for name, entry in (doc.items() if isinstance(doc, dict) else ()):
+                args = entry.get("arguments") if isinstance(entry, dict) else None
+                if isinstance(args, dict) and str(args.get("initial-cluster-size", "1")) != "1":
+                    found[name] = {"partitions": entry.get("partitions"),
+                                   "binding_keys": entry.get("binding_keys")}
+        return found
 
 
 def _contacts(reports: Mapping[int, Contact | None]) -> str:

@@ -56,6 +56,8 @@ class VirtualHost:
         it, with the settings of the arguments the super stream was created with. One that
         cannot be created is logged and left out; it never stops the start."""
         for ss in self.superstreams.items.values():
+            if _replicated(dict(ss.arguments)):
+                continue  # its partitions live on their members, not necessarily here
             for p in ss.partitions:
                 if self.streams.get(p) is None:
                     log.warning("super stream %s: re-creating missing partition %s", ss.name, p)
@@ -72,10 +74,9 @@ class VirtualHost:
                         log.error("super stream %s: cannot create partition %r: %s",
                                   ss.name, p, e)
 
-    def create_super_stream(self, name: str, partitions: list[str], binding_keys: list[str],
-                            arguments: dict[str, str], settings: StreamSettings) -> None:
-        """Create the partitions, then the record; raise SuperStreamRefused (nothing done, or
-        all of it undone)."""
+    def check_super_stream(self, name: str, partitions: list[str],
+                           binding_keys: list[str]) -> None:
+        """Raise SuperStreamRefused if this super stream cannot be created here."""
         why = validate(name, partitions, binding_keys)
         if why is not None:
             raise SuperStreamRefused(Denial.INVALID, why)
@@ -87,6 +88,12 @@ class VirtualHost:
         clash = [p for p in partitions if self.streams.get(p) is not None]
         if clash:
             raise SuperStreamRefused(Denial.EXISTS, f"stream(s) {', '.join(clash)} exist")
+
+    def create_super_stream(self, name: str, partitions: list[str], binding_keys: list[str],
+                            arguments: dict[str, str], settings: StreamSettings) -> None:
+        """Create the partitions, then the record; raise SuperStreamRefused (nothing done, or
+        all of it undone)."""
+        self.check_super_stream(name, partitions, binding_keys)
         try:
             self.limits.check(len(partitions), f"create super stream {name!r}")
         except LimitReached as e:
@@ -98,8 +105,7 @@ class VirtualHost:
             for p in partitions:
                 self.streams.create(p, settings)
                 created.append(p)
-            self.superstreams.add(SuperStream(name, tuple(partitions), tuple(binding_keys),
-                                              tuple(sorted(arguments.items()))))
+            self.record_super_stream(name, partitions, binding_keys, arguments)
         except (OSError, LimitReached) as e:
             log.error("create super stream %r failed: %s", name, e)
             self.superstreams.items.pop(name, None)
@@ -107,6 +113,13 @@ class VirtualHost:
                 self.streams.delete(p)
             reason = Denial.LIMIT if isinstance(e, LimitReached) else Denial.FAILED
             raise SuperStreamRefused(reason, str(e)) from e
+
+    def record_super_stream(self, name: str, partitions: list[str], binding_keys: list[str],
+                            arguments: dict[str, str]) -> None:
+        """The super stream's record, its partitions made already (a replicated super stream's
+        partitions are made on their members, not all here)."""
+        self.superstreams.add(SuperStream(name, tuple(partitions), tuple(binding_keys),
+                                          tuple(sorted(arguments.items()))))
 
     def delete_super_stream(self, name: str) -> list[Stream] | None:
         """Forget the super stream and delete its partitions; None if there is no such one."""
@@ -122,3 +135,12 @@ class VirtualHost:
 
     def close(self) -> None:
         self.streams.close()
+
+
+def _replicated(arguments: dict[str, str]) -> bool:
+    """Whether a super stream's partitions were made with more than one copy (the protocol's
+    ``initial-cluster-size``, which the record keeps with its other arguments)."""
+    try:
+        return int(arguments.get("initial-cluster-size", "1")) > 1
+    except ValueError:
+        return False

@@ -19,7 +19,7 @@ from ...core.settings import StreamSettings
 from ...protocol import Code
 from ...protocol import frames as f
 from ...protocol.constants import Role as WireRole
-from ...replication.placement import Load, Locator, Placement, Pod, place
+from ...replication.placement import Load, Locator, Placement, Pod, place, place_super_stream
 from ..arguments import PLACEMENT
 from ..directory import Address
 from .member import Role
@@ -46,17 +46,30 @@ class Cluster:
     delete: Callable[[VirtualHost, str], None]
 
 
-def placement_for(peers: tuple[Address, ...], me: int, directory: Directory, size: int,
-                  locator: Locator) -> Placement:
-    """Where the members go: the brokers' loads as the stream directory shows them."""
+def _load(peers: tuple[Address, ...], directory: Directory) -> Load:
+    """The brokers' loads as the stream directory shows them."""
     index = {address: i for i, address in enumerate(peers)}
     load = Load()
     for placement in directory.replicated.values():
         members = [index[a] for a in placement.members if a in index]
         if placement.leader in index:
             load.add(Placement(index[placement.leader], tuple(members)))
-    return place([Pod(i) for i in range(len(peers))], min(size, len(peers)), load, locator,
-                 receiving=me)
+    return load
+
+
+def placement_for(peers: tuple[Address, ...], me: int, directory: Directory, size: int,
+                  locator: Locator) -> Placement:
+    """Where the members go."""
+    return place([Pod(i) for i in range(len(peers))], min(size, len(peers)),
+                 _load(peers, directory), locator, receiving=me)
+
+
+def super_stream_placements(peers: tuple[Address, ...], directory: Directory, size: int,
+                            partitions: int) -> list[Placement]:
+    """Where each partition's members go: balanced, so the partitions' leaders spread across
+    the brokers whatever broker received the create."""
+    return place_super_stream([Pod(i) for i in range(len(peers))], partitions,
+                              min(size, len(peers)), _load(peers, directory))
 
 
 async def create_replicated(cluster: Cluster, vhost: VirtualHost, name: str,
@@ -96,12 +109,35 @@ async def create_replicated(cluster: Cluster, vhost: VirtualHost, name: str,
     return Code.OK
 
 
+async def create_replicated_super_stream(
+        cluster: Cluster, vhost: VirtualHost, name: str, partitions: list[str],
+        binding_keys: list[str], arguments: dict[str, str], settings: StreamSettings,
+        placements: list[Placement]) -> Code:
+    """Each partition made as a replicated stream on its members, then the super stream's
+    record here (the receiving broker answers Partitions and Route; the placement driver's
+    directory tells the others). A partition that cannot be made undoes those made before."""
+    made: list[tuple[str, Placement]] = []
+    for partition, placement in zip(partitions, placements, strict=True):
+        code = await create_replicated(cluster, vhost, partition, arguments, settings, placement)
+        if code != Code.OK:
+            for done, where in made:
+                if cluster.me in where.members:
+                    cluster.delete(vhost, done)
+                await delete_members(cluster, vhost.name, done, list(where.members))
+            return code
+        made.append((partition, placement))
+    vhost.record_super_stream(name, partitions, binding_keys, arguments)
+    log.info("super stream %s created: %s", name, ", ".join(
+        f"{p} led by {pl.leader}" for p, pl in made))
+    return Code.OK
+
+
 async def _ask(address: Address, credentials: tuple[str, str], vhost: str, make: object,
-               kind: type[f.Command]) -> None:
+               kind: type[f.Command], ok: tuple[int, ...] = (Code.OK,)) -> None:
     async with open_peer(address, credentials, vhost=vhost) as peer:
         answer = await peer.request(make(peer.next_corr()), kind)  # type: ignore[operator]
         code = getattr(answer, "code", None)
-        if code != Code.OK:
+        if code not in ok:
             raise RuntimeError(f"{kind.__name__} from {address[0]}:{address[1]}: code {code}")
 
 
@@ -118,16 +154,19 @@ async def _undo(cluster: Cluster, vhost: VirtualHost, name: str, made: list[int]
             log.error("create %r: cannot delete the member on %s: %s", name, peers[m], e)
 
 
-async def delete_members(cluster: Cluster, vhost: str, name: str, ids: list[int]) -> None:
+async def delete_members(cluster: Cluster, vhost: str, name: str, ids: list[int],
+                         missing_ok: bool = False) -> None:
     """A replicated stream deleted here: delete it on its other members too, as RabbitMQ
     deletes every member. One that cannot be reached keeps its copy (logged); it holds no
-    leader and the placement driver forgets a stream most members no longer have."""
+    leader and the placement driver forgets a stream most members no longer have.
+    ``missing_ok``: a broker without it is no error (ids that may not all be members)."""
+    ok = (Code.OK, Code.STREAM_DOES_NOT_EXIST) if missing_ok else (Code.OK,)
     for m in ids:
         if m == cluster.me or m >= len(cluster.peers):
             continue
         try:
             await _ask(cluster.peers[m], cluster.credentials, vhost, lambda c: f.Delete(c, name),
-                       f.DeleteResponse)
+                       f.DeleteResponse, ok)
         except Exception as e:
             log.error("delete %r: cannot delete the member on %s:%d: %s", name,
                       *cluster.peers[m], e)
