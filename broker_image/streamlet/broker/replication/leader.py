@@ -133,9 +133,9 @@ class Feed:
         self._registered = False  # a when_written callback is pending
 
     def pump(self) -> None:
-        if self.stopped or self.conn.closing:
-            return
         stream, lead = self.leader.stream, self.leader
+        if self.stopped or self.conn.closing or stream.deleted:
+            return  # deleted: when_written would call back at once, for ever
         while self.conn.write_room() > 0:
             chunks = stream.log.read_raw(self.next, FEED_BYTES)
             if not chunks:
