@@ -156,4 +156,4 @@ def on_stream_stats(conn: ConnectionState, cmd: f.StreamStats) -> None:
     elif conn.refused("read", cmd.stream):
         conn.send(f.StreamStatsResponse(cmd.correlation_id, Code.ACCESS_REFUSED))
     else:
-        conn.send(f.StreamStatsResponse(cmd.correlation_id, Code.OK, stream.stats()))
+        conn.send(f.StreamStatsResponse(cmd.correlation_id, Code.OK, stream.details()))
