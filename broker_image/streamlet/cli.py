@@ -72,7 +72,8 @@ def build_parser() -> Parser:
                             "[listeners.rsio], none)")
     serve.add_argument("--fsync", choices=["never", "interval", "chunk"],
                        help="when to fsync the log (default never: a confirm means the OS has it)")
-    serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    serve.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
+                       help="DEBUG, INFO, WARNING or ERROR (default INFO)")
 
     produce = sub.add_parser("produce", help="publish messages to a stream", parents=[conn],
                              description=(
@@ -144,6 +145,9 @@ def build_parser() -> Parser:
     return parser
 
 
+#: what --log-level takes (any case)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
 #: the port a client command connects to by default, per --protocol (--port overrides it)
 PROTOCOL_PORTS = {"rabbitmq": 5552, "mega": 5553, "rsio": 5554}
 
@@ -189,7 +193,7 @@ def _cluster_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     up.add_argument("--config", type=Path, help=(
         "TOML configuration given to every broker (docs/configuration.md; no [tls] or "
         "[listeners], and cluster.directory_file is set by up)"))
-    up.add_argument("--log-level", default="INFO",
+    up.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
                     help="DEBUG, INFO, WARNING: the supervisor's and every broker's (default INFO)")
     status = csub.add_parser("status", help="show the nodes and replicated streams of a running cluster", description=(
         "Show each node's pid, port and whether it is alive (its process runs and its port "

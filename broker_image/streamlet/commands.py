@@ -11,6 +11,8 @@ from .clitools.consume import consume
 from .clitools.info import info
 from .clitools.produce import produce
 from .clitools.stop import stop
+from .clitools.why import create_refused
+from .protocol import Code
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -78,7 +80,15 @@ def _stream_arguments(args: argparse.Namespace) -> dict[str, str]:
 
 async def _streams(client: Client, args: argparse.Namespace) -> int:
     if args.action == "create":
-        await client.create_stream(args.name, _stream_arguments(args))
+        arguments = _stream_arguments(args)
+        try:
+            await client.create_stream(args.name, arguments)
+        except StreamletError as e:
+            if e.code != Code.PRECONDITION_FAILED:
+                raise
+            why = await create_refused(client, args.name, arguments)
+            print(f"streamlet: cannot create {args.name}: {why}", file=sys.stderr)
+            return 1
         print(f"created {args.name}")
     elif args.action == "delete":
         await client.delete_stream(args.name)
