@@ -11,13 +11,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
+from .clitools.output import silence_stdout
+from .clitools.values import Parser, non_negative_int, positive_float, positive_int
+from .clitools.values import port as port_number
 
 #: the client commands' connection options and their defaults, filled in by :func:`parse`
 CONNECTION_DEFAULTS: dict[str, object] = {
     "host": "127.0.0.1", "port": 5552, "user": "guest", "password": "guest", "vhost": "/"}
 
 
-def _connection_options(serve: bool = False) -> argparse.ArgumentParser:
+def _connection_options(serve: bool = False) -> Parser:
     """A parent parser of the connection options, attached to every level (the program, each
     command, each `streams` action) so that they may be typed anywhere.
 
@@ -25,23 +28,23 @@ def _connection_options(serve: bool = False) -> argparse.ArgumentParser:
     undo the value given at an earlier level (argparse copies a sub-parser's whole namespace
     over its parent's); the defaults are filled in once parsing is done. ``serve=True`` makes
     the program level's copy, whose --host and --port also give serve's listen address."""
-    p = argparse.ArgumentParser(add_help=False)
+    p = Parser(add_help=False)
     g = p.add_argument_group("connection options (accepted before or after any command)")
-    host, port = "broker host (default 127.0.0.1)", "broker stream port (default 5552)"
+    host, port_help = "broker host (default 127.0.0.1)", "broker stream port (default 5552)"
     if serve:
         host = f"{host}; for serve and cluster up, the listen address"
-        port = f"{port}; for serve, the listen port; for cluster up, node 0's"
+        port_help = f"{port_help}; for serve, the listen port; for cluster up, node 0's"
     g.add_argument("--host", default=argparse.SUPPRESS, help=host)
-    g.add_argument("--port", type=int, default=argparse.SUPPRESS, help=port)
+    g.add_argument("--port", type=port_number, default=argparse.SUPPRESS, help=port_help)
     g.add_argument("--user", default=argparse.SUPPRESS, help="user name (default guest)")
     g.add_argument("--password", default=argparse.SUPPRESS, help="password (default guest)")
     g.add_argument("--vhost", default=argparse.SUPPRESS, help="virtual host (default /)")
     return p
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> Parser:
     conn = _connection_options()
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="streamlet", parents=[_connection_options(serve=True)],
         description="A stream broker that speaks the RabbitMQ Stream protocol.",
     )
@@ -53,32 +56,38 @@ def build_parser() -> argparse.ArgumentParser:
         "docs/configuration.md), then environment (STREAMLET_ADVERTISED_HOST/PORT), then flags."))
     serve.add_argument("--host", default=argparse.SUPPRESS,
                        help="listen address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=argparse.SUPPRESS,
+    serve.add_argument("--port", type=port_number, default=argparse.SUPPRESS,
                        help="stream protocol port (default 5552)")
     serve.add_argument("--data-dir", help="where streams are stored (default ./data)")
     serve.add_argument("--config", type=Path, help="TOML configuration file")
     serve.add_argument("--advertised-host", help="host clients are told to connect to")
-    serve.add_argument("--advertised-port", type=int, help="port clients are told to connect to")
-    serve.add_argument("--mega-port", type=int, default=None, metavar="P",
+    serve.add_argument("--advertised-port", type=port_number, help="port clients are told to connect to")
+    serve.add_argument("--mega-port", type=port_number, default=None, metavar="P",
                        help="serve MEGA (docs/protocols/mega.md) on P, on loopback unless "
                             "configured otherwise; 0 turns it off (default: [listeners.mega], "
                             "none)")
-    serve.add_argument("--rsio-port", type=int, default=None, metavar="P",
+    serve.add_argument("--rsio-port", type=port_number, default=None, metavar="P",
                        help="serve Reactive Streams IO (docs/protocols/reactive-streams.md) on P, "
                             "on loopback unless configured otherwise; 0 turns it off (default: "
                             "[listeners.rsio], none)")
     serve.add_argument("--fsync", choices=["never", "interval", "chunk"],
                        help="when to fsync the log (default never: a confirm means the OS has it)")
-    serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    serve.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
+                       help="DEBUG, INFO, WARNING or ERROR (default INFO)")
 
     produce = sub.add_parser("produce", help="publish messages to a stream", parents=[conn],
                              description=(
         "Publish messages: each line of standard input is one message, or --count generated "
         "messages of --size bytes. Waits for every confirm."))
     produce.add_argument("stream")
-    produce.add_argument("--count", type=int, help="publish this many generated messages instead of stdin")
-    produce.add_argument("--size", type=int, default=100, help="size of generated messages (default 100)")
-    produce.add_argument("--reference", help="publisher reference, enables deduplication")
+    produce.add_argument("--count", type=non_negative_int,
+                         help="publish this many generated messages instead of stdin")
+    produce.add_argument("--size", type=non_negative_int, default=100,
+                         help="size of generated messages (default 100)")
+    produce.add_argument("--reference", help=(
+        "publisher reference: message i of the input (line i, or generated message i) gets "
+        "publishing id i, and those up to the sequence stored for the reference are skipped, "
+        "so running the same input again stores nothing twice"))
     produce.add_argument("--create", action="store_true", help="create the stream if missing")
     _protocol_option(produce)
 
@@ -86,12 +95,16 @@ def build_parser() -> argparse.ArgumentParser:
                              description=(
         "Print messages as 'offset<TAB>body' lines (body decoded as UTF-8 with replacement)."))
     consume.add_argument("stream")
-    consume.add_argument("--offset", default="first",
-                         help="first | last | next | an offset | @<ms timestamp> (default first)")
-    consume.add_argument("--count", type=int, help="stop after this many messages")
-    consume.add_argument("--timeout", type=float, default=None,
+    consume.add_argument("--offset", default=None, help=(
+        "first | last | next | an offset | @<ms timestamp> (default: after the offset stored "
+        "for --name if there is one, else first)"))
+    consume.add_argument("--count", type=positive_int, help="stop after this many messages")
+    consume.add_argument("--timeout", type=positive_float, default=None,
                          help="stop after this many seconds without a message")
-    consume.add_argument("--name", help="consumer name for stored offsets")
+    consume.add_argument("--name", help=(
+        "consumer name: without --offset, resume after the offset stored under it; the last "
+        "offset printed is stored under it when consume ends (--count, --timeout, a closed "
+        "pipe, Ctrl-C or SIGTERM)"))
     _protocol_option(consume)
 
     streams = sub.add_parser("streams", help="create, delete and inspect streams", parents=[conn])
@@ -99,22 +112,28 @@ def build_parser() -> argparse.ArgumentParser:
     create = ssub.add_parser("create", help="create a stream", parents=[conn])
     create.add_argument("name")
     create.add_argument("--max-age", help="retention by age, e.g. 7D, 12h")
-    create.add_argument("--max-length-bytes", type=int, help="retention by size")
-    create.add_argument("--max-segment-size-bytes", type=int, help="segment file size")
-    create.add_argument("--filter-size-bytes", type=int, help="bloom filter size per chunk (16-255)")
+    create.add_argument("--max-length-bytes", type=non_negative_int, help="retention by size")
+    create.add_argument("--max-segment-size-bytes", type=non_negative_int, help="segment file size")
+    create.add_argument("--filter-size-bytes", type=non_negative_int, help="bloom filter size per chunk (16-255)")
     delete = ssub.add_parser("delete", help="delete a stream", parents=[conn])
     delete.add_argument("name")
-    info = ssub.add_parser("info", help="show a stream's metadata and offsets", parents=[conn])
+    info = ssub.add_parser("info", help="show streams' leader, replicas, offsets, size, retention",
+                          parents=[conn], description=(
+        "For each stream: leader and replicas, first and last committed offset, messages, size "
+        "on disk and segments, retention, stored consumer offsets and publisher sequences. "
+        "Exit 1 if a stream does not exist (the others are shown)."))
     info.add_argument("names", nargs="+")
+    info.add_argument("--json", action="store_true",
+                      help="one JSON object a stream (every key the broker gave)")
     csuper = ssub.add_parser("create-super", help="create a super stream and its partition streams",
                              parents=[conn])
     csuper.add_argument("name")
     how = csuper.add_mutually_exclusive_group(required=True)
-    how.add_argument("--partitions", type=int,
+    how.add_argument("--partitions", type=positive_int,
                      help="N partitions NAME-0..NAME-<N-1>, binding keys 0..N-1")
     how.add_argument("--binding-keys", help="comma-separated keys: partitions NAME-<key>")
     csuper.add_argument("--max-age", help="retention by age of each partition, e.g. 7D")
-    csuper.add_argument("--max-length-bytes", type=int, help="retention by size of each partition")
+    csuper.add_argument("--max-length-bytes", type=non_negative_int, help="retention by size of each partition")
     dsuper = ssub.add_parser("delete-super", help="delete a super stream and its partitions",
                              parents=[conn])
     dsuper.add_argument("name")
@@ -125,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     _cluster_parser(sub)
     return parser
 
+
+#: what --log-level takes (any case)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 #: the port a client command connects to by default, per --protocol (--port overrides it)
 PROTOCOL_PORTS = {"rabbitmq": 5552, "mega": 5553, "rsio": 5554}
@@ -138,7 +160,7 @@ def _protocol_option(p: argparse.ArgumentParser) -> None:
         "and mega's --offset is first or a number"))
 
 
-def _cluster_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _cluster_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     """`cluster up|status|down|elect|transfer`: a local cluster of brokers on one host, without
     Kubernetes."""
     from .cluster.plan import DOWN_TIMEOUT_S, GRACE_S, MAX_NODES
@@ -171,7 +193,7 @@ def _cluster_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument("--config", type=Path, help=(
         "TOML configuration given to every broker (docs/configuration.md; no [tls] or "
         "[listeners], and cluster.directory_file is set by up)"))
-    up.add_argument("--log-level", default="INFO",
+    up.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
                     help="DEBUG, INFO, WARNING: the supervisor's and every broker's (default INFO)")
     status = csub.add_parser("status", help="show the nodes and replicated streams of a running cluster", description=(
         "Show each node's pid, port and whether it is alive (its process runs and its port "
@@ -267,8 +289,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return asyncio.run(commands.run(args))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before the command caught signals (it sums up after that)
+        print("streamlet: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `streamlet streams list | head -1`: the reader had enough
+        silence_stdout()
+        return 0
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -6,18 +6,28 @@ import argparse
 import asyncio
 import sys
 
-from .client import Client, OffsetSpec, StreamletError, connect
-
-
-def _offset(text: str) -> OffsetSpec:
-    if text.startswith("@"):
-        return OffsetSpec.timestamp(int(text[1:]))
-    if text.isdigit():
-        return OffsetSpec.offset(int(text))
-    return OffsetSpec.parse(text)
+from .client import Client, StreamletError, connect
+from .clitools.consume import consume
+from .clitools.info import info
+from .clitools.produce import produce
+from .clitools.stop import stop
+from .clitools.why import create_refused
+from .protocol import Code
 
 
 async def run(args: argparse.Namespace) -> int:
+    """The command, stopped cleanly by SIGINT or SIGTERM (see clitools.stop)."""
+    stop.install()
+    try:
+        code = await _run(args)
+    except asyncio.CancelledError as e:  # stopped before the command had anything to sum up
+        stop.caught(e)
+        print("streamlet: interrupted", file=sys.stderr)
+        return stop.exit_code
+    return stop.exit_code if stop.requested else code
+
+
+async def _run(args: argparse.Namespace) -> int:
     if getattr(args, "protocol", "rabbitmq") != "rabbitmq":  # produce|consume over MEGA or RSIO
         from . import other_protocols
 
@@ -55,47 +65,8 @@ async def run(args: argparse.Namespace) -> int:
 
 async def _client_command(client: Client, args: argparse.Namespace) -> int:
     if args.command == "produce":
-        return await _produce(client, args)
-    return await _consume(client, args)
-
-
-async def _produce(client: Client, args: argparse.Namespace) -> int:
-    async with await client.producer(args.stream, reference=args.reference) as producer:
-        if args.count is not None:
-            body = b"x" * args.size
-            await producer.send_many(body for _ in range(args.count))
-            sent = args.count
-        else:
-            sent = 0
-            loop = asyncio.get_running_loop()
-            while line := await loop.run_in_executor(None, sys.stdin.buffer.readline):
-                await producer.send(line.rstrip(b"\n"))
-                sent += 1
-        await producer.flush()
-    print(f"published {sent} messages to {args.stream}", file=sys.stderr)
-    return 0
-
-
-async def _consume(client: Client, args: argparse.Namespace) -> int:
-    consumer = await client.consumer(args.stream, offset=_offset(args.offset), name=args.name)
-    seen = 0
-    last: int | None = None
-    try:
-        it = aiter(consumer)
-        while args.count is None or seen < args.count:
-            try:
-                msg = await asyncio.wait_for(anext(it), args.timeout)
-            except TimeoutError:
-                break
-            sys.stdout.write(f"{msg.offset}\t{msg.body.decode('utf-8', 'replace')}\n")
-            seen += 1
-            last = msg.offset
-    finally:
-        sys.stdout.flush()
-        if args.name and last is not None:
-            await consumer.store_offset(last)
-        await consumer.close()
-    return 0
+        return await produce(client, args)
+    return await consume(client, args)
 
 
 def _stream_arguments(args: argparse.Namespace) -> dict[str, str]:
@@ -109,7 +80,15 @@ def _stream_arguments(args: argparse.Namespace) -> dict[str, str]:
 
 async def _streams(client: Client, args: argparse.Namespace) -> int:
     if args.action == "create":
-        await client.create_stream(args.name, _stream_arguments(args))
+        arguments = _stream_arguments(args)
+        try:
+            await client.create_stream(args.name, arguments)
+        except StreamletError as e:
+            if e.code != Code.PRECONDITION_FAILED:
+                raise
+            why = await create_refused(client, args.name, arguments)
+            print(f"streamlet: cannot create {args.name}: {why}", file=sys.stderr)
+            return 1
         print(f"created {args.name}")
     elif args.action == "delete":
         await client.delete_stream(args.name)
@@ -117,16 +96,7 @@ async def _streams(client: Client, args: argparse.Namespace) -> int:
     elif args.action in ("create-super", "delete-super", "partitions"):
         return await _super_streams(client, args)
     else:
-        for name in args.names:
-            where = await client.leader(name)
-            if where is None:
-                print(f"{name}\tmissing")
-            elif not client.is_local(where):  # held by another broker of the cluster
-                print(f"{name}\ton {where[0]}:{where[1]}")
-            else:
-                stats = await client.stream_stats(name)
-                print(f"{name}\tfirst_chunk_id={stats['first_chunk_id']}\t"
-                      f"committed_chunk_id={stats['committed_chunk_id']}\tlast_chunk_id={stats['last_chunk_id']}")
+        return await info(client, args)
     return 0
 
 

@@ -341,7 +341,10 @@ def load(path: Path | None = None, mega_port: int | None = None, rsio_port: int 
     if os.environ.get("STREAMLET_ADVERTISED_HOST"):
         env["advertised_host"] = os.environ["STREAMLET_ADVERTISED_HOST"]
     if os.environ.get("STREAMLET_ADVERTISED_PORT"):
-        env["advertised_port"] = int(os.environ["STREAMLET_ADVERTISED_PORT"])
+        text = os.environ["STREAMLET_ADVERTISED_PORT"].strip()
+        if not text.isdigit() or not 0 < int(text) < 65536:
+            raise ConfigError(f"STREAMLET_ADVERTISED_PORT must be a port (1..65535), got {text!r}")
+        env["advertised_port"] = int(text)
     if os.environ.get("STREAMLET_MEMBER"):
         env["member"] = _member(os.environ["STREAMLET_MEMBER"], "STREAMLET_MEMBER")
     cfg = replace(cfg, **env)
@@ -353,12 +356,27 @@ def load(path: Path | None = None, mega_port: int | None = None, rsio_port: int 
     return cfg
 
 
+#: the keys of the sections read here (a misspelt key is refused, not ignored)
+_SECTION_KEYS = {
+    "server": {"host", "port", "data_dir", "advertised_host", "advertised_port", "frame_max",
+               "frame_limit", "heartbeat", "handshake_timeout", "request_timeout",
+               "frame_timeout", "cluster_name", "users_file"},
+    "storage": {"fsync", "max_open_files"},
+    "retention": {"max_age", "max_length_bytes", "max_segment_size_bytes"},
+    "cluster": {"directory_file", "member", "replication_user", "peers", "resume_roles"},
+}
+
+
 def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
     known = {"server", "storage", "retention", "users", "vhosts", "permissions", "tls", "limits",
              "cluster", "listeners"}
     unknown = set(doc) - known
     if unknown:
         raise ConfigError(f"unknown config section(s): {', '.join(sorted(unknown))}")
+    for section, keys in _SECTION_KEYS.items():
+        extra = set(doc.get(section, {})) - keys
+        if extra:
+            raise ConfigError(f"unknown key(s) in [{section}]: {', '.join(sorted(extra))}")
     server = doc.get("server", {})
     changes: dict[str, Any] = {}
     for key in ("host", "advertised_host", "cluster_name"):

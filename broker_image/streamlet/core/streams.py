@@ -21,6 +21,7 @@ import sys
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable
+from itertools import islice
 from pathlib import Path
 from urllib.parse import quote, unquote
 
@@ -65,6 +66,10 @@ class Publisher:
         #: told the offset each batch was written at (Session.placed): a protocol that answers
         #: a publish with its offset (MEGA)
         self.wants_offsets = wants_offsets
+
+
+#: stored offsets and sequences named in ``details`` (each), so that it fits in a frame
+MAX_LISTED = 1000
 
 
 class Stream:
@@ -362,6 +367,28 @@ class Stream:
             "last_chunk_id": lg.last_chunk_id,
             "sealed": int(self.sealed),
         }
+
+    def details(self) -> dict[str, int]:
+        """``stats()`` and what `streamlet streams info` shows besides (streamlet's own keys in
+        StreamStats' map, which RabbitMQ's clients ignore): offsets, messages, bytes on disk,
+        segments, retention, and ``offset:<name>`` / ``sequence:<reference>`` for each stored
+        consumer offset and publisher sequence."""
+        lg, settings = self.log, self.settings
+        out = self.stats()
+        out.update({
+            "first_offset": lg.first_offset, "committed_offset": self.commit_end - 1,
+            "messages": lg.user_record_count(), "size_bytes": lg.size_bytes,
+            "segments": lg.segment_count,
+            "max_segment_size_bytes": settings.max_segment_size_bytes,
+        })
+        if settings.max_age_ms is not None:
+            out["max_age_ms"] = settings.max_age_ms
+        if settings.max_length_bytes:
+            out["max_length_bytes"] = settings.max_length_bytes
+        for prefix, stored in (("offset", lg.offsets), ("sequence", lg.writer_sequences)):
+            out[f"{prefix}s"] = len(stored)  # all of them; the first MAX_LISTED are named
+            out.update({f"{prefix}:{ref}": v for ref, v in islice(stored.items(), MAX_LISTED)})
+        return out
 
     def holders(self) -> set[Session]:
         return {p.conn for p in self.publishers} | {s.conn for s in self.subscriptions} | self.watchers

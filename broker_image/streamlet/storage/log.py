@@ -257,6 +257,16 @@ class StreamLog:
     def segment_count(self) -> int:
         return len(self._segments)
 
+    def user_record_count(self) -> int:
+        """Messages stored: the records of user chunks (tracking chunks take offsets too).
+        Loads every segment's chunk table: for inspection, not the data path."""
+        total = 0
+        for si in range(len(self._segments)):
+            seg = self._seg(si)
+            total += sum(n for n, t in zip(seg.nrec[: seg.nchunks], seg.types[: seg.nchunks],
+                                           strict=True) if t == CHUNK_USER)
+        return total
+
     @property
     def epoch(self) -> int:
         """The epoch new chunks are written with: on open, the epoch of the last chunk (1 for

@@ -11,7 +11,7 @@ from ...protocol import Code
 from ...protocol import frames as f
 from ...replication.placement import Locator, NotEnoughPods
 from ..arguments import parse_create_arguments, replication_request, valid_stream_name
-from ..config import ConfigError
+from ..config import ConfigError, Retention
 from ..directory import Address, Placement, answer_metadata
 from ..replication.create import Cluster, create_replicated, delete_members, placement_for
 from ..replication.forward import FORWARDED
@@ -36,8 +36,9 @@ def _create(conn: ConnectionState, cmd: f.Create) -> Code | None:
         return Code.PRECONDITION_FAILED
     if conn.refused("configure", cmd.stream):
         return Code.ACCESS_REFUSED
-    if conn.streams.get(cmd.stream) is not None:
-        return Code.STREAM_ALREADY_EXISTS
+    existing = conn.streams.get(cmd.stream)
+    if existing is not None:
+        return _exists(cmd, existing.settings)
     try:
         settings = parse_create_arguments(cmd.arguments, conn.broker.config.retention)
         size, locator = replication_request(cmd.arguments)
@@ -55,6 +56,29 @@ def _create(conn: ConnectionState, cmd: f.Create) -> Code | None:
         log.error("create %r failed: %s", cmd.stream, e)
         return Code.INTERNAL_ERROR
     return Code.OK
+
+
+#: the settings field each Create argument sets, compared when the stream exists
+_COMPARED = {"max-age": "max_age_ms", "max-length-bytes": "max_length_bytes",
+             "stream-max-segment-size-bytes": "max_segment_size_bytes",
+             "stream-filter-size-bytes": "filter_size"}
+
+
+def _exists(cmd: f.Create, settings: StreamSettings) -> Code:
+    """As RabbitMQ: the same arguments answer STREAM_ALREADY_EXISTS, different ones
+    PRECONDITION_FAILED. Only the arguments given are compared (the broker's defaults may have
+    changed since the stream was made)."""
+    try:
+        asked = parse_create_arguments(cmd.arguments, Retention())
+    except ConfigError as e:
+        log.info("create %r refused: %s", cmd.stream, e)
+        return Code.PRECONDITION_FAILED
+    for arg, field in _COMPARED.items():
+        if arg in cmd.arguments and getattr(asked, field) != getattr(settings, field):
+            log.info("create %r refused: it exists with %s %s, not %s", cmd.stream, field,
+                     getattr(settings, field), cmd.arguments[arg])
+            return Code.PRECONDITION_FAILED
+    return Code.STREAM_ALREADY_EXISTS
 
 
 def _create_replicated(conn: ConnectionState, cmd: f.Create, cluster: Cluster,
@@ -156,4 +180,4 @@ def on_stream_stats(conn: ConnectionState, cmd: f.StreamStats) -> None:
     elif conn.refused("read", cmd.stream):
         conn.send(f.StreamStatsResponse(cmd.correlation_id, Code.ACCESS_REFUSED))
     else:
-        conn.send(f.StreamStatsResponse(cmd.correlation_id, Code.OK, stream.stats()))
+        conn.send(f.StreamStatsResponse(cmd.correlation_id, Code.OK, stream.details()))
