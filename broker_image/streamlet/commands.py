@@ -13,6 +13,7 @@ from .clitools.produce import produce
 from .clitools.stop import stop
 from .clitools.why import create_refused
 from .protocol import Code
+from .protocol.constants import STREAM_DETAILS
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -27,6 +28,13 @@ async def run(args: argparse.Namespace) -> int:
     return stop.exit_code if stop.requested else code
 
 
+def _properties(args: argparse.Namespace) -> dict[str, str]:
+    """`streams info` asks the broker for StreamStats' details (broker.rabbitmq.streams)."""
+    if getattr(args, "action", None) == "info":
+        return {STREAM_DETAILS: "true"}
+    return {}
+
+
 async def _run(args: argparse.Namespace) -> int:
     if getattr(args, "protocol", "rabbitmq") != "rabbitmq":  # produce|consume over MEGA or RSIO
         from . import other_protocols
@@ -34,7 +42,7 @@ async def _run(args: argparse.Namespace) -> int:
         return await other_protocols.run(args)
     try:
         client = await connect(args.host, args.port, user=args.user, password=args.password,
-                               vhost=args.vhost)
+                               vhost=args.vhost, properties=_properties(args))
     except (OSError, TimeoutError) as e:
         print(f"streamlet: cannot connect to {args.host}:{args.port}: {e}", file=sys.stderr)
         return 1

@@ -76,3 +76,22 @@ def test_streams_info(shared_broker: BrokerProcess) -> None:
     missing = cli("streams", *c, "info", "nosuch", check=False)
     assert missing.returncode == 1 and missing.stdout == b""
     assert stderr_line(missing.stderr) == "streamlet: nosuch: no such stream"
+
+
+async def test_stream_stats_details_only_when_asked(shared_broker: BrokerProcess) -> None:
+    """The details `streams info` shows count every segment's messages: only a connection that
+    asks for them (STREAM_DETAILS) gets them; RabbitMQ's clients get StreamStats' own keys."""
+    from streamlet.client import connect
+    from streamlet.protocol.constants import STREAM_DETAILS
+
+    b = shared_broker
+    async with await connect(b.host, b.port) as c:
+        await c.create_stream("details")
+        producer = await c.producer("details")
+        await producer.send_many([b"x", b"y"])
+        await producer.flush()
+        plain = await c.stream_stats("details")
+    async with await connect(b.host, b.port, properties={STREAM_DETAILS: "true"}) as c:
+        detailed = await c.stream_stats("details")
+    assert set(plain) == {"first_chunk_id", "committed_chunk_id", "last_chunk_id", "sealed"}
+    assert detailed["messages"] == 2 and set(plain) < set(detailed)

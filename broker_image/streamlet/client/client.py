@@ -25,9 +25,10 @@ async def connect(
     host: str = "127.0.0.1", port: int = 5552, user: str = "guest", password: str = "guest",
     vhost: str = "/", heartbeat: int = 60, frame_max: int = 1048576,
     ssl: ssl_.SSLContext | None = None, connection_name: str | None = None,
-    timeout: float | None = 30.0,
+    timeout: float | None = 30.0, properties: dict[str, str] | None = None,
 ) -> Client:
-    """Open a connection and run the handshake. ``timeout`` bounds every request (None: none)."""
+    """Open a connection and run the handshake. ``timeout`` bounds every request (None: none);
+    ``properties``: more client properties for PeerProperties."""
     loop = asyncio.get_running_loop()
     async with asyncio.timeout(timeout):
         _, conn = await loop.create_connection(
@@ -35,7 +36,8 @@ async def connect(
             server_hostname=host if ssl is not None else None)
     try:
         await conn.open(user=user, password=password, vhost=vhost, heartbeat=heartbeat,
-                        frame_max=frame_max, connection_name=connection_name)
+                        frame_max=frame_max, connection_name=connection_name,
+                        properties=properties)
     except BaseException:
         if conn.transport is not None:
             conn.transport.abort()

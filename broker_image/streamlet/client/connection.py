@@ -194,7 +194,7 @@ class Connection(asyncio.Protocol):
 
     async def open(
         self, *, user: str, password: str, vhost: str, heartbeat: int, frame_max: int,
-        connection_name: str | None,
+        connection_name: str | None, properties: dict[str, str] | None = None,
     ) -> None:
         props = {
             "product": "streamlet-client",
@@ -204,6 +204,7 @@ class Connection(asyncio.Protocol):
         }
         if connection_name:
             props["connection_name"] = connection_name
+        props.update(properties or {})
         hs = ClientHandshake(properties=props, user=user, password=password, vhost=vhost,
                              frame_max=frame_max, heartbeat=heartbeat, correlation=self._corr)
         self._handshake = hs

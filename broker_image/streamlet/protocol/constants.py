@@ -85,6 +85,13 @@ class Role(IntEnum):
     FOLLOWER = 2
 
 
+#: A client property (PeerProperties) asking for streamlet's own keys in StreamStats' answer
+#: (offsets, message count, size, retention, stored offsets and sequences: `streams info`).
+#: Opt-in: counting messages reads every segment's chunk table, too much for clients (the
+#: operator, the Spark source) that ask often.
+STREAM_DETAILS = "streamlet-stream-details"
+
+
 #: The replication commands' range (docs/protocol.md): not for clients.
 REPLICATION_KEYS = range(0x7E01, 0x7F00)
 

@@ -9,6 +9,7 @@ from ...core.settings import StreamSettings
 from ...core.streams import LimitReached
 from ...protocol import Code
 from ...protocol import frames as f
+from ...protocol.constants import STREAM_DETAILS
 from ...replication.placement import Locator, NotEnoughPods
 from ..arguments import parse_create_arguments, replication_request, valid_stream_name
 from ..config import ConfigError, Retention
@@ -180,4 +181,6 @@ def on_stream_stats(conn: ConnectionState, cmd: f.StreamStats) -> None:
     elif conn.refused("read", cmd.stream):
         conn.send(f.StreamStatsResponse(cmd.correlation_id, Code.ACCESS_REFUSED))
     else:
-        conn.send(f.StreamStatsResponse(cmd.correlation_id, Code.OK, stream.details()))
+        detailed = conn.client_properties.get(STREAM_DETAILS) == "true"
+        conn.send(f.StreamStatsResponse(cmd.correlation_id, Code.OK,
+                                        stream.details() if detailed else stream.stats()))
