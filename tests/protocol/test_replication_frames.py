@@ -1,4 +1,4 @@
-"""streamlet's private replication commands (0x7E01-0x7E07): round trips, truncations, random
+"""streamlet's private replication commands (0x7E01-0x7E0B): round trips, truncations, random
 bodies, the chunks read as a view of the frame, and their error answers."""
 
 from __future__ import annotations
@@ -30,12 +30,15 @@ SAMPLES: list[f.Command] = [
     f.Assign(4, "s", 5, Role.FOLLOWER, "streamlet-1.streamlet", 5552, [0, 1, 2]),
     f.Assign(4, "s", 5, Role.LEADER, "", 0, [1]),
     f.AssignResponse(4, Code.OK),
+    f.SacJoin(5, "s", 5, 70000, "billing", 2), f.SacJoin(5, "s", 5, 1, "g"),
+    f.SacJoinResponse(5, Code.STREAM_NOT_AVAILABLE),
+    f.SacLeave(70000), f.SacUpdate(70000, 1), f.SacUpdate(1, 0), f.SacSteppedDown(70000),
 ]
 
 
 def test_every_replication_key_has_a_sample_and_is_private() -> None:
     keys = {cmd.KEY for cmd in SAMPLES}
-    assert keys == {k for k in Key if k in REPLICATION_KEYS} == set(range(0x7E01, 0x7E08))
+    assert keys == {k for k in Key if k in REPLICATION_KEYS} == set(range(0x7E01, 0x7E0C))
     assert all(k > 31 and k < 0x8000 for k in keys)  # clear of RabbitMQ's keys and the response bit
 
 
@@ -94,7 +97,8 @@ def test_chunks_prefix_is_the_frame_head() -> None:
 
 @pytest.mark.parametrize(("cmd", "corr"), [
     (f.ReplicaChunks(4, 17, CHUNK), None), (f.ReplicaAck(4, 20, 2100), None),
-    (f.ReplicaCommit(4, 20), None), (f.Fence(3, "s", 5), 3), (f.ReplicaHello(1, "s", 4, 2, 3, 17, 1800), 1),
+    (f.ReplicaCommit(4, 20), None), (f.Fence(3, "s", 5), 3), (f.SacLeave(7), None),
+    (f.SacUpdate(7, 1), None), (f.SacSteppedDown(7), None), (f.SacJoin(6, "s", 5, 7, "g"), 6), (f.ReplicaHello(1, "s", 4, 2, 3, 17, 1800), 1),
 ])
 def test_correlation_ids_of_malformed_frames(cmd: f.Command, corr: int | None) -> None:
     """Commands without an answer have no correlation id: an error never answers them."""

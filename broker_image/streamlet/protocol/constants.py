@@ -50,6 +50,11 @@ class Key(IntEnum):
     REPLICA_COMMIT = 0x7E05
     FENCE = 0x7E06
     ASSIGN = 0x7E07
+    # single-active-consumer groups of a replicated stream, decided at its leader
+    SAC_JOIN = 0x7E08
+    SAC_LEAVE = 0x7E09
+    SAC_UPDATE = 0x7E0A
+    SAC_STEPPED_DOWN = 0x7E0B
 
 
 class Code(IntEnum):

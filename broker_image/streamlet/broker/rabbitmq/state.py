@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ...core.vhosts import VirtualHost
     from ..access import Kind
     from ..replication.leader import Leader
+    from ..replication.sac_remote import RemoteMember
     from ..server import Broker
 
 log = logging.getLogger("streamlet.broker")
@@ -61,6 +62,8 @@ class ConnectionState(FramedConnection):
         #: a follower's link: the stream and member it follows, and the leader feeding it
         self.replica_of: tuple[Stream, int] | None = None
         self.feeding: Leader | None = None
+        #: a member's single-active-consumer link: its consumers, in groups decided here
+        self.sac_link: RemoteMember | None = None
 
     # --- the handshake's state --------------------------------------------------------------------
 
@@ -140,6 +143,9 @@ class ConnectionState(FramedConnection):
         if self.feeding is not None:
             self.feeding.detach(self)
             self.feeding = None
+        if self.sac_link is not None:
+            self.sac_link.close()
+            self.sac_link = None
         self.publishers.clear()
         self.subscriptions.clear()
         self.pending_updates.clear()

@@ -1,0 +1,277 @@
+"""Single-active-consumer groups of replicated streams, decided at the stream's leader.
+
+Each broker decides the groups of the streams it holds alone (streamlet.core.sac). A replicated
+stream's consumers connect to any of its members, so its groups are decided at its leader, by
+the same rules: here, a ``StreamSac`` keeps this broker's single active consumers of one
+replicated stream and puts them where this member's role says:
+
+- **leader**: into this broker's own groups, beside the stand-ins of the other members'
+  consumers (``sac_remote``);
+- **follower**: at the leader, over a ``SacLink`` (one connection per stream and epoch): each
+  consumer joins with a SacJoin, leaves with a SacLeave; the leader's SacUpdate activates one
+  (the client gets its ConsumerUpdate from here, as with a local group) or steps it down (it
+  stops at once; the client's answer goes back as SacSteppedDown);
+- **fenced** (being elected, or no leader known): nowhere. They wait, inactive.
+
+A consumer is active only while the link to the leader that activated it is up: a lost link, a
+Fence or an Assign (a new epoch) stops every consumer here (ConsumerUpdate active=0) before
+anything else, and they register again with the leader of the new epoch, which decides afresh.
+So two consumers never deliver at once, as long as a member hears of a new epoch (Fence, or its
+link to a dead leader closing) before the new leader activates anyone: docs/replication.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ...core.sac import SacGroups
+from ...core.streams import Stream
+from ...core.subscription import Subscription
+from ...protocol import Code
+from ...protocol import frames as f
+from ..directory import Address
+from .member import MemberState, Role
+from .peer import Peer, open_peer
+from .sac_remote import LinkConnection, RemoteConsumer, RemoteMember
+
+log = logging.getLogger("streamlet.broker")
+
+BACKOFF_S = (0.1, 2.0)
+#: The connection_name of a member's link to its leader.
+SAC_CONNECTION = "streamlet sac"
+
+
+class LinkRefused(Exception):
+    """The leader refused a join (it does not lead that epoch, or the link is not allowed)."""
+
+
+@dataclass(eq=False)
+class _Entry:
+    id: int
+    sub: Subscription
+    name: str
+    partition_index: int
+    active: bool = False  # the leader said active=1, and nothing since
+    asked_down: bool = False  # the leader said active=0: the client's answer goes back
+
+
+def _stop(sub: Subscription) -> None:
+    """Deliver nothing more and tell the client it is passive (ConsumerUpdate active=0)."""
+    sub.active = False
+    sub.conn.activate(sub, False)
+
+
+class StreamSac:
+    """This broker's single active consumers of one replicated stream."""
+
+    def __init__(self, stream: Stream, groups: SacGroups, vhost: str,
+                 credentials: tuple[str, str], ids: Iterator[int]) -> None:
+        self.stream = stream
+        self.groups = groups
+        self.vhost = vhost
+        self.credentials = credentials
+        self._ids = ids
+        self.state: MemberState | None = None
+        self.entries: dict[Subscription, _Entry] = {}  # in order of arrival
+        self.link: SacLink | None = None
+
+    def join(self, sub: Subscription, name: str, partition_index: int) -> None:
+        if self.state is not None and self.state.role is Role.LEADER:
+            self.groups.join(sub, name, partition_index)  # decided here, with the others'
+            return
+        entry = self.entries[sub] = _Entry(next(self._ids), sub, name, partition_index)
+        self.groups.defer(sub, name, self)
+        if self.link is not None:
+            self.link.join(entry)
+
+    # --- the core's Decider: what this broker's connections say of a deferred consumer --------
+
+    def leave(self, sub: Subscription) -> None:
+        entry = self.entries.pop(sub, None)
+        if entry is not None and self.link is not None:
+            self.link.send(f.SacLeave(entry.id))
+
+    def stepped_down(self, sub: Subscription) -> None:
+        entry = self.entries.get(sub)
+        if entry is not None and entry.asked_down:
+            entry.asked_down = False
+            if self.link is not None:
+                self.link.send(f.SacSteppedDown(entry.id))
+
+    def is_active(self, sub: Subscription) -> bool:
+        entry = self.entries.get(sub)
+        return entry is not None and entry.active
+
+    # --- what the leader says --------------------------------------------------------------------
+
+    def update(self, consumer_id: int, active: bool) -> None:
+        entry = next((e for e in self.entries.values() if e.id == consumer_id), None)
+        if entry is None:
+            return  # it left meanwhile (its SacLeave is on the way)
+        entry.active, entry.asked_down = active, not active
+        if active:
+            entry.sub.conn.activate(entry.sub, True)  # it delivers once the client answers
+        else:
+            _stop(entry.sub)
+
+    def link_lost(self) -> None:
+        """No leader to decide: every consumer here stops, and waits."""
+        for entry in self.entries.values():
+            entry.asked_down = False
+            if entry.active or entry.sub.active:
+                entry.active = False
+                _stop(entry.sub)
+
+    # --- this member's role changed ----------------------------------------------------------------
+
+    def changed(self, state: MemberState | None) -> None:
+        """A Fence, an Assign, or the stream forgotten (None): whatever was decided stops
+        here, before the consumers are registered where the new role says."""
+        self.state = None
+        if self.link is not None:
+            self.link.stop()
+            self.link = None
+        self.link_lost()
+        consumers = []
+        for w in self.groups.withdraw(self.stream):  # when it led: its groups, stand-ins too
+            if isinstance(w.consumer, RemoteConsumer):
+                continue  # their links are closed (ReplicatedSac.changed)
+            assert isinstance(w.consumer, Subscription)
+            if w.told_active or w.consumer.active:
+                _stop(w.consumer)
+            consumers.append((w.consumer, w.name, w.partition_index))
+        for entry in self.entries.values():
+            self.groups.undefer(entry.sub)
+            consumers.append((entry.sub, entry.name, entry.partition_index))
+        self.entries.clear()
+        self.enter(state)
+        for sub, name, index in consumers:
+            self.join(sub, name, index)
+
+    def enter(self, state: MemberState | None) -> None:
+        """Decide where this member's consumers go from now on (a follower: a link)."""
+        self.state = state
+        if state is not None and state.role is Role.FOLLOWER and state.leader is not None:
+            self.link = SacLink(self, state.leader, state.epoch)
+            self.link.start()
+
+
+class SacLink:
+    """A follower's link to its leader for one stream's groups, in one epoch; retried with a
+    backoff while this member keeps that role. Its consumers are inactive while it is down."""
+
+    def __init__(self, owner: StreamSac, leader: Address, epoch: int) -> None:
+        self.owner = owner
+        self.leader = leader
+        self.epoch = epoch
+        self.peer: Peer | None = None
+        self.stopped = False
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def stop(self) -> None:
+        """The caller stops the consumers; nothing this link hears from now on counts."""
+        self.stopped = True
+        self.peer = None
+        if self._task is not None:
+            self._task.cancel()  # its connection is closed as the task ends
+            self._task = None
+
+    def send(self, cmd: f.Command) -> None:
+        if self.peer is not None and not self.stopped:
+            self.peer.send(cmd)
+
+    def join(self, entry: _Entry) -> None:
+        if self.peer is not None and not self.stopped:
+            self.peer.send(f.SacJoin(self.peer.next_corr(), self.owner.stream.name, self.epoch,
+                                     entry.id, entry.name, entry.partition_index))
+
+    async def _run(self) -> None:
+        backoff = BACKOFF_S[0]
+        while not self.stopped:
+            try:
+                await self._serve()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the link's problem: retried
+                log.info("stream %s: single-active-consumer link to %s:%d (epoch %d) lost: %s",
+                         self.owner.stream.name, *self.leader, self.epoch, e)
+            await asyncio.sleep(backoff)
+            backoff = min(2 * backoff, BACKOFF_S[1])
+
+    async def _serve(self) -> None:
+        async with open_peer(self.leader, self.owner.credentials, SAC_CONNECTION,
+                             self.owner.vhost) as peer:
+            try:
+                if self.stopped:
+                    return
+                self.peer = peer
+                for entry in list(self.owner.entries.values()):
+                    self.join(entry)
+                while True:
+                    cmd = f.decode(await peer.frame())
+                    if isinstance(cmd, f.SacUpdate):
+                        self.owner.update(cmd.consumer, bool(cmd.active))
+                    elif isinstance(cmd, f.SacJoinResponse) and cmd.code != Code.OK:
+                        raise LinkRefused(f"join refused: code {cmd.code}")
+                    elif isinstance(cmd, f.Close):
+                        raise LinkRefused(f"closed by the leader: {cmd.reason} (code {cmd.code})")
+                    elif isinstance(cmd, f.FrameError):
+                        raise LinkRefused(f"bad frame from the leader: {cmd.reason}")
+            finally:
+                # Stop the consumers before the link closes: the leader picks others once it
+                # sees it closed.
+                self.peer = None
+                if not self.stopped:
+                    self.owner.link_lost()
+
+
+class ReplicatedSac:
+    """Every replicated stream's groups this broker has a part in: its own consumers'
+    (``StreamSac``) and, where it leads, the other members' links (``RemoteMember``)."""
+
+    def __init__(self, credentials: tuple[str, str]) -> None:
+        self.credentials = credentials
+        self.streams: dict[Stream, StreamSac] = {}
+        self.remotes: dict[Stream, set[RemoteMember]] = {}
+        self._ids = itertools.count(1)
+
+    def join(self, sub: Subscription, name: str, partition_index: int, groups: SacGroups,
+             vhost: str, state: MemberState) -> None:
+        """A consumer of a replicated stream on this member, in the member's ``state``."""
+        here = self.streams.get(sub.stream)
+        if here is None:
+            here = self.streams[sub.stream] = StreamSac(sub.stream, groups, vhost,
+                                                        self.credentials, self._ids)
+            here.enter(state)
+        here.join(sub, name, partition_index)
+
+    def link(self, conn: LinkConnection, stream: Stream, epoch: int,
+             groups: SacGroups) -> RemoteMember:
+        """A member's link arrived here, the leader of ``stream`` in ``epoch``."""
+        return RemoteMember(conn, stream, epoch, groups, self.remotes.setdefault(stream, set()))
+
+    def changed(self, stream: Stream, state: MemberState | None) -> None:
+        """This member's state for ``stream`` changed (None: the stream is forgotten)."""
+        here = self.streams.get(stream)
+        if here is not None:
+            here.changed(state)
+            if state is None:
+                del self.streams[stream]
+        for remote in list(self.remotes.get(stream, ())):
+            if state is None or state.role is not Role.LEADER or remote.epoch != state.epoch:
+                remote.drop()
+        if not self.remotes.get(stream):
+            self.remotes.pop(stream, None)
+
+    def close(self) -> None:
+        for here in self.streams.values():
+            if here.link is not None:
+                here.link.stop()
+        self.streams.clear()
