@@ -14,7 +14,10 @@ import pytest
 
 from streamlet.client import Client, connect
 from streamlet.client.consumer import Consumer
-from tests.broker.test_replication import Factory, _stream_on_members
+from streamlet.protocol import Code
+from streamlet.protocol import frames as f
+from streamlet.protocol.constants import Role
+from tests.broker.test_replication import Factory, _admin, _members, _stream_on_members, assign
 from tests.support.brokers import BrokerProcess
 from tests.support.waiting import eventually
 
@@ -147,4 +150,81 @@ async def test_one_consumer_of_a_group_on_three_members_is_active_and_hands_over
         no_overlap(timeline)
     finally:
         for w in ws:
+            await w.close()
+
+
+def _fence_and_assign(brokers: list[BrokerProcess], live: list[int], stream: str, epoch: int,
+                      leader: int) -> None:
+    """What the placement driver does after a leader is lost: fence the live members with a
+    new epoch, then assign the leader, then its followers."""
+    for i in live:
+        assert _admin(brokers[i], f.Fence(1, stream, epoch), f.FenceResponse).code == Code.OK
+    lead = brokers[leader]
+    for i in [leader] + [i for i in live if i != leader]:
+        role = Role.LEADER if i == leader else Role.FOLLOWER
+        answer = _admin(brokers[i], f.Assign(1, stream, epoch, role, lead.host, lead.port,
+                                             list(range(len(brokers)))), f.AssignResponse)
+        assert answer.code == Code.OK, (i, answer)
+
+
+async def test_a_lost_leader_stops_the_group_and_the_new_leader_decides_it_again(
+        tmp_path: Path, broker_factory: Factory, timeline: Timeline) -> None:
+    brokers = await _stream_on_members("s", tmp_path, broker_factory)
+    await publish(brokers[0], "s", [b"m%d" % i for i in range(50)])
+    a = await watch("A", brokers[1], "s", timeline)
+    ws = [a]
+    try:
+        await eventually(lambda: a.active and len(a.got) == 50, timeout=30, what="A active")
+        ws.append(await watch("B", brokers[2], "s", timeline))
+        await a.client.store_offset("grp", "s", a.got[-1])
+        await eventually(lambda: a.client.query_offset("grp", "s"), timeout=30,
+                         what="the offset stored")
+
+        brokers[0].kill()  # kill -9: the members' links to it close
+        await eventually(lambda: not a.active, timeout=30, what="A stopped: no leader")
+        assert ws[1].activated == 0, "B never active while nobody leads"
+
+        _fence_and_assign(brokers, [1, 2], "s", 2, leader=1)
+        on = await eventually(lambda: _one_active(ws), timeout=30, what="one active again")
+        await publish(brokers[1], "s", [b"n%d" % i for i in range(30)])
+        await eventually(lambda: len(on.got) >= 30 + (50 if on is a else 0), timeout=30,
+                         what="the active one gets the new messages")
+        assert sum(w.active for w in ws) == 1
+        assert all(w.got == [] for w in ws if w is not on and w is not a)
+        no_overlap(timeline)
+    finally:
+        for w in ws:
+            await w.close()
+
+
+async def test_a_partitioned_group_spreads_partitions_over_consumers_on_two_members(
+        tmp_path: Path, broker_factory: Factory, timeline: Timeline) -> None:
+    """RabbitMQ's rule, at each partition's leader: partition i's active consumer is the
+    group's member i % n in order of arrival; the one moved away steps down first."""
+    brokers = _members(tmp_path, broker_factory)
+    parts = ["ss-0", "ss-1"]
+    for b in brokers:  # each member knows the super stream (the partition index is its own)
+        async with await connect(b.host, b.port) as c:
+            await c.create_super_stream("ss", parts, ["0", "1"])
+    for p in parts:
+        assign(brokers, p, 1, leader=0)
+    props = {"super-stream": "ss"}
+    x = [await watch("X", brokers[1], p, timeline, props=props) for p in parts]
+    try:
+        await eventually(lambda: all(w.active for w in x), timeout=30, what="X alone: both")
+        y = [await watch("Y", brokers[2], p, timeline, props=props) for p in parts]
+        ws = x + y
+        # partition 0: members [X, Y] -> X; partition 1: -> Y, once X stepped down
+        await eventually(lambda: y[1].active and x[0].active and not x[1].active
+                         and not y[0].active, timeout=30, what="the partitions spread")
+        assert x[1].updates == [True, False] and y[0].updates == []
+        for p in parts:
+            await publish(brokers[0], p, [b"%s-%d" % (p.encode(), i) for i in range(10)])
+        await eventually(lambda: len(x[0].got) == 10 and len(y[1].got) == 10, timeout=30,
+                         what="each partition to its consumer")
+        assert x[1].got == [] and y[0].got == []
+        for i in range(2):
+            no_overlap([e for e in timeline if e[1] in (x[i].consumer, y[i].consumer)])
+    finally:
+        for w in x + locals().get("y", []):
             await w.close()
