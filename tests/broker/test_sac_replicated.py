@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +20,8 @@ from streamlet.protocol import Code
 from streamlet.protocol import frames as f
 from streamlet.protocol.constants import Role
 from tests.broker.test_replication import Factory, _admin, _members, _stream_on_members, assign
+from tests.cluster.test_failover import _create_replicated, _led, _led_after
+from tests.cluster.test_local_cluster import HOST, Cluster
 from tests.support.brokers import BrokerProcess
 from tests.support.waiting import eventually
 
@@ -74,9 +78,11 @@ class Watched:
             await self.client.close()
 
 
-async def watch(who: str, broker: BrokerProcess, stream: str, timeline: Timeline,
+async def watch(who: str, broker: BrokerProcess | int, stream: str, timeline: Timeline,
                 group: str = "grp", props: dict[str, str] | None = None) -> Watched:
-    client = await connect(broker.host, broker.port)
+    """``broker``: a process, or the port of a `streamlet cluster` node."""
+    client = await (connect(HOST, broker) if isinstance(broker, int)
+                    else connect(broker.host, broker.port))
     consumer = await client.consumer(stream, "first", name=group,
                                      properties={**SAC, **(props or {})})
     w = Watched(who, client, consumer, timeline)
@@ -105,8 +111,9 @@ def no_overlap(timeline: Timeline) -> None:
             assert active is who, f"{who} got offset {event} while {active} was the active one"
 
 
-async def publish(broker: BrokerProcess, stream: str, bodies: list[bytes]) -> None:
-    async with await connect(broker.host, broker.port) as c:
+async def publish(broker: BrokerProcess | int, stream: str, bodies: list[bytes]) -> None:
+    async with await (connect(HOST, broker) if isinstance(broker, int)
+                      else connect(broker.host, broker.port)) as c:
         producer = await c.producer(stream)
         await producer.send_many(bodies)
         await asyncio.wait_for(producer.flush(), 60)
@@ -228,3 +235,43 @@ async def test_a_partitioned_group_spreads_partitions_over_consumers_on_two_memb
     finally:
         for w in x + locals().get("y", []):
             await w.close()
+
+
+async def test_through_a_leader_kill_under_the_cluster_driver_one_consumer_stays_active(
+        tmp_path: Path, timeline: Timeline) -> None:
+    """`streamlet cluster`: the leader's broker killed (kill -9; the supervisor restarts it),
+    the driver fences and elects; afterwards exactly one consumer of the group is active, and
+    no message ever went to two consumers at once."""
+    cluster = Cluster(tmp_path / "c", 3).start()
+    ws: list[Watched] = []
+    try:
+        ports = cluster.ports()
+        _create_replicated(cluster, "s")
+        epoch, leader = await eventually(lambda: _led(cluster, "s"), timeout=30,
+                                         what="the driver's record")
+        await publish(ports[leader], "s", [b"m%d" % i for i in range(100)])
+        for who, node in (("A", 1), ("B", 2), ("C", 0)):  # C on the leader, killed with it
+            ws.append(await watch(who, ports[node], "s", timeline))
+            if who == "A":
+                await eventually(lambda: ws[0].active, timeout=30, what="A active")
+        await eventually(lambda: len(ws[0].got) == 100, timeout=30, what="A reads")
+        await ws[0].client.store_offset("grp", "s", ws[0].got[-1])
+        await eventually(lambda: ws[0].client.query_offset("grp", "s"), timeout=30,
+                         what="the offset stored")
+
+        os.kill(cluster.state()["nodes"][leader]["pid"], signal.SIGKILL)
+        epoch, leader = await eventually(lambda: _led_after(cluster, "s", epoch, value=True),
+                                         timeout=60, what="a leader in a later epoch")
+        live = [w for w in ws if w.who != "C"]  # C's connection died with its broker
+        on = await eventually(lambda: _one_active(live), timeout=60, what="one active again")
+        before = len(on.got)
+        await publish(ports[leader], "s", [b"n%d" % i for i in range(50)])
+        await eventually(lambda: len(on.got) >= before + 50, timeout=60,
+                         what="the active one gets the new messages")
+        assert [w.who for w in live if w.active] == [on.who]
+        assert all(w.got == [] for w in live if w.activated == 0)
+        no_overlap(timeline)
+    finally:
+        for w in ws:
+            await w.close()
+        cluster.stop()
