@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import signal
 import time
@@ -274,4 +275,77 @@ async def test_through_a_leader_kill_under_the_cluster_driver_one_consumer_stays
     finally:
         for w in ws:
             await w.close()
+        cluster.stop()
+
+
+async def test_rstream_consumers_of_a_group_on_two_replicas(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rstream's single active consumers, each on its own replica (rstream reads from a
+    replica): one receives; the other takes over from the stored offset when it goes."""
+    import rstream.consumer
+    from rstream import Consumer as RConsumer
+    from rstream import (
+        ConsumerOffsetSpecification,
+        EventContext,
+        OffsetSpecification,
+        OffsetType,
+    )
+
+    picks = itertools.cycle([0, 1])  # A on the first replica, B on the second
+    monkeypatch.setattr(rstream.consumer.random, "choice", lambda seq: seq[next(picks) % len(seq)])
+    cluster = Cluster(tmp_path / "c", 3).start()
+    consumers: dict[str, RConsumer] = {}
+    try:
+        ports = cluster.ports()
+        _create_replicated(cluster, "r")
+        _, leader = await eventually(lambda: _led(cluster, "r"), timeout=30, what="a leader")
+        await publish(ports[leader], "r", [b"m%d" % i for i in range(60)])
+        got: dict[str, list[bytes]] = {"A": [], "B": []}
+        last: dict[str, int] = {}
+        updates: list[tuple[str, bool]] = []
+
+        def listener(who: str):  # type: ignore[no-untyped-def]
+            async def on_update(is_active: bool, ctx: EventContext) -> OffsetSpecification:
+                updates.append((who, is_active))
+                stored = None
+                with contextlib.suppress(Exception):  # no offset stored yet
+                    stored = await ctx.consumer.query_offset("r", "billing")
+                if stored is None:
+                    return OffsetSpecification(OffsetType.FIRST, 0)
+                return OffsetSpecification(OffsetType.OFFSET, stored + 1)
+            return on_update
+
+        def on_message(who: str):  # type: ignore[no-untyped-def]
+            async def handle(msg: bytes, ctx) -> None:  # type: ignore[no-untyped-def]
+                got[who].append(msg)
+                last[who] = ctx.offset
+            return handle
+
+        for who in "AB":
+            c = consumers[who] = RConsumer(HOST, ports[leader], username="guest",
+                                           password="guest")
+            await c.start()
+            await c.subscribe("r", on_message(who), decoder=lambda x: x,
+                              properties={**SAC, "name": "billing"},
+                              subscriber_name="billing", consumer_update_listener=listener(who),
+                              offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST))
+        first = await eventually(lambda: next((w for w in "AB" if len(got[w]) == 60), None),
+                                 timeout=30, what="one consumer gets the 60")
+        other = "B" if first == "A" else "A"
+        await publish(ports[leader], "r", [b"n%d" % i for i in range(10)])
+        await eventually(lambda: len(got[first]) == 70, timeout=30, what="and 10 more")
+        assert got[other] == [] and updates == [(first, True)]
+
+        await consumers[first].store_offset("r", "billing", last[first])
+        await eventually(lambda: consumers[first].query_offset("r", "billing"), timeout=30,
+                         what="the offset stored")
+        await consumers.pop(first).close()
+        await eventually(lambda: (other, True) in updates, timeout=30, what="the other active")
+        await publish(ports[leader], "r", [b"o%d" % i for i in range(20)])
+        await eventually(lambda: len(got[other]) == 20, timeout=30, what="it takes over")
+        assert got[other] == [b"o%d" % i for i in range(20)], "from the stored offset on"
+    finally:
+        for c in consumers.values():
+            with contextlib.suppress(Exception):
+                await c.close()
         cluster.stop()
