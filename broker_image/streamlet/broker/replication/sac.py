@@ -59,10 +59,11 @@ class _Entry:
     asked_down: bool = False  # the leader said active=0: the client's answer goes back
 
 
-def _stop(sub: Subscription) -> None:
+def _stop(sub: Subscription, tell: bool = True) -> None:
     """Deliver nothing more and tell the client it is passive (ConsumerUpdate active=0)."""
     sub.active = False
-    sub.conn.activate(sub, False)
+    if tell:
+        sub.conn.activate(sub, False)
 
 
 class StreamSac:
@@ -118,31 +119,34 @@ class StreamSac:
         else:
             _stop(entry.sub)
 
-    def link_lost(self) -> None:
+    def link_lost(self, tell: bool = True) -> None:
         """No leader to decide: every consumer here stops, and waits."""
         for entry in self.entries.values():
             entry.asked_down = False
             if entry.active or entry.sub.active:
                 entry.active = False
-                _stop(entry.sub)
+                _stop(entry.sub, tell)
 
     # --- this member's role changed ----------------------------------------------------------------
 
     def changed(self, state: MemberState | None) -> None:
         """A Fence, an Assign, or the stream forgotten (None): whatever was decided stops
-        here, before the consumers are registered where the new role says."""
+        here, before the consumers are registered where the new role says. (A stream
+        forgotten is being deleted: its consumers are stopped without a word, MetadataUpdate
+        follows.)"""
         self.state = None
+        tell = state is not None
         if self.link is not None:
             self.link.stop()
             self.link = None
-        self.link_lost()
+        self.link_lost(tell)
         consumers = []
         for w in self.groups.withdraw(self.stream):  # when it led: its groups, stand-ins too
             if isinstance(w.consumer, RemoteConsumer):
                 continue  # their links are closed (ReplicatedSac.changed)
             assert isinstance(w.consumer, Subscription)
             if w.told_active or w.consumer.active:
-                _stop(w.consumer)
+                _stop(w.consumer, tell)
             consumers.append((w.consumer, w.name, w.partition_index))
         for entry in self.entries.values():
             self.groups.undefer(entry.sub)
