@@ -349,3 +349,51 @@ async def test_rstream_consumers_of_a_group_on_two_replicas(
             with contextlib.suppress(Exception):
                 await c.close()
         cluster.stop()
+
+
+async def test_a_leader_kept_in_a_new_epoch_decides_its_groups_again(
+        tmp_path: Path, broker_factory: Factory, timeline: Timeline) -> None:
+    """Assign the same leader a later epoch (no fence): its own consumer and the followers'
+    are all registered again, and the group goes on."""
+    brokers = await _stream_on_members("s", tmp_path, broker_factory)
+    await publish(brokers[0], "s", [b"m%d" % i for i in range(10)])
+    a = await watch("A", brokers[1], "s", timeline)
+    ws = [a]
+    try:
+        await eventually(lambda: a.active, timeout=30, what="A active")
+        c = await watch("C", brokers[0], "s", timeline)  # on the leader
+        ws.append(c)
+        assign(brokers, "s", 2, leader=0)
+        await eventually(lambda: _one_active(ws) and a.updates.count(False) >= 1, timeout=30,
+                         what="the group decided again")
+        await a.close()
+        await eventually(lambda: c.active, timeout=30, what="C takes over")
+        await publish(brokers[0], "s", [b"n%d" % i for i in range(10)])
+        await eventually(lambda: len(c.got) >= 10, timeout=30, what="C reads")
+        no_overlap(timeline)
+    finally:
+        for w in ws:
+            await w.close()
+
+
+async def test_a_stopped_leader_lets_its_members_consumers_lapse(
+        tmp_path: Path, broker_factory: Factory, timeline: Timeline) -> None:
+    """A leader that says nothing (SIGSTOP: its sockets stay open) stops being obeyed: the
+    member stops its active consumer once its lease runs out, and nobody else is activated."""
+    brokers = await _stream_on_members("s", tmp_path, broker_factory)
+    a = await watch("A", brokers[1], "s", timeline)
+    b = await watch("B", brokers[2], "s", timeline)
+    try:
+        on = await eventually(lambda: _one_active([a, b]), timeout=30, what="one active")
+        assert brokers[0].proc is not None
+        os.kill(brokers[0].proc.pid, signal.SIGSTOP)
+        try:
+            await eventually(lambda: not on.active, timeout=30, what="its lease runs out")
+            assert not a.active and not b.active
+        finally:
+            os.kill(brokers[0].proc.pid, signal.SIGCONT)
+        await eventually(lambda: _one_active([a, b]), timeout=30, what="one active again")
+        no_overlap(timeline)
+    finally:
+        await a.close()
+        await b.close()

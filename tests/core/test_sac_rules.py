@@ -100,3 +100,23 @@ def test_withdraw_takes_a_streams_groups_out_and_activates_nobody() -> None:
     assert a.sac_key is None and b.sac_key is None
     groups.leave(a)  # a withdrawn consumer's leave changes nothing
     assert b.told == [] and groups.is_active(c)
+
+
+def test_a_held_stream_steps_down_but_activates_nobody_until_released() -> None:
+    stream, other = _Stream(), _Stream()
+    groups = SacGroups()
+    a, b, c = _Member(stream), _Member(stream), _Member(other)
+    groups.hold(stream)
+    groups.join(a, "g", partition_index=1)
+    groups.join(c, "g")
+    assert a.told == [] and c.told == [True], "a hold is the stream's only"
+    assert groups.held(stream) and not groups.held(other)
+    groups.release(stream)
+    assert a.told == [True] and not groups.held(stream)
+    groups.hold(stream)
+    groups.join(b, "g", partition_index=1)  # 1 % 2: b's
+    assert a.told == [True, False], "a step-down is never held"
+    groups.stepped_down(a)
+    assert b.told == []
+    groups.release(stream)
+    assert b.told == [True]

@@ -16,7 +16,9 @@ activated once it has (``stepped_down``) or it leaves, so two consumers never de
 A group's members need not be local subscriptions: a replicated stream's leader decides for the
 consumers its members hold (docs/replication.md), each a stand-in whose ``conn.activate`` tells
 that member. A consumer whose group is decided elsewhere (on a replicated stream's follower) is
-``defer``-red to that decider: ``leave``, ``stepped_down`` and ``is_active`` go to it.
+``defer``-red to that decider: ``leave``, ``stepped_down`` and ``is_active`` go to it. A
+new leader ``hold``s a stream's groups (steps down, activates nobody) until the consumers an
+earlier leader activated have surely stopped, then ``release``s them.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class SacGroups:
     def __init__(self) -> None:
         self._groups: dict[tuple[int, str], _Group] = {}
         self._deferred: dict[Consumer, Decider] = {}
+        self._held: set[int] = set()  # id(stream): nobody of its groups is activated
 
     def join(self, sub: Consumer, name: str, partition_index: int = -1) -> None:
         """Add ``sub`` (which must not deliver yet) to its group, and rebalance."""
@@ -162,6 +165,19 @@ class SacGroups:
                 out.append(Withdrawn(sub, key[1], group.partition_index, group.active is sub))
         return out
 
+    def hold(self, stream: object) -> None:
+        """Activate nobody in ``stream``'s groups until ``release`` (step-downs go on)."""
+        self._held.add(id(stream))
+
+    def held(self, stream: object) -> bool:
+        return id(stream) in self._held
+
+    def release(self, stream: object) -> None:
+        self._held.discard(id(stream))
+        for key, group in list(self._groups.items()):
+            if key[0] == id(stream):
+                self._rebalance(group)
+
     def _rebalance(self, group: _Group) -> None:
         if group.stepping_down is not None:
             return  # wait for the answer of the one stepping down
@@ -175,6 +191,6 @@ class SacGroups:
             current.active = False  # stops delivering now, not when the client answers
             current.conn.activate(current, active=False)
             return
-        if wanted is not None:
+        if wanted is not None and id(wanted.stream) not in self._held:
             group.active = wanted
             wanted.conn.activate(wanted, active=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -36,11 +37,17 @@ from ...protocol import frames as f
 from ..directory import Address
 from .member import MemberState, Role
 from .peer import Peer, open_peer
-from .sac_remote import LinkConnection, RemoteConsumer, RemoteMember
+from .sac_remote import KEEPALIVE_S, Gate, LinkConnection, RemoteConsumer, RemoteMember
 
 log = logging.getLogger("streamlet.broker")
 
 BACKOFF_S = (0.1, 2.0)
+#: A member's consumers stay active while it hears from the leader (a keepalive every
+#: KEEPALIVE_S); after this long without a word it stops them.
+LEASE_S = 4 * KEEPALIVE_S
+#: A leader in a new epoch activates nobody for this long: any consumer an earlier leader
+#: activated has stopped by then (its lease ran out, or it heard of the new epoch).
+HOLD_S = LEASE_S + 0.5
 #: The connection_name of a member's link to its leader.
 SAC_CONNECTION = "streamlet sac"
 
@@ -70,18 +77,20 @@ class StreamSac:
     """This broker's single active consumers of one replicated stream."""
 
     def __init__(self, stream: Stream, groups: SacGroups, vhost: str,
-                 credentials: tuple[str, str], ids: Iterator[int]) -> None:
+                 credentials: tuple[str, str], ids: Iterator[int], gate: Gate) -> None:
         self.stream = stream
         self.groups = groups
         self.vhost = vhost
         self.credentials = credentials
         self._ids = ids
+        self._gate = gate
         self.state: MemberState | None = None
         self.entries: dict[Subscription, _Entry] = {}  # in order of arrival
         self.link: SacLink | None = None
 
     def join(self, sub: Subscription, name: str, partition_index: int) -> None:
         if self.state is not None and self.state.role is Role.LEADER:
+            self._gate(self.stream, self.groups)
             self.groups.join(sub, name, partition_index)  # decided here, with the others'
             return
         entry = self.entries[sub] = _Entry(next(self._ids), sub, name, partition_index)
@@ -219,7 +228,11 @@ class SacLink:
                 for entry in list(self.owner.entries.values()):
                     self.join(entry)
                 while True:
-                    cmd = f.decode(await peer.frame())
+                    try:
+                        frame = await asyncio.wait_for(peer.frame(), LEASE_S)
+                    except TimeoutError:
+                        raise LinkRefused(f"no word from the leader for {LEASE_S} s") from None
+                    cmd = f.decode(frame)
                     if isinstance(cmd, f.SacUpdate):
                         self.owner.update(cmd.consumer, bool(cmd.active))
                     elif isinstance(cmd, f.SacJoinResponse) and cmd.code != Code.OK:
@@ -245,6 +258,9 @@ class ReplicatedSac:
         self.streams: dict[Stream, StreamSac] = {}
         self.remotes: dict[Stream, set[RemoteMember]] = {}
         self._ids = itertools.count(1)
+        #: when this broker became the leader of a stream, in its current epoch
+        self._since: dict[Stream, float] = {}
+        self._holds: dict[Stream, object] = {}  # a hold's token, until its release
 
     def join(self, sub: Subscription, name: str, partition_index: int, groups: SacGroups,
              vhost: str, state: MemberState) -> None:
@@ -252,27 +268,56 @@ class ReplicatedSac:
         here = self.streams.get(sub.stream)
         if here is None:
             here = self.streams[sub.stream] = StreamSac(sub.stream, groups, vhost,
-                                                        self.credentials, self._ids)
+                                                        self.credentials, self._ids, self.gate)
             here.enter(state)
         here.join(sub, name, partition_index)
 
     def link(self, conn: LinkConnection, stream: Stream, epoch: int,
              groups: SacGroups) -> RemoteMember:
         """A member's link arrived here, the leader of ``stream`` in ``epoch``."""
-        return RemoteMember(conn, stream, epoch, groups, self.remotes.setdefault(stream, set()))
+        return RemoteMember(conn, stream, epoch, groups, self.remotes.setdefault(stream, set()),
+                            self.gate)
+
+    def gate(self, stream: Stream, groups: SacGroups) -> None:
+        """Before a consumer joins this leader's groups: within HOLD_S of the epoch's start
+        they are held (a timer releases them)."""
+        since = self._since.get(stream)
+        wait = HOLD_S - (time.monotonic() - since) if since is not None else 0.0
+        if stream in self._holds:
+            return  # its timer releases it
+        if wait <= 0:
+            if groups.held(stream):  # a hold of an earlier role, its timer void
+                groups.release(stream)
+            return
+        token = self._holds[stream] = object()
+        groups.hold(stream)
+        asyncio.get_running_loop().call_later(wait, self._release, stream, groups, token)
+
+    def _release(self, stream: Stream, groups: SacGroups, token: object) -> None:
+        if self._holds.get(stream) is token:
+            del self._holds[stream]
+            groups.release(stream)
 
     def changed(self, stream: Stream, state: MemberState | None) -> None:
-        """This member's state for ``stream`` changed (None: the stream is forgotten)."""
+        """This member's state for ``stream`` changed (None: the stream is forgotten). Every
+        group of the stream is decided afresh: what this broker decided is withdrawn and the
+        other members' links to it are closed (those still following it in the same epoch
+        join again; the others register with their new leader)."""
+        remotes = self.remotes.pop(stream, set())
+        self._holds.pop(stream, None)  # a new hold (and timer) comes with the next join
+        if state is not None and state.role is Role.LEADER:
+            self._since[stream] = time.monotonic()
+        else:
+            self._since.pop(stream, None)
         here = self.streams.get(stream)
         if here is not None:
-            here.changed(state)
+            here.changed(state)  # its groups withdrawn, the stand-ins with them
             if state is None:
                 del self.streams[stream]
-        for remote in list(self.remotes.get(stream, ())):
-            if state is None or state.role is not Role.LEADER or remote.epoch != state.epoch:
-                remote.drop()
-        if not self.remotes.get(stream):
-            self.remotes.pop(stream, None)
+        elif remotes:
+            next(iter(remotes)).groups.withdraw(stream)  # the stand-ins only: none of ours
+        for remote in list(remotes):
+            remote.drop()
 
     def close(self) -> None:
         for here in self.streams.values():

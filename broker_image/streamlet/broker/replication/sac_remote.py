@@ -7,6 +7,7 @@ member as a SacUpdate, and the member's SacSteppedDown comes back as ``stepped_d
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from ...core.sac import SacGroups
@@ -22,6 +23,16 @@ class LinkConnection(Protocol):
     def send(self, cmd: f.Command) -> None: ...
 
     def abort(self) -> None: ...
+
+    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> Any: ...
+
+
+#: How often the leader tells each member's link it is there; a member that hears nothing for
+#: ``sac.LEASE_S`` stops its consumers.
+KEEPALIVE_S = 0.5
+
+#: Called before a consumer joins the leader's groups: holds them while a new leader must wait.
+Gate = Callable[[Stream, SacGroups], None]
 
 
 class RemoteConsumer:
@@ -41,19 +52,30 @@ class RemoteMember:
     """One member's link at the leader: its consumers of ``stream`` in ``epoch``."""
 
     def __init__(self, conn: LinkConnection, stream: Stream, epoch: int, groups: SacGroups,
-                 registry: set[RemoteMember]) -> None:
+                 registry: set[RemoteMember], gate: Gate) -> None:
         self.conn = conn
         self.stream = stream
         self.epoch = epoch
         self.groups = groups
         self.consumers: dict[int, RemoteConsumer] = {}
         self._registry = registry
+        self._gate = gate
+        self._gone = False
         registry.add(self)
+        self._keepalive()
+
+    def _keepalive(self) -> None:
+        """A Heartbeat now and then: the member's consumers stay active only while it hears
+        from this leader (its lease); a dropped link hears nothing more."""
+        if not self._gone and not self.conn.closing:
+            self.conn.send(f.Heartbeat())
+            self.conn.call_later(KEEPALIVE_S, self._keepalive)
 
     def join(self, consumer_id: int, group: str, partition_index: int) -> None:
         if consumer_id in self.consumers:
             return  # joined already (the member never sends it twice; a stand-in is enough)
         consumer = self.consumers[consumer_id] = RemoteConsumer(self, self.stream, consumer_id)
+        self._gate(self.stream, self.groups)
         self.groups.join(consumer, group, partition_index)
 
     def leave(self, consumer_id: int) -> None:
@@ -74,16 +96,18 @@ class RemoteMember:
     def close(self) -> None:
         """The link is gone: its consumers leave their groups (others may be activated; the
         member stopped its own before closing the link)."""
+        self._gone = True
         self._registry.discard(self)
         consumers, self.consumers = self.consumers, {}
         for consumer in consumers.values():
             self.groups.leave(consumer)
 
     def drop(self) -> None:
-        """This broker no longer leads the stream in the link's epoch: its consumers are taken
-        out of the groups without activating anyone, and the link is closed (the member stops
-        them when it sees that, and registers them with the new leader once assigned)."""
+        """This broker's role changed: its consumers, already taken out of the groups
+        (``SacGroups.withdraw``) without activating anyone, are forgotten and the link is
+        closed (the member stops them when it sees that, and registers them again where its
+        own role says)."""
+        self._gone = True
         self._registry.discard(self)
-        self.groups.withdraw(self.stream)
         self.consumers.clear()
         self.conn.abort()
