@@ -13,11 +13,12 @@ replicated stream and puts them where this member's role says:
   stops at once; the client's answer goes back as SacSteppedDown);
 - **fenced** (being elected, or no leader known): nowhere. They wait, inactive.
 
-A consumer is active only while the link to the leader that activated it is up: a lost link, a
-Fence or an Assign (a new epoch) stops every consumer here (ConsumerUpdate active=0) before
-anything else, and they register again with the leader of the new epoch, which decides afresh.
-So two consumers never deliver at once, as long as a member hears of a new epoch (Fence, or its
-link to a dead leader closing) before the new leader activates anyone: docs/replication.md.
+A consumer is active only while the link to the leader that activated it is up and that leader
+is heard from (a keepalive every KEEPALIVE_S; silent for LEASE_S, the link is dropped): a lost
+link, a Fence or an Assign (a new epoch) stops every consumer here (ConsumerUpdate active=0)
+before anything else, and they register again with the leader of the new epoch, which decides
+afresh once HOLD_S passed since its Assign, when every consumer an earlier leader activated has
+stopped. So two consumers never deliver at once: docs/replication.md.
 """
 
 from __future__ import annotations
