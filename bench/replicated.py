@@ -7,6 +7,9 @@ server, run the same way against both.
   majority holds the message;
 - publish-to-deliver latency at a fixed rate, publisher and consumer on the leader (both
   servers deliver committed messages only, so this includes the replication round trip);
+- catch-up: a member stopped (SIGSTOP) while 1 GB is published, then let go: the time until
+  a consumer attached to it at the last offset gets that message (a consumer reads its
+  member's own log on both servers);
 - failover: kill -9 of the leader's process while a publisher publishes at a steady rate; the
   time from the kill to the first confirm on a connection to the new leader (found through
   Metadata on any surviving node, retried while it answers no leader or refuses).
@@ -18,6 +21,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import struct
 import time
 from typing import Any
 
@@ -193,6 +197,79 @@ def failover(srv: ClusterServer, sz: Sizes, run_no: int) -> list[Row]:
         _delete_sync(srv, stream)
 
 
+_CHUNK_HEAD = struct.Struct(">BBHIqQQ")  # magic+version, type, entries, records, time, epoch, first
+_OFFSET = 4  # Subscribe's offset type "offset"
+
+
+class _Reaches:
+    """A subscription's sink that sets ``done`` once a chunk holding ``target`` arrives."""
+
+    wants_data = False
+
+    def __init__(self, conn: Any, target: int) -> None:
+        self.conn, self.target = conn, target
+        self.done = asyncio.Event()
+
+    def on_header(self, buf: bytearray, pos: int) -> None:
+        _, _, _, records, _, _, first = _CHUNK_HEAD.unpack_from(buf, pos)
+        if first + records > self.target:
+            self.done.set()
+        self.conn.credit(1, 1)
+
+    def on_chunk(self, chunk: memoryview) -> None:  # pragma: no cover - wants_data is False
+        pass
+
+
+async def _holds(port: int, stream: str, target: int, timeout: float) -> bool:
+    """Whether the member on ``port`` delivers offset ``target`` within ``timeout`` seconds: a
+    consumer on a member reads that member's own log (both servers), so the chunk holding it
+    comes once the member has it (and knows it committed)."""
+    conn = await connect(port)
+    try:
+        sink = _Reaches(conn, target)
+        conn.subs[1] = sink
+        await conn.ok(f.Subscribe(0, 1, stream, _OFFSET, target, 10, {}))
+        with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+            await asyncio.wait_for(sink.done.wait(), timeout)
+        return sink.done.is_set()
+    finally:
+        await conn.close()
+
+
+def catch_up(srv: ClusterServer, sz: Sizes, run_no: int) -> list[Row]:
+    """A member that was stopped (SIGSTOP) while ``sz.catchup_bytes`` were published (the
+    other two confirm), then let go (SIGCONT): the time until a consumer attached to it gets
+    the last message. It moves what a new member would (one whose log is empty), over the same
+    link."""
+    stream = f"bench-r3-catchup-{run_no}"
+    size = sz.large
+    count = max(1, sz.catchup_bytes // size)
+    leader, replicas = asyncio.run(_create(srv.ports[0], stream, MEMBERS))
+    lagging = replicas[-1]
+    pid = srv.pid_on_port(lagging)
+    label = f"3 members: catch-up of a member stopped while {count * size / 1e9:.2f} GB were published"
+    row = Row("r3-catchup", label, srv.name, size, count, measures="consumed")
+    try:
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            results, _ = _phase(srv, [Job("publish", leader, [stream],
+                                          {"count": count, "size": size})])
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            released = time.monotonic()
+        row.confirmed = sum(int(r.get("confirmed", 0)) for r in results)
+        caught = asyncio.run(_holds(lagging, stream, count - 1, 300))
+        took = time.monotonic() - released
+        row.seconds = took
+        row.consumed = count if caught else 0
+        row.errors = 0 if caught and row.confirmed >= count else 1
+        row.extra.update(catchup_s=round(took, 3) if caught else None, leader=leader,
+                         lagging=lagging, mb_s=round(count * size / 1e6 / took, 1))
+        return [row]
+    finally:
+        _delete_sync(srv, stream, leader)
+
+
 def replicated(srv: ClusterServer, sz: Sizes, run_no: int = 0) -> list[Row]:
     """Every part of the workload once; the failover last (it kills a node, which the next
     run's ``ensure_up`` brings back)."""
@@ -200,5 +277,6 @@ def replicated(srv: ClusterServer, sz: Sizes, run_no: int = 0) -> list[Row]:
     rows = publish_then_consume(srv, sz, sz.small, sz.pub_small, run_no)
     rows += publish_then_consume(srv, sz, sz.large, sz.pub_large, run_no)
     rows += latency(srv, sz, run_no)
+    rows += catch_up(srv, sz, run_no)
     rows += failover(srv, sz, run_no)
     return rows

@@ -120,6 +120,21 @@ def replicated_targets(by: dict[tuple[str, str], Row]) -> list[str]:
         ok = a is not None and (b is None or a <= b)
         out.append(f"{'MET ' if ok else 'MISS'} failover (kill -9 of the leader to the first new "
                    f"confirm) no slower than RabbitMQ's: {_ms(a)} vs {_ms(b)}")
+    for server in ("streamlet", "rabbitmq"):
+        c = by.get(("r3-catchup", server))
+        if c is None:
+            continue
+        took = c.extra.get("catchup_s")
+        measured = took is not None and not c.errors
+        gb = c.expected * c.size / 1e9
+        if server == "streamlet":
+            ok = measured and took is not None and took <= 10 * gb
+            out.append(f"{'MET ' if ok else 'MISS'} a member's catch-up of {gb:.2f} GB within "
+                       f"{10 * gb:.1f} s (10 s per GB): "
+                       f"{f'{took:.2f} s' if measured else 'not measured'}")
+        else:
+            out.append(f"INFO RabbitMQ's member catch-up of {gb:.2f} GB: "
+                       f"{f'{took:.2f} s' if measured else 'not measured'}")
     for size in (100, 1000):
         s, r = by.get((f"r3-consume-{size}", "streamlet")), by.get((f"r3-consume-{size}",
                                                                      "rabbitmq"))

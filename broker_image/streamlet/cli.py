@@ -63,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="serve MEGA (docs/protocols/mega.md) on P, on loopback unless "
                             "configured otherwise; 0 turns it off (default: [listeners.mega], "
                             "none)")
+    serve.add_argument("--rsio-port", type=int, default=None, metavar="P",
+                       help="serve Reactive Streams IO (docs/protocols/reactive-streams.md) on P, "
+                            "on loopback unless configured otherwise; 0 turns it off (default: "
+                            "[listeners.rsio], none)")
     serve.add_argument("--fsync", choices=["never", "interval", "chunk"],
                        help="when to fsync the log (default never: a confirm means the OS has it)")
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
@@ -76,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--size", type=int, default=100, help="size of generated messages (default 100)")
     produce.add_argument("--reference", help="publisher reference, enables deduplication")
     produce.add_argument("--create", action="store_true", help="create the stream if missing")
+    _protocol_option(produce)
 
     consume = sub.add_parser("consume", help="read messages from a stream", parents=[conn],
                              description=(
@@ -87,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--timeout", type=float, default=None,
                          help="stop after this many seconds without a message")
     consume.add_argument("--name", help="consumer name for stored offsets")
+    _protocol_option(consume)
 
     streams = sub.add_parser("streams", help="create, delete and inspect streams", parents=[conn])
     ssub = streams.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -120,15 +126,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: the port a client command connects to by default, per --protocol (--port overrides it)
+PROTOCOL_PORTS = {"rabbitmq": 5552, "mega": 5553, "rsio": 5554}
+
+
+def _protocol_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--protocol", choices=list(PROTOCOL_PORTS), default="rabbitmq", help=(
+        "the wire protocol: rabbitmq (default), mega (docs/protocols/mega.md) or rsio (Reactive "
+        "Streams IO, docs/protocols/reactive-streams.md); the default port follows it (5552, "
+        "5553, 5554); mega and rsio take no --user/--password/--vhost, --reference or --name, "
+        "and mega's --offset is first or a number"))
+
+
 def _cluster_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """`cluster up|status|down`: a local cluster of brokers on one host, without Kubernetes."""
+    """`cluster up|status|down|elect|transfer`: a local cluster of brokers on one host, without
+    Kubernetes."""
     from .cluster.plan import DOWN_TIMEOUT_S, GRACE_S, MAX_NODES
 
     cluster = sub.add_parser("cluster", help="run a local cluster of brokers (no Kubernetes)",
                              description=(
         "A local cluster: N brokers on consecutive ports of one host, each restarted when it "
         "exits, as a kubelet would. 'up' runs it in the foreground; 'status' and 'down' find "
-        "it by its data directory (DATA_DIR/cluster.json)."))
+        "it by its data directory (DATA_DIR/cluster.json); 'elect' and 'transfer' are requests "
+        "to its placement driver."))
     csub = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = csub.add_parser("up", help="run N brokers, restarting any that exits", description=(
         "Run N brokers in the foreground: node i serves on HOST:PORT+i with its data in "
@@ -155,8 +175,9 @@ def _cluster_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     help="DEBUG, INFO, WARNING: the supervisor's and every broker's (default INFO)")
     status = csub.add_parser("status", help="show the nodes and replicated streams of a running cluster", description=(
         "Show each node's pid, port and whether it is alive (its process runs and its port "
-        "accepts a connection), then each replicated stream's epoch, leader, members and "
-        "committed chunk id. Exit 1 when no cluster runs in DATA_DIR."))
+        "accepts a connection), then each replicated stream's epoch, leader (marked unclean "
+        "when elected by 'elect --force'), members and committed chunk id. Exit 1 when no "
+        "cluster runs in DATA_DIR."))
     status.add_argument("--data-dir", required=True, help="the directory given to cluster up")
     status.add_argument("--json", action="store_true", help=(
         'print {"nodes": [{"index", "pid", "port", "alive"}, ...], "streams": [...]}'))
@@ -166,6 +187,38 @@ def _cluster_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     down.add_argument("--data-dir", required=True, help="the directory given to cluster up")
     down.add_argument("--timeout", type=float, default=DOWN_TIMEOUT_S,
                       help=f"seconds to wait (default {DOWN_TIMEOUT_S:.0f})")
+    elect = csub.add_parser("elect", help="allow an unclean election of a stream without a leader",
+                            description=(
+        "Ask the running placement driver to elect a leader for STREAM, which has none because "
+        "no majority of its members can be fenced, among the members that answer: the one "
+        "with the highest (epoch, chunk id). UNCLEAN: messages confirmed by the members that "
+        "do not answer may be lost (truncated when they come back). Without a majority's "
+        "answer nothing is ever elected otherwise. A stream that has a leader is left alone. "
+        "Waits until the driver has acted, then prints the stream's leader (recorded as "
+        "unclean in 'cluster status'). Exit 1 when no cluster runs in DATA_DIR, the driver "
+        "does not act within --timeout, or no member answered."))
+    elect.add_argument("stream")
+    elect.add_argument("--force", action="store_true", required=True,
+                       help="required: the election may lose confirmed messages")
+    elect.add_argument("--data-dir", required=True, help="the directory given to cluster up")
+    elect.add_argument("--timeout", type=float, default=30.0,
+                       help="seconds to wait for the driver (default 30)")
+    transfer = csub.add_parser("transfer", help="move a stream's leadership to another member",
+                               description=(
+        "Ask the running placement driver to make member MEMBER lead STREAM, losing no "
+        "confirmed message: the leader stops taking publishes (its publishers are told to look "
+        "the leader up again; what it took is still replicated and confirmed), the driver waits "
+        "until MEMBER holds the leader's whole log (at most 10 s; otherwise the leader takes "
+        "publishes again and nothing changes), then elects in a new epoch with MEMBER "
+        "preferred. Waits until the driver has acted and prints the leader. Exit 1 when no "
+        "cluster runs in DATA_DIR, the driver does not act within --timeout, or another member "
+        "leads."))
+    transfer.add_argument("stream")
+    transfer.add_argument("--to", type=int, required=True, metavar="MEMBER",
+                          help="the member (node index) to lead")
+    transfer.add_argument("--data-dir", required=True, help="the directory given to cluster up")
+    transfer.add_argument("--timeout", type=float, default=30.0,
+                          help="seconds to wait for the driver (default 30)")
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -191,6 +244,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
             if not hasattr(args, key):
                 setattr(args, key, None)
     else:
+        if getattr(args, "protocol", "rabbitmq") != "rabbitmq" and not hasattr(args, "port"):
+            args.port = PROTOCOL_PORTS[args.protocol]
         for key, value in CONNECTION_DEFAULTS.items():
             if not hasattr(args, key):
                 setattr(args, key, value)
@@ -224,7 +279,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         config = load(args.config, host=args.host, port=args.port, data_dir=args.data_dir,
                       advertised_host=args.advertised_host, advertised_port=args.advertised_port,
-                      fsync=args.fsync, mega_port=args.mega_port)
+                      fsync=args.fsync, mega_port=args.mega_port,
+                      rsio_port=args.rsio_port)
     except ConfigError as e:
         print(f"streamlet: {e}", file=sys.stderr)
         return 2

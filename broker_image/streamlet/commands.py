@@ -18,6 +18,10 @@ def _offset(text: str) -> OffsetSpec:
 
 
 async def run(args: argparse.Namespace) -> int:
+    if getattr(args, "protocol", "rabbitmq") != "rabbitmq":  # produce|consume over MEGA or RSIO
+        from . import other_protocols
+
+        return await other_protocols.run(args)
     try:
         client = await connect(args.host, args.port, user=args.user, password=args.password,
                                vhost=args.vhost)

@@ -51,7 +51,7 @@ async def sync_directory(runtime: Runtime, broker: BrokerModel,
         for name in [n for n, p in recent.items() if p is None and n not in placed]:
             del recent[name]  # the deletion is visible now: nothing to overlay
         placed.update(recent)
-        ordinals = sorted({o for p in placed.values() if p for _, o in p.placement})
+        ordinals = sorted({o for p in placed.values() if p for o in p.ordinals})
         addresses = {o: await pod_address(runtime, broker, o) for o in ordinals}
         text = render_directory((p for p in placed.values() if p), addresses.get)
         await runtime.kube.apply(build_directory_configmap(broker, text))

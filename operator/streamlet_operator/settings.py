@@ -16,6 +16,9 @@ class Settings:
     #: Seconds between the timer passes that refresh status and repair drift.
     broker_interval: float = 15.0
     stream_interval: float = 15.0
+    #: Seconds between the placement driver's ticks (probes of every pod of a Broker with
+    #: replicated Streams; a leader missing 3 in a row is replaced).
+    replication_interval: float = 1.0
     #: Port of the Prometheus /metrics endpoint; 0 turns it off.
     metrics_port: int = 9090
 
@@ -24,6 +27,8 @@ class Settings:
         return cls(
             broker_interval=_float("STREAMLET_OPERATOR_BROKER_INTERVAL", cls.broker_interval),
             stream_interval=_float("STREAMLET_OPERATOR_STREAM_INTERVAL", cls.stream_interval),
+            replication_interval=_float("STREAMLET_OPERATOR_REPLICATION_INTERVAL",
+                                        cls.replication_interval),
             metrics_port=int(os.environ.get("STREAMLET_OPERATOR_METRICS_PORT", cls.metrics_port)),
         )
 

@@ -122,7 +122,7 @@ def test_every_pod_is_a_peer_and_its_member_id_is_its_ordinal(tmp_path: Path,
     assert cfg.member == 1
     assert cfg.peers == tuple((f"events-{i}.events-headless.prod.svc.cluster.local", 6000)
                               for i in range(3))
-    assert cfg.resume_roles, "no driver elects on Kubernetes yet: restarted pods resume"
+    assert cfg.resume_roles, "restarted pods resume their roles (the operator re-assigns after an election)"
     monkeypatch.setattr(broker_config.socket, "gethostname", lambda: "events-2")
     assert broker_config.load(path).member == 2
     # A scale-down kept waiting for moves: the StatefulSet runs 4 pods, and so does the config.

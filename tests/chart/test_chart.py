@@ -113,7 +113,8 @@ def test_rbac_is_least_privilege(chart: helm_python.Chart) -> None:
     assert granted[("", "secrets")] == {"get", "create", "patch"}
     assert granted[("streamlet.dev", "streams/status")] == {"get", "patch", "update"}
     assert granted[("apps", "statefulsets")] == {"get", "create", "patch"}
-    assert granted[("", "pods")] == {"get"}  # a pod's IP for the directory (advertise PodIP)
+    # a pod's IP for the directory (advertise PodIP); pods being deleted (placement driver)
+    assert granted[("", "pods")] == {"get", "list"}
 
 
 def test_watch_namespaces_and_broker(chart: helm_python.Chart) -> None:

@@ -68,7 +68,7 @@ async def test_a_driver_stopped_mid_election_is_taken_over_without_reusing_its_e
     async def crash(*args: object, **kwargs: object) -> bool:
         raise Crash
 
-    first._assign = crash  # type: ignore[method-assign]
+    first.brokers.assign = crash  # type: ignore[method-assign]
     with pytest.raises(Crash):
         await first.tick(alive)  # epoch 2 reserved and the members fenced with it, no leader
     assert json.loads((tmp_path / "driver.json").read_text())["d"]["epoch"] == 2

@@ -209,3 +209,32 @@ def test_status_view() -> None:
         "1     101  6001  starting  2         10s\n"
         "2     102  6002  down      1         -\n"
         "3     -    6003  down      0         -\n")
+
+
+def test_status_table_marks_an_unclean_leader() -> None:
+    s = ClusterState(42, "127.0.0.1", [])
+    streams = [{"name": "a", "epoch": 3, "leader": 2, "members": [0, 1, 2], "committed": 7,
+                "unclean": True},
+               {"name": "b", "epoch": 1, "leader": None, "members": [0, 1], "committed": None,
+                "unclean": False}]
+    assert table(s, [], now=0.0, streams=streams).splitlines()[-3:] == [
+        "stream  epoch  leader       members  committed",
+        "a       3      2 (unclean)  0,1,2    7",
+        "b       1      electing     0,1      -"]
+
+
+def test_requests_round_trip_and_a_bad_file_is_dropped(tmp_path: Path) -> None:
+    from streamlet.cluster import requests
+    from streamlet.cluster.requests import ELECT, TRANSFER, Request
+
+    moved = Request(TRANSFER, "a/b", to=2)
+    path = requests.write(tmp_path, moved)
+    assert path.name == "transfer-a%2Fb.json"
+    requests.write(tmp_path, Request(ELECT, "a/b", force=True))
+    (tmp_path / "requests" / "junk.json").write_text("{")
+    (tmp_path / "requests" / "other.json").write_text('{"kind": "delete", "stream": "x"}')
+    assert requests.read(tmp_path) == [Request(ELECT, "a/b", force=True), moved]
+    assert sorted(p.name for p in (tmp_path / "requests").iterdir()) == [
+        "elect-a%2Fb.json", "transfer-a%2Fb.json"], "malformed and unknown requests removed"
+    requests.done(tmp_path, moved)
+    assert requests.read(tmp_path) == [Request(ELECT, "a/b", force=True)]

@@ -1,4 +1,4 @@
-"""streamlet's private replication commands (0x7E01-0x7E0B): round trips, truncations, random
+"""streamlet's private replication commands (0x7E01-0x7E0B, 0x7E10-0x7E11): round trips, truncations, random
 bodies, the chunks read as a view of the frame, and their error answers."""
 
 from __future__ import annotations
@@ -30,6 +30,11 @@ SAMPLES: list[f.Command] = [
     f.Assign(4, "s", 5, Role.FOLLOWER, "streamlet-1.streamlet", 5552, [0, 1, 2]),
     f.Assign(4, "s", 5, Role.LEADER, "", 0, [1]),
     f.AssignResponse(4, Code.OK),
+    f.ReplicaContact(5, "s"),
+    f.ReplicaContactResponse(5, Code.OK, 5, Role.FOLLOWER, 120, 5, 30, 3100),
+    f.ReplicaContactResponse(5, Code.OK, 5, 0, -1),  # fenced, no link
+    f.ReplicaSeal(6, "s", 5, 1), f.ReplicaSeal(6, "s", 5, 0),
+    f.ReplicaSealResponse(6, Code.OK, 5, 30, 3100), f.ReplicaSealResponse(6, Code.STREAM_NOT_AVAILABLE),
     f.SacJoin(5, "s", 5, 70000, "billing", 2), f.SacJoin(5, "s", 5, 1, "g"),
     f.SacJoinResponse(5, Code.STREAM_NOT_AVAILABLE),
     f.SacLeave(70000), f.SacUpdate(70000, 1), f.SacUpdate(1, 0), f.SacSteppedDown(70000),
@@ -38,7 +43,7 @@ SAMPLES: list[f.Command] = [
 
 def test_every_replication_key_has_a_sample_and_is_private() -> None:
     keys = {cmd.KEY for cmd in SAMPLES}
-    assert keys == {k for k in Key if k in REPLICATION_KEYS} == set(range(0x7E01, 0x7E0C))
+    assert keys == {k for k in Key if k in REPLICATION_KEYS} == {*range(0x7E01, 0x7E0C), 0x7E10, 0x7E11}
     assert all(k > 31 and k < 0x8000 for k in keys)  # clear of RabbitMQ's keys and the response bit
 
 
@@ -68,7 +73,7 @@ def test_trailing_bytes_are_refused(cmd: f.Command) -> None:
     assert isinstance(out, f.FrameError) and out.code == Code.UNKNOWN_FRAME
 
 
-@pytest.mark.parametrize("key", range(0x7E01, 0x7E08))
+@pytest.mark.parametrize("key", range(0x7E01, 0x7E0C))
 def test_random_bodies_never_raise(key: int) -> None:
     rng = random.Random(key)
     for _ in range(2000):

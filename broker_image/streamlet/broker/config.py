@@ -74,6 +74,13 @@ File format (all keys optional)::
     max_topic_bytes = 255             # a longer topic: MESSAGE_TOO_LARGE and a close
     max_payload_bytes = 1048576       # a longer PRODUCE payload: the same (<= frame_limit)
 
+    [listeners.rsio]                  # Reactive Streams IO (docs/protocols/reactive-streams.md)
+    port = 5554                       # or serve --rsio-port (0: off); off unless configured
+    host = "127.0.0.1"                # no authentication either: as MEGA's
+    max_element_bytes = 1048576       # the largest element taken (<= frame_limit)
+    split_bytes = 65536               # elements longer than this are sent in parts
+    window = 256                      # an append's demand: elements in flight before confirms
+
     [limits]
     max_connections = 10000           # per broker, 0 = unlimited
     max_connections_per_user = 0      # per user, 0 = unlimited
@@ -122,6 +129,12 @@ FSYNC_POLICIES = ("never", "interval", "chunk")
 #: MEGA's limits on a request (streamlet.mega's defaults; a stream name has at most 255 bytes)
 DEFAULT_MEGA_MAX_TOPIC = 255
 DEFAULT_MEGA_MAX_PAYLOAD = 1 << 20
+#: Reactive Streams IO's limits (docs/protocols/reactive-streams.md)
+DEFAULT_RSIO_MAX_ELEMENT = 1 << 20
+DEFAULT_RSIO_SPLIT = 64 << 10
+DEFAULT_RSIO_WINDOW = 256
+#: protocols without authentication: served on loopback, or on TLS with client certificates
+UNAUTHENTICATED = ("mega", "rsio")
 LOOPBACK_HOSTS = ("localhost", "::1")
 
 
@@ -216,6 +229,9 @@ class BrokerConfig:
     other_listeners: tuple[Listener, ...] = ()  # [listeners.<protocol>] of further protocols
     mega_max_topic_bytes: int = DEFAULT_MEGA_MAX_TOPIC  # [listeners.mega] max_topic_bytes
     mega_max_payload_bytes: int = DEFAULT_MEGA_MAX_PAYLOAD  # [listeners.mega] max_payload_bytes
+    rsio_max_element_bytes: int = DEFAULT_RSIO_MAX_ELEMENT  # [listeners.rsio] max_element_bytes
+    rsio_split_bytes: int = DEFAULT_RSIO_SPLIT  # [listeners.rsio] split_bytes
+    rsio_window: int = DEFAULT_RSIO_WINDOW  # [listeners.rsio] window
 
     @property
     def listeners(self) -> tuple[Listener, ...]:
@@ -308,9 +324,10 @@ def _int(section: dict[str, Any], key: str, where: str, minimum: int = 0) -> int
     return v
 
 
-def load(path: Path | None = None, mega_port: int | None = None, **overrides: Any) -> BrokerConfig:
+def load(path: Path | None = None, mega_port: int | None = None, rsio_port: int | None = None,
+         **overrides: Any) -> BrokerConfig:
     """Build the config: defaults < file < environment < non-None keyword overrides (flags);
-    ``mega_port``: serve --mega-port (with_mega_port)."""
+    ``mega_port``, ``rsio_port``: serve --mega-port, --rsio-port (with_port)."""
     cfg = BrokerConfig()
     if path is not None:
         try:
@@ -331,7 +348,7 @@ def load(path: Path | None = None, mega_port: int | None = None, **overrides: An
     flags = {k: v for k, v in overrides.items() if v is not None}
     if "data_dir" in flags:
         flags["data_dir"] = Path(flags["data_dir"])
-    cfg = with_mega_port(replace(cfg, **flags), mega_port)
+    cfg = with_port(with_port(replace(cfg, **flags), "mega", mega_port), "rsio", rsio_port)
     _validate(cfg)
     return cfg
 
@@ -406,6 +423,12 @@ def _listeners(section: Any, default_host: str) -> dict[str, Any]:
     for key, field_name in (("max_topic_bytes", "mega_max_topic_bytes"),
                             ("max_payload_bytes", "mega_max_payload_bytes")):
         value = _int(mega, key, "listeners.mega", 1)
+        if value is not None:
+            changes[field_name] = value
+    rsio = section.get("rsio", {})
+    for key, field_name in (("max_element_bytes", "rsio_max_element_bytes"),
+                            ("split_bytes", "rsio_split_bytes"), ("window", "rsio_window")):
+        value = _int(rsio, key, "listeners.rsio", 1)
         if value is not None:
             changes[field_name] = value
     for protocol, table in section.items():
@@ -501,17 +524,19 @@ def _loopback(host: str) -> bool:
     return host in LOOPBACK_HOSTS or host.startswith("127.")
 
 
-def with_mega_port(cfg: BrokerConfig, port: int | None) -> BrokerConfig:
-    """``serve --mega-port``: None keeps [listeners.mega]; 0 turns MEGA off; else MEGA on that
-    port, on [listeners.mega] host if given, else 127.0.0.1 (MEGA has no authentication)."""
+def with_port(cfg: BrokerConfig, protocol: str, port: int | None) -> BrokerConfig:
+    """``serve --mega-port`` / ``--rsio-port``: None keeps [listeners.<protocol>]; 0 turns it
+    off; else it listens on that port, on the configured host if any, else 127.0.0.1 (neither
+    protocol has authentication)."""
     if port is None:
         return cfg
-    mega = [lst for lst in cfg.other_listeners if lst.protocol == "mega"]
-    others = tuple(lst for lst in cfg.other_listeners if lst.protocol != "mega")
+    own = [lst for lst in cfg.other_listeners if lst.protocol == protocol]
+    others = tuple(lst for lst in cfg.other_listeners if lst.protocol != protocol)
     if port:
-        host = mega[0].host if mega else "127.0.0.1"
-        others = (*others, Listener("mega", host, port, mega[0].tls if mega else False))
+        host = own[0].host if own else "127.0.0.1"
+        others = (*others, Listener(protocol, host, port, own[0].tls if own else False))
     return replace(cfg, other_listeners=others)
+
 
 
 def _validate(cfg: BrokerConfig) -> None:
@@ -547,9 +572,10 @@ def _validate(cfg: BrokerConfig) -> None:
             raise ConfigError(f"listeners.{listener.protocol}.port must be in 1..65535, got {listener.port}")
         if listener.tls and cfg.tls is None:
             raise ConfigError(f"[listeners.{listener.protocol}] tls = true needs a [tls] section")
-        if listener.protocol == "mega" and not _loopback(listener.host) and not (
+        if listener.protocol in UNAUTHENTICATED and not _loopback(listener.host) and not (
                 listener.tls and cfg.tls is not None and cfg.tls.verify_peer):
-            raise ConfigError(f"[listeners.mega] host {listener.host!r}: MEGA has no "
+            name = listener.protocol
+            raise ConfigError(f"[listeners.{name}] host {listener.host!r}: {name.upper()} has no "
                               "authentication, so it listens on loopback only, or with tls = true "
                               "and [tls] verify_peer = true (client certificates)")
     mega = any(lst.protocol == "mega" for lst in cfg.listeners)
@@ -559,6 +585,13 @@ def _validate(cfg: BrokerConfig) -> None:
     if mega and not 0 < cfg.mega_max_topic_bytes <= 255:
         raise ConfigError(f"listeners.mega.max_topic_bytes must be in 1..255 (a stream name's "
                           f"bytes), got {cfg.mega_max_topic_bytes}")
+    if any(lst.protocol == "rsio" for lst in cfg.listeners):
+        if not 0 < cfg.rsio_max_element_bytes <= cfg.frame_limit:
+            raise ConfigError(f"listeners.rsio.max_element_bytes must be in 1..server.frame_limit "
+                              f"({cfg.frame_limit}), got {cfg.rsio_max_element_bytes}")
+        if not 0 < cfg.rsio_split_bytes <= cfg.rsio_max_element_bytes:
+            raise ConfigError(f"listeners.rsio.split_bytes must be in 1..max_element_bytes, "
+                              f"got {cfg.rsio_split_bytes}")
     if cfg.tls is not None and cfg.tls.verify_peer and cfg.tls.cafile is None:
         raise ConfigError("[tls] verify_peer needs a cafile")
     if cfg.retention.max_segment_size_bytes > MAX_SEGMENT_BYTES:

@@ -17,6 +17,7 @@ from ..storage.files import files
 from .config import BrokerConfig
 from .mega.connection import MegaConnection
 from .rabbitmq.connection import Connection
+from .rsio.connection import RsioConnection
 from .server import Broker, ConnectionFactory
 
 log = logging.getLogger("streamlet.broker")
@@ -24,6 +25,7 @@ log = logging.getLogger("streamlet.broker")
 LISTENERS: Mapping[str, ConnectionFactory] = {
     "rabbitmq": lambda broker, tls: Connection(broker, tls=tls),
     "mega": lambda broker, tls: MegaConnection(broker, tls=tls),
+    "rsio": lambda broker, tls: RsioConnection(broker, tls=tls),
 }
 
 

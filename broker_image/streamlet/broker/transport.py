@@ -60,6 +60,7 @@ class FramedConnection(asyncio.Protocol):
         self.last_received = time.monotonic()
         self._waiting = False  # for FrameBudget space for the incomplete frame
         self._reading = True
+        self._held = False  # not read on the adapter's word (a relay's upstream is full)
         self._reserved = 0  # FrameBudget bytes held for the incomplete frame
         self._begun = 0  # the splitter's count when the incomplete frame began
         self._frame_deadline: asyncio.TimerHandle | None = None
@@ -149,6 +150,11 @@ class FramedConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    def hold_reading(self, held: bool) -> None:
+        """Stop (or resume) reading the peer for the adapter's own reason."""
+        self._held = held
+        self._set_reading()
+
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> asyncio.TimerHandle:
         return asyncio.get_running_loop().call_later(delay, callback, *args)
 
@@ -175,7 +181,7 @@ class FramedConnection(asyncio.Protocol):
     def _set_reading(self) -> None:
         """Read from the peer unless it does not read us or its frame waits for budget."""
         t = self.transport
-        want = not (self.paused or self._waiting)
+        want = not (self.paused or self._waiting or self._held)
         if want != self._reading and t is not None and not t.is_closing():
             self._reading = want
             if want:

@@ -1,8 +1,11 @@
-"""``streamlet cluster up|status|down``: arguments in, one-line messages and exit codes out.
+"""``streamlet cluster up|status|down|elect|transfer``: arguments in, one-line messages and
+exit codes out.
 
-Exit codes: 0 done; 1 no cluster runs there (status, down) or it would not stop (down);
-2 ``up`` refused before starting anything (bad arguments or --config, a busy port, a data
-directory that cannot be made, a cluster already running there).
+Exit codes: 0 done; 1 no cluster runs there (status, down, elect, transfer), it would not stop
+(down), or the request did not come to pass (elect: no leader; transfer: another leader; or
+the driver did not take it up in time); 2 ``up`` refused before starting anything (bad
+arguments or --config, a busy port, a data directory that cannot be made, a cluster already
+running there).
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from ..replication.model import NO_LEADER
+from . import requests
 from . import state as state_file
 from . import status as cluster_status
-from .driver import LocalDriver
+from .driver import RECORD, LocalDriver
 from .lock import AlreadyRunning, DirectoryLock
 from .lock import holders as lock_holders
 from .plan import (
@@ -36,6 +41,7 @@ from .plan import (
     plan_nodes,
 )
 from .probe import bind_error, pid_alive
+from .requests import ELECT, TRANSFER, Request
 from .state import ClusterState, StateUnreadable
 from .supervisor import Supervisor
 from .tomlwrite import dumps
@@ -51,6 +57,10 @@ def run(args: argparse.Namespace) -> int:
         return up(args, data_dir)
     if args.action == "status":
         return asyncio.run(status(data_dir, as_json=args.json))
+    if args.action == "elect":
+        return ask(data_dir, Request(ELECT, args.stream, force=args.force), args.timeout)
+    if args.action == "transfer":
+        return ask(data_dir, Request(TRANSFER, args.stream, to=args.to), args.timeout)
     return down(data_dir, args.timeout)
 
 
@@ -193,3 +203,33 @@ def down(data_dir: Path, timeout: float) -> int:
         time.sleep(0.1)
     print(f"stopped the cluster in {data_dir} (supervisor pid {pid})")
     return 0
+
+
+def ask(data_dir: Path, request: Request, timeout: float) -> int:
+    """Leave ``request`` for the running driver, wait until it has acted on it, and say what
+    the stream's record is then."""
+    if _running(data_dir) is None:
+        return 1
+    target = requests.write(data_dir, request)
+    deadline = time.monotonic() + timeout
+    while target.exists():
+        if time.monotonic() > deadline:
+            target.unlink(missing_ok=True)
+            _error(f"the placement driver did not take the request up in {timeout:.0f} s")
+            return 1
+        time.sleep(0.1)
+    try:
+        record = json.loads((data_dir / RECORD).read_text()).get(request.stream)
+    except (OSError, ValueError):
+        record = None
+    if record is None:
+        _error(f"no replicated stream {request.stream} in {data_dir}")
+        return 1
+    leader, epoch = record["leader"], record["epoch"]
+    if leader == NO_LEADER:
+        print(f"stream {request.stream}: no leader in epoch {epoch}")
+        return 1
+    unclean = " (unclean election: messages confirmed without it may be lost)" if record.get(
+        "unclean") else ""
+    print(f"stream {request.stream}: member {leader} leads epoch {epoch}{unclean}")
+    return 0 if request.kind == ELECT or leader == request.to else 1

@@ -1,21 +1,29 @@
 """The local cluster's placement driver: it elects replicated streams' leaders by the pure rule
 (streamlet.replication.election), carries the decision out with the brokers' private Fence and
-Assign, and writes the stream directory every node answers Metadata from.
+Assign (streamlet.elector), and writes the stream directory every node answers Metadata from.
 
 What it watches is the supervisor's: a node whose broker exited or was restarted (a new pid)
-lost its roles (a restarted broker comes back fenced); and it probes each leader's broker
-every tick: one that has not logged a client in for SUSPECT_AFTER probes (stopped, stuck) is
-treated alike. If it led a stream, that stream is elected again at once: an epoch reserved in ``driver.json`` (written before any Fence, so no
-epoch is used twice), every reachable member fenced with it, the highest (epoch, chunk id) among
-a fenced majority wins, then Assign to the leader and its followers. A restarted follower is
-assigned its role again in the current epoch. Without a fenced majority nothing is elected: the
-directory names no leader (Metadata answers 0xFFFF) and the next tick tries again.
+lost its roles (a restarted broker comes back fenced). And it probes each leader's broker every
+tick: one that has not logged a client in for SUSPECT_AFTER probes is suspected, and its
+followers are asked (ReplicaContact) how long ago they heard from it; it is replaced only when
+it and the followers still in contact with it are no longer a quorum
+(replication.liveness.leader_lost), so a failing path between the driver and a working leader
+deposes nobody. A stream to elect gets an epoch reserved in ``driver.json`` (written before any
+Fence, so no epoch is used twice), every reachable member fenced with it, the highest (epoch,
+chunk id) among a fenced majority wins, then Assign to the leader and its followers. A member
+that came back fenced, or was not reached at the election, is assigned its role in the current
+epoch once it answers. Without a fenced majority nothing is elected: the directory names no
+leader (Metadata answers 0xFFFF) and the next tick tries again.
+
+Requests (``D/requests/``, cluster.requests): ``cluster elect --force`` lets the next election
+of a stream without a leader be unclean (recorded in the stream's record); ``cluster transfer``
+seals the leader (ReplicaSeal: no publishes, feeds and commits going on), waits for the target
+to hold its whole log, and elects with the target preferred.
 
 Discovery: a local cluster's nodes share one file system, so the driver finds each replicated
 stream's members in the members' own state files (``node-i/streams/<s>/replication.json``) when
 it has no record of its own yet. The Kubernetes operator keeps the same facts in Stream status.
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -23,18 +31,18 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from ..client import connect
-from ..protocol import Code
-from ..protocol import frames as f
+from ..elector import Members, run_election
 from ..protocol.constants import Role
-from ..replication.election import elect
-from ..replication.model import NO_LEADER, Tail, quorum
+from ..replication.election import Decision, elect, transfer, transfer_ready
+from ..replication.liveness import Contact, leader_lost
+from ..replication.model import NO_LEADER, Tail
+from . import requests
 
 if TYPE_CHECKING:
     from .supervisor import Supervisor
@@ -42,36 +50,50 @@ if TYPE_CHECKING:
 log = logging.getLogger("streamlet.cluster")
 
 RECORD = "driver.json"
-_GONE = object()  # a Fence answered "no such stream"
 TICK_S = 0.5
-REQUEST_TIMEOUT_S = 3.0
-#: A leader's broker must log a client in within this many seconds, at every tick...
-PROBE_TIMEOUT_S = 1.0
-#: ... or, after this many misses in a row (1.5-4.5 s), it is replaced as if it had exited.
+#: A leader's broker that misses this many probes in a row (elector.PROBE_TIMEOUT_S each,
+#: 1.5-4.5 s) is suspected: replaced as if it had exited if its followers lost it too.
 SUSPECT_AFTER = 3
+#: A planned transfer waits this long for the target to hold the sealed leader's whole log
+#: (it is behind by what was in flight: usually milliseconds), polling every TRANSFER_POLL_S.
+TRANSFER_WAIT_S = 10.0
+TRANSFER_POLL_S = 0.05
+#: A follower that has not heard from its leader for this long no longer vouches for it (an
+#: idle leader sends something every 0.5 s: broker.replication.leader.HEARTBEAT_S).
+CONTACT_TIMEOUT_S = 3.0
 
 
 @dataclass
 class StreamRecord:
     """What the driver decided for one stream: the epoch, the leader (-1: none), the members,
-    and each member's broker pid when it was assigned (a new pid: it lost its role)."""
+    each member's broker pid when it was assigned (a new pid: it lost its role), and whether
+    the election was unclean."""
 
     epoch: int
     leader: int
     members: list[int]
     pids: dict[str, int] = field(default_factory=dict)
+    #: this epoch's leader was elected without a majority (``cluster elect --force``): it may
+    #: lack messages that were confirmed
+    unclean: bool = False
 
 
 class LocalDriver:
     def __init__(self, data_dir: Path, host: str, ports: list[int],
-                 credentials: tuple[str, str] = ("guest", "guest")) -> None:
+                 credentials: tuple[str, str] = ("guest", "guest"),
+                 peer_ports: list[int] | None = None) -> None:
+        """``ports``: where the driver reaches each node; ``peer_ports``: where nodes and clients
+        reach each other (the directory's addresses, a follower's leader), when they differ."""
         self.data_dir = data_dir
         self.host = host
-        self.ports = ports
-        self.credentials = credentials
+        self.ports = peer_ports or ports
+        self.brokers = Members(lambda m: (host, ports[m]), credentials,
+                               peer_address=lambda m: (host, self.ports[m]))
         self.records: dict[str, StreamRecord] = self._load()
         self._alive: Mapping[int, int | None] = {}
-        self._misses: dict[int, int] = {}  # probes of a leader's broker missed in a row
+        #: probes of a leader's broker missed in a row, by node
+        self.misses: dict[int, int] = {}
+        self._kept: set[str] = set()  # streams whose unanswering leader its followers vouch for
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -90,114 +112,152 @@ class LocalDriver:
         """``alive``: node index -> broker pid, for the nodes running now."""
         self._alive = alive
         names = self._discover()
-        stuck = await self._unresponsive({self.records[n].leader for n in names} - {NO_LEADER})
+        asked = {(r.kind, r.stream): r for r in requests.read(self.data_dir)}
+        for r in asked.values():
+            if r.stream not in self.records:
+                log.warning("request to %s %s: no such replicated stream", r.kind, r.stream)
+                requests.done(self.data_dir, r)
+        suspects = await self._suspects({self.records[n].leader for n in names} - {NO_LEADER})
         for name in names:
             record = self.records[name]
             leader_pid = record.pids.get(str(record.leader))
+            forced = asked.get((requests.ELECT, name))
+            if record.leader not in suspects:
+                self._kept.discard(name)  # answering again: a new suspicion is logged anew
             if (record.leader == NO_LEADER or alive.get(record.leader) != leader_pid
-                    or record.leader in stuck):
-                await self._elect(name, record, alive)
+                    or (record.leader in suspects and await self._lost(name, record))):
+                await self._elect(name, record, alive,
+                                  force=forced is not None and forced.force)
+                if forced is not None:
+                    requests.done(self.data_dir, forced)
+                continue
+            if forced is not None:
+                log.info("stream %s: member %d leads: no election to force", name, record.leader)
+                requests.done(self.data_dir, forced)
+            moving = asked.get((requests.TRANSFER, name))
+            if moving is not None:  # waits while the stream has no leader
+                await self._transfer(name, record, moving.to, alive)
+                requests.done(self.data_dir, moving)
                 continue
             restarted = [m for m in record.members if m != record.leader and m in alive
                          and record.pids.get(str(m)) != alive[m]]
-            for m in restarted:  # back fenced: its role again, in the current epoch
+            for m in restarted:  # back fenced, or not reached when elected: its role now
                 if await self._assign(name, record, m, Role.FOLLOWER):
                     record.pids[str(m)] = alive[m] or 0
                     self._save()
 
-    async def _unresponsive(self, leaders: set[int]) -> set[int]:
-        """The leaders whose broker did not answer a login for SUSPECT_AFTER ticks in a row: a
-        process that runs but does not work (stopped, stuck) loses its leaderships as an
-        exited one does. Followers are not probed: a stuck follower costs no availability."""
-        async def answers(node: int) -> bool:
-            return await self._request(node, None, probe=True) is not None
+    async def _suspects(self, leaders: set[int]) -> set[int]:
+        """The leaders whose broker did not answer a login for SUSPECT_AFTER ticks in a row (a
+        process that runs but does not work, or a path to it that fails): their followers are
+        asked whether they lost it too. Followers are not probed: a stuck follower costs no
+        availability."""
+        results = await asyncio.gather(*(self.brokers.probe(n) for n in sorted(leaders)))
+        # a node that leads nothing now starts from no misses when it leads again
+        self.misses = {node: 0 if ok else self.misses.get(node, 0) + 1
+                       for node, ok in zip(sorted(leaders), results, strict=True)}
+        return {n for n, missed in self.misses.items() if missed >= SUSPECT_AFTER}
 
-        results = await asyncio.gather(*(answers(n) for n in sorted(leaders)))
-        for node, ok in zip(sorted(leaders), results, strict=True):
-            self._misses[node] = 0 if ok else self._misses.get(node, 0) + 1
-        stuck = {n for n in leaders if self._misses.get(n, 0) >= SUSPECT_AFTER}
-        for node in stuck:
-            log.warning("member %d has not answered for %d probes: electing other leaders",
-                        node, self._misses[node])
-            self._misses[node] = 0
-        return stuck
+    async def _lost(self, name: str, record: StreamRecord) -> bool:
+        """Whether the suspected leader of ``name`` is lost: too few of its followers heard
+        from it lately to make a quorum with it (replication.liveness)."""
+        followers = [m for m in record.members if m != record.leader]
+        answers = await asyncio.gather(*(self.brokers.contact(m, name) for m in followers))
+        reports = dict(zip(followers, answers, strict=True))
+        lost = leader_lost(record.epoch, record.leader, record.members, reports,
+                           CONTACT_TIMEOUT_S)
+        if lost:
+            log.warning("stream %s: member %d has not answered for %d probes and its followers "
+                        "lost it too (%s): electing another leader", name, record.leader,
+                        self.misses.get(record.leader, 0), _contacts(reports))
+            self._kept.discard(name)
+        elif name not in self._kept:
+            log.warning("stream %s: member %d does not answer the driver, but its followers are "
+                        "in contact with it (%s): it keeps leading", name, record.leader,
+                        _contacts(reports))
+            self._kept.add(name)
+        return lost
 
     # --- an election -------------------------------------------------------------------------------
 
-    async def _elect(self, name: str, record: StreamRecord, alive: Mapping[int, int | None]) -> None:
-        epoch = record.epoch + 1
-        record.epoch, record.leader, record.pids = epoch, NO_LEADER, {}
-        self._save()  # reserved before any member hears of it
-        self._publish_directory()
-        answers: dict[int, Tail | None] = {}
-        gone = 0
-        for m in record.members:
-            answer = await self._fence(name, m, epoch) if m in alive else None
-            gone += answer is _GONE
-            answers[m] = answer if isinstance(answer, Tail) else None
-        if gone >= quorum(len(record.members)):  # deleted: nothing to elect any more
+    async def _elect(self, name: str, record: StreamRecord, alive: Mapping[int, int | None],
+                     force: bool = False,
+                     decide: Callable[[dict[int, Tail | None]], Decision] | None = None) -> None:
+        """An election in the next epoch; ``force``: unclean if no majority answers (asked for
+        by ``cluster elect --force``); ``decide``: another rule (a transfer's)."""
+        async def reserve(epoch: int) -> bool:
+            record.epoch, record.leader, record.pids = epoch, NO_LEADER, {}
+            record.unclean = False
+            self._save()  # before any member hears of it
+            self._publish_directory()
+            return True
+
+        members, current = list(record.members), record.epoch
+        if force:
+            def decide(answers: dict[int, Tail | None]) -> Decision:
+                return elect(members, current, answers, force=True)
+        outcome = await run_election(name, record.members, record.epoch, reserve, self.brokers,
+                                     reachable=set(alive), decide=decide)
+        if outcome.deleted:
             log.info("stream %s: deleted on a majority of its members, forgotten", name)
             del self.records[name]
             self._save()
             self._publish_directory()
             return
-        decision = elect(record.members, epoch - 1, answers)
-        if decision.leader == NO_LEADER:
-            log.warning("stream %s: no leader in epoch %d (%s; fenced: %s)", name, epoch,
-                        decision.reason.value, list(decision.fenced))
+        if outcome.leader == NO_LEADER:
             return
-        record.leader = decision.leader
-        if not await self._assign(name, record, decision.leader, Role.LEADER):
-            record.leader = NO_LEADER
-            self._save()
-            return
-        record.pids[str(decision.leader)] = alive.get(decision.leader) or 0
-        for m in decision.followers:
-            if m in alive and await self._assign(name, record, m, Role.FOLLOWER):
-                record.pids[str(m)] = alive[m] or 0
+        record.leader = outcome.leader
+        record.pids = {str(m): alive.get(m) or 0 for m in outcome.assigned}
+        assert outcome.decision is not None
+        record.unclean = outcome.decision.unclean
+        if record.unclean:
+            log.warning("stream %s: UNCLEAN election, as asked: member %d leads epoch %d without "
+                        "a majority (fenced: %s); messages confirmed by the others may be lost",
+                        name, record.leader, record.epoch, list(outcome.decision.fenced))
         self._save()
         self._publish_directory()
-        log.info("stream %s: member %d leads epoch %d (%s)", name, decision.leader, epoch,
-                 decision.reason.value)
 
-    async def _fence(self, name: str, member: int, epoch: int) -> Tail | object | None:
-        """The member's tail; _GONE when it has no such stream; None when it did not fence."""
-        answer = await self._request(member, lambda c: f.Fence(c, name, epoch))
-        if answer is not None and answer.code == Code.STREAM_DOES_NOT_EXIST:
-            return _GONE
-        if answer is None or answer.code != Code.OK:
-            return None
-        return Tail(answer.tail_epoch, answer.tail_chunk_id, answer.next_offset)
+    async def _transfer(self, name: str, record: StreamRecord, target: int | None,
+                        alive: Mapping[int, int | None]) -> None:
+        """A planned transfer to ``target``: the leader sealed (no publishes; its feeds and
+        commits go on), then, once the target holds the leader's whole log (transfer_ready,
+        within TRANSFER_WAIT_S), an election in the next epoch with the target preferred. A
+        target that does not catch up in time leaves the leader leading, unsealed."""
+        leader, epoch = record.leader, record.epoch
+        if target is None or target not in record.members or target not in alive:
+            log.warning("stream %s: cannot transfer to %s: not a running member of %s", name,
+                        target, record.members)
+            return
+        if target == leader:
+            log.info("stream %s: member %d leads already", name, target)
+            return
+        if await self.brokers.seal(leader, name, epoch) is None:
+            log.warning("stream %s: leader %d could not be sealed: no transfer", name, leader)
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TRANSFER_WAIT_S
+        while True:
+            ours, theirs = await asyncio.gather(self.brokers.contact(leader, name),
+                                                self.brokers.contact(target, name))
+            if (ours is not None and ours.tail is not None and ours.epoch == epoch
+                    and theirs is not None and theirs.following and theirs.epoch == epoch
+                    and transfer_ready(ours.tail, theirs.tail)):
+                break
+            if loop.time() > deadline:
+                await self.brokers.seal(leader, name, epoch, on=False)
+                log.warning("stream %s: member %d did not catch up with leader %d in %.0f s "
+                            "(%s vs %s): no transfer", name, target, leader, TRANSFER_WAIT_S,
+                            theirs, ours)
+                return
+            await asyncio.sleep(TRANSFER_POLL_S)
+        members = list(record.members)
+
+        def decide(answers: dict[int, Tail | None]) -> Decision:
+            return transfer(members, epoch, target, answers)
+        await self._elect(name, record, alive, decide=decide)
 
     async def _assign(self, name: str, record: StreamRecord, member: int, role: Role) -> bool:
-        port = self.ports[record.leader]
-        answer = await self._request(member, lambda c: f.Assign(
-            c, name, record.epoch, role, self.host, port, list(record.members)))
-        ok = answer is not None and answer.code == Code.OK
-        if not ok:
-            log.info("stream %s: assigning member %d as %s in epoch %d failed (%s)", name,
-                     member, role.name.lower(), record.epoch,
-                     "unreachable" if answer is None else f"code {answer.code}")
-        return ok
-
-    async def _request(self, member: int, make: Any, probe: bool = False) -> Any:
-        """The answer of ``member``'s broker, or None when it cannot be reached in time. With
-        ``probe``, only a login within PROBE_TIMEOUT_S (True when it succeeded)."""
-        user, password = self.credentials
-        try:
-            async with asyncio.timeout(PROBE_TIMEOUT_S if probe else REQUEST_TIMEOUT_S):
-                client = await connect(self.host, self.ports[member], user, password,
-                                       heartbeat=0, connection_name="placement driver")
-                try:
-                    return True if probe else await client.request(make, ok=tuple(Code))
-                finally:
-                    await client.close()
-        except (TimeoutError, OSError, ConnectionError) as e:
-            log.debug("member %d unreachable: %s", member, e)
-            return None
-        except Exception as e:  # a refused login, a closed connection: unreachable for now
-            log.info("member %d: %s", member, e)
-            return None
+        return await self.brokers.assign(member, name, record.epoch, role, record.leader,
+                                         record.members)
 
     # --- what the driver knows -------------------------------------------------------------------
 
@@ -256,6 +316,16 @@ class LocalDriver:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"streams": streams}, indent=1))
         os.replace(tmp, path)
+
+
+def _contacts(reports: Mapping[int, Contact | None]) -> str:
+    def one(c: Contact | None) -> str:
+        if c is None:
+            return "not answering"
+        if not c.following:
+            return f"not following (epoch {c.epoch})"
+        return "link down" if c.age is None else f"heard {c.age:.1f} s ago"
+    return ", ".join(f"member {m}: {one(c)}" for m, c in sorted(reports.items()))
 
 
 def _unquote_dir(name: str) -> str:

@@ -58,8 +58,9 @@ async def gather_nodes(state: ClusterState) -> list[NodeStatus]:
 async def gather_streams(state: ClusterState, nodes: list[NodeStatus], data_dir: Path,
                          credentials: tuple[str, str]) -> list[dict[str, Any]]:
     """The replicated streams the placement driver keeps (``driver.json``), each as
-    ``{"name", "epoch", "leader", "members", "committed"}``: the leader's member index (None
-    while electing) and its committed chunk id (None when it cannot be asked)."""
+    ``{"name", "epoch", "leader", "members", "committed", "unclean"}``: the leader's member
+    index (None while electing), its committed chunk id (None when it cannot be asked), and
+    whether it was elected without a majority (``cluster elect --force``)."""
     try:
         records = json.loads((data_dir / RECORD).read_text())
     except (OSError, ValueError):
@@ -72,7 +73,8 @@ async def gather_streams(state: ClusterState, nodes: list[NodeStatus], data_dir:
         if leader in alive:
             committed = await _committed(state.host, alive[leader].port, name, credentials)
         out.append({"name": name, "epoch": r["epoch"], "leader": leader,
-                    "members": r["members"], "committed": committed})
+                    "members": r["members"], "committed": committed,
+                    "unclean": bool(r.get("unclean", False))})
     return out
 
 
@@ -119,7 +121,8 @@ def table(state: ClusterState, nodes: list[NodeStatus], now: float | None = None
     if streams:
         srows = [("stream", "epoch", "leader", "members", "committed")]
         srows += [(st["name"], str(st["epoch"]), "electing" if st["leader"] is None
-                   else str(st["leader"]), ",".join(map(str, st["members"])),
+                   else str(st["leader"]) + (" (unclean)" if st.get("unclean") else ""),
+                   ",".join(map(str, st["members"])),
                    "-" if st["committed"] is None else str(st["committed"])) for st in streams]
         lines += [""] + _columns(srows)
     return "\n".join(lines) + "\n"

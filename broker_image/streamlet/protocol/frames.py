@@ -5,7 +5,8 @@ of the key. :func:`encode` turns a command into a whole frame (size included); :
 turns one frame (without its size) into a command, or into a :class:`FrameError` carrying the
 protocol's response code: a malformed frame never raises out of here.
 
-The replication commands (keys 0x7E01-0x7E0B, last section) are streamlet's own, between
+The replication commands (keys 0x7E01-0x7E0B, 0x7E10-0x7E11, last section) are streamlet's own,
+between
 its brokers and from the operator: never a client's.
 
 Most commands are declared by their ``LAYOUT``: one wire codec per dataclass field, in order
@@ -1001,6 +1002,66 @@ class Assign(Command):
 
 
 AssignResponse = _simple_response(Key.ASSIGN, "AssignResponse")
+
+
+@_register
+@dataclass(slots=True)
+class ReplicaContact(Command):
+    """Placement driver to a member: are you in contact with ``stream``'s leader?"""
+
+    KEY: ClassVar[int] = Key.REPLICA_CONTACT
+    LAYOUT: ClassVar[tuple[Codec, ...]] = (U32, STR)
+    correlation_id: int
+    stream: str
+
+
+@_register
+@dataclass(slots=True)
+class ReplicaContactResponse(Command):
+    """The member's epoch and role (0 fenced, else constants.Role), how many milliseconds ago
+    its link last heard from the leader (-1: no link; a leader sends one at least every half
+    second), and its tail."""
+
+    KEY: ClassVar[int] = Key.REPLICA_CONTACT
+    RESPONSE: ClassVar[bool] = True
+    LAYOUT: ClassVar[tuple[Codec, ...]] = (U32, U16, U64, U8, I64, U64, I64, U64)
+    correlation_id: int
+    code: int
+    epoch: int = 0
+    role: int = 0
+    age_ms: int = -1
+    tail_epoch: int = 0
+    tail_chunk_id: int = -1
+    next_offset: int = 0
+
+
+@_register
+@dataclass(slots=True)
+class ReplicaSeal(Command):
+    """Placement driver to ``stream``'s leader in ``epoch``: stop taking publishes (``seal``
+    1), its feeds and commits going on, for a planned transfer; or take them again (0)."""
+
+    KEY: ClassVar[int] = Key.REPLICA_SEAL
+    LAYOUT: ClassVar[tuple[Codec, ...]] = (U32, STR, U64, U8)
+    correlation_id: int
+    stream: str
+    epoch: int
+    seal: int
+
+
+@_register
+@dataclass(slots=True)
+class ReplicaSealResponse(Command):
+    """6 when not that epoch's leader; else its tail once sealed (what it took is written)."""
+
+    KEY: ClassVar[int] = Key.REPLICA_SEAL
+    RESPONSE: ClassVar[bool] = True
+    LAYOUT: ClassVar[tuple[Codec, ...]] = (U32, U16, U64, I64, U64)
+    correlation_id: int
+    code: int
+    tail_epoch: int = 0
+    tail_chunk_id: int = -1
+    next_offset: int = 0
 
 
 # A member's single-active-consumer link to the stream's leader (one connection per stream and

@@ -32,7 +32,9 @@ def render_config(broker: BrokerModel, pods: int | None = None) -> str:
     pod is a peer, so a Create with ``initial-cluster-size`` > 1 places its members among them
     (brokers read it at start: a pod running before a scale keeps the peers of then, as the
     pod count does not roll the pods, statefulset.config_hash). ``resume_roles``: a restarted
-    pod takes up its replicated streams' roles again (the operator does not elect yet).
+    pod takes up its replicated streams' roles again in their epoch, so streams come back
+    even while the operator is down; when the operator elected meanwhile, it assigns the
+    returning pod its role in the new epoch (driver.py).
     """
     r = broker.retention
     pods = broker.replicas if pods is None else pods
@@ -49,7 +51,7 @@ def render_config(broker: BrokerModel, pods: int | None = None) -> str:
         f"directory_file = {toml_string(DIRECTORY_FILE)}",
         'member = "auto"',
         "peers = [" + ", ".join(toml_string(p) for p in peers(broker, pods)) + "]",
-        # no placement driver elects on Kubernetes yet: a restarted pod takes up its roles
+        # a restarted pod takes up its roles (the operator re-assigns them after an election)
         "resume_roles = true",
         "",
         "[retention]",

@@ -21,12 +21,23 @@ DIRECTORY_DIR = DIRECTORY_FILE.rsplit("/", 1)[0]
 
 
 @dataclass(frozen=True)
+class Replicated:
+    """A replicated stream's epoch, leader (None while electing) and members (pod ordinals)."""
+
+    epoch: int
+    leader: int | None
+    members: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Placed:
     """One Stream resource as created on its broker: its name there and its partitions' pods."""
 
     stream: str
     partitions: int
     placement: tuple[tuple[str, int], ...]  # (broker stream, pod ordinal)
+    #: its members once the operator knows them (status.replication); None: one copy
+    replicated: Replicated | None = None
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any]) -> Placed | None:
@@ -34,8 +45,18 @@ class Placed:
         applied, placed = status.get("applied"), status.get("placement")
         if not applied or not placed:
             return None
+        rep = status.get("replication")
+        replicated = None if not rep else Replicated(
+            int(rep["epoch"]), None if rep.get("leader") is None else int(rep["leader"]),
+            tuple(int(m) for m in rep.get("members") or ()))
         return cls(str(applied["name"]), int(applied.get("partitions") or 1),
-                   tuple((str(p["stream"]), int(p["ordinal"])) for p in placed))
+                   tuple((str(p["stream"]), int(p["ordinal"])) for p in placed), replicated)
+
+    @property
+    def ordinals(self) -> set[int]:
+        """Every pod this entry names."""
+        return {o for _, o in self.placement} | set(
+            self.replicated.members if self.replicated else ())
 
 
 def advertised_host(broker: BrokerModel, ordinal: int) -> str | None:
@@ -54,11 +75,20 @@ def render_directory(placed: Iterable[Placed], address: Callable[[int], str | No
     """The directory file's JSON (sorted: the same placements give the same bytes).
 
     ``address`` gives ``host:port`` for a pod ordinal, None when unknown (then left out: the
-    other pods answer "does not exist" rather than name a wrong pod).
+    other pods answer "does not exist" rather than name a wrong pod; a replicated stream's
+    unknown leader is written as none, "being elected").
     """
-    streams: dict[str, str] = {}
+    streams: dict[str, Any] = {}
     supers: dict[str, dict[str, list[str]]] = {}
     for p in placed:
+        if p.replicated is not None and p.partitions <= 1:
+            # A replicated stream: its epoch, leader (null while electing: Metadata answers
+            # 0xFFFF) and other members, as brokers read it (broker/directory.py).
+            r = p.replicated
+            leader = None if r.leader is None else address(r.leader)
+            replicas = [a for m in r.members if m != r.leader and (a := address(m)) is not None]
+            streams[p.stream] = {"epoch": r.epoch, "leader": leader, "replicas": replicas}
+            continue
         for stream, ordinal in p.placement:
             where = address(ordinal)
             if where is not None:

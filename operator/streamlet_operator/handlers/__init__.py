@@ -1,5 +1,5 @@
 """kopf handlers. Importing this package registers them (kopf's default registry)."""
 
-from . import broker, lifecycle, stream
+from . import broker, lifecycle, replication, stream
 
-__all__ = ["broker", "lifecycle", "stream"]
+__all__ = ["broker", "lifecycle", "replication", "stream"]

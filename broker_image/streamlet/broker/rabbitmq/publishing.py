@@ -1,5 +1,6 @@
 """Publishing: DeclarePublisher, Publish (the hot path, parsed without the generic decoder),
-QueryPublisherSequence, DeletePublisher. Deduplication and confirms are the core's."""
+QueryPublisherSequence, DeletePublisher. Deduplication and confirms are the core's; publishers
+on a stream this broker follows are passed on to its leader (broker.replication.relay)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from ...protocol import Code, Key
 from ...protocol import frames as f
 from ...protocol.publish import parse_publish
 from ...protocol.wire import Malformed
+from ..directory import Address
+from ..replication.relay import Relay
 from .leader import forward, route
 from .state import ConnectionState
 
@@ -20,9 +23,14 @@ def on_declare_publisher(conn: ConnectionState, cmd: f.DeclarePublisher) -> None
         code = conn.missing(cmd.stream)
     elif conn.refused("write", cmd.stream):
         code = Code.ACCESS_REFUSED
+    elif cmd.publisher_id in conn.publishers or cmd.publisher_id in conn.relayed:
+        code = Code.PRECONDITION_FAILED
+    elif isinstance(leader := route(conn, stream), tuple):  # a follower: the leader takes it
+        _relay(conn, leader, cmd)
+        return
     elif stream.sealed:
-        code = Code.STREAM_NOT_AVAILABLE  # moved: Metadata names its new broker
-    elif cmd.publisher_id in conn.publishers or cmd.reference is not None and (
+        code = Code.STREAM_NOT_AVAILABLE  # moved, or fenced: Metadata names where it is
+    elif cmd.reference is not None and (
         len(cmd.reference.encode()) > 256
         or stream.reference_taken(cmd.reference)
     ):
@@ -36,6 +44,23 @@ def on_declare_publisher(conn: ConnectionState, cmd: f.DeclarePublisher) -> None
     conn.send(f.DeclarePublisherResponse(cmd.correlation_id, code))
 
 
+def _relay(conn: ConnectionState, leader: Address, cmd: f.DeclarePublisher) -> None:
+    relay = conn.relays.get(leader)
+    if relay is None:
+        assert conn.vhost is not None
+        relay = conn.relays[leader] = Relay(conn, leader, conn.vhost.name,
+                                            conn.broker.forwarder.credentials)
+
+    async def declare() -> None:
+        code = await relay.declare(cmd)
+        if code == Code.OK and not conn.closing:
+            conn.relayed[cmd.publisher_id] = relay
+            conn.moved_publishers.discard(cmd.publisher_id)
+        conn.send(f.DeclarePublisherResponse(cmd.correlation_id, code))
+
+    conn.spawn(declare(), "DeclarePublisher for the leader")
+
+
 def on_publish(conn: ConnectionState, frame: memoryview) -> None:
     version = frame[2] << 8 | frame[3]
     try:
@@ -44,6 +69,9 @@ def on_publish(conn: ConnectionState, frame: memoryview) -> None:
         conn.reject(Key.PUBLISH, version, None, Code.UNKNOWN_FRAME, f"malformed Publish: {e}")
         return
     pub = conn.publishers.get(batch.publisher_id)
+    if pub is None and (relay := conn.relayed.get(batch.publisher_id)) is not None:
+        relay.publish(frame)
+        return
     if pub is None:
         ids = list(struct.unpack(f">{batch.count}Q", batch.ids))
         moved = batch.publisher_id in conn.moved_publishers
@@ -74,6 +102,14 @@ def on_query_publisher_sequence(conn: ConnectionState, cmd: f.QueryPublisherSequ
 
 
 def on_delete_publisher(conn: ConnectionState, cmd: f.DeletePublisher) -> None:
+    relay = conn.relayed.pop(cmd.publisher_id, None)
+    if relay is not None:
+        async def delete() -> None:
+            conn.send(f.DeletePublisherResponse(cmd.correlation_id, await relay.delete(
+                cmd.publisher_id)))
+
+        conn.spawn(delete(), "DeletePublisher for the leader")
+        return
     pub = conn.publishers.pop(cmd.publisher_id, None)
     if pub is None and cmd.publisher_id in conn.moved_publishers:
         conn.moved_publishers.discard(cmd.publisher_id)  # already dropped by the move

@@ -1,5 +1,5 @@
-"""The private replication commands (keys 0x7E01-0x7E07, docs/protocol.md): what the placement
-driver sends (Fence, Assign) and what a follower's link sends its leader (ReplicaHello,
+"""The private replication commands (keys 0x7E01-0x7E07, 0x7E10-0x7E11, docs/protocol.md):
+what the placement driver sends (Fence, Assign, ReplicaContact, ReplicaSeal) and what a follower's link sends its leader (ReplicaHello,
 ReplicaStart, ReplicaAck). Each needs the ``configure`` permission on the stream: the driver's
 and the replication user's, never an application's. The work is broker.replication.members'."""
 
@@ -91,6 +91,34 @@ def on_replica_start(conn: ConnectionState, cmd: f.ReplicaStart) -> None:
 def on_replica_ack(conn: ConnectionState, cmd: f.ReplicaAck) -> None:
     if conn.feeding is not None and conn.replica_of is not None:
         conn.feeding.on_ack(conn.replica_of[1], cmd.epoch, cmd.chunk_id, cmd.next_offset)
+
+
+def on_replica_contact(conn: ConnectionState, cmd: f.ReplicaContact) -> None:
+    stream = _configurable(conn, cmd.stream)
+    report = None if isinstance(stream, Code) else conn.broker.members.contact(stream)
+    if isinstance(stream, Code) or report is None:
+        code = stream if isinstance(stream, Code) else Code.PRECONDITION_FAILED  # not replicated
+        conn.send(f.ReplicaContactResponse(cmd.correlation_id, code))
+        return
+    epoch, role, age = report
+    wire = 0 if role is Role.FENCED else {Role.LEADER: WireRole.LEADER,
+                                          Role.FOLLOWER: WireRole.FOLLOWER}[role]
+    conn.send(f.ReplicaContactResponse(cmd.correlation_id, Code.OK, epoch, wire,
+                                       -1 if age is None else int(age * 1000),
+                                       *stream.log.tail()))
+
+
+def on_replica_seal(conn: ConnectionState, cmd: f.ReplicaSeal) -> None:
+    stream = _configurable(conn, cmd.stream)
+    if isinstance(stream, Code):
+        conn.send(f.ReplicaSealResponse(cmd.correlation_id, stream))
+        return
+    try:
+        tail = conn.broker.members.seal(stream, cmd.epoch, bool(cmd.seal))
+    except Refused:
+        conn.send(f.ReplicaSealResponse(cmd.correlation_id, Code.STREAM_NOT_AVAILABLE))
+        return
+    conn.send(f.ReplicaSealResponse(cmd.correlation_id, Code.OK, *tail))
 
 
 # --- single-active-consumer groups, decided at the leader (broker.replication.sac) -----------

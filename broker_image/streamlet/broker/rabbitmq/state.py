@@ -26,7 +26,9 @@ from ..transport import FramedConnection
 if TYPE_CHECKING:
     from ...core.vhosts import VirtualHost
     from ..access import Kind
+    from ..directory import Address
     from ..replication.leader import Leader
+    from ..replication.relay import Relay
     from ..replication.sac_remote import RemoteMember
     from ..server import Broker
 
@@ -62,6 +64,9 @@ class ConnectionState(FramedConnection):
         #: a follower's link: the stream and member it follows, and the leader feeding it
         self.replica_of: tuple[Stream, int] | None = None
         self.feeding: Leader | None = None
+        #: publishers on streams this broker follows, passed on to their leader (relay.py)
+        self.relays: dict[Address, Relay] = {}
+        self.relayed: dict[int, Relay] = {}
         #: a member's single-active-consumer link: its consumers, in groups decided here
         self.sac_link: RemoteMember | None = None
 
@@ -149,6 +154,10 @@ class ConnectionState(FramedConnection):
         self.publishers.clear()
         self.subscriptions.clear()
         self.pending_updates.clear()
+        for relay in self.relays.values():
+            self.spawn(relay.close(), "relay close")
+        self.relays.clear()
+        self.relayed.clear()
 
     def writable(self) -> None:
         for sub in list(self.subscriptions.values()):
@@ -179,6 +188,19 @@ class ConnectionState(FramedConnection):
         for pid in ids:
             del self.publishers[pid]
         return ids
+
+    def relay_dropped(self, ids: list[int], stream: str) -> None:
+        """The leader no longer takes ``stream`` from these relayed publishers: as for a stream
+        that moved away, the client is told and a late Publish gets code 6."""
+        for pid in ids:
+            self.relayed.pop(pid, None)
+            self.moved_publishers.add(pid)
+        if ids and not self.closing:
+            self.send(f.MetadataUpdate(Code.STREAM_NOT_AVAILABLE, stream))
+
+    def relay_closed(self, relay: Relay) -> None:
+        if self.relays.get(relay.leader) is relay:
+            del self.relays[relay.leader]
 
     def send_publish_error(self, publisher_id: int, ids: list[int], code: Code) -> None:
         self.send(f.PublishError(publisher_id, [(i, code) for i in ids]))

@@ -35,6 +35,7 @@ class Follower:
         self.credentials = credentials
         self._task: asyncio.Task[None] | None = None
         self.connected = False
+        self.heard_at = 0.0  # loop time of the leader's last frame on the link
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -43,6 +44,14 @@ class Follower:
         if self._task is not None:
             self._task.cancel()  # its connection is closed as the task ends
             self._task = None
+
+    def contact_age(self) -> float | None:
+        """Seconds since the leader was last heard from on a working link; None: no link.
+        An idle leader sends a ReplicaCommit every HEARTBEAT_S (leader.py), so a stopped one
+        ages here even while its TCP connection stays up."""
+        if not self.connected:
+            return None
+        return asyncio.get_running_loop().time() - self.heard_at
 
     async def _run(self) -> None:
         backoff = BACKOFF_S[0]
@@ -72,12 +81,15 @@ class Follower:
                                          f.ReplicaStartResponse)
             if started.code != Code.OK:
                 raise LinkRefused(f"start: code {started.code}")
+            loop = asyncio.get_running_loop()
+            self.heard_at = loop.time()
             self.connected = True
             log.info("stream %s: following %s:%d in epoch %d from offset %d", stream.name,
                      *self.leader, self.epoch, tail[2])
             peer.send(f.ReplicaAck(self.epoch, tail[1], tail[2]))
             while True:
                 cmd = f.decode(await peer.frame())
+                self.heard_at = loop.time()
                 if isinstance(cmd, f.ReplicaChunks):
                     if cmd.epoch != self.epoch:
                         raise LinkRefused(f"chunks of epoch {cmd.epoch}")

@@ -21,6 +21,9 @@ log = logging.getLogger("streamlet.broker")
 
 #: Bytes of chunks one ReplicaChunks frame carries at most (one pread).
 FEED_BYTES = 1 << 20
+#: An idle feed gets a ReplicaCommit this often: followers tell the placement driver how long
+#: ago they heard from their leader (ReplicaContact), which a stopped leader makes grow.
+HEARTBEAT_S = 0.5
 
 
 class FollowerConnection(Protocol):
@@ -63,6 +66,14 @@ class Leader:
         self.epoch_start = ref.chunk_id
         stream.appended()  # the feeds send it
         self.recompute()
+        stream.clock.call_later(HEARTBEAT_S, self._beat)
+
+    def _beat(self) -> None:
+        if self.stopped:
+            return
+        for feed in self.feeds.values():
+            feed.beat()
+        self.stream.clock.call_later(HEARTBEAT_S, self._beat)
 
     def stop(self) -> None:
         """Fenced or deposed: no more feeds, no more commits in this epoch."""
@@ -143,6 +154,13 @@ class Feed:
     def _on_written(self) -> None:
         self._registered = False
         self.pump()
+
+    def beat(self) -> None:
+        """The commit point again while no chunks flow: the follower hears we are alive."""
+        lead = self.leader
+        if self._idle and not self.stopped and not self.conn.closing:
+            self.sent_commit = lead.committed_id
+            self.conn.write(encode(ReplicaCommit(lead.epoch, lead.committed_id)))
 
     def commit_moved(self) -> None:
         """Chunks carry the commit; when none are flowing, a ReplicaCommit does."""

@@ -22,6 +22,9 @@ from .sac import ReplicatedSac
 
 log = logging.getLogger("streamlet.broker")
 
+#: A leader sealed for a transfer takes publishes again after this long if nothing happened.
+SEAL_LEASE_S = 30.0
+
 
 class Refused(Exception):
     """Not done: ``epoch`` is the member's own (higher than asked, or not the leader's)."""
@@ -141,6 +144,41 @@ class Members:
         others = tuple(self.peers[m] for m in state.members if m < len(self.peers)
                        and m != leader_id and self.peers[m] != leader)
         return Placement(state.epoch, leader, others)
+
+    def contact(self, stream: Stream) -> tuple[int, Role, float | None] | None:
+        """The member's epoch and role, and how long ago (seconds) its link last heard from the
+        leader (None: not following, or the link is down); None when not replicated."""
+        member = self.members.get(stream)
+        if member is None:
+            return None
+        follower = member.follower
+        return (member.state.epoch, member.state.role,
+                None if follower is None else follower.contact_age())
+
+    def seal(self, stream: Stream, epoch: int, on: bool) -> tuple[int, int, int]:
+        """As the leader of ``epoch``: stop taking publishes (``on``) for a planned transfer, the
+        feeds and the commit going on, so the target catches up with a log that no longer
+        grows; or take them again. The seal is a lease: it ends by itself after SEAL_LEASE_S
+        unless the member was fenced or reassigned meanwhile (a driver that died mid-transfer
+        leaves no stream unwritable). Answers the tail, everything taken written."""
+        member = self._leading(stream, epoch)
+        leader = member.leader
+        if on:
+            if not stream.sealed:  # what is pending is written first (and confirmed once
+                # committed, not forgotten as a fence forgets it); publishers are told 6
+                for conn in {p.conn for p in stream.seal()}:
+                    conn.stream_moved(stream)
+
+            def expire() -> None:
+                if member.leader is leader and stream.sealed:
+                    log.warning("stream %s: sealed for a transfer that did not happen: "
+                                "publishes taken again", stream.name)
+                    stream.sealed = False
+            stream.clock.call_later(SEAL_LEASE_S, expire)
+            log.info("stream %s: sealed in epoch %d for a transfer", stream.name, epoch)
+        else:
+            stream.sealed = False
+        return stream.log.tail()
 
     def forget(self, stream: Stream) -> None:
         member = self.members.pop(stream, None)

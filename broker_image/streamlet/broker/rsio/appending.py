@@ -1,0 +1,96 @@
+"""The broker subscribed to a client's publisher (publisher string mode=append): the elements it
+receives are appended to a stream, and demand is the back-pressure and the confirmation.
+
+The broker asks for ``window`` elements first; each element is one message, appended through a
+core Publisher (as a MEGA PRODUCE or a RabbitMQ Publish); the broker requests one more element
+for each one the core confirms (durable: written, or on a majority of a replicated stream). So a
+client knows its first ``granted - window`` elements are durable. After the client's
+onComplete, the broker's onComplete on the client's own subscription (same id) says every
+element is durable.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from ...core.batch import PublishBatch
+from ...core.streams import Publisher, Stream
+
+_U32 = struct.Struct(">I")
+
+
+class Violation(Exception):
+    """The client's publisher broke the protocol (more elements than demand, a packed frame that
+    is not count * elementSize, parts of two elements at once, an element past the limit)."""
+
+
+class Inbound:
+    __slots__ = ("completing", "confirmed", "element_size", "granted", "id", "max_element",
+                 "next_id", "part", "publisher", "received", "stream", "window")
+
+    def __init__(self, sub_id: int, stream: Stream, publisher: Publisher,
+                 window: int, max_element: int) -> None:
+        self.id = sub_id
+        self.stream = stream
+        self.publisher = publisher
+        self.window = window
+        self.max_element = max_element
+        self.element_size = 0  # from the client's subscribed
+        self.granted = window  # demand given in all
+        self.received = 0
+        self.confirmed = 0
+        self.next_id = 0  # publishing ids, one per element
+        #: an element arriving in parts: (its element id, the parts, their bytes)
+        self.part: tuple[int, list[bytes], int] | None = None
+        self.completing = False  # the client's publisher sent onComplete
+
+    @property
+    def durable(self) -> bool:
+        """Everything received is confirmed."""
+        return self.confirmed == self.received and self.part is None
+
+    def elements(self, bodies: list[bytes]) -> None:
+        """Append ``bodies`` (one frame's worth) as one batch."""
+        if self.completing:
+            raise Violation("an element after onComplete")
+        if self.received + len(bodies) > self.granted:
+            raise Violation(f"{self.received + len(bodies)} elements sent, {self.granted} requested")
+        for b in bodies:
+            if len(b) > self.max_element:
+                raise Violation(f"an element of {len(b)} bytes (at most {self.max_element})")
+        first = self.next_id + 1
+        self.next_id += len(bodies)
+        self.received += len(bodies)
+        ids = struct.pack(f">{len(bodies)}Q", *range(first, self.next_id + 1))
+        data = b"".join(_U32.pack(len(b)) + b for b in bodies)
+        self.stream.publish(self.publisher, PublishBatch(
+            self.publisher.id, len(bodies), ids, data, len(bodies), first, self.next_id, True))
+
+    def packed(self, count: int, data: bytes) -> None:
+        size = self.element_size
+        if not size or count * size != len(data) or count == 0:
+            raise Violation(f"onNextPacked of {count} elements in {len(data)} bytes with "
+                            f"elementSize {size}")
+        self.elements([data[i : i + size] for i in range(0, len(data), size)])
+
+    def add_part(self, element: int, data: bytes, last: bool) -> None:
+        held = self.part
+        if held is not None and held[0] != element:
+            raise Violation(f"a part of element {element} while element {held[0]} is incomplete")
+        parts, size = (held[1], held[2]) if held is not None else ([], 0)
+        size += len(data)
+        if size > self.max_element:
+            raise Violation(f"an element of more than {self.max_element} bytes")
+        parts.append(data)
+        self.part = (element, parts, size)
+        if last:
+            self.part = None
+            self.elements([b"".join(parts)])
+
+    def confirm(self, n: int) -> int:
+        """``n`` more elements are durable: the demand to give back (none once completing)."""
+        self.confirmed += n
+        if self.completing:
+            return 0
+        self.granted += n
+        return n

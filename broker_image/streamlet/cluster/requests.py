@@ -1,0 +1,75 @@
+"""Requests to the running placement driver (``cluster elect --force``, ``cluster transfer``):
+one file each in ``D/requests/``, written whole (a temporary file renamed), read by the driver at
+every tick and removed once it has acted on it; the command waits for that, then reads the
+driver's record. A file is the channel because the driver already lives by its files (its record,
+the directory) and the command may run as another user or after a driver restart."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+log = logging.getLogger("streamlet.cluster")
+
+FOLDER = "requests"
+ELECT = "elect"
+TRANSFER = "transfer"
+
+
+@dataclass(frozen=True)
+class Request:
+    """``elect``: with ``force``, elect the most up-to-date member that answers even without a
+    majority (an unclean election) if the stream has no leader. ``transfer``: move leadership to
+    member ``to``."""
+
+    kind: str
+    stream: str
+    force: bool = False
+    to: int | None = None
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.kind}-{quote(self.stream, safe='')}.json"
+
+
+def path(data_dir: Path, request: Request) -> Path:
+    return data_dir / FOLDER / request.file_name
+
+
+def write(data_dir: Path, request: Request) -> Path:
+    """Leave ``request`` for the driver (replacing the same kind of request for the stream)."""
+    target = path(data_dir, request)
+    target.parent.mkdir(exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"kind": request.kind, "stream": request.stream,
+                               "force": request.force, "to": request.to}) + "\n")
+    os.replace(tmp, target)
+    return target
+
+
+def read(data_dir: Path) -> list[Request]:
+    """The requests waiting, oldest name first; a malformed file is logged and removed."""
+    out: list[Request] = []
+    for p in sorted((data_dir / FOLDER).glob("*.json")):
+        try:
+            doc = json.loads(p.read_text())
+            request = Request(str(doc["kind"]), str(doc["stream"]), bool(doc.get("force")),
+                              None if doc.get("to") is None else int(doc["to"]))
+            if request.kind not in (ELECT, TRANSFER):
+                raise ValueError(f"unknown kind {request.kind!r}")
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            log.warning("request %s ignored and removed: %s", p.name, e)
+            p.unlink(missing_ok=True)
+            continue
+        out.append(request)
+    return out
+
+
+def done(data_dir: Path, request: Request) -> None:
+    path(data_dir, request).unlink(missing_ok=True)

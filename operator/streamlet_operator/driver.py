@@ -1,0 +1,411 @@
+"""The operator as placement driver: one Broker's replicated Streams, looked after each tick.
+
+Each tick (handlers/replication.py runs it every ``SETTINGS.replication_interval`` seconds):
+
+- every pod is probed (a login within a second, elector.Members.probe); misses in a row count;
+  the Broker's Pods are listed for those being deleted (their leaderships move first);
+- a Stream with no ``status.replication`` yet is discovered: the pods that hold it (StreamStats)
+  once all its copies answer, epoch 1, the Create's pod as leader (failover.discovered);
+- a Stream whose leader missed ``SUSPECT_AFTER`` probes or is on a pod being deleted, that has
+  no leader, or that carries the force-leader annotation is elected (elector.run_election): the new epoch is reserved in
+  its status by a resourceVersion compare-and-swap **before** any member hears of it (a
+  conflict with another writer that changed the epoch means it is theirs: this one stops), the
+  reachable members are fenced, the pure rule elects, Assign goes to the leader and then the
+  followers (the push), and the status and the directory ConfigMap (the backstop) follow;
+- otherwise the members' tails give who is in sync and the phase, and a member pod that
+  missed probes and answers again (restarted: it may hold an older epoch's role) is assigned
+  its role in the current epoch again; so is every member once when the driver starts.
+
+The decisions are failover.py's (pure); this module makes the calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from streamlet.elector import Members, run_election
+from streamlet.protocol.constants import Role
+from streamlet.replication.election import Decision
+from streamlet.replication.model import NO_LEADER, Tail
+
+from . import failover, names
+from .brokers import BrokerUnavailable
+from .builders.directory import Placed
+from .conditions import set_condition
+from .constants import GROUP, VERSION
+from .directory import sync_directory
+from .failover import Replication, Step
+from .kube import ApiError
+from .model import BrokerModel
+from .runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+#: A compare-and-swap that meets a conflict re-reads and tries again this many times.
+CAS_ATTEMPTS = 5
+#: Events this module posts.
+LEADER_ELECTED = "LeaderElected"
+FORCE_LEADER_REFUSED = "ForceLeaderRefused"
+
+
+def replicated(obj: dict[str, Any], broker: str) -> bool:
+    """A Stream of ``broker`` created with more than one copy."""
+    status = obj.get("status") or {}
+    applied = status.get("applied") or {}
+    return (applied.get("broker") == broker and int(applied.get("replicas") or 1) > 1
+            and int(applied.get("partitions") or 1) == 1 and bool(status.get("placement")))
+
+
+class Driver:
+    """The placement driver of one Broker (its state: probe misses, pods that were away)."""
+
+    def __init__(self, runtime: Runtime, namespace: str, broker: str) -> None:
+        self.runtime = runtime
+        self.namespace = namespace
+        self.broker_name = broker
+        self.misses: dict[int, int] = {}
+        #: pods that missed a probe since their members were last assigned
+        self.away: set[int] = set()
+        #: streams whose members this driver has assigned their roles (once after it starts)
+        self.assigned: set[str] = set()
+        #: each stream's leader's commit point at the last look: (epoch, chunk id)
+        self.committed: dict[str, tuple[int, int]] = {}
+
+    # --- a tick --------------------------------------------------------------------------------
+
+    async def tick(self) -> None:
+        body = await self.runtime.kube.get("Broker", self.namespace, self.broker_name)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return
+        broker = BrokerModel.from_body(body)
+        streams = [s for s in await self.runtime.kube.list("Stream", self.namespace)
+                   if replicated(s, broker.name) and not s["metadata"].get("deletionTimestamp")]
+        if not streams:
+            return
+        members = await self._members(broker)
+        pods = range(max([broker.replicas] + [m + 1 for s in streams for m in _members_of(s)]))
+        answers = await asyncio.gather(*(members.probe(p) for p in pods))
+        up = set()
+        for pod, ok in zip(pods, answers, strict=True):
+            if ok:
+                up.add(pod)
+                self.misses[pod] = 0
+            else:
+                self.misses[pod] = self.misses.get(pod, 0) + 1
+                self.away.add(pod)
+        back = self.away & up
+        draining = await self._draining(broker)
+        for obj in streams:
+            try:
+                await self._drive(broker, members, obj, up, back, draining)
+            except Exception:  # one stream's trouble does not stop the others'
+                log.exception("%s/%s: placement driver step failed", self.namespace,
+                              obj["metadata"]["name"])
+        self.away -= back
+
+    async def _members(self, broker: BrokerModel) -> Members:
+        credentials = await self.runtime.broker_credentials(broker.namespace, broker.name)
+        resolve = self.runtime.resolve
+        return _Members(lambda m: resolve(broker.namespace, broker.name, m, broker.port),
+                        credentials, connection_name="streamlet operator")
+
+    async def _draining(self, broker: BrokerModel) -> frozenset[int]:
+        """The ordinals of the Broker's pods being deleted (a drain, a roll, a scale-down):
+        their leaderships move before their brokers stop. Pods are listed, not watched: a
+        tick a second is soon enough, and a pod that vanished fails its probes anyway."""
+        pods = await self.runtime.kube.list("Pod", broker.namespace,
+                                            labels=names.selector(broker.name))
+        prefix = f"{broker.name}-"
+        result = set()
+        for pod in pods:
+            meta = pod["metadata"]
+            suffix = meta["name"].removeprefix(prefix)
+            if meta.get("deletionTimestamp") and suffix.isdigit():
+                result.add(int(suffix))
+        return frozenset(result)
+
+    async def _drive(self, broker: BrokerModel, members: Members, obj: dict[str, Any],
+                     up: set[int], back: set[int], draining: frozenset[int]) -> None:
+        name = obj["metadata"]["name"]
+        status = obj.get("status") or {}
+        record = Replication.from_status(status)
+        if record is None:
+            await self._discover(broker, obj)
+            return
+        wanted = (obj["metadata"].get("annotations") or {}).get(failover.FORCE_LEADER)
+        preferred, refused = failover.parse_force(wanted, record.members)
+        if refused is not None:
+            await self._event(obj, "Warning", FORCE_LEADER_REFUSED, refused)
+            await self._unannotate(name)
+        step = failover.next_step(record, self.misses, up, preferred is not None, draining)
+        if step is not Step.NONE:
+            await self.elect(broker, members, obj, record, up, preferred, draining)
+            return
+        first = name not in self.assigned
+        returning = [m for m in record.members if m in up and (first or m in back)]
+        if returning and record.leader is not None:
+            await self._reassign(members, obj, record, returning)
+        await self._observe(broker, obj, record, up)
+
+    # --- discovery ------------------------------------------------------------------------------
+
+    async def _discover(self, broker: BrokerModel, obj: dict[str, Any]) -> None:
+        status = obj["status"]
+        stream = status["applied"]["name"]
+        leader = int(status["placement"][0]["ordinal"])
+        holders = []
+        for pod in range(broker.replicas):
+            try:
+                async with self._session(broker, pod) as session:
+                    if await session.stream_exists(stream):
+                        holders.append(pod)
+            except Exception as e:  # down now: discovered once every copy answers
+                log.debug("%s: pod %d: %s", stream, pod, e)
+        record = failover.discovered(leader, holders, int(status["applied"]["replicas"]))
+        if record is None:
+            return
+        name = obj["metadata"]["name"]
+        if await self._write(name, lambda r: r is None, record):
+            log.info("%s/%s: members %s, led by %d in epoch 1", self.namespace, name,
+                     list(record.members), leader)
+            await self._directory(broker, name)
+
+    # --- an election --------------------------------------------------------------------------
+
+    async def elect(self, broker: BrokerModel, members: Members, obj: dict[str, Any],
+                    record: Replication, up: set[int], preferred: int | None = None,
+                    draining: frozenset[int] = frozenset()) -> bool:
+        """Elect ``obj``'s leader in ``record.epoch + 1``; ``preferred``: forced (the
+        annotation), that member preferred; ``draining``: members on pods being deleted.
+        False when another writer reserved first."""
+        name = obj["metadata"]["name"]
+        stream = obj["status"]["applied"]["name"]
+        forced = preferred is not None
+
+        async def reserve(epoch: int) -> bool:
+            electing = Replication(epoch, None, record.members, (), failover.ELECTING,
+                                   "Electing")
+            if not await self._write(name, lambda r: r is not None and r.epoch == record.epoch,
+                                     electing):
+                return False
+            await self._directory(broker, name)  # Metadata: no leader while electing
+            return True
+
+        def decide(answers: dict[int, Tail | None]) -> Decision:
+            return failover.choose(record, answers, draining=draining, preferred=preferred,
+                                   force=forced)
+
+        outcome = await run_election(stream, record.members, record.epoch, reserve, members,
+                                     reachable=up, decide=decide)
+        if outcome.lost:
+            log.info("%s/%s: epoch %d was reserved by another writer", self.namespace, name,
+                     outcome.epoch)
+            return False
+        decision = outcome.decision
+        leader = None if outcome.leader == NO_LEADER else outcome.leader
+        # decision None: a majority of the members no longer has the stream
+        reason = "StreamGone" if decision is None else decision.reason.value
+        phase = failover.ELECTING if leader is not None else failover.UNAVAILABLE
+        after = Replication(outcome.epoch, leader, record.members, (), phase, reason)
+        unclean = decision is not None and decision.unclean and leader is not None
+        await self._write(name, lambda r: r is not None and r.epoch == outcome.epoch, after,
+                          broker=broker, unclean=unclean)
+        await self._directory(broker, name)
+        if leader is None:
+            return True
+        self.assigned.add(name)
+        self.away -= set(outcome.assigned)
+        pod = names.pod(broker.name, leader)
+        if unclean:
+            fenced = list(decision.fenced) if decision else []
+            await self._event(obj, "Warning", failover.UNCLEAN_ELECTION,
+                              f"{pod} elected in epoch {outcome.epoch} without a majority of"
+                              f" the members (fenced: {fenced}): messages confirmed by the"
+                              " others may be lost")
+        else:
+            await self._event(obj, "Normal", LEADER_ELECTED,
+                              f"{pod} leads epoch {outcome.epoch} ({reason})")
+        if forced:
+            await self._unannotate(name)
+        return True
+
+    async def _reassign(self, members: Members, obj: dict[str, Any], record: Replication,
+                        returning: list[int]) -> None:
+        """Assign members their role in the current epoch again (idempotent on the broker)."""
+        assert record.leader is not None
+        stream = obj["status"]["applied"]["name"]
+        done = True
+        for m in sorted(returning, key=lambda m: m != record.leader):  # the leader first
+            role = Role.LEADER if m == record.leader else Role.FOLLOWER
+            done = await members.assign(m, stream, record.epoch, role, record.leader,
+                                        record.members) and done
+        if done:
+            self.assigned.add(obj["metadata"]["name"])
+
+    # --- what the members say -----------------------------------------------------------------
+
+    async def _observe(self, broker: BrokerModel, obj: dict[str, Any], record: Replication,
+                       up: set[int]) -> None:
+        """Who is in sync now, the phase, the conditions: written when they change."""
+        assert record.leader is not None
+        stream = obj["status"]["applied"]["name"]
+        committed = await self._stat(broker, record.leader, stream, "committed_offset") \
+            if record.leader in up else None
+        if committed is None:
+            synced: tuple[int, ...] = ()
+        else:
+            # In sync: holding what the leader had committed a look earlier, so a follower
+            # a moment behind a busy leader is not counted out (and the status not rewritten)
+            # at every tick.
+            name = obj["metadata"]["name"]
+            epoch, before = self.committed.get(name, (record.epoch, committed))
+            self.committed[name] = (record.epoch, committed)
+            mark = min(before, committed) if epoch == record.epoch else committed
+            tails = {m: (await self._stat(broker, m, stream, "last_offset") if m in up else None)
+                     for m in record.followers}
+            synced = failover.in_sync(record.leader, mark, tails)
+        after = failover.with_phase(record, synced)
+        status = obj.get("status") or {}
+        current = list(status.get("conditions") or [])
+        if after != record or _conditioned(current, after, broker) != current:
+            await self._write(obj["metadata"]["name"],
+                              lambda r: r is not None and r.epoch == record.epoch, after,
+                              broker=broker)
+
+    async def _stat(self, broker: BrokerModel, pod: int, stream: str, key: str) -> int | None:
+        try:
+            async with self._session(broker, pod) as session:
+                stats = await session.stream_stats(stream)
+        except Exception as e:
+            log.debug("%s: pod %d: %s", stream, pod, e)
+            return None
+        return int(getattr(stats, key))
+
+    # --- writes ---------------------------------------------------------------------------------
+
+    async def _write(self, name: str, expect: Callable[[Replication | None], bool],
+                     record: Replication, *, broker: BrokerModel | None = None,
+                     unclean: bool = False) -> bool:
+        """Write ``status.replication`` if the record read now passes ``expect``: a
+        compare-and-swap, the patch carrying the resourceVersion read (409: re-read, check,
+        retry). With ``broker``, the conditions too, and the placement and leader fields
+        when there is a leader (the Stream reconciler and the directory follow them)."""
+        for _ in range(CAS_ATTEMPTS):
+            obj = await self.runtime.kube.get("Stream", self.namespace, name)
+            if obj is None or not expect(Replication.from_status(obj.get("status"))):
+                return False
+            status: dict[str, Any] = {"replication": record.to_dict()}
+            if broker is not None:
+                status["conditions"] = _conditioned(
+                    list((obj.get("status") or {}).get("conditions") or []), record, broker,
+                    unclean)
+                if record.leader is not None:
+                    pod = names.pod(broker.name, record.leader)
+                    placed = obj["status"]["placement"]
+                    status["leader"] = pod
+                    status["placement"] = [{"stream": p["stream"], "pod": pod,
+                                            "ordinal": record.leader} for p in placed]
+            patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+                     "status": status}
+            try:
+                await self.runtime.kube.patch("Stream", self.namespace, name, patch,
+                                              subresource="status")
+                return True
+            except ApiError as e:
+                if e.status != 409:
+                    raise
+        return False
+
+    async def _directory(self, broker: BrokerModel, name: str) -> None:
+        """The directory ConfigMap from the Streams' status as now written (best effort: the
+        Broker's timer writes it again)."""
+        obj = await self.runtime.kube.get("Stream", self.namespace, name)
+        placed = Placed.from_status((obj or {}).get("status") or {})
+        try:
+            await sync_directory(self.runtime, broker, {name: placed} if placed else None)
+        except Exception as e:
+            log.warning("%s/%s: stream directory not updated: %s", self.namespace, name, e)
+
+    async def _unannotate(self, name: str) -> None:
+        await self.runtime.kube.patch("Stream", self.namespace, name, {
+            "metadata": {"annotations": {failover.FORCE_LEADER: None}}})
+
+    async def _event(self, obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        meta = obj["metadata"]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        try:
+            await self.runtime.kube.create({
+                "apiVersion": "v1", "kind": "Event", "type": kind, "reason": reason,
+                "message": message,
+                "metadata": {"namespace": self.namespace, "generateName": f"{meta['name']}."},
+                "involvedObject": {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Stream",
+                                   "name": meta["name"], "namespace": self.namespace,
+                                   "uid": meta.get("uid", "")},
+                "source": {"component": "streamlet-operator"},
+                "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            })
+        except ApiError as e:
+            log.warning("%s/%s: event %s not posted: %s", self.namespace, meta["name"], reason, e)
+
+    def _session(self, broker: BrokerModel, pod: int) -> Any:
+        return _PodSession(self.runtime, broker, pod)
+
+
+class _Members(Members):
+    """Members whose address may be unknown (a resolver that raises for a pod not running):
+    such a member is unreachable, as one that does not answer."""
+
+    async def request(self, member: int, make: Any, probe: bool = False) -> Any:
+        try:
+            self.address(member)
+        except BrokerUnavailable:
+            return None
+        return await super().request(member, make, probe)
+
+
+class _PodSession:
+    """runtime.admin's pooled session to one pod, credentials and address resolved on entry."""
+
+    def __init__(self, runtime: Runtime, broker: BrokerModel, pod: int) -> None:
+        self.runtime, self.broker, self.pod = runtime, broker, pod
+        self._cm: Any = None
+
+    async def __aenter__(self) -> Any:
+        address = self.runtime.resolve(self.broker.namespace, self.broker.name, self.pod,
+                                       self.broker.port)
+        user, password = await self.runtime.broker_credentials(self.broker.namespace,
+                                                               self.broker.name)
+        self._cm = self.runtime.admin.session(address, user, password)
+        return await self._cm.__aenter__()
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self._cm.__aexit__(*exc)
+
+
+def _members_of(obj: dict[str, Any]) -> list[int]:
+    record = Replication.from_status(obj.get("status"))
+    return list(record.members) if record else []
+
+
+def _conditioned(current: list[dict[str, Any]], record: Replication, broker: BrokerModel,
+                 unclean: bool = False) -> list[dict[str, Any]]:
+    """``current`` with the replication conditions the record gives (and UncleanElection set
+    by an unclean election, cleared by the next clean one)."""
+    pod = names.pod(broker.name, record.leader) if record.leader is not None else ""
+    result = current
+    for type_, value, reason, message in failover.conditions(record, pod):
+        result = set_condition(result, type_, value, reason, message)
+    if unclean:
+        result = set_condition(result, failover.UNCLEAN_ELECTION, True, "UncleanElection",
+                               f"{pod} elected in epoch {record.epoch} without a majority of"
+                               " the members: messages they confirmed may be lost")
+    elif record.reason == "Elected" and any(
+            c.get("type") == failover.UNCLEAN_ELECTION for c in result):
+        result = set_condition(result, failover.UNCLEAN_ELECTION, False, "Elected",
+                               f"a clean election in epoch {record.epoch}")
+    return result
+

@@ -1,0 +1,193 @@
+"""A replicated Stream's record and the operator's decisions on it, as pure functions.
+
+The record is ``status.replication`` (``Replication``): the epoch, the leader, the members
+(pod ordinals), the members in sync, and the phase. It is written with a resourceVersion
+compare-and-swap (driver.py), so it is the one truth about which epochs were used. This module
+decides, from the record and what the brokers answer, whether a stream needs an election,
+which members are in sync, and the conditions the Stream shows; driver.py carries it out.
+Tests: tests/operator/test_failover.py (tables).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import Any
+
+from streamlet.replication.election import Decision, elect
+from streamlet.replication.model import NO_LEADER, Tail, quorum
+
+#: The annotation that asks for an election now, unclean if no majority answers, preferring
+#: the ordinal it names (docs/replication.md).
+FORCE_LEADER = "streamlet.dev/force-leader"
+
+#: ``status.replication.phase``
+READY = "Ready"  # a leader, and a quorum of members in sync with it
+ELECTING = "Electing"  # an epoch reserved and no leader yet, or a new leader not yet followed
+UNAVAILABLE = "Unavailable"  # no leader: no fenced majority (Metadata answers 0xFFFF)
+
+#: The condition types this module sets (besides plan.py's Ready).
+AVAILABLE = "Available"
+UNDER_REPLICATED = "UnderReplicated"
+ELECTING_CONDITION = "Electing"
+UNCLEAN_ELECTION = "UncleanElection"
+
+#: A leader that misses this many probes in a row is replaced (docs/replication.md).
+SUSPECT_AFTER = 3
+
+
+@dataclass(frozen=True)
+class Replication:
+    """``status.replication``: ``leader`` None while there is none."""
+
+    epoch: int
+    leader: int | None
+    members: tuple[int, ...]
+    in_sync: tuple[int, ...] = ()
+    phase: str = ELECTING
+    reason: str = ""
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any] | None) -> Replication | None:
+        doc = (status or {}).get("replication")
+        if not doc:
+            return None
+        leader = doc.get("leader")
+        return cls(int(doc["epoch"]), None if leader is None else int(leader),
+                   tuple(int(m) for m in doc.get("members") or ()),
+                   tuple(int(m) for m in doc.get("inSync") or ()),
+                   str(doc.get("phase") or ELECTING), str(doc.get("reason") or ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "leader": self.leader, "members": list(self.members),
+                "inSync": list(self.in_sync), "phase": self.phase, "reason": self.reason}
+
+    @property
+    def followers(self) -> tuple[int, ...]:
+        return tuple(m for m in self.members if m != self.leader)
+
+
+def discovered(leader: int, holders: Collection[int], replicas: int) -> Replication | None:
+    """The record of a stream just created with ``replicas`` copies, from the pods that hold it
+    (``holders``, by StreamStats) and the pod the operator sent the Create to (it leads:
+    client-local). Epoch 1: a replicated Create assigns it, and on Kubernetes only this
+    operator elects, recording each epoch here first. None until every copy answers (a pod
+    that is down would be left out of the member set) or when the Create's pod holds none."""
+    members = tuple(sorted(set(holders)))
+    if len(members) != replicas or leader not in members:
+        return None
+    return Replication(1, leader, members, (), ELECTING, "Created")
+
+
+class Step(Enum):
+    NONE = "none"
+    ELECT = "elect"  # the leader is gone, suspected, or there is none: fence and elect
+    FORCE = "force"  # the force-leader annotation asks for an election now
+
+
+def next_step(record: Replication, misses: Mapping[int, int], up: Collection[int],
+              force: bool, draining: Collection[int] = ()) -> Step:
+    """Whether this stream needs an election: asked for (``force``); no leader, with a
+    majority of the members answering probes (``up``; fewer could not elect: wait rather
+    than use up an epoch a tick); its leader missed SUSPECT_AFTER probes in a row
+    (``misses``: ordinal -> probes missed in a row); or its leader's pod is being deleted
+    (``draining``) while a majority of the members on other pods answers (else it keeps
+    leading until it stops: moving would leave the stream with no leader sooner)."""
+    if force:
+        return Step.FORCE
+    quorate = quorum(len(record.members))
+    if record.leader is None:
+        reachable = len(set(up) & set(record.members))
+        return Step.ELECT if reachable >= quorate else Step.NONE
+    if misses.get(record.leader, 0) >= SUSPECT_AFTER:
+        return Step.ELECT
+    staying = set(up) & set(record.members) - set(draining)
+    if record.leader in draining and len(staying) >= quorate:
+        return Step.ELECT
+    return Step.NONE
+
+
+def choose(record: Replication, answers: Mapping[int, Tail | None], *,
+           draining: Collection[int] = (), preferred: int | None = None,
+           force: bool = False) -> Decision:
+    """The election's decision from the fence answers: among the members not on a pod being
+    deleted when they are a fenced majority by themselves (so leadership leaves a pod going
+    away even when it holds the longest log: what only it holds was never confirmed, since
+    every confirmed chunk is on a majority, which meets theirs); else among all who answered
+    (``draining`` then only breaks ties)."""
+    def run(given: Mapping[int, Tail | None]) -> Decision:
+        return elect(record.members, record.epoch, given, preferred=preferred,
+                     in_sync=record.in_sync, draining=draining, force=force)
+
+    if draining:
+        staying = {m: (None if m in draining else t) for m, t in answers.items()}
+        decision = run(staying)
+        if decision.leader != NO_LEADER and not decision.unclean:
+            return decision
+    return run(answers)
+
+
+def in_sync(leader: int, committed: int, tails: Mapping[int, int | None]) -> tuple[int, ...]:
+    """The members holding every chunk the leader had committed (``committed``, a chunk id)
+    when asked: the leader itself, and each follower whose last chunk id (``tails``; None:
+    it did not answer) is at least that."""
+    return tuple(sorted({leader} | {m for m, t in tails.items()
+                                    if m != leader and t is not None and t >= committed}))
+
+
+def phase_of(record: Replication, in_sync_now: Collection[int]) -> str:
+    """Ready once the leader has a quorum of its members in sync; Electing before."""
+    if record.leader is None:
+        return record.phase if record.phase in (ELECTING, UNAVAILABLE) else UNAVAILABLE
+    return READY if len(set(in_sync_now) & set(record.members)) >= quorum(
+        len(record.members)) else ELECTING
+
+
+def parse_force(value: str | None, members: Collection[int]) -> tuple[int | None, str | None]:
+    """The annotation's ordinal, or why it is refused (not an ordinal, not a member)."""
+    if value is None:
+        return None, None
+    text = value.strip()
+    if not text.isdigit():
+        return None, f"{FORCE_LEADER}: {value!r} is not a pod ordinal"
+    if int(text) not in members:
+        return None, f"{FORCE_LEADER}: {text} is not a member (members: {sorted(members)})"
+    return int(text), None
+
+
+Condition = tuple[str, bool, str, str]  # (type, status, reason, message)
+
+
+def conditions(record: Replication, pod: str) -> list[Condition]:
+    """Available, UnderReplicated and Electing from the record (``pod``: the leader's pod name,
+    when there is a leader)."""
+    members = len(record.members)
+    synced = len(set(record.in_sync) & set(record.members))
+    reason = record.reason or record.phase
+    result: list[Condition] = []
+    if record.phase == READY and record.leader is not None:
+        result.append((AVAILABLE, True, "LeaderElected",
+                       f"{pod} leads epoch {record.epoch}"))
+        result.append((ELECTING_CONDITION, False, "LeaderElected",
+                       f"{pod} leads epoch {record.epoch}"))
+    elif record.leader is None:
+        result.append((AVAILABLE, False, reason,
+                       f"no leader in epoch {record.epoch}: publishes are refused"))
+        result.append((ELECTING_CONDITION, True, reason,
+                       f"epoch {record.epoch}: waiting for a majority of the members"))
+    else:
+        result.append((AVAILABLE, False, "Electing",
+                       f"{pod} leads epoch {record.epoch}; {synced} of {members} in sync,"
+                       f" {quorum(members)} needed"))
+        result.append((ELECTING_CONDITION, True, reason,
+                       f"{pod} assigned in epoch {record.epoch}; waiting for a quorum in sync"))
+    lagging = synced < members
+    result.append((UNDER_REPLICATED, lagging, "MembersBehind" if lagging else "AllInSync",
+                   f"{synced} of {members} members in sync"))
+    return result
+
+
+def with_phase(record: Replication, in_sync_now: tuple[int, ...]) -> Replication:
+    """The record after a look at its members: who is in sync and the phase that follows."""
+    return replace(record, in_sync=in_sync_now, phase=phase_of(record, in_sync_now))

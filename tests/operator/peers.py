@@ -1,0 +1,51 @@
+"""Pods that replicate: each broker knows its member id and every pod's address, as the
+operator's configuration gives pods on Kubernetes (``member``, ``peers``, ``resume_roles``),
+with 127.0.0.1 ports for the pods' DNS names. A pod keeps its port across restarts (a pod's
+DNS name does not change), so its peers keep reaching it.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+from streamlet_operator.brokers import Address
+from tests.operator.kubelet import ProcessLauncher
+from tests.support.brokers import BrokerProcess, free_port
+
+
+class PeeredLauncher(ProcessLauncher):
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.ports: dict[tuple[str, str], list[int]] = {}
+
+    def plan(self, namespace: str, broker: str, pods: int) -> None:
+        """Choose the ports of the Broker's ``pods`` pods before any starts."""
+        self.ports[(namespace, broker)] = [free_port() for _ in range(pods)]
+
+    def start(self, namespace: str, broker: str, ordinal: int) -> Address:
+        ports = self.ports[(namespace, broker)]
+        data = self.root / namespace / f"{broker}-{ordinal}" / "data"
+        data.parent.mkdir(parents=True, exist_ok=True)
+        config = data.parent / "streamlet.toml"
+        peers = ", ".join(f'"127.0.0.1:{p}"' for p in ports)
+        config.write_text(
+            "[cluster]\n"
+            f'directory_file = "{self.directory_file(namespace, broker)}"\n'
+            f"member = {ordinal}\npeers = [{peers}]\nresume_roles = true\n")
+        proc = BrokerProcess(data, port=ports[ordinal], config=config).start()
+        address = (proc.host, proc.port)
+        self.procs[address] = proc
+        return address
+
+    def kill(self, address: Address) -> None:
+        """kill -9: the pod's process dies at once; its data folder (the PVC) stays."""
+        proc = self.procs.pop(address, None)
+        if proc is not None:
+            proc.kill()
+
+    def pause(self, address: Address, paused: bool = True) -> None:
+        """SIGSTOP (or SIGCONT): a process that runs but does not answer."""
+        proc = self.procs[address]
+        assert proc.proc is not None
+        proc.proc.send_signal(signal.SIGSTOP if paused else signal.SIGCONT)

@@ -1,0 +1,161 @@
+"""The placement driver's pure decisions (streamlet_operator.failover), as tables."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from streamlet.replication.model import Tail
+from streamlet_operator.builders.directory import Placed, Replicated, render_directory
+from streamlet_operator.failover import (
+    AVAILABLE,
+    ELECTING,
+    ELECTING_CONDITION,
+    READY,
+    UNAVAILABLE,
+    UNDER_REPLICATED,
+    Replication,
+    Step,
+    choose,
+    conditions,
+    discovered,
+    in_sync,
+    next_step,
+    parse_force,
+    phase_of,
+    with_phase,
+)
+
+R3 = Replication(4, 1, (0, 1, 2), (0, 1, 2), READY, "Elected")
+NONE = Replication(5, None, (0, 1, 2), (), UNAVAILABLE, "NoQuorum")
+
+
+@pytest.mark.parametrize(("record", "misses", "up", "force", "step"), [
+    (R3, {}, {0, 1, 2}, False, Step.NONE),
+    (R3, {1: 2}, {0, 2}, False, Step.NONE),  # two misses: not yet suspected
+    (R3, {1: 3}, {0, 2}, False, Step.ELECT),  # the leader missed three probes in a row
+    (R3, {0: 9, 2: 9}, {1}, False, Step.NONE),  # followers down: the leader stays
+    (R3, {}, {0, 1, 2}, True, Step.FORCE),  # the annotation asks, whatever the health
+    (NONE, {}, {0, 1}, False, Step.ELECT),  # no leader and a majority answers: elect
+    (NONE, {}, {0}, False, Step.NONE),  # no leader, no majority: wait, use no epoch
+    (NONE, {}, {0, 3, 4}, False, Step.NONE),  # non-members answering count for nothing
+    (NONE, {}, {0}, True, Step.FORCE),  # no majority, forced: the unclean path
+])
+def test_next_step(record: Replication, misses: dict[int, int], up: set[int], force: bool,
+                   step: Step) -> None:
+    assert next_step(record, misses, up, force) is step
+
+
+@pytest.mark.parametrize(("draining", "up", "step"), [
+    ({1}, {0, 1, 2}, Step.ELECT),  # the leader's pod is being deleted: move first
+    ({1}, {1, 2}, Step.NONE),  # without it only one answers: it leads until it stops
+    ({0}, {0, 1, 2}, Step.NONE),  # a follower's pod: nothing to move
+    ({0, 1}, {0, 1, 2}, Step.NONE),  # two of three going: the leader stays while it can
+])
+def test_next_step_with_pods_being_deleted(draining: set[int], up: set[int], step: Step) -> None:
+    assert next_step(R3, {}, up, False, draining) is step
+
+
+T = Tail
+
+
+@pytest.mark.parametrize(("answers", "draining", "leader", "unclean"), [
+    # the draining leader holds the longest log (unconfirmed chunks): the others still win
+    ({0: T(4, 10, 11), 1: T(4, 12, 13), 2: T(4, 10, 11)}, {1}, 0, False),
+    ({0: T(4, 9, 10), 1: T(4, 12, 13), 2: T(4, 10, 11)}, {1}, 2, False),  # highest of the rest
+    # without it no majority: all who answered, it included (the draining pod only ties)
+    ({0: None, 1: T(4, 12, 13), 2: T(4, 10, 11)}, {1}, 1, False),
+    ({0: T(4, 10, 11), 1: T(4, 10, 11), 2: None}, {0}, 1, False),  # a tie goes past it
+    ({0: T(4, 10, 11), 1: T(4, 12, 13), 2: T(4, 10, 11)}, set(), 1, False),  # nothing draining
+])
+def test_choose(answers: dict[int, Tail | None], draining: set[int], leader: int,
+                unclean: bool) -> None:
+    decision = choose(R3, answers, draining=draining)
+    assert (decision.leader, decision.unclean, decision.epoch) == (leader, unclean, R3.epoch + 1)
+
+
+@pytest.mark.parametrize(("leader", "committed", "tails", "expected"), [
+    (1, 10, {0: 10, 2: 12}, (0, 1, 2)),  # at or past the commit point
+    (1, 10, {0: 9, 2: 10}, (1, 2)),  # 0 lacks a committed chunk
+    (1, 10, {0: None, 2: None}, (1,)),  # unreachable followers
+    (1, -1, {0: -1, 2: -1}, (0, 1, 2)),  # an empty stream: everyone holds all of it
+    (0, 5, {0: 1, 1: 5}, (0, 1)),  # the leader's own tail is not asked
+])
+def test_in_sync(leader: int, committed: int, tails: dict[int, int | None],
+                 expected: tuple[int, ...]) -> None:
+    assert in_sync(leader, committed, tails) == expected
+
+
+@pytest.mark.parametrize(("record", "synced", "phase"), [
+    (R3, (0, 1, 2), READY),
+    (R3, (1, 2), READY),  # 2 of 3: a quorum
+    (R3, (1,), ELECTING),  # the leader alone cannot commit
+    (Replication(2, 0, (0, 1, 2, 3, 4)), (0, 1), ELECTING),  # 2 of 5
+    (Replication(2, 0, (0, 1, 2, 3, 4)), (0, 1, 4), READY),
+    (NONE, (), UNAVAILABLE),
+    (Replication(6, None, (0, 1, 2), phase=ELECTING), (), ELECTING),  # reserved, electing
+])
+def test_phase(record: Replication, synced: tuple[int, ...], phase: str) -> None:
+    assert phase_of(record, synced) == phase
+    assert with_phase(record, synced).in_sync == synced
+
+
+@pytest.mark.parametrize(("leader", "holders", "replicas", "expected"), [
+    (1, [0, 1, 2], 3, Replication(1, 1, (0, 1, 2), (), ELECTING, "Created")),
+    (1, [2, 1], 2, Replication(1, 1, (1, 2), (), ELECTING, "Created")),
+    (1, [0, 1], 3, None),  # a copy does not answer: wait for all
+    (0, [1, 2, 3], 3, None),  # the Create's pod holds none: not this stream's record
+])
+def test_discovered(leader: int, holders: list[int], replicas: int,
+                    expected: Replication | None) -> None:
+    assert discovered(leader, holders, replicas) == expected
+
+
+@pytest.mark.parametrize(("value", "ordinal", "refused"), [
+    (None, None, False),
+    ("2", 2, False),
+    (" 0 ", 0, False),
+    ("7", None, True),  # not a member
+    ("b-1", None, True),  # a pod name, not an ordinal
+    ("", None, True),
+])
+def test_parse_force(value: str | None, ordinal: int | None, refused: bool) -> None:
+    got, why = parse_force(value, (0, 1, 2))
+    assert got == ordinal and (why is not None) is refused
+
+
+def _table(record: Replication) -> dict[str, tuple[bool, str]]:
+    return {t: (s, r) for t, s, r, _ in conditions(record, "b-1")}
+
+
+def test_conditions() -> None:
+    assert _table(R3) == {AVAILABLE: (True, "LeaderElected"),
+                          ELECTING_CONDITION: (False, "LeaderElected"),
+                          UNDER_REPLICATED: (False, "AllInSync")}
+    lagging = Replication(4, 1, (0, 1, 2), (1, 2), READY, "Elected")
+    assert _table(lagging)[UNDER_REPLICATED] == (True, "MembersBehind")
+    assert _table(NONE) == {AVAILABLE: (False, "NoQuorum"),
+                            ELECTING_CONDITION: (True, "NoQuorum"),
+                            UNDER_REPLICATED: (True, "MembersBehind")}
+    new = Replication(6, 2, (0, 1, 2), (2,), ELECTING, "Elected")
+    assert _table(new)[AVAILABLE] == (False, "Electing")
+    assert _table(new)[ELECTING_CONDITION] == (True, "Elected")
+
+
+def test_status_round_trip() -> None:
+    for record in (R3, NONE):
+        assert Replication.from_status({"replication": record.to_dict()}) == record
+    assert Replication.from_status({}) is None
+
+
+def test_directory_names_a_replicated_stream_s_members() -> None:
+    """The entry brokers read: epoch, leader, other members; no leader while electing."""
+    address = {0: "h0:1", 1: "h1:1", 2: None}.get
+    placed = [Placed("orders", 1, (("orders", 1),), Replicated(3, 1, (0, 1, 2))),
+              Placed("audit", 1, (("audit", 0),), Replicated(4, None, (0, 1, 2))),
+              Placed("plain", 1, (("plain", 0),))]
+    streams = json.loads(render_directory(placed, address))["streams"]
+    assert streams == {"orders": {"epoch": 3, "leader": "h1:1", "replicas": ["h0:1"]},
+                       "audit": {"epoch": 4, "leader": None, "replicas": ["h0:1", "h1:1"]},
+                       "plain": "h0:1"}
