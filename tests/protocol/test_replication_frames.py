@@ -1,4 +1,4 @@
-"""streamlet's private replication commands (0x7E01-0x7E07, 0x7E10-0x7E11): round trips, truncations, random
+"""streamlet's private replication commands (0x7E01-0x7E0B, 0x7E10-0x7E11): round trips, truncations, random
 bodies, the chunks read as a view of the frame, and their error answers."""
 
 from __future__ import annotations
@@ -35,12 +35,15 @@ SAMPLES: list[f.Command] = [
     f.ReplicaContactResponse(5, Code.OK, 5, 0, -1),  # fenced, no link
     f.ReplicaSeal(6, "s", 5, 1), f.ReplicaSeal(6, "s", 5, 0),
     f.ReplicaSealResponse(6, Code.OK, 5, 30, 3100), f.ReplicaSealResponse(6, Code.STREAM_NOT_AVAILABLE),
+    f.SacJoin(5, "s", 5, 70000, "billing", 2), f.SacJoin(5, "s", 5, 1, "g"),
+    f.SacJoinResponse(5, Code.STREAM_NOT_AVAILABLE),
+    f.SacLeave(70000), f.SacUpdate(70000, 1), f.SacUpdate(1, 0), f.SacSteppedDown(70000),
 ]
 
 
 def test_every_replication_key_has_a_sample_and_is_private() -> None:
     keys = {cmd.KEY for cmd in SAMPLES}
-    assert keys == {k for k in Key if k in REPLICATION_KEYS} == {*range(0x7E01, 0x7E08), 0x7E10, 0x7E11}
+    assert keys == {k for k in Key if k in REPLICATION_KEYS} == {*range(0x7E01, 0x7E0C), 0x7E10, 0x7E11}
     assert all(k > 31 and k < 0x8000 for k in keys)  # clear of RabbitMQ's keys and the response bit
 
 
@@ -70,7 +73,7 @@ def test_trailing_bytes_are_refused(cmd: f.Command) -> None:
     assert isinstance(out, f.FrameError) and out.code == Code.UNKNOWN_FRAME
 
 
-@pytest.mark.parametrize("key", range(0x7E01, 0x7E08))
+@pytest.mark.parametrize("key", range(0x7E01, 0x7E0C))
 def test_random_bodies_never_raise(key: int) -> None:
     rng = random.Random(key)
     for _ in range(2000):
@@ -99,7 +102,8 @@ def test_chunks_prefix_is_the_frame_head() -> None:
 
 @pytest.mark.parametrize(("cmd", "corr"), [
     (f.ReplicaChunks(4, 17, CHUNK), None), (f.ReplicaAck(4, 20, 2100), None),
-    (f.ReplicaCommit(4, 20), None), (f.Fence(3, "s", 5), 3), (f.ReplicaHello(1, "s", 4, 2, 3, 17, 1800), 1),
+    (f.ReplicaCommit(4, 20), None), (f.Fence(3, "s", 5), 3), (f.SacLeave(7), None),
+    (f.SacUpdate(7, 1), None), (f.SacSteppedDown(7), None), (f.SacJoin(6, "s", 5, 7, "g"), 6), (f.ReplicaHello(1, "s", 4, 2, 3, 17, 1800), 1),
 ])
 def test_correlation_ids_of_malformed_frames(cmd: f.Command, corr: int | None) -> None:
     """Commands without an answer have no correlation id: an error never answers them."""

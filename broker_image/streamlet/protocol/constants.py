@@ -50,7 +50,12 @@ class Key(IntEnum):
     REPLICA_COMMIT = 0x7E05
     FENCE = 0x7E06
     ASSIGN = 0x7E07
-    # driver -> member (0x7E08-0x7E0F: taken elsewhere): in contact with its leader? its tail;
+    # single-active-consumer groups of a replicated stream, decided at its leader
+    SAC_JOIN = 0x7E08
+    SAC_LEAVE = 0x7E09
+    SAC_UPDATE = 0x7E0A
+    SAC_STEPPED_DOWN = 0x7E0B
+    # driver -> member (0x7E0C-0x7E0F: free): in contact with its leader? its tail;
     # a leader's publishes stopped (or taken again) for a planned transfer
     REPLICA_CONTACT = 0x7E10
     REPLICA_SEAL = 0x7E11

@@ -5,7 +5,8 @@ of the key. :func:`encode` turns a command into a whole frame (size included); :
 turns one frame (without its size) into a command, or into a :class:`FrameError` carrying the
 protocol's response code: a malformed frame never raises out of here.
 
-The replication commands (keys 0x7E01-0x7E07, 0x7E10-0x7E11, last section) are streamlet's own, between
+The replication commands (keys 0x7E01-0x7E0B, 0x7E10-0x7E11, last section) are streamlet's own,
+between
 its brokers and from the operator: never a client's.
 
 Most commands are declared by their ``LAYOUT``: one wire codec per dataclass field, in order
@@ -155,6 +156,7 @@ _NO_CORRELATION = {
     Key.PUBLISH, Key.PUBLISH_CONFIRM, Key.PUBLISH_ERROR, Key.DELIVER, Key.CREDIT,
     Key.STORE_OFFSET, Key.METADATA_UPDATE, Key.TUNE, Key.HEARTBEAT,
     Key.REPLICA_CHUNKS, Key.REPLICA_ACK, Key.REPLICA_COMMIT,
+    Key.SAC_LEAVE, Key.SAC_UPDATE, Key.SAC_STEPPED_DOWN,
 }
 
 
@@ -1060,3 +1062,59 @@ class ReplicaSealResponse(Command):
     tail_epoch: int = 0
     tail_chunk_id: int = -1
     next_offset: int = 0
+
+
+# A member's single-active-consumer link to the stream's leader (one connection per stream and
+# epoch, bound by its first SacJoin): the member's consumers are ``consumer`` ids of its own.
+
+I32 = Codec(Reader.i32, wire.i32)
+
+
+@_register
+@dataclass(slots=True)
+class SacJoin(Command):
+    """Member to leader: its consumer joins group ``group`` of ``stream`` in ``epoch``;
+    ``partition_index`` is the stream's position in its super stream (-1: none)."""
+
+    KEY: ClassVar[int] = Key.SAC_JOIN
+    LAYOUT: ClassVar[tuple[Codec, ...]] = (U32, STR, U64, U32, STR, I32)
+    correlation_id: int
+    stream: str
+    epoch: int
+    consumer: int
+    group: str
+    partition_index: int = -1
+
+
+SacJoinResponse = _simple_response(Key.SAC_JOIN, "SacJoinResponse")
+
+
+@_register
+@dataclass(slots=True)
+class SacLeave(Command):
+    """Member to leader, no answer: its consumer left (unsubscribed, its connection closed)."""
+
+    KEY: ClassVar[int] = Key.SAC_LEAVE
+    LAYOUT: ClassVar[tuple[Codec, ...]] = (U32,)
+    consumer: int
+
+
+@_register
+@dataclass(slots=True)
+class SacUpdate(Command):
+    """Leader to member, no answer: activate the consumer (active=1) or step it down (0)."""
+
+    KEY: ClassVar[int] = Key.SAC_UPDATE
+    LAYOUT: ClassVar[tuple[Codec, ...]] = (U32, U8)
+    consumer: int
+    active: int
+
+
+@_register
+@dataclass(slots=True)
+class SacSteppedDown(Command):
+    """Member to leader, no answer: the consumer told to step down did (its client answered)."""
+
+    KEY: ClassVar[int] = Key.SAC_STEPPED_DOWN
+    LAYOUT: ClassVar[tuple[Codec, ...]] = (U32,)
+    consumer: int

@@ -96,4 +96,7 @@ HANDLERS: dict[type, Callable[[ConnectionState, Any], None]] = {
     f.ReplicaAck: replication.on_replica_ack,
     f.ReplicaContact: replication.on_replica_contact,
     f.ReplicaSeal: replication.on_replica_seal,
+    f.SacJoin: replication.on_sac_join,
+    f.SacLeave: replication.on_sac_leave,
+    f.SacSteppedDown: replication.on_sac_stepped_down,
 }

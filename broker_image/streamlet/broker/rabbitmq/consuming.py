@@ -42,10 +42,21 @@ def on_subscribe(conn: ConnectionState, cmd: f.Subscribe) -> None:
     stream.attach_reader(sub)
     conn.send(f.SubscribeResponse(cmd.correlation_id, Code.OK))
     if single_active:
-        assert conn.vhost is not None
-        conn.vhost.sac.join(sub, props["name"], _partition_index(conn, props, cmd.stream))
+        _join(conn, sub, props["name"], _partition_index(conn, props, cmd.stream))
     else:
         sub.pump()
+
+
+def _join(conn: ConnectionState, sub: Subscription, name: str, partition_index: int) -> None:
+    """A single active consumer joins its group: decided here for a stream with one copy, at
+    the leader for a replicated one (broker.replication.sac)."""
+    assert conn.vhost is not None
+    member = conn.broker.members.get(sub.stream)
+    if member is None:
+        conn.vhost.sac.join(sub, name, partition_index)
+    else:
+        conn.broker.members.sac.join(sub, name, partition_index, conn.vhost.sac, conn.vhost.name,
+                                     member.state)
 
 
 def _partition_index(conn: ConnectionState, props: dict[str, str], stream: str) -> int:

@@ -119,3 +119,37 @@ def on_replica_seal(conn: ConnectionState, cmd: f.ReplicaSeal) -> None:
         conn.send(f.ReplicaSealResponse(cmd.correlation_id, Code.STREAM_NOT_AVAILABLE))
         return
     conn.send(f.ReplicaSealResponse(cmd.correlation_id, Code.OK, *tail))
+
+
+# --- single-active-consumer groups, decided at the leader (broker.replication.sac) -----------
+
+def on_sac_join(conn: ConnectionState, cmd: f.SacJoin) -> None:
+    """A member's consumer joins a group this broker decides, as the stream's leader in
+    ``cmd.epoch``; the first join binds the connection to the stream and epoch."""
+    stream = _configurable(conn, cmd.stream)
+    link = conn.sac_link
+    if isinstance(stream, Code):
+        code = stream
+    elif not conn.broker.members.leads(stream, cmd.epoch):
+        code = Code.STREAM_NOT_AVAILABLE  # the member retries, or hears of a new epoch
+    elif link is not None and (link.stream is not stream or link.epoch != cmd.epoch):
+        code = Code.PRECONDITION_FAILED  # one stream and epoch per link
+    else:
+        assert conn.vhost is not None
+        if link is None:
+            link = conn.sac_link = conn.broker.members.sac.link(conn, stream, cmd.epoch,
+                                                                conn.vhost.sac)
+        conn.send(f.SacJoinResponse(cmd.correlation_id, Code.OK))
+        link.join(cmd.consumer, cmd.group, cmd.partition_index)  # its SacUpdate follows the OK
+        return
+    conn.send(f.SacJoinResponse(cmd.correlation_id, code))
+
+
+def on_sac_leave(conn: ConnectionState, cmd: f.SacLeave) -> None:
+    if conn.sac_link is not None:
+        conn.sac_link.leave(cmd.consumer)
+
+
+def on_sac_stepped_down(conn: ConnectionState, cmd: f.SacSteppedDown) -> None:
+    if conn.sac_link is not None:
+        conn.sac_link.stepped_down(cmd.consumer)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ..directory import Address
     from ..replication.leader import Leader
     from ..replication.relay import Relay
+    from ..replication.sac_remote import RemoteMember
     from ..server import Broker
 
 log = logging.getLogger("streamlet.broker")
@@ -66,6 +67,8 @@ class ConnectionState(FramedConnection):
         #: publishers on streams this broker follows, passed on to their leader (relay.py)
         self.relays: dict[Address, Relay] = {}
         self.relayed: dict[int, Relay] = {}
+        #: a member's single-active-consumer link: its consumers, in groups decided here
+        self.sac_link: RemoteMember | None = None
 
     # --- the handshake's state --------------------------------------------------------------------
 
@@ -145,6 +148,9 @@ class ConnectionState(FramedConnection):
         if self.feeding is not None:
             self.feeding.detach(self)
             self.feeding = None
+        if self.sac_link is not None:
+            self.sac_link.close()
+            self.sac_link = None
         self.publishers.clear()
         self.subscriptions.clear()
         self.pending_updates.clear()

@@ -18,6 +18,7 @@ from ..directory import Address, Placement
 from .follower import Follower
 from .leader import Feed, FollowerConnection, Leader
 from .member import MemberState, Role
+from .sac import ReplicatedSac
 
 log = logging.getLogger("streamlet.broker")
 
@@ -76,6 +77,8 @@ class Members:
         self.credentials = credentials
         self.members: dict[Stream, Member] = {}
         self._stored: dict[Stream, MemberState] = {}  # as stored, for resume
+        #: single-active-consumer groups, decided at each stream's leader
+        self.sac = ReplicatedSac(credentials)
 
     def load(self, streams: dict[str, Stream]) -> None:
         """At start: every stream with a stored member state is a member again, fenced: it
@@ -181,6 +184,7 @@ class Members:
         member = self.members.pop(stream, None)
         if member is not None:
             member.halt()
+        self.sac.changed(stream, None)
 
     def _fence_stream(self, stream: Stream) -> None:
         """No more publishes here: its publishers are told (MetadataUpdate 6) and look the
@@ -202,6 +206,7 @@ class Members:
         member.halt()
         member.state = MemberState(epoch, Role.FENCED, member.state.leader, member.state.members)
         member.state.save(stream.directory)
+        self.sac.changed(stream, member.state)
         log.info("stream %s: fenced in epoch %d", stream.name, epoch)
         return member.report()
 
@@ -223,6 +228,7 @@ class Members:
         member.halt()
         member.state = state
         state.save(stream.directory)
+        self.sac.changed(stream, state)
         if role is Role.LEADER:
             member.leader = Leader(stream, epoch, self.me, members)
             stream.sealed = False
@@ -253,6 +259,10 @@ class Members:
                           "leader's log", epoch)
         return member.leader.attach(member_id, conn, next_offset)
 
+    def leads(self, stream: Stream, epoch: int) -> bool:
+        member = self.members.get(stream)
+        return member is not None and member.leader is not None and member.state.epoch == epoch
+
     def _leading(self, stream: Stream, epoch: int) -> Member:
         member = self.members.get(stream)
         if member is None or member.leader is None or member.state.epoch != epoch:
@@ -263,6 +273,7 @@ class Members:
     def close(self) -> None:
         for member in self.members.values():
             member.halt()
+        self.sac.close()
 
 
 def _holds(stream: Stream, epoch: int, chunk_id: int) -> bool:
