@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -36,8 +37,13 @@ def _connection_options(serve: bool = False) -> Parser:
         port_help = f"{port_help}; for serve, the listen port; for cluster up, node 0's"
     g.add_argument("--host", default=argparse.SUPPRESS, help=host)
     g.add_argument("--port", type=port_number, default=argparse.SUPPRESS, help=port_help)
-    g.add_argument("--user", default=argparse.SUPPRESS, help="user name (default guest)")
-    g.add_argument("--password", default=argparse.SUPPRESS, help="password (default guest)")
+    g.add_argument("--user", default=argparse.SUPPRESS,
+                   help="user name (default: $STREAMLET_USER, else guest)")
+    g.add_argument("--password", default=argparse.SUPPRESS, help=(
+        "password (default: the first line of --password-file, else $STREAMLET_PASSWORD, else "
+        "guest); a password on the command line is visible to other users in ps"))
+    g.add_argument("--password-file", type=Path, default=argparse.SUPPRESS,
+                   help="read the password from the first line of this file")
     g.add_argument("--vhost", default=argparse.SUPPRESS, help="virtual host (default /)")
     return p
 
@@ -141,6 +147,12 @@ def build_parser() -> Parser:
                              parents=[conn])
     lsuper.add_argument("name")
     lsuper.add_argument("--keys", help="comma-separated routing keys to route (default: none)")
+    ping = sub.add_parser("ping", help="check that a broker answers", parents=[conn],
+                          description=(
+        "Connect and log in (PeerProperties, SASL, Tune, Open), as rabbitmq-diagnostics ping "
+        "does: exit 0 and one line with the server and the time taken, or exit 1 and why."))
+    ping.add_argument("--timeout", type=positive_float, default=10.0,
+                      help="seconds to wait for the broker (default 10)")
     _cluster_parser(sub)
     return parser
 
@@ -250,7 +262,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.command == "cluster":
         allowed = ("host", "port") if args.action == "up" else ()
-        given = [f"--{k}" for k in CONNECTION_DEFAULTS if hasattr(args, k) and k not in allowed]
+        given = [f"--{k.replace('_', '-')}" for k in (*CONNECTION_DEFAULTS, "password_file")
+                 if hasattr(args, k) and k not in allowed]
         if given:
             parser.error(f"{', '.join(given)}: not an option of cluster {args.action}")
         if args.action == "up":
@@ -258,7 +271,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
                 if not hasattr(args, key):
                     setattr(args, key, CONNECTION_DEFAULTS[key])
     elif args.command == "serve":
-        given = [f"--{k}" for k in ("user", "password", "vhost") if hasattr(args, k)]
+        given = [f"--{k.replace('_', '-')}" for k in ("user", "password", "password_file", "vhost")
+                 if hasattr(args, k)]
         if given:
             parser.error(f"{', '.join(given)}: not an option of serve (users are configured "
                          "in its --config file)")
@@ -268,10 +282,26 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     else:
         if getattr(args, "protocol", "rabbitmq") != "rabbitmq" and not hasattr(args, "port"):
             args.port = PROTOCOL_PORTS[args.protocol]
+        _credentials(args, parser)
         for key, value in CONNECTION_DEFAULTS.items():
             if not hasattr(args, key):
                 setattr(args, key, value)
     return args
+
+
+def _credentials(args: argparse.Namespace, parser: Parser) -> None:
+    """User and password not given as flags: from --password-file, then the environment
+    (STREAMLET_USER, STREAMLET_PASSWORD), so that they need not be on the command line."""
+    if not hasattr(args, "user") and os.environ.get("STREAMLET_USER"):
+        args.user = os.environ["STREAMLET_USER"]
+    if hasattr(args, "password_file") and not hasattr(args, "password"):
+        try:
+            lines = args.password_file.read_text().splitlines()
+        except OSError as e:
+            parser.error(f"--password-file: {e.strerror or e}: {args.password_file}")
+        args.password = lines[0] if lines else ""
+    elif not hasattr(args, "password") and os.environ.get("STREAMLET_PASSWORD"):
+        args.password = os.environ["STREAMLET_PASSWORD"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

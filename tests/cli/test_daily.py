@@ -1,0 +1,44 @@
+"""Daily use: `streamlet ping`, and credentials kept off the command line (a password file,
+the environment), in the order --password, --password-file, $STREAMLET_PASSWORD, guest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support.brokers import BrokerProcess, free_port
+
+from .support import cli, conn, stderr_line
+
+
+def test_ping_answers_with_the_server_and_the_time(shared_broker: BrokerProcess) -> None:
+    r = cli("ping", *conn(shared_broker))
+    line = r.stdout.decode().strip()
+    assert line.startswith(f"ping {shared_broker.host}:{shared_broker.port}: streamlet ")
+    assert line.endswith(" ms") and r.returncode == 0
+
+
+def test_ping_says_why_it_failed() -> None:
+    port = free_port()
+    r = cli("ping", "--port", str(port), "--timeout", "5", check=False)
+    assert r.returncode == 1 and r.stdout == b""
+    assert stderr_line(r.stderr).startswith(f"streamlet: cannot connect to 127.0.0.1:{port}")
+
+
+def test_credentials_from_a_file_or_the_environment(shared_broker: BrokerProcess,
+                                                    tmp_path: Path) -> None:
+    c = conn(shared_broker)
+    wrong, right = tmp_path / "wrong", tmp_path / "right"
+    wrong.write_text("not-the-password\n")
+    right.write_text("guest\n")
+    assert cli("ping", *c, env={"STREAMLET_PASSWORD": "guest"}).returncode == 0
+    refused = cli("ping", *c, env={"STREAMLET_PASSWORD": "nope"}, check=False)
+    assert refused.returncode == 1 and b"AUTHENTICATION" in refused.stderr.upper()
+    # the file wins over the environment, a flag over both
+    assert cli("ping", *c, "--password-file", str(right),
+               env={"STREAMLET_PASSWORD": "nope"}).returncode == 0
+    assert cli("ping", *c, "--password-file", str(wrong), check=False).returncode == 1
+    assert cli("ping", *c, "--password", "guest", "--password-file", str(wrong)).returncode == 0
+    # the user too
+    assert cli("ping", *c, env={"STREAMLET_USER": "nobody"}, check=False).returncode == 1
+    missing = cli("ping", *c, "--password-file", str(tmp_path / "none"), check=False)
+    assert missing.returncode == 2 and b"--password-file" in missing.stderr
