@@ -95,6 +95,9 @@ def build_parser() -> Parser:
         "publishing id i, and those up to the sequence stored for the reference are skipped, "
         "so running the same input again stores nothing twice"))
     produce.add_argument("--create", action="store_true", help="create the stream if missing")
+    _format_option(produce, "each message sent as is (raw), or as an AMQP 1.0 message with the "
+                            "input in one data section (amqp), as RabbitMQ's clients send and "
+                            "their AMQP decoders expect")
     _protocol_option(produce)
 
     consume = sub.add_parser("consume", help="read messages from a stream", parents=[conn],
@@ -111,6 +114,10 @@ def build_parser() -> Parser:
         "consumer name: without --offset, resume after the offset stored under it; the last "
         "offset printed is stored under it when consume ends (--count, --timeout, a closed "
         "pipe, Ctrl-C or SIGTERM)"))
+    _format_option(consume, "print each body as stored (raw), or the body of an AMQP 1.0 "
+                            "message as RabbitMQ's clients publish it (amqp: its data sections, "
+                            "or its amqp-value; a message that is not AMQP is printed raw, with "
+                            "a warning)")
     _protocol_option(consume)
 
     streams = sub.add_parser("streams", help="create, delete and inspect streams", parents=[conn])
@@ -162,6 +169,11 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 #: the port a client command connects to by default, per --protocol (--port overrides it)
 PROTOCOL_PORTS = {"rabbitmq": 5552, "mega": 5553, "rsio": 5554}
+
+
+def _format_option(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--format", choices=("raw", "amqp"), default="raw",
+                   help=f"{what} (default raw)")
 
 
 def _protocol_option(p: argparse.ArgumentParser) -> None:
@@ -280,8 +292,11 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
             if not hasattr(args, key):
                 setattr(args, key, None)
     else:
-        if getattr(args, "protocol", "rabbitmq") != "rabbitmq" and not hasattr(args, "port"):
-            args.port = PROTOCOL_PORTS[args.protocol]
+        if getattr(args, "protocol", "rabbitmq") != "rabbitmq":
+            if getattr(args, "format", "raw") != "raw":
+                parser.error("--format amqp: RabbitMQ's message format, for --protocol rabbitmq")
+            if not hasattr(args, "port"):
+                args.port = PROTOCOL_PORTS[args.protocol]
         _credentials(args, parser)
         for key, value in CONNECTION_DEFAULTS.items():
             if not hasattr(args, key):

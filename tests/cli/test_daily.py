@@ -42,3 +42,40 @@ def test_credentials_from_a_file_or_the_environment(shared_broker: BrokerProcess
     assert cli("ping", *c, env={"STREAMLET_USER": "nobody"}, check=False).returncode == 1
     missing = cli("ping", *c, "--password-file", str(tmp_path / "none"), check=False)
     assert missing.returncode == 2 and b"--password-file" in missing.stderr
+
+
+async def test_format_amqp_both_ways_with_rstream(shared_broker: BrokerProcess) -> None:
+    """--format amqp: what the CLI sends, rstream's AMQP decoder reads; what rstream publishes
+    (AMQP 1.0), the CLI prints as its body; a raw message is printed as stored, with a warning."""
+    import asyncio
+
+    from rstream import AMQPMessage, Consumer, ConsumerOffsetSpecification, OffsetType, Producer
+    from rstream import amqp_decoder
+
+    b = shared_broker
+    c = conn(b)
+    cli("produce", *c, "amqp-in", "--create", "--format", "amqp", stdin=b"alpha\nbeta\n")
+    got: list[bytes] = []
+    consumer = Consumer(b.host, b.port, username="guest", password="guest")
+    await consumer.start()
+    await consumer.subscribe("amqp-in", lambda msg, ctx: got.append(bytes(msg.body)),
+                             decoder=amqp_decoder,
+                             offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST))
+    for _ in range(300):
+        if len(got) >= 2:
+            break
+        await asyncio.sleep(0.1)
+    await consumer.close()
+    assert got == [b"alpha", b"beta"]
+
+    async with Producer(b.host, b.port, username="guest", password="guest") as producer:
+        await producer.create_stream("amqp-out", exists_ok=True)
+        await producer.send_wait("amqp-out", AMQPMessage(body=b"from rstream"))
+    out = cli("consume", *c, "amqp-out", "--format", "amqp", "--count", "1")
+    assert out.stdout == b"0\tfrom rstream\n"
+
+    cli("produce", *c, "raw-in", "--create", stdin=b"plain\n")
+    raw = cli("consume", *c, "raw-in", "--format", "amqp", "--count", "1")
+    assert raw.stdout == b"0\tplain\n" and b"not AMQP 1.0" in raw.stderr
+    refused = cli("produce", *c, "x", "--protocol", "mega", "--format", "amqp", check=False)
+    assert refused.returncode == 2 and b"--format amqp" in refused.stderr
