@@ -49,8 +49,14 @@ async def test_format_amqp_both_ways_with_rstream(shared_broker: BrokerProcess) 
     (AMQP 1.0), the CLI prints as its body; a raw message is printed as stored, with a warning."""
     import asyncio
 
-    from rstream import AMQPMessage, Consumer, ConsumerOffsetSpecification, OffsetType, Producer
-    from rstream import amqp_decoder
+    from rstream import (
+        AMQPMessage,
+        Consumer,
+        ConsumerOffsetSpecification,
+        OffsetType,
+        Producer,
+        amqp_decoder,
+    )
 
     b = shared_broker
     c = conn(b)
