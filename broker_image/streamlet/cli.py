@@ -344,6 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from .broker import ConfigError, load, run
+    from .dirlock import AlreadyRunning
 
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -363,6 +364,10 @@ def _serve(args: argparse.Namespace) -> int:
         return 1
     except ConfigError as e:  # found when the broker starts, e.g. unreadable TLS certificates
         print(f"streamlet: {e}", file=sys.stderr)
+        return 2
+    except AlreadyRunning as e:
+        print(f"streamlet: another broker{f' (pid {e.pid})' if e.pid else ''} serves from "
+              f"{config.data_dir}: one broker per data directory", file=sys.stderr)
         return 2
     logging.getLogger("streamlet").info("served for %.0f s", time.monotonic() - started)
     return 0

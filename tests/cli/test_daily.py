@@ -85,3 +85,20 @@ async def test_format_amqp_both_ways_with_rstream(shared_broker: BrokerProcess) 
     assert raw.stdout == b"0\tplain\n" and b"not AMQP 1.0" in raw.stderr
     refused = cli("produce", *c, "x", "--protocol", "mega", "--format", "amqp", check=False)
     assert refused.returncode == 2 and b"--format amqp" in refused.stderr
+
+
+def test_a_second_broker_on_the_same_data_directory_is_refused(tmp_path: Path) -> None:
+    first = BrokerProcess(tmp_path / "data", port=free_port()).start()
+    try:
+        second = cli("serve", "--port", str(free_port()), "--data-dir", str(tmp_path / "data"),
+                     check=False)
+        assert second.returncode == 2
+        assert stderr_line(second.stderr) == (
+            f"streamlet: another broker (pid {first.pid}) serves from {tmp_path / 'data'}: one "
+            "broker per data directory")
+        assert first.alive()
+    finally:
+        first.stop()
+    # once it stopped, the directory is free again
+    again = BrokerProcess(tmp_path / "data", port=free_port()).start()
+    again.stop()

@@ -13,6 +13,7 @@ import resource
 import signal
 from collections.abc import Mapping
 
+from ..dirlock import DirectoryLock
 from ..storage.files import files
 from .config import BrokerConfig
 from .mega.connection import MegaConnection
@@ -66,11 +67,23 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     await broker.stop()
 
 
+#: held while a broker serves from a data directory: a second broker there would share its
+#: streams' files
+LOCK_FILE = "broker.lock"
+
+
 def run(config: BrokerConfig) -> None:
-    """Serve on uvloop when it is installed, else on asyncio's own loop."""
+    """Serve on uvloop when it is installed, else on asyncio's own loop; raise AlreadyRunning
+    when another broker serves from the same data directory."""
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    lock = DirectoryLock(config.data_dir / LOCK_FILE)
+    lock.acquire()
     try:
-        import uvloop
-    except ImportError:
-        asyncio.run(serve(config))
-    else:
-        uvloop.run(serve(config))
+        try:
+            import uvloop
+        except ImportError:
+            asyncio.run(serve(config))
+        else:
+            uvloop.run(serve(config))
+    finally:
+        lock.release()
