@@ -36,8 +36,8 @@ class CreateRangeRequest(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
         if o != 0:
             x = self._tab.Indirect(o + self._tab.Pos)
-            from streamlet.sbp.fbs.Range import Range
-            obj = Range()
+            from streamlet.sbp.fbs.RangeInfo import RangeInfo
+            obj = RangeInfo()
             obj.Init(self._tab.Bytes, x)
             return obj
         return None
@@ -54,7 +54,7 @@ def AddRange(builder, range):
 def CreateRangeRequestEnd(builder): return builder.EndObject()
 def End(builder):
     return CreateRangeRequestEnd(builder)
-import streamlet.sbp.fbs.Range
+import streamlet.sbp.fbs.RangeInfo
 try:
     from typing import Optional
 except:
@@ -65,7 +65,7 @@ class CreateRangeRequestT(object):
     # CreateRangeRequestT
     def __init__(self):
         self.timeoutMs = 0  # type: int
-        self.range = None  # type: Optional[streamlet.sbp.fbs.Range.RangeT]
+        self.range = None  # type: Optional[streamlet.sbp.fbs.RangeInfo.RangeInfoT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -85,7 +85,7 @@ class CreateRangeRequestT(object):
             return
         self.timeoutMs = createRangeRequest.TimeoutMs()
         if createRangeRequest.Range() is not None:
-            self.range = streamlet.sbp.fbs.Range.RangeT.InitFromObj(createRangeRequest.Range())
+            self.range = streamlet.sbp.fbs.RangeInfo.RangeInfoT.InitFromObj(createRangeRequest.Range())
 
     # CreateRangeRequestT
     def Pack(self, builder):

@@ -47,8 +47,8 @@ class DescribeRangesResult(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         if o != 0:
             x = self._tab.Indirect(o + self._tab.Pos)
-            from streamlet.sbp.fbs.Range import Range
-            obj = Range()
+            from streamlet.sbp.fbs.RangeInfo import RangeInfo
+            obj = RangeInfo()
             obj.Init(self._tab.Bytes, x)
             return obj
         return None
@@ -68,7 +68,7 @@ def AddRange(builder, range):
 def DescribeRangesResultEnd(builder): return builder.EndObject()
 def End(builder):
     return DescribeRangesResultEnd(builder)
-import streamlet.sbp.fbs.Range
+import streamlet.sbp.fbs.RangeInfo
 import streamlet.sbp.fbs.Status
 try:
     from typing import Optional
@@ -81,7 +81,7 @@ class DescribeRangesResultT(object):
     def __init__(self):
         self.streamId = 0  # type: int
         self.status = None  # type: Optional[streamlet.sbp.fbs.Status.StatusT]
-        self.range = None  # type: Optional[streamlet.sbp.fbs.Range.RangeT]
+        self.range = None  # type: Optional[streamlet.sbp.fbs.RangeInfo.RangeInfoT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -103,7 +103,7 @@ class DescribeRangesResultT(object):
         if describeRangesResult.Status() is not None:
             self.status = streamlet.sbp.fbs.Status.StatusT.InitFromObj(describeRangesResult.Status())
         if describeRangesResult.Range() is not None:
-            self.range = streamlet.sbp.fbs.Range.RangeT.InitFromObj(describeRangesResult.Range())
+            self.range = streamlet.sbp.fbs.RangeInfo.RangeInfoT.InitFromObj(describeRangesResult.Range())
 
     # DescribeRangesResultT
     def Pack(self, builder):

@@ -49,8 +49,8 @@ class ListRangesResult(object):
             x = self._tab.Vector(o)
             x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
             x = self._tab.Indirect(x)
-            from streamlet.sbp.fbs.Range import Range
-            obj = Range()
+            from streamlet.sbp.fbs.RangeInfo import RangeInfo
+            obj = RangeInfo()
             obj.Init(self._tab.Bytes, x)
             return obj
         return None
@@ -85,7 +85,7 @@ def StartRangesVector(builder, numElems):
 def ListRangesResultEnd(builder): return builder.EndObject()
 def End(builder):
     return ListRangesResultEnd(builder)
-import streamlet.sbp.fbs.Range
+import streamlet.sbp.fbs.RangeInfo
 import streamlet.sbp.fbs.Status
 try:
     from typing import List, Optional
@@ -98,7 +98,7 @@ class ListRangesResultT(object):
     def __init__(self):
         self.streamId = 0  # type: int
         self.status = None  # type: Optional[streamlet.sbp.fbs.Status.StatusT]
-        self.ranges = None  # type: List[streamlet.sbp.fbs.Range.RangeT]
+        self.ranges = None  # type: List[streamlet.sbp.fbs.RangeInfo.RangeInfoT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -125,8 +125,8 @@ class ListRangesResultT(object):
                 if listRangesResult.Ranges(i) is None:
                     self.ranges.append(None)
                 else:
-                    range_ = streamlet.sbp.fbs.Range.RangeT.InitFromObj(listRangesResult.Ranges(i))
-                    self.ranges.append(range_)
+                    rangeInfo_ = streamlet.sbp.fbs.RangeInfo.RangeInfoT.InitFromObj(listRangesResult.Ranges(i))
+                    self.ranges.append(rangeInfo_)
 
     # ListRangesResultT
     def Pack(self, builder):

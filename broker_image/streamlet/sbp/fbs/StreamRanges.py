@@ -38,8 +38,8 @@ class StreamRanges(object):
             x = self._tab.Vector(o)
             x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
             x = self._tab.Indirect(x)
-            from streamlet.sbp.fbs.Range import Range
-            obj = Range()
+            from streamlet.sbp.fbs.RangeInfo import RangeInfo
+            obj = RangeInfo()
             obj.Init(self._tab.Bytes, x)
             return obj
         return None
@@ -71,7 +71,7 @@ def StartRangesVector(builder, numElems):
 def StreamRangesEnd(builder): return builder.EndObject()
 def End(builder):
     return StreamRangesEnd(builder)
-import streamlet.sbp.fbs.Range
+import streamlet.sbp.fbs.RangeInfo
 try:
     from typing import List
 except:
@@ -82,7 +82,7 @@ class StreamRangesT(object):
     # StreamRangesT
     def __init__(self):
         self.streamId = 0  # type: int
-        self.ranges = None  # type: List[streamlet.sbp.fbs.Range.RangeT]
+        self.ranges = None  # type: List[streamlet.sbp.fbs.RangeInfo.RangeInfoT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -107,8 +107,8 @@ class StreamRangesT(object):
                 if streamRanges.Ranges(i) is None:
                     self.ranges.append(None)
                 else:
-                    range_ = streamlet.sbp.fbs.Range.RangeT.InitFromObj(streamRanges.Ranges(i))
-                    self.ranges.append(range_)
+                    rangeInfo_ = streamlet.sbp.fbs.RangeInfo.RangeInfoT.InitFromObj(streamRanges.Ranges(i))
+                    self.ranges.append(rangeInfo_)
 
     # StreamRangesT
     def Pack(self, builder):

@@ -51,8 +51,8 @@ class TrimStreamResult(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         if o != 0:
             x = self._tab.Indirect(o + self._tab.Pos)
-            from streamlet.sbp.fbs.Range import Range
-            obj = Range()
+            from streamlet.sbp.fbs.RangeInfo import RangeInfo
+            obj = RangeInfo()
             obj.Init(self._tab.Bytes, x)
             return obj
         return None
@@ -72,7 +72,7 @@ def AddRange(builder, range):
 def TrimStreamResultEnd(builder): return builder.EndObject()
 def End(builder):
     return TrimStreamResultEnd(builder)
-import streamlet.sbp.fbs.Range
+import streamlet.sbp.fbs.RangeInfo
 import streamlet.sbp.fbs.Status
 import streamlet.sbp.fbs.Stream
 try:
@@ -86,7 +86,7 @@ class TrimStreamResultT(object):
     def __init__(self):
         self.trimmedStream = None  # type: Optional[streamlet.sbp.fbs.Stream.StreamT]
         self.status = None  # type: Optional[streamlet.sbp.fbs.Status.StatusT]
-        self.range = None  # type: Optional[streamlet.sbp.fbs.Range.RangeT]
+        self.range = None  # type: Optional[streamlet.sbp.fbs.RangeInfo.RangeInfoT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -109,7 +109,7 @@ class TrimStreamResultT(object):
         if trimStreamResult.Status() is not None:
             self.status = streamlet.sbp.fbs.Status.StatusT.InitFromObj(trimStreamResult.Status())
         if trimStreamResult.Range() is not None:
-            self.range = streamlet.sbp.fbs.Range.RangeT.InitFromObj(trimStreamResult.Range())
+            self.range = streamlet.sbp.fbs.RangeInfo.RangeInfoT.InitFromObj(trimStreamResult.Range())
 
     # TrimStreamResultT
     def Pack(self, builder):

@@ -6,60 +6,60 @@ import flatbuffers
 from flatbuffers.compat import import_numpy
 np = import_numpy()
 
-class Range(object):
+class RangeInfo(object):
     __slots__ = ['_tab']
 
     @classmethod
     def GetRootAs(cls, buf, offset=0):
         n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
-        x = Range()
+        x = RangeInfo()
         x.Init(buf, n + offset)
         return x
 
     @classmethod
-    def GetRootAsRange(cls, buf, offset=0):
+    def GetRootAsRangeInfo(cls, buf, offset=0):
         """This method is deprecated. Please switch to GetRootAs."""
         return cls.GetRootAs(buf, offset)
-    # Range
+    # RangeInfo
     def Init(self, buf, pos):
         self._tab = flatbuffers.table.Table(buf, pos)
 
-    # Range
+    # RangeInfo
     def StreamId(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
         if o != 0:
             return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
         return 0
 
-    # Range
+    # RangeInfo
     def RangeIndex(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
         if o != 0:
             return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
         return 0
 
-    # Range
+    # RangeInfo
     def StartOffset(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         if o != 0:
             return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
         return 0
 
-    # Range
+    # RangeInfo
     def NextOffset(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
         if o != 0:
             return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
         return 0
 
-    # Range
+    # RangeInfo
     def EndOffset(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
         if o != 0:
             return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
         return -1
 
-    # Range
+    # RangeInfo
     def Servers(self, j):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
         if o != 0:
@@ -72,54 +72,54 @@ class Range(object):
             return obj
         return None
 
-    # Range
+    # RangeInfo
     def ServersLength(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
-    # Range
+    # RangeInfo
     def ServersIsNone(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
         return o == 0
 
-def RangeStart(builder): builder.StartObject(6)
+def RangeInfoStart(builder): builder.StartObject(6)
 def Start(builder):
-    return RangeStart(builder)
-def RangeAddStreamId(builder, streamId): builder.PrependInt64Slot(0, streamId, 0)
+    return RangeInfoStart(builder)
+def RangeInfoAddStreamId(builder, streamId): builder.PrependInt64Slot(0, streamId, 0)
 def AddStreamId(builder, streamId):
-    return RangeAddStreamId(builder, streamId)
-def RangeAddRangeIndex(builder, rangeIndex): builder.PrependInt32Slot(1, rangeIndex, 0)
+    return RangeInfoAddStreamId(builder, streamId)
+def RangeInfoAddRangeIndex(builder, rangeIndex): builder.PrependInt32Slot(1, rangeIndex, 0)
 def AddRangeIndex(builder, rangeIndex):
-    return RangeAddRangeIndex(builder, rangeIndex)
-def RangeAddStartOffset(builder, startOffset): builder.PrependInt64Slot(2, startOffset, 0)
+    return RangeInfoAddRangeIndex(builder, rangeIndex)
+def RangeInfoAddStartOffset(builder, startOffset): builder.PrependInt64Slot(2, startOffset, 0)
 def AddStartOffset(builder, startOffset):
-    return RangeAddStartOffset(builder, startOffset)
-def RangeAddNextOffset(builder, nextOffset): builder.PrependInt64Slot(3, nextOffset, 0)
+    return RangeInfoAddStartOffset(builder, startOffset)
+def RangeInfoAddNextOffset(builder, nextOffset): builder.PrependInt64Slot(3, nextOffset, 0)
 def AddNextOffset(builder, nextOffset):
-    return RangeAddNextOffset(builder, nextOffset)
-def RangeAddEndOffset(builder, endOffset): builder.PrependInt64Slot(4, endOffset, -1)
+    return RangeInfoAddNextOffset(builder, nextOffset)
+def RangeInfoAddEndOffset(builder, endOffset): builder.PrependInt64Slot(4, endOffset, -1)
 def AddEndOffset(builder, endOffset):
-    return RangeAddEndOffset(builder, endOffset)
-def RangeAddServers(builder, servers): builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(servers), 0)
+    return RangeInfoAddEndOffset(builder, endOffset)
+def RangeInfoAddServers(builder, servers): builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(servers), 0)
 def AddServers(builder, servers):
-    return RangeAddServers(builder, servers)
-def RangeStartServersVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+    return RangeInfoAddServers(builder, servers)
+def RangeInfoStartServersVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def StartServersVector(builder, numElems):
-    return RangeStartServersVector(builder, numElems)
-def RangeEnd(builder): return builder.EndObject()
+    return RangeInfoStartServersVector(builder, numElems)
+def RangeInfoEnd(builder): return builder.EndObject()
 def End(builder):
-    return RangeEnd(builder)
+    return RangeInfoEnd(builder)
 import streamlet.sbp.fbs.ReplicaServer
 try:
     from typing import List
 except:
     pass
 
-class RangeT(object):
+class RangeInfoT(object):
 
-    # RangeT
+    # RangeInfoT
     def __init__(self):
         self.streamId = 0  # type: int
         self.rangeIndex = 0  # type: int
@@ -130,51 +130,51 @@ class RangeT(object):
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
-        range = Range()
-        range.Init(buf, pos)
-        return cls.InitFromObj(range)
+        rangeInfo = RangeInfo()
+        rangeInfo.Init(buf, pos)
+        return cls.InitFromObj(rangeInfo)
 
     @classmethod
-    def InitFromObj(cls, range):
-        x = RangeT()
-        x._UnPack(range)
+    def InitFromObj(cls, rangeInfo):
+        x = RangeInfoT()
+        x._UnPack(rangeInfo)
         return x
 
-    # RangeT
-    def _UnPack(self, range):
-        if range is None:
+    # RangeInfoT
+    def _UnPack(self, rangeInfo):
+        if rangeInfo is None:
             return
-        self.streamId = range.StreamId()
-        self.rangeIndex = range.RangeIndex()
-        self.startOffset = range.StartOffset()
-        self.nextOffset = range.NextOffset()
-        self.endOffset = range.EndOffset()
-        if not range.ServersIsNone():
+        self.streamId = rangeInfo.StreamId()
+        self.rangeIndex = rangeInfo.RangeIndex()
+        self.startOffset = rangeInfo.StartOffset()
+        self.nextOffset = rangeInfo.NextOffset()
+        self.endOffset = rangeInfo.EndOffset()
+        if not rangeInfo.ServersIsNone():
             self.servers = []
-            for i in range(range.ServersLength()):
-                if range.Servers(i) is None:
+            for i in range(rangeInfo.ServersLength()):
+                if rangeInfo.Servers(i) is None:
                     self.servers.append(None)
                 else:
-                    replicaServer_ = streamlet.sbp.fbs.ReplicaServer.ReplicaServerT.InitFromObj(range.Servers(i))
+                    replicaServer_ = streamlet.sbp.fbs.ReplicaServer.ReplicaServerT.InitFromObj(rangeInfo.Servers(i))
                     self.servers.append(replicaServer_)
 
-    # RangeT
+    # RangeInfoT
     def Pack(self, builder):
         if self.servers is not None:
             serverslist = []
             for i in range(len(self.servers)):
                 serverslist.append(self.servers[i].Pack(builder))
-            RangeStartServersVector(builder, len(self.servers))
+            RangeInfoStartServersVector(builder, len(self.servers))
             for i in reversed(range(len(self.servers))):
                 builder.PrependUOffsetTRelative(serverslist[i])
             servers = builder.EndVector()
-        RangeStart(builder)
-        RangeAddStreamId(builder, self.streamId)
-        RangeAddRangeIndex(builder, self.rangeIndex)
-        RangeAddStartOffset(builder, self.startOffset)
-        RangeAddNextOffset(builder, self.nextOffset)
-        RangeAddEndOffset(builder, self.endOffset)
+        RangeInfoStart(builder)
+        RangeInfoAddStreamId(builder, self.streamId)
+        RangeInfoAddRangeIndex(builder, self.rangeIndex)
+        RangeInfoAddStartOffset(builder, self.startOffset)
+        RangeInfoAddNextOffset(builder, self.nextOffset)
+        RangeInfoAddEndOffset(builder, self.endOffset)
         if self.servers is not None:
-            RangeAddServers(builder, servers)
-        range = RangeEnd(builder)
-        return range
+            RangeInfoAddServers(builder, servers)
+        rangeInfo = RangeInfoEnd(builder)
+        return rangeInfo
