@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -491,3 +493,18 @@ async def test_rstream_publish_fetched_by_sbp(broker: SbpBroker) -> None:
             got += await c.fetch("x-rmq-to-sbp", start, max_wait_ms=5000, min_bytes=1,
                                  batch_max_bytes=500)
     assert got == want
+
+
+def test_cli_produce_and_consume_over_sbp(broker: SbpBroker) -> None:
+    base = [sys.executable, "-m", "streamlet"]
+    port = ["--host", broker.host, "--port", str(broker.sbp_port), "--protocol", "sbp"]
+    done = subprocess.run([*base, "produce", "x-cli", "--create", *port], input=b"one\ntwo\n",
+                          capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    done = subprocess.run([*base, "consume", "x-cli", "--count", "2", *port],
+                          capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"0\tone\n1\ttwo\n"
+    done = subprocess.run([*base, "consume", "x-cli", "--offset", "last", *port],
+                          capture_output=True, timeout=60)
+    assert done.returncode == 2 and b"--offset first or a number" in done.stderr

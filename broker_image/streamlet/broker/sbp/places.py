@@ -81,7 +81,7 @@ class Names:
         self._known: set[str] = set()
 
     def name(self, sid: int, names: Iterable[str]) -> str | None:
-        if sid not in self._by_id:
+        if self._by_id.get(sid) is None:  # unknown, or ambiguous: the names may have changed
             self._rebuild(names)
         return self._by_id.get(sid)
 
