@@ -508,3 +508,24 @@ def test_cli_produce_and_consume_over_sbp(broker: SbpBroker) -> None:
     done = subprocess.run([*base, "consume", "x-cli", "--offset", "last", *port],
                           capture_output=True, timeout=60)
     assert done.returncode == 2 and b"--offset first or a number" in done.stderr
+
+
+@pytest.mark.parametrize(("toml", "port", "error"), [
+    ("[listeners.sbp]\nport = 5555\n", None, None),
+    ("", 6000, None),  # serve --sbp-port: loopback
+    ("[listeners.sbp]\nport = 5555\n", 0, None),  # 0 turns it off
+    ('[listeners.sbp]\nport = 5555\nhost = "0.0.0.0"\n', None, "no authentication"),
+    ("[listeners.sbp]\nport = 5555\nmax_frame_bytes = 8\n", None, "max_frame_bytes"),
+])
+def test_listener_config(tmp_path: Path, toml: str, port: int | None, error: str | None) -> None:
+    from streamlet.broker.config import ConfigError, load
+    path = tmp_path / "c.toml"
+    path.write_text(toml)
+    if error is not None:
+        with pytest.raises(ConfigError, match=error):
+            load(path, sbp_port=port)
+        return
+    cfg = load(path, sbp_port=port)
+    got = [(lst.host, lst.port) for lst in cfg.listeners if lst.protocol == "sbp"]
+    want = [] if port == 0 else [("127.0.0.1", port or 5555)]
+    assert got == want
