@@ -76,6 +76,10 @@ def build_parser() -> Parser:
                        help="serve Reactive Streams IO (docs/protocols/reactive-streams.md) on P, "
                             "on loopback unless configured otherwise; 0 turns it off (default: "
                             "[listeners.rsio], none)")
+    serve.add_argument("--sbp-port", type=port_number, default=None, metavar="P",
+                       help="serve the Streaming Batch Protocol (docs/protocols/sbp.md) on P, on "
+                            "loopback unless configured otherwise; 0 turns it off (default: "
+                            "[listeners.sbp], none)")
     serve.add_argument("--fsync", choices=["never", "interval", "chunk"],
                        help="when to fsync the log (default never: a confirm means the OS has it)")
     serve.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
@@ -168,7 +172,7 @@ def build_parser() -> Parser:
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 #: the port a client command connects to by default, per --protocol (--port overrides it)
-PROTOCOL_PORTS = {"rabbitmq": 5552, "mega": 5553, "rsio": 5554}
+PROTOCOL_PORTS = {"rabbitmq": 5552, "mega": 5553, "rsio": 5554, "sbp": 5555}
 
 
 def _format_option(p: argparse.ArgumentParser, what: str) -> None:
@@ -178,10 +182,11 @@ def _format_option(p: argparse.ArgumentParser, what: str) -> None:
 
 def _protocol_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--protocol", choices=list(PROTOCOL_PORTS), default="rabbitmq", help=(
-        "the wire protocol: rabbitmq (default), mega (docs/protocols/mega.md) or rsio (Reactive "
-        "Streams IO, docs/protocols/reactive-streams.md); the default port follows it (5552, "
-        "5553, 5554); mega and rsio take no --user/--password/--vhost, --reference or --name, "
-        "and mega's --offset is first or a number"))
+        "the wire protocol: rabbitmq (default), mega (docs/protocols/mega.md), rsio (Reactive "
+        "Streams IO, docs/protocols/reactive-streams.md) or sbp (docs/protocols/sbp.md); the "
+        "default port follows it (5552, 5553, 5554, 5555); mega, rsio and sbp take no "
+        "--user/--password/--vhost, --reference or --name, and mega's and sbp's --offset is "
+        "first or a number"))
 
 
 def _cluster_parser(sub: argparse._SubParsersAction[Parser]) -> None:
@@ -352,7 +357,7 @@ def _serve(args: argparse.Namespace) -> int:
         config = load(args.config, host=args.host, port=args.port, data_dir=args.data_dir,
                       advertised_host=args.advertised_host, advertised_port=args.advertised_port,
                       fsync=args.fsync, mega_port=args.mega_port,
-                      rsio_port=args.rsio_port)
+                      rsio_port=args.rsio_port, sbp_port=args.sbp_port)
     except ConfigError as e:
         print(f"streamlet: {e}", file=sys.stderr)
         return 2

@@ -81,6 +81,11 @@ File format (all keys optional)::
     split_bytes = 65536               # elements longer than this are sent in parts
     window = 256                      # an append's demand: elements in flight before confirms
 
+    [listeners.sbp]                   # the Streaming Batch Protocol (docs/protocols/sbp.md)
+    port = 5555                       # or serve --sbp-port (0: off); off unless configured
+    host = "127.0.0.1"                # no authentication either: as MEGA's
+    max_frame_bytes = 16777216        # a longer frame: GOAWAY and a close (<= frame_limit)
+
     [limits]
     max_connections = 10000           # per broker, 0 = unlimited
     max_connections_per_user = 0      # per user, 0 = unlimited
@@ -134,7 +139,9 @@ DEFAULT_RSIO_MAX_ELEMENT = 1 << 20
 DEFAULT_RSIO_SPLIT = 64 << 10
 DEFAULT_RSIO_WINDOW = 256
 #: protocols without authentication: served on loopback, or on TLS with client certificates
-UNAUTHENTICATED = ("mega", "rsio")
+#: SBP's largest frame (docs/protocols/sbp.md)
+DEFAULT_SBP_MAX_FRAME = 16 << 20
+UNAUTHENTICATED = ("mega", "rsio", "sbp")
 LOOPBACK_HOSTS = ("localhost", "::1")
 
 
@@ -232,6 +239,7 @@ class BrokerConfig:
     rsio_max_element_bytes: int = DEFAULT_RSIO_MAX_ELEMENT  # [listeners.rsio] max_element_bytes
     rsio_split_bytes: int = DEFAULT_RSIO_SPLIT  # [listeners.rsio] split_bytes
     rsio_window: int = DEFAULT_RSIO_WINDOW  # [listeners.rsio] window
+    sbp_max_frame_bytes: int = DEFAULT_SBP_MAX_FRAME  # [listeners.sbp] max_frame_bytes
 
     @property
     def listeners(self) -> tuple[Listener, ...]:
@@ -325,9 +333,10 @@ def _int(section: dict[str, Any], key: str, where: str, minimum: int = 0) -> int
 
 
 def load(path: Path | None = None, mega_port: int | None = None, rsio_port: int | None = None,
-         **overrides: Any) -> BrokerConfig:
+         sbp_port: int | None = None, **overrides: Any) -> BrokerConfig:
     """Build the config: defaults < file < environment < non-None keyword overrides (flags);
-    ``mega_port``, ``rsio_port``: serve --mega-port, --rsio-port (with_port)."""
+    ``mega_port``, ``rsio_port``, ``sbp_port``: serve --mega-port, --rsio-port, --sbp-port
+    (with_port)."""
     cfg = BrokerConfig()
     if path is not None:
         try:
@@ -352,6 +361,7 @@ def load(path: Path | None = None, mega_port: int | None = None, rsio_port: int 
     if "data_dir" in flags:
         flags["data_dir"] = Path(flags["data_dir"])
     cfg = with_port(with_port(replace(cfg, **flags), "mega", mega_port), "rsio", rsio_port)
+    cfg = with_port(cfg, "sbp", sbp_port)
     _validate(cfg)
     return cfg
 
@@ -449,6 +459,9 @@ def _listeners(section: Any, default_host: str) -> dict[str, Any]:
         value = _int(rsio, key, "listeners.rsio", 1)
         if value is not None:
             changes[field_name] = value
+    value = _int(section.get("sbp", {}), "max_frame_bytes", "listeners.sbp", 16)
+    if value is not None:
+        changes["sbp_max_frame_bytes"] = value
     for protocol, table in section.items():
         if protocol == "rabbitmq" or not table.get("enabled", True):
             continue
@@ -610,6 +623,10 @@ def _validate(cfg: BrokerConfig) -> None:
         if not 0 < cfg.rsio_split_bytes <= cfg.rsio_max_element_bytes:
             raise ConfigError(f"listeners.rsio.split_bytes must be in 1..max_element_bytes, "
                               f"got {cfg.rsio_split_bytes}")
+    if any(lst.protocol == "sbp" for lst in cfg.listeners) and not (
+            16 <= cfg.sbp_max_frame_bytes <= cfg.frame_limit):
+        raise ConfigError(f"listeners.sbp.max_frame_bytes must be in 16..server.frame_limit "
+                          f"({cfg.frame_limit}), got {cfg.sbp_max_frame_bytes}")
     if cfg.tls is not None and cfg.tls.verify_peer and cfg.tls.cafile is None:
         raise ConfigError("[tls] verify_peer needs a cafile")
     if cfg.retention.max_segment_size_bytes > MAX_SEGMENT_BYTES:

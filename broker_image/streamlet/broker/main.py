@@ -19,6 +19,7 @@ from .config import BrokerConfig
 from .mega.connection import MegaConnection
 from .rabbitmq.connection import Connection
 from .rsio.connection import RsioConnection
+from .sbp.connection import SbpConnection
 from .server import Broker, ConnectionFactory
 
 log = logging.getLogger("streamlet.broker")
@@ -27,6 +28,7 @@ LISTENERS: Mapping[str, ConnectionFactory] = {
     "rabbitmq": lambda broker, tls: Connection(broker, tls=tls),
     "mega": lambda broker, tls: MegaConnection(broker, tls=tls),
     "rsio": lambda broker, tls: RsioConnection(broker, tls=tls),
+    "sbp": lambda broker, tls: SbpConnection(broker, tls=tls),
 }
 
 
