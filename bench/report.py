@@ -45,7 +45,7 @@ def table(rows: list[Row]) -> str:
             rat = f"{v:.2f}x {name}" if v is not None else "-"
         base = by.get((baseline_of(r) or "", "streamlet"))
         if base is not None:  # MEGA, RSIO: against the RabbitMQ protocol on the same broker
-            rat = f"{r.msg_s / base.msg_s:.3f}x msg/s of the RabbitMQ protocol" if base.msg_s else "-"
+            rat = f"{r.msg_s / base.msg_s:.2g}x msg/s of the RabbitMQ protocol" if base.msg_s else "-"
         rss = f"{r.rss_peak_mb:,.0f}"
         if r.workload == "many-streams":
             rss += f" (after: {r.rss_end_mb:,.0f})"
@@ -112,7 +112,7 @@ def protocol_lines(rows: list[Row], by: dict[tuple[str, str], Row]) -> list[str]
         base = by.get((baseline_of(r) or "", "streamlet"))
         if base is not None and base.msg_s:
             out.append(f"INFO streamlet {r.workload} / {base.workload} (same broker, same run): "
-                       f"{r.msg_s / base.msg_s:.3f} ({r.msg_s:,.0f} vs {base.msg_s:,.0f} msg/s)")
+                       f"{r.msg_s / base.msg_s:.2g} ({r.msg_s:,.0f} vs {base.msg_s:,.0f} msg/s)")
     return out
 
 

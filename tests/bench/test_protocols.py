@@ -135,8 +135,8 @@ def test_the_report_compares_protocols_with_the_rabbitmq_protocol() -> None:
     rows = [row("rabbitmq-produce-100", 1_000_000), row("mega-produce-100", 50_000),
             row("rsio-produce-100", 100_000)]
     text = table(rows)
-    assert "0.050x msg/s of the RabbitMQ protocol" in text
-    assert "0.100x msg/s of the RabbitMQ protocol" in text
+    assert "0.05x msg/s of the RabbitMQ protocol" in text
+    assert "0.1x msg/s of the RabbitMQ protocol" in text
     lines = targets(rows, {})
     assert any(line.startswith("INFO streamlet mega-produce-100 / rabbitmq-produce-100") and
-               "0.050" in line for line in lines)
+               "0.05 (50,000 vs 1,000,000 msg/s)" in line for line in lines)
