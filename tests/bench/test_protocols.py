@@ -18,6 +18,7 @@ from bench.workloads import Row
 from streamlet.mega import ErrorCode, encode_error, encode_success
 from streamlet.mega.codec import consumed, produced
 from streamlet.rsio import (
+    Message,
     OnComplete,
     OnNext,
     OnNextLastPart,
@@ -111,7 +112,7 @@ async def test_rsio_subscriber_counts_every_kind_of_element() -> None:
     rng = random.Random(8)
     sub = RsioSubscriber("s", 10, demand=1000)
     sub.ready.set_result(None)  # past hello
-    frames = [Position(1, 0), OnNext(1, b"abc"), OnNext(1, b"x" * 300),
+    frames: list[Message] = [Position(1, 0), OnNext(1, b"abc"), OnNext(1, b"x" * 300),
               OnNextPacked(1, 3, b"123456789"), OnNextPart(1, 5, b"p" * 200),
               OnNextPart(1, 5, b"q" * 10), OnNextLastPart(1, 5, b"r"), Position(1, 9),
               OnNext(1, b""), OnComplete(1)]
