@@ -243,7 +243,10 @@ def results_section(rows: list[Row], physical: dict[str, float], meta: dict[str,
                   + ", ".join(f"{k} {v:,.0f} MB/s" for k, v in physical.items()) + ".", ""]
     lines = targets(rows, physical, notes)
     if lines:
-        which = "issues 4 and 12" if any(r.workload.startswith("r3-") for r in rows) else "issue 4"
+        issues = ["4"] + (["12"] if any(r.workload.startswith("r3-") for r in rows) else []) \
+            + (["13"] if any(baseline_of(r) for r in rows) else [])
+        which = f"issue {issues[0]}" if len(issues) == 1 else \
+            f"issues {', '.join(issues[:-1])} and {issues[-1]}"
         parts += [f"Targets of {which}:", ""] + [f"- {line}" for line in lines] + [""]
     if plot_name:
         parts += [f"![throughput and latency, both servers]({plot_name})", ""]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.protoload import MegaConsumer, MegaProducer, RsioSubscriber
-from bench.report import table, targets
+from bench.report import results_section, table, targets
 from bench.workloads import Row
 from streamlet.mega import ErrorCode, encode_error, encode_success
 from streamlet.mega.codec import consumed, produced
@@ -130,6 +130,17 @@ async def test_rsio_subscriber_counts_every_kind_of_element() -> None:
     assert sub.complete and sub.done.done() and sub.errors == 0
 
 
+def test_protocols_is_in_the_default_run_and_streamlet_only() -> None:
+    from bench.protocols import protocols
+    from bench.run import parse_args
+    from bench.servers import Server
+    from bench.workloads import Sizes
+
+    assert "protocols" in parse_args([]).workloads.split(",")
+    # RabbitMQ speaks neither protocol: nothing is run (no connection is even tried)
+    assert protocols(Server("rabbitmq", port=1), Sizes.quick()) == []
+
+
 def test_the_report_compares_protocols_with_the_rabbitmq_protocol() -> None:
     def row(key: str, msg_s: float) -> Row:
         return Row(key, key, "streamlet", 100, 1000, sent=1000, confirmed=1000, seconds=1000 / msg_s)
@@ -141,3 +152,5 @@ def test_the_report_compares_protocols_with_the_rabbitmq_protocol() -> None:
     lines = targets(rows, {})
     assert any(line.startswith("INFO streamlet mega-produce-100 / rabbitmq-produce-100") and
                "0.05 (50,000 vs 1,000,000 msg/s)" in line for line in lines)
+    section = results_section(rows, {}, {}, None)
+    assert "Targets of issues 4 and 13:" in section
