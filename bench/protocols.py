@@ -4,8 +4,7 @@ on one streamlet broker, in one run (streamlet only: RabbitMQ speaks neither).
 Each protocol produces ``proto_count`` messages of ``small`` bytes into its own empty stream
 (the RabbitMQ protocol with bench/load.py's publisher, the others with bench/protoload.py's
 pipelined clients). Then each reads back the stream the RabbitMQ protocol wrote, from its first
-offset, so all three consumers read the same chunks (MEGA the first ``proto_mega_consume``
-only: see Sizes). The rows' ratio column compares each protocol with the RabbitMQ protocol's
+offset, so all three consumers read the same chunks. The rows' ratio column compares each protocol with the RabbitMQ protocol's
 row of the same run.
 """
 
@@ -41,10 +40,10 @@ def protocols(server: Server, sz: Sizes) -> list[Row]:
             rows.append(row)
         for proto, name in PROTOCOLS:
             kind = "consume" if proto == BASELINE else f"{proto}_consume"
-            n = min(count, sz.proto_mega_consume) if proto == "mega" else count
+            n = count
             results, sampler = _phase(server, [Job(kind, ports[proto], [streams[BASELINE]],
                                                    {"count": n, "size": size})])
-            what = f"consume {label}" if n == count else f"consume the first {n:,} of {label}"
+            what = f"consume {label}"
             row = _consume_row(f"{proto}-consume-{size}", f"{name}: {what}", server, size, n,
                                results, sampler)
             row.errors += sum(r.get("errors", 0) for r in results)

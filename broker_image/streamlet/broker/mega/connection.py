@@ -61,6 +61,9 @@ class MegaConnection(FramedConnection):
         self.publishers: dict[Stream, Publisher] = {}
         self.next_publisher = 0
         self.next_id = 0  # publishing ids, one per PRODUCE, over all its publishers
+        #: the chunk the last CONSUME read, its records cut out once: a consumer asks for
+        #: consecutive offsets, and re-reading and re-walking the chunk for each cost O(chunk)
+        self.last_read: _ReadChunk | None = None
         #: produces waiting for their confirm: publishing id -> (correlation, offset, stream)
         self.waiting: dict[int, tuple[int, int, Stream]] = {}
 
@@ -231,21 +234,42 @@ def on_consume(conn: MegaConnection, request: Request) -> None:
     if offset < stream.log.first_offset or offset >= stream.commit_end:
         conn.answer_error(request.correlation, ErrorCode.INVALID_OFFSET)
         return
+    read = conn.last_read
+    if read is None or read.stream is not stream or not read.first <= offset < read.end:
+        read = conn.last_read = _read_chunk(stream, offset)
+    if read is None:
+        conn.answer_error(request.correlation, ErrorCode.INVALID_OFFSET)  # removed meanwhile
+    elif offset - read.first >= len(read.records):
+        log.error("stream %s: offset %d unreadable: its chunk holds %d records", stream.name,
+                  offset, len(read.records))
+        conn.answer_error(request.correlation, ErrorCode.INTERNAL_ERROR)
+    else:
+        conn.answer(request.correlation, read.timestamp, consumed(read.records[offset - read.first]))
+
+
+class _ReadChunk:
+    """A committed chunk's records (committed chunks never change: safe to keep)."""
+
+    __slots__ = ("stream", "first", "end", "timestamp", "records")
+
+    def __init__(self, stream: Stream, first: int, end: int, timestamp: int,
+                 records: list[bytes | memoryview]) -> None:
+        self.stream, self.first, self.end = stream, first, end
+        self.timestamp, self.records = timestamp, records
+
+
+def _read_chunk(stream: Stream, offset: int) -> _ReadChunk | None:
+    """The chunk holding ``offset``; None when it is gone; records cut short when unreadable."""
     for ref, chunk in stream.fetch(offset, 1):
         if not ref.chunk_id <= offset < ref.next_offset:
             continue
+        records: list[bytes | memoryview] = []
         try:
-            records = iter_records(chunk[HEADER_SIZE : HEADER_SIZE + ref.data_length])
-            for _ in range(offset - ref.chunk_id):
-                next(records)
-            record = next(records)
-        except (ChunkError, StopIteration) as e:
-            log.error("stream %s: offset %d unreadable: %r", stream.name, offset, e)
-            conn.answer_error(request.correlation, ErrorCode.INTERNAL_ERROR)
-            return
-        conn.answer(request.correlation, ref.timestamp, consumed(record))
-        return
-    conn.answer_error(request.correlation, ErrorCode.INVALID_OFFSET)  # removed meanwhile
+            records.extend(iter_records(chunk[HEADER_SIZE : HEADER_SIZE + ref.data_length]))
+        except ChunkError as e:
+            log.error("stream %s: chunk %d unreadable: %r", stream.name, ref.chunk_id, e)
+        return _ReadChunk(stream, ref.chunk_id, ref.next_offset, ref.timestamp, records)
+    return None
 
 
 HANDLERS: dict[MessageType, Callable[[MegaConnection, Request], None]] = {
