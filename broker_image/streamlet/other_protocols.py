@@ -36,6 +36,8 @@ async def run(args: argparse.Namespace) -> int:
         print(f"streamlet: {', '.join(unsupported)}: the RabbitMQ protocol's only",
               file=sys.stderr)
         return 2
+    if args.command == "consume" and args.offset is None:
+        args.offset = "first"  # no stored offset to resume from: these protocols have none
     try:
         if args.protocol == "mega":
             async with await MegaClient.connect(args.host, args.port) as m:
@@ -69,7 +71,7 @@ async def _mega_produce(c: MegaClient, args: argparse.Namespace) -> int:
                 raise
     bodies = _bodies(args)
     for i in range(0, len(bodies), MEGA_PIPELINE):
-        await asyncio.gather(*[c.produce(args.stream, b) for b in bodies[i : i + MEGA_PIPELINE]])
+        await c.produce_many(args.stream, bodies[i : i + MEGA_PIPELINE])
     print(f"published {len(bodies)} messages to {args.stream}", file=sys.stderr)
     return 0
 

@@ -65,9 +65,9 @@ def test_quick_run_counts_are_exact(tmp_path: Path) -> None:
 
 
 def test_quick_replicated_run_counts_are_exact(tmp_path: Path) -> None:
-    """A 3-node streamlet cluster: publish, read from a follower, latency, and a leader killed
-    while publishing: the publisher found the new leader and every message it sent there was
-    confirmed."""
+    """A 3-node streamlet cluster: publish, read from a follower, latency, a stopped member's
+    catch-up, and a leader killed while publishing: the publisher found the new leader and
+    every message it sent there was confirmed."""
     out = tmp_path / "bench.json"
     proc = subprocess.run(
         [sys.executable, "-m", "bench.run", "--quick", "--only", "streamlet", "--no-physical",
@@ -78,13 +78,17 @@ def test_quick_replicated_run_counts_are_exact(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     rows = {r["workload"]: r for r in data["rows"]}
     assert set(rows) == {"r3-publish-100", "r3-consume-100", "r3-publish-1000",
-                         "r3-consume-1000", "r3-latency", "r3-failover"}
+                         "r3-consume-1000", "r3-latency", "r3-catchup", "r3-failover"}
     sizes = data["meta"]["sizes"]
     for size, count in ((100, sizes["pub_small"]), (1000, sizes["pub_large"])):
         pub, con = rows[f"r3-publish-{size}"], rows[f"r3-consume-{size}"]
         assert (pub["sent"], pub["confirmed"], pub["errors"]) == (count, count, 0)
         assert con["consumed"] == count
         assert con["extra"]["read_from"] != con["extra"]["leader"]
+    catch = rows["r3-catchup"]
+    assert catch["confirmed"] == catch["consumed"] == sizes["catchup_bytes"] // catch["size"]
+    assert catch["extra"]["catchup_s"] is not None and catch["extra"]["lagging"] != catch[
+        "extra"]["leader"]
     fail = rows["r3-failover"]
     assert fail["extra"]["failover_ms"] is not None and fail["extra"]["failover_ms"] > 0
     assert fail["sent"] == fail["confirmed"] > 0
