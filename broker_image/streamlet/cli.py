@@ -18,7 +18,8 @@ from .clitools.values import port as port_number
 
 #: the client commands' connection options and their defaults, filled in by :func:`parse`
 CONNECTION_DEFAULTS: dict[str, object] = {
-    "host": "127.0.0.1", "port": 5552, "user": "guest", "password": "guest", "vhost": "/"}
+    "host": "127.0.0.1", "port": 5552, "user": "guest", "password": "guest", "vhost": "/",
+    "tls": False, "ca_cert": None, "cert": None, "key": None, "sasl_mechanism": "PLAIN"}
 
 
 def _connection_options(serve: bool = False) -> Parser:
@@ -45,6 +46,19 @@ def _connection_options(serve: bool = False) -> Parser:
     g.add_argument("--password-file", type=Path, default=argparse.SUPPRESS,
                    help="read the password from the first line of this file")
     g.add_argument("--vhost", default=argparse.SUPPRESS, help="virtual host (default /)")
+    g.add_argument("--tls", action="store_true", default=argparse.SUPPRESS,
+                   help="connect with TLS (the broker's [tls] port), verifying its certificate")
+    g.add_argument("--ca-cert", type=Path, default=argparse.SUPPRESS, metavar="FILE",
+                   help="with --tls: trust the CAs in FILE (PEM) instead of the system's")
+    g.add_argument("--cert", type=Path, default=argparse.SUPPRESS, metavar="FILE",
+                   help="with --tls: a client certificate (PEM), for EXTERNAL or a broker "
+                        "that requires one")
+    g.add_argument("--key", type=Path, default=argparse.SUPPRESS, metavar="FILE",
+                   help="with --cert: its private key (PEM; default: in the --cert file)")
+    g.add_argument("--sasl-mechanism", choices=("PLAIN", "EXTERNAL"), type=str.upper,
+                   default=argparse.SUPPRESS, help=(
+        "PLAIN (user and password, the default) or EXTERNAL (the --cert certificate's name is "
+        "the user, over --tls)"))
     return p
 
 
@@ -288,8 +302,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
                 if not hasattr(args, key):
                     setattr(args, key, CONNECTION_DEFAULTS[key])
     elif args.command == "serve":
-        given = [f"--{k.replace('_', '-')}" for k in ("user", "password", "password_file", "vhost")
-                 if hasattr(args, k)]
+        given = [f"--{k.replace('_', '-')}" for k in (*CONNECTION_DEFAULTS, "password_file")
+                 if hasattr(args, k) and k not in ("host", "port")]
         if given:
             parser.error(f"{', '.join(given)}: not an option of serve (users are configured "
                          "in its --config file)")
@@ -306,6 +320,16 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         for key, value in CONNECTION_DEFAULTS.items():
             if not hasattr(args, key):
                 setattr(args, key, value)
+        tls_only = [f"--{k.replace('_', '-')}" for k in ("ca_cert", "cert", "key")
+                    if getattr(args, k) is not None]
+        if args.sasl_mechanism == "EXTERNAL":
+            tls_only.append("--sasl-mechanism EXTERNAL")
+        if tls_only and not args.tls:
+            parser.error(f"{', '.join(tls_only)}: only with --tls")
+        if args.sasl_mechanism == "EXTERNAL" and args.cert is None:
+            parser.error("--sasl-mechanism EXTERNAL: give the client certificate (--cert)")
+        if args.tls and getattr(args, "protocol", "rabbitmq") != "rabbitmq":
+            parser.error("--tls: for --protocol rabbitmq (the other listeners' TLS is theirs)")
     return args
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ssl
 import sys
 import time
 
@@ -29,6 +30,17 @@ async def run(args: argparse.Namespace) -> int:
     return stop.exit_code if stop.requested else code
 
 
+def _tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """--tls: the server's certificate verified (against --ca-cert, else the system's CAs),
+    with --cert/--key offered as the client's."""
+    if not args.tls:
+        return None
+    ctx = ssl.create_default_context(cafile=str(args.ca_cert) if args.ca_cert else None)
+    if args.cert is not None:
+        ctx.load_cert_chain(args.cert, args.key)
+    return ctx
+
+
 def _properties(args: argparse.Namespace) -> dict[str, str]:
     """`streams info` asks the broker for StreamStats' details (broker.rabbitmq.streams)."""
     if getattr(args, "action", None) == "info":
@@ -45,8 +57,13 @@ async def _run(args: argparse.Namespace) -> int:
     try:
         client = await connect(args.host, args.port, user=args.user, password=args.password,
                                vhost=args.vhost, properties=_properties(args),
+                               ssl=_tls_context(args), mechanism=args.sasl_mechanism,
                                timeout=getattr(args, "timeout", None) if args.command == "ping"
                                else 30.0)
+    except ssl.SSLError as e:  # before OSError, its base: a certificate or a handshake refused
+        print(f"streamlet: TLS with {args.host}:{args.port} failed: {e.reason or e}",
+              file=sys.stderr)
+        return 1
     except (OSError, TimeoutError) as e:
         print(f"streamlet: cannot connect to {args.host}:{args.port}: {e}", file=sys.stderr)
         return 1
@@ -69,7 +86,9 @@ async def _run(args: argparse.Namespace) -> int:
                     # the stream lives on another broker (a pod of the same cluster): go there
                     print(f"streamlet: {args.stream} is on {leader[0]}:{leader[1]}", file=sys.stderr)
                     async with await connect(leader[0], leader[1], user=args.user,
-                                             password=args.password, vhost=args.vhost) as owner:
+                                             password=args.password, vhost=args.vhost,
+                                             ssl=_tls_context(args),
+                                             mechanism=args.sasl_mechanism) as owner:
                         return await _client_command(owner, args)
                 return await _client_command(client, args)
             return await _streams(client, args)

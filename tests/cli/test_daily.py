@@ -3,6 +3,7 @@ the environment), in the order --password, --password-file, $STREAMLET_PASSWORD,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.support.brokers import BrokerProcess, free_port
@@ -102,3 +103,28 @@ def test_a_second_broker_on_the_same_data_directory_is_refused(tmp_path: Path) -
     # once it stopped, the directory is free again
     again = BrokerProcess(tmp_path / "data", port=free_port()).start()
     again.stop()
+
+
+def test_tls_and_external_from_the_cli(broker_factory: Callable[..., BrokerProcess],
+                                       tmp_path: Path) -> None:
+    """--tls with --ca-cert (the server verified), PLAIN over it, and EXTERNAL with --cert:
+    the certificate's CN (app) is the user, with app's permissions."""
+    from tests.broker.test_access import _tls_broker
+
+    b, tls_port, d = _tls_broker(broker_factory, tmp_path, verify_peer=False)
+    tls = ["--host", b.host, "--port", str(tls_port), "--tls", "--ca-cert", str(d / "ca.pem")]
+    cli("produce", *tls, "--user", "admin", "--password", "admin-pw", "app-cli", "--create",
+        stdin=b"over tls\n")
+    external = [*tls, "--cert", str(d / "client.pem"), "--key", str(d / "client.key"),
+                "--sasl-mechanism", "EXTERNAL"]
+    cli("produce", *external, "app-cli", stdin=b"as app\n")
+    out = cli("consume", *external, "app-cli", "--count", "2")
+    assert out.stdout == b"0\tover tls\n1\tas app\n"
+    refused = cli("streams", *external, "create", "not-app", check=False)
+    assert refused.returncode == 1 and b"ACCESS_REFUSED" in refused.stderr
+    # the server's certificate is checked: without the CA it is refused, in one line
+    untrusted = cli("ping", "--host", b.host, "--port", str(tls_port), "--tls", check=False)
+    assert untrusted.returncode == 1
+    assert stderr_line(untrusted.stderr).startswith(f"streamlet: TLS with {b.host}:{tls_port} failed")
+    misuse = cli("ping", "--cert", str(d / "client.pem"), check=False)
+    assert misuse.returncode == 2 and b"--cert: only with --tls" in misuse.stderr

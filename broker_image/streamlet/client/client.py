@@ -26,6 +26,7 @@ async def connect(
     vhost: str = "/", heartbeat: int = 60, frame_max: int = 1048576,
     ssl: ssl_.SSLContext | None = None, connection_name: str | None = None,
     timeout: float | None = 30.0, properties: dict[str, str] | None = None,
+    mechanism: str = "PLAIN",
 ) -> Client:
     """Open a connection and run the handshake. ``timeout`` bounds every request (None: none);
     ``properties``: more client properties for PeerProperties."""
@@ -37,7 +38,7 @@ async def connect(
     try:
         await conn.open(user=user, password=password, vhost=vhost, heartbeat=heartbeat,
                         frame_max=frame_max, connection_name=connection_name,
-                        properties=properties)
+                        properties=properties, mechanism=mechanism)
     except BaseException:
         if conn.transport is not None:
             conn.transport.abort()

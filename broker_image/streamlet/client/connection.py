@@ -195,6 +195,7 @@ class Connection(asyncio.Protocol):
     async def open(
         self, *, user: str, password: str, vhost: str, heartbeat: int, frame_max: int,
         connection_name: str | None, properties: dict[str, str] | None = None,
+        mechanism: str = "PLAIN",
     ) -> None:
         props = {
             "product": "streamlet-client",
@@ -206,6 +207,7 @@ class Connection(asyncio.Protocol):
             props["connection_name"] = connection_name
         props.update(properties or {})
         hs = ClientHandshake(properties=props, user=user, password=password, vhost=vhost,
+                             mechanism=mechanism,
                              frame_max=frame_max, heartbeat=heartbeat, correlation=self._corr)
         self._handshake = hs
         try:
