@@ -4,6 +4,7 @@ served by the broker's event loop from what its streams already count (collector
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
@@ -38,6 +39,7 @@ async def start_metrics(broker: Broker) -> MetricsServer | None:
     is the address."""
     cfg = broker.config.metrics
     if cfg is None:
+        log.info("no metrics endpoint (turned off)")
         return None
     host = cfg.host if cfg.host is not None else broker.config.host
     registry = registry_for(broker)
@@ -45,11 +47,11 @@ async def start_metrics(broker: Broker) -> MetricsServer | None:
     try:
         await server.start(host, cfg.port)
     except OSError as e:
+        why = os.strerror(e.errno) if e.errno else str(e)  # asyncio's strerror names the address
         if cfg.required:
-            raise OSError(e.errno, f"{e.strerror} (metrics)", f"{host}:{cfg.port}") from e
+            raise OSError(e.errno, f"{why} (metrics)", f"{host}:{cfg.port}") from e
         log.warning("no metrics endpoint: cannot listen on %s:%d (%s); set "
-                    "[listeners.metrics] port or serve --metrics-port", host, cfg.port,
-                    e.strerror)
+                    "[listeners.metrics] port or serve --metrics-port", host, cfg.port, why)
         return None
     log.info("streamlet metrics at http://%s:%d/metrics", host, server.port)
     return server
