@@ -7,7 +7,6 @@ rules and the dashboard name exists in a real scrape of a broker process."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -18,6 +17,7 @@ import helm_python
 import jsonschema
 import kubernetes_validate
 import pytest
+import yaml
 from rstream import Consumer, Producer, RawMessage
 
 from streamlet.broker import config as broker_config
@@ -27,7 +27,7 @@ from streamlet_operator.builders.statefulset import METRICS_PORT
 from tests.chart.conftest import CHART, KUBE_VERSIONS
 from tests.chart.test_builders import _mounted, broker
 from tests.support.brokers import BrokerProcess, free_port
-from tests.support.scrape import parse, scrape, scrape_text
+from tests.support.scrape import parse, scrape
 from tests.support.waiting import eventually
 
 helm_python.disable_logging()
@@ -48,8 +48,6 @@ def chart() -> Iterator[helm_python.Chart]:
 
 def render(chart: helm_python.Chart, values: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """kind -> the one object of that kind among the monitoring templates' output."""
-    import yaml
-
     out = chart.render(values, name="streamlet", namespace="streamlet-system", is_install=True)
     docs = [d for path, text in sorted(out.items()) if "/monitoring-" in path
             for d in yaml.safe_load_all(text) if d]
@@ -227,15 +225,15 @@ def test_the_alerts(chart: helm_python.Chart) -> None:
     exprs = rule_exprs(rules)
     assert sorted(exprs) == ["StreamletBrokerDown", "StreamletConsumerLagGrowing",
                              "StreamletDiskFilling", "StreamletStreamUnavailable"]
-    assert 'up{job="streamlet-broker"} == 0' == exprs["StreamletBrokerDown"]
+    assert exprs["StreamletBrokerDown"] == 'up{job="streamlet-broker"} == 0'
     assert "streamlet_consumer_lag > 500" in exprs["StreamletConsumerLagGrowing"]
     assert "< 0.2" in exprs["StreamletDiskFilling"]
     for rule in rules["spec"]["groups"][0]["rules"]:
         assert rule["labels"]["severity"] in ("critical", "warning")
         # Prometheus' own templates survive Helm's
         assert "{{ $labels." in rule["annotations"]["summary"]
-        for expr in (rule["expr"],):
-            assert expr.count("(") == expr.count(")") and expr.count("[") == expr.count("]")
+        expr = rule["expr"]
+        assert expr.count("(") == expr.count(")") and expr.count("[") == expr.count("]")
 
 
 def test_the_dashboard(chart: helm_python.Chart) -> None:
@@ -278,4 +276,3 @@ def test_scrape_helper_reads_the_text_format() -> None:
     """parse() keeps every sample (a sanity check of the helper the scrape tests use)."""
     text = "# TYPE a counter\na_total{x=\"1\"} 2.0\n# TYPE g gauge\ng 3.0\n"
     assert parse(text) == {("a_total", (("x", "1"),)): 2.0, ("g", ()): 3.0}
-    assert callable(scrape_text) and asyncio.iscoroutinefunction(scrape)
