@@ -22,7 +22,8 @@ def test_a_sample_is_counted_in_the_first_bucket_whose_bound_it_does_not_pass() 
 
 def test_counters_and_latency_of_a_stream_with_one_copy(tmp_path: Path) -> None:
     clock = ManualClock()
-    stream = Stream("s", tmp_path / "s", StreamSettings(), "never", clock)
+    stream = Stream("s", tmp_path / "s", StreamSettings(), "never", clock,
+                    LatencyHistogram(now=clock.time))
     session, reader = FakeSession(), FakeSession()
     publisher = Publisher(1, "ref", stream, session)
     stream.attach_publisher(publisher)
@@ -43,7 +44,7 @@ def test_counters_and_latency_of_a_stream_with_one_copy(tmp_path: Path) -> None:
 
 def test_a_replicated_chunk_is_sampled_at_its_commit(tmp_path: Path) -> None:
     clock = ManualClock()
-    shared = LatencyHistogram()
+    shared = LatencyHistogram(now=clock.time)
     stream = Stream("s", tmp_path / "s", StreamSettings(), "never", clock, shared)
     stream.awaits_commit = True
     session = FakeSession()

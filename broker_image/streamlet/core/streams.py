@@ -184,8 +184,8 @@ class Stream:
             return
         loop = self.clock
         if not self._count:
-            self._pending_since = now = loop.time()
-            if now - self._last_flush > QUIET_S:
+            self._pending_since = self.confirm_latency.now()
+            if loop.time() - self._last_flush > QUIET_S:
                 self._chunk_entries = CHUNK_MIN_ENTRIES  # a burst after a quiet spell starts small
         rest: PublishBatch | None = batch
         while rest is not None:
@@ -275,7 +275,7 @@ class Stream:
         self._confirms, self._dirty_refs = defaultdict(list), {}
         placed, self._placed = self._placed, []
         # what stays pending after a full chunk was written (publish cuts batches) waits from now
-        since, self._pending_since = self._pending_since, self._last_flush
+        since, self._pending_since = self._pending_since, self.confirm_latency.now()
         bloom = chunk_bloom(self._filter_values, self.settings.filter_size)
         self._filter_values = set()
         try:
@@ -313,7 +313,7 @@ class Stream:
             n += sum(map(len, packed))
         self.confirmed += n >> 3  # 8 bytes per publishing id
         if since is not None:
-            self.confirm_latency.observe(self.clock.time() - since)
+            self.confirm_latency.observe_since(since)
 
     # --- the commit point (replicated streams; one copy commits on write) ----------------------
 
