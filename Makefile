@@ -9,6 +9,7 @@ HOST ?= 127.0.0.1
 PORT ?= 5552
 MEGA_PORT ?= 5553
 RSIO_PORT ?= 5554
+SBP_PORT ?= 5555
 
 .PHONY: up test test-fast lint bench soak clean help
 
@@ -16,7 +17,7 @@ RSIO_PORT ?= 5554
 FAST_TESTS := tests/unit tests/core tests/rabbitmq tests/storage tests/protocol tests/replication tests/client/test_client_units.py tests/operator/test_placement.py tests/operator/test_plan.py tests/operator/test_failover.py tests/cluster/test_units.py
 
 help:
-	@echo "make up     - install and serve a broker on $(HOST):$(PORT) (MEGA on 127.0.0.1:$(MEGA_PORT), Reactive Streams IO on 127.0.0.1:$(RSIO_PORT)), data in ./$(DATA) (Ctrl-C stops)"
+	@echo "make up     - install and serve a broker on $(HOST):$(PORT) (MEGA on 127.0.0.1:$(MEGA_PORT), Reactive Streams IO on 127.0.0.1:$(RSIO_PORT), SBP on 127.0.0.1:$(SBP_PORT)), data in ./$(DATA) (Ctrl-C stops)"
 	@echo "make test   - install everything the tests use and run them all"
 	@echo "make test-fast - the in-memory tests only (seconds)"
 	@echo "make lint   - ruff, mypy and the import contracts (.importlinter)"
@@ -38,7 +39,7 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 	touch $@
 
 up: $(VENV)/.installed-core
-	$(VENV)/bin/streamlet serve --host $(HOST) --port $(PORT) --mega-port $(MEGA_PORT) --rsio-port $(RSIO_PORT) --data-dir $(DATA)
+	$(VENV)/bin/streamlet serve --host $(HOST) --port $(PORT) --mega-port $(MEGA_PORT) --rsio-port $(RSIO_PORT) --sbp-port $(SBP_PORT) --data-dir $(DATA)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .protocols import baseline_of
 from .workloads import Row
 
 #: rows where lower is better compare this metric; every other row compares msg/s
@@ -42,6 +43,9 @@ def table(rows: list[Row]) -> str:
         if r.server == "streamlet" and other is not None:
             name, v = ratio(r, other)
             rat = f"{v:.2f}x {name}" if v is not None else "-"
+        base = by.get((baseline_of(r) or "", "streamlet"))
+        if base is not None:  # MEGA, RSIO: against the RabbitMQ protocol on the same broker
+            rat = f"{r.msg_s / base.msg_s:.2g}x msg/s of the RabbitMQ protocol" if base.msg_s else "-"
         rss = f"{r.rss_peak_mb:,.0f}"
         if r.workload == "many-streams":
             rss += f" (after: {r.rss_end_mb:,.0f})"
@@ -96,7 +100,20 @@ def targets(rows: list[Row], physical: dict[str, float],
                 parts.append(f"{100 * s.mb_s / v:.0f}% of {name} ({v:,.0f} MB/s)")
             out.append("INFO streamlet " + ", ".join(parts))
     out += replicated_targets(by)
+    out += protocol_lines(rows, by)
     return out + list(notes or [])
+
+
+def protocol_lines(rows: list[Row], by: dict[tuple[str, str], Row]) -> list[str]:
+    """MEGA's and RSIO's throughput against the RabbitMQ protocol's, all on streamlet (issue
+    13: no target, a comparison)."""
+    out = []
+    for r in rows:
+        base = by.get((baseline_of(r) or "", "streamlet"))
+        if base is not None and base.msg_s:
+            out.append(f"INFO streamlet {r.workload} / {base.workload} (same broker, same run): "
+                       f"{r.msg_s / base.msg_s:.2g} ({r.msg_s:,.0f} vs {base.msg_s:,.0f} msg/s)")
+    return out
 
 
 def replicated_targets(by: dict[tuple[str, str], Row]) -> list[str]:
@@ -226,7 +243,10 @@ def results_section(rows: list[Row], physical: dict[str, float], meta: dict[str,
                   + ", ".join(f"{k} {v:,.0f} MB/s" for k, v in physical.items()) + ".", ""]
     lines = targets(rows, physical, notes)
     if lines:
-        which = "issues 4 and 12" if any(r.workload.startswith("r3-") for r in rows) else "issue 4"
+        issues = ["4"] + (["12"] if any(r.workload.startswith("r3-") for r in rows) else []) \
+            + (["13"] if any(baseline_of(r) for r in rows) else [])
+        which = f"issue {issues[0]}" if len(issues) == 1 else \
+            f"issues {', '.join(issues[:-1])} and {issues[-1]}"
         parts += [f"Targets of {which}:", ""] + [f"- {line}" for line in lines] + [""]
     if plot_name:
         parts += [f"![throughput and latency, both servers]({plot_name})", ""]

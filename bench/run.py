@@ -246,7 +246,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--only", choices=SERVERS, help="run against one server only")
     p.add_argument("--workloads", default=",".join(ALL_WORKLOADS),
                    help=f"comma-separated subset of {','.join(ALL_WORKLOADS)} (replicated: "
-                        "3-node clusters of both servers, bench/replicated.py)")
+                        "3-node clusters of both servers, bench/replicated.py; protocols: "
+                        "MEGA and RSIO beside the RabbitMQ protocol, streamlet only, "
+                        "bench/protocols.py)")
     p.add_argument("--no-physical", action="store_true",
                    help="skip the loopback and disk references")
     p.add_argument("--pub-procs", type=int, default=1,

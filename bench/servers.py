@@ -101,10 +101,13 @@ class Server:
 class Streamlet(Server):
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    #: the other protocols' listeners on the same broker (the protocols workload): name -> port
+    protocol_ports: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def start(cls, root: Path, port: int = 0) -> Streamlet:
         port = port or free_port()
+        others = {"mega": free_port(), "rsio": free_port()}
         data = root / "streamlet-data"
         data.mkdir(parents=True, exist_ok=True)
         log = root / "streamlet.log"
@@ -112,13 +115,15 @@ class Streamlet(Server):
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(REPO / "broker_image"), env.get("PYTHONPATH", "")) if p)
         cmd = [sys.executable, "-m", "streamlet", "serve", "--host", "127.0.0.1",
-               "--port", str(port), "--data-dir", str(data)]
+               "--port", str(port), "--data-dir", str(data),
+               "--mega-port", str(others["mega"]), "--rsio-port", str(others["rsio"])]
         with open(log, "wb") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
                                     cwd=root, start_new_session=True)
-        srv = cls("streamlet", port, proc.pid, data, proc, log)
+        srv = cls("streamlet", port, proc.pid, data, proc, log, others)
         try:
-            wait_port(port, 30, lambda: proc.poll() is None)
+            for p in (port, *others.values()):
+                wait_port(p, 30, lambda: proc.poll() is None)
         except ServerError as e:
             srv.stop()
             raise ServerError(f"{e}; log: {log.read_text()[-2000:]}") from e

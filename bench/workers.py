@@ -21,14 +21,16 @@ from typing import Any
 
 from streamlet.protocol.constants import OffsetType
 
-from . import failover
+from . import failover, protoload
 from .client import Conn, connect
 from .load import CountingConsumer, LatencyConsumer, Publisher, RatePublisher, percentile
 
 
 @dataclass
 class Job:
-    kind: str  # publish | consume | latency_pub | latency_sub | stalled | failover_pub
+    #: publish | consume | latency_pub | latency_sub | stalled | failover_pub, or one of
+    #: protoload.JOBS (mega_produce | mega_consume | rsio_produce | rsio_consume)
+    kind: str
     port: int
     streams: list[str]
     params: dict[str, Any] = field(default_factory=dict)
@@ -153,9 +155,21 @@ async def _failover_pub(job: Job, ready: Callable[[], None], go: Event) -> dict[
                               p["after"], time.monotonic() + p["timeout"])
 
 
+def _client_cpu(res: dict[str, Any]) -> None:
+    """This process's CPU from its release to the end of its load (one job per process)."""
+    if _released:
+        wall = time.monotonic() - _released[0]
+        res["client_cpu_pct"] = 100 * (time.process_time() - _released[1]) / wall
+
+
 async def _run(job: Job, ready: Callable[[], None], go: Event, stop: Event) -> dict[str, Any]:
     if job.kind == "failover_pub":  # opens (and reopens) its own connections
         return await _failover_pub(job, ready, go)
+    if job.kind in protoload.JOBS:  # MEGA and RSIO: their own connections
+        res = await protoload.JOBS[job.kind](job.port, job.streams[0], job.params, ready,
+                                             lambda: _go(go))
+        _client_cpu(res)
+        return res
     conn = await connect(job.port)
     try:
         if job.kind == "publish":
@@ -170,9 +184,7 @@ async def _run(job: Job, ready: Callable[[], None], go: Event, stop: Event) -> d
             res = await _stalled(job, conn, ready, go, stop)
         else:
             raise ValueError(f"unknown job kind {job.kind}")
-        if _released:  # CPU of this process from release to the end of its load
-            wall = time.monotonic() - _released[0]
-            res["client_cpu_pct"] = 100 * (time.process_time() - _released[1]) / wall
+        _client_cpu(res)
         t = time.monotonic()
     finally:
         if job.kind == "stalled" and conn.transport is not None:

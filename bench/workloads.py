@@ -40,13 +40,18 @@ class Sizes:
     fail_kill_after: float = 3.0  # replicated failover: publish this long, then kill the leader
     fail_after: float = 2.0  # and keep publishing this long after the first new confirm
     catchup_bytes: int = 1_000_000_000  # published while a member is stopped (replicated)
+    proto_count: int = 100_000  # of `small` messages, per protocol (protocols)
+    #: MEGA's consume reads only this many of them: one CONSUME costs the broker a walk of the
+    #: message's chunk (docs/performance.md), so a whole read would dominate the run
+    proto_mega_consume: int = 10_000
 
     @classmethod
     def quick(cls) -> Sizes:
         return cls(pub_small=20_000, pub_large=5_000, fan_count=2_000, lat_seconds=1.0,
                    lat_warmup=0.2, many_total=10_000, stall_count=5_000, stall_hold=0.5,
                    consume_reps=1, physical_bytes=64 << 20, fail_kill_after=1.0,
-                   fail_after=0.5, catchup_bytes=20_000_000)
+                   fail_after=0.5, catchup_bytes=20_000_000, proto_count=5_000,
+                   proto_mega_consume=2_000)
 
 
 @dataclass
@@ -327,4 +332,11 @@ WORKLOADS: dict[str, Callable[[Server, Sizes], list[Row]]] = {
     "latency": latency,
     "many": many_streams,
     "stalled": stalled_consumer,
+    "protocols": lambda srv, sz: _protocols(srv, sz),
 }
+
+
+def _protocols(server: Server, sz: Sizes) -> list[Row]:
+    from .protocols import protocols  # it builds on this module's helpers
+
+    return protocols(server, sz)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -36,8 +37,13 @@ def _connection_options(serve: bool = False) -> Parser:
         port_help = f"{port_help}; for serve, the listen port; for cluster up, node 0's"
     g.add_argument("--host", default=argparse.SUPPRESS, help=host)
     g.add_argument("--port", type=port_number, default=argparse.SUPPRESS, help=port_help)
-    g.add_argument("--user", default=argparse.SUPPRESS, help="user name (default guest)")
-    g.add_argument("--password", default=argparse.SUPPRESS, help="password (default guest)")
+    g.add_argument("--user", default=argparse.SUPPRESS,
+                   help="user name (default: $STREAMLET_USER, else guest)")
+    g.add_argument("--password", default=argparse.SUPPRESS, help=(
+        "password (default: the first line of --password-file, else $STREAMLET_PASSWORD, else "
+        "guest); a password on the command line is visible to other users in ps"))
+    g.add_argument("--password-file", type=Path, default=argparse.SUPPRESS,
+                   help="read the password from the first line of this file")
     g.add_argument("--vhost", default=argparse.SUPPRESS, help="virtual host (default /)")
     return p
 
@@ -74,6 +80,10 @@ def build_parser() -> Parser:
                        help="serve Prometheus metrics at http://HOST:P/metrics (HOST: "
                             "[listeners.metrics] host, else --host); 0 turns it off (default: "
                             "[listeners.metrics], else 15692, skipped with a warning when taken)")
+    serve.add_argument("--sbp-port", type=port_number, default=None, metavar="P",
+                       help="serve the Streaming Batch Protocol (docs/protocols/sbp.md) on P, on "
+                            "loopback unless configured otherwise; 0 turns it off (default: "
+                            "[listeners.sbp], none)")
     serve.add_argument("--fsync", choices=["never", "interval", "chunk"],
                        help="when to fsync the log (default never: a confirm means the OS has it)")
     serve.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
@@ -93,6 +103,9 @@ def build_parser() -> Parser:
         "publishing id i, and those up to the sequence stored for the reference are skipped, "
         "so running the same input again stores nothing twice"))
     produce.add_argument("--create", action="store_true", help="create the stream if missing")
+    _format_option(produce, "each message sent as is (raw), or as an AMQP 1.0 message with the "
+                            "input in one data section (amqp), as RabbitMQ's clients send and "
+                            "their AMQP decoders expect")
     _protocol_option(produce)
 
     consume = sub.add_parser("consume", help="read messages from a stream", parents=[conn],
@@ -109,6 +122,10 @@ def build_parser() -> Parser:
         "consumer name: without --offset, resume after the offset stored under it; the last "
         "offset printed is stored under it when consume ends (--count, --timeout, a closed "
         "pipe, Ctrl-C or SIGTERM)"))
+    _format_option(consume, "print each body as stored (raw), or the body of an AMQP 1.0 "
+                            "message as RabbitMQ's clients publish it (amqp: its data sections, "
+                            "or its amqp-value; a message that is not AMQP is printed raw, with "
+                            "a warning)")
     _protocol_option(consume)
 
     streams = sub.add_parser("streams", help="create, delete and inspect streams", parents=[conn])
@@ -145,6 +162,12 @@ def build_parser() -> Parser:
                              parents=[conn])
     lsuper.add_argument("name")
     lsuper.add_argument("--keys", help="comma-separated routing keys to route (default: none)")
+    ping = sub.add_parser("ping", help="check that a broker answers", parents=[conn],
+                          description=(
+        "Connect and log in (PeerProperties, SASL, Tune, Open), as rabbitmq-diagnostics ping "
+        "does: exit 0 and one line with the server and the time taken, or exit 1 and why."))
+    ping.add_argument("--timeout", type=positive_float, default=10.0,
+                      help="seconds to wait for the broker (default 10)")
     _cluster_parser(sub)
     return parser
 
@@ -153,15 +176,21 @@ def build_parser() -> Parser:
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 #: the port a client command connects to by default, per --protocol (--port overrides it)
-PROTOCOL_PORTS = {"rabbitmq": 5552, "mega": 5553, "rsio": 5554}
+PROTOCOL_PORTS = {"rabbitmq": 5552, "mega": 5553, "rsio": 5554, "sbp": 5555}
+
+
+def _format_option(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--format", choices=("raw", "amqp"), default="raw",
+                   help=f"{what} (default raw)")
 
 
 def _protocol_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--protocol", choices=list(PROTOCOL_PORTS), default="rabbitmq", help=(
-        "the wire protocol: rabbitmq (default), mega (docs/protocols/mega.md) or rsio (Reactive "
-        "Streams IO, docs/protocols/reactive-streams.md); the default port follows it (5552, "
-        "5553, 5554); mega and rsio take no --user/--password/--vhost, --reference or --name, "
-        "and mega's --offset is first or a number"))
+        "the wire protocol: rabbitmq (default), mega (docs/protocols/mega.md), rsio (Reactive "
+        "Streams IO, docs/protocols/reactive-streams.md) or sbp (docs/protocols/sbp.md); the "
+        "default port follows it (5552, 5553, 5554, 5555); mega, rsio and sbp take no "
+        "--user/--password/--vhost, --reference or --name, and mega's and sbp's --offset is "
+        "first or a number"))
 
 
 def _cluster_parser(sub: argparse._SubParsersAction[Parser]) -> None:
@@ -254,7 +283,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.command == "cluster":
         allowed = ("host", "port") if args.action == "up" else ()
-        given = [f"--{k}" for k in CONNECTION_DEFAULTS if hasattr(args, k) and k not in allowed]
+        given = [f"--{k.replace('_', '-')}" for k in (*CONNECTION_DEFAULTS, "password_file")
+                 if hasattr(args, k) and k not in allowed]
         if given:
             parser.error(f"{', '.join(given)}: not an option of cluster {args.action}")
         if args.action == "up":
@@ -262,7 +292,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
                 if not hasattr(args, key):
                     setattr(args, key, CONNECTION_DEFAULTS[key])
     elif args.command == "serve":
-        given = [f"--{k}" for k in ("user", "password", "vhost") if hasattr(args, k)]
+        given = [f"--{k.replace('_', '-')}" for k in ("user", "password", "password_file", "vhost")
+                 if hasattr(args, k)]
         if given:
             parser.error(f"{', '.join(given)}: not an option of serve (users are configured "
                          "in its --config file)")
@@ -270,12 +301,31 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
             if not hasattr(args, key):
                 setattr(args, key, None)
     else:
-        if getattr(args, "protocol", "rabbitmq") != "rabbitmq" and not hasattr(args, "port"):
-            args.port = PROTOCOL_PORTS[args.protocol]
+        if getattr(args, "protocol", "rabbitmq") != "rabbitmq":
+            if getattr(args, "format", "raw") != "raw":
+                parser.error("--format amqp: RabbitMQ's message format, for --protocol rabbitmq")
+            if not hasattr(args, "port"):
+                args.port = PROTOCOL_PORTS[args.protocol]
+        _credentials(args, parser)
         for key, value in CONNECTION_DEFAULTS.items():
             if not hasattr(args, key):
                 setattr(args, key, value)
     return args
+
+
+def _credentials(args: argparse.Namespace, parser: Parser) -> None:
+    """User and password not given as flags: from --password-file, then the environment
+    (STREAMLET_USER, STREAMLET_PASSWORD), so that they need not be on the command line."""
+    if not hasattr(args, "user") and os.environ.get("STREAMLET_USER"):
+        args.user = os.environ["STREAMLET_USER"]
+    if hasattr(args, "password_file") and not hasattr(args, "password"):
+        try:
+            lines = args.password_file.read_text().splitlines()
+        except OSError as e:
+            parser.error(f"--password-file: {e.strerror or e}: {args.password_file}")
+        args.password = lines[0] if lines else ""
+    elif not hasattr(args, "password") and os.environ.get("STREAMLET_PASSWORD"):
+        args.password = os.environ["STREAMLET_PASSWORD"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -303,6 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from .broker import ConfigError, load, run
+    from .dirlock import AlreadyRunning
 
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -310,7 +361,8 @@ def _serve(args: argparse.Namespace) -> int:
         config = load(args.config, host=args.host, port=args.port, data_dir=args.data_dir,
                       advertised_host=args.advertised_host, advertised_port=args.advertised_port,
                       fsync=args.fsync, mega_port=args.mega_port,
-                      rsio_port=args.rsio_port, metrics_port=args.metrics_port)
+                      rsio_port=args.rsio_port, sbp_port=args.sbp_port,
+                      metrics_port=args.metrics_port)
     except ConfigError as e:
         print(f"streamlet: {e}", file=sys.stderr)
         return 2
@@ -323,6 +375,10 @@ def _serve(args: argparse.Namespace) -> int:
         return 1
     except ConfigError as e:  # found when the broker starts, e.g. unreadable TLS certificates
         print(f"streamlet: {e}", file=sys.stderr)
+        return 2
+    except AlreadyRunning as e:
+        print(f"streamlet: another broker{f' (pid {e.pid})' if e.pid else ''} serves from "
+              f"{config.data_dir}: one broker per data directory", file=sys.stderr)
         return 2
     logging.getLogger("streamlet").info("served for %.0f s", time.monotonic() - started)
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
 
 from .client import Client, StreamletError, connect
 from .clitools.consume import consume
@@ -40,9 +41,12 @@ async def _run(args: argparse.Namespace) -> int:
         from . import other_protocols
 
         return await other_protocols.run(args)
+    started = time.monotonic()
     try:
         client = await connect(args.host, args.port, user=args.user, password=args.password,
-                               vhost=args.vhost, properties=_properties(args))
+                               vhost=args.vhost, properties=_properties(args),
+                               timeout=getattr(args, "timeout", None) if args.command == "ping"
+                               else 30.0)
     except (OSError, TimeoutError) as e:
         print(f"streamlet: cannot connect to {args.host}:{args.port}: {e}", file=sys.stderr)
         return 1
@@ -51,6 +55,12 @@ async def _run(args: argparse.Namespace) -> int:
         return 1
     try:
         async with client:
+            if args.command == "ping":
+                props = client.server_properties
+                print(f"ping {args.host}:{args.port}: {props.get('product', 'a broker')} "
+                      f"{props.get('version', '')} answered in "
+                      f"{(time.monotonic() - started) * 1000:.0f} ms".replace("  ", " "))
+                return 0
             if args.command in ("produce", "consume"):
                 if args.command == "produce" and args.create:
                     await client.create_stream(args.stream, exists_ok=True)

@@ -1,6 +1,7 @@
-"""`streamlet produce|consume --protocol mega|rsio`: the same commands over MEGA
-(docs/protocols/mega.md) and Reactive Streams IO (docs/protocols/reactive-streams.md). Output
-is the RabbitMQ protocol's: consume prints 'offset<TAB>body' lines."""
+"""`streamlet produce|consume --protocol mega|rsio|sbp`: the same commands over MEGA
+(docs/protocols/mega.md), Reactive Streams IO (docs/protocols/reactive-streams.md) and the
+Streaming Batch Protocol (docs/protocols/sbp.md). Output is the RabbitMQ protocol's: consume
+prints 'offset<TAB>body' lines."""
 
 from __future__ import annotations
 
@@ -11,12 +12,16 @@ from collections.abc import AsyncIterator
 
 from .client.mega import MegaClient, MegaError
 from .client.rsio import RsioClient, RsioError
+from .client.sbp import SbpClient, SbpError
 from .mega import ErrorCode
+from .sbp import ErrorCode as SbpCode
 
 #: MEGA produces in flight at once (each answered once durable)
 MEGA_PIPELINE = 100
 #: how often a MEGA consume asks again for an offset not stored yet
 MEGA_POLL_S = 0.2
+#: record batches per SBP APPEND frame
+SBP_BATCHES = 1000
 
 
 def _bodies(args: argparse.Namespace) -> list[bytes]:
@@ -36,13 +41,17 @@ async def run(args: argparse.Namespace) -> int:
             async with await MegaClient.connect(args.host, args.port) as m:
                 return await (_mega_produce(m, args) if args.command == "produce"
                               else _mega_consume(m, args))
+        if args.protocol == "sbp":
+            async with await SbpClient.connect(args.host, args.port) as c:
+                return await (_sbp_produce(c, args) if args.command == "produce"
+                              else _sbp_consume(c, args))
         async with await RsioClient.connect(args.host, args.port) as r:
             return await (_rsio_produce(r, args) if args.command == "produce"
                           else _rsio_consume(r, args))
     except (OSError, TimeoutError) as e:
         print(f"streamlet: cannot connect to {args.host}:{args.port}: {e}", file=sys.stderr)
         return 1
-    except (MegaError, RsioError, ConnectionError) as e:
+    except (MegaError, RsioError, SbpError, ConnectionError) as e:
         print(f"streamlet: {e}", file=sys.stderr)
         return 1
 
@@ -108,6 +117,44 @@ async def _rsio_consume(c: RsioClient, args: argparse.Namespace) -> int:
                 break
             _print(element.offset, element.body)  # type: ignore[attr-defined]
             seen += 1
+    finally:
+        sys.stdout.flush()
+    return 0
+
+
+async def _sbp_produce(c: SbpClient, args: argparse.Namespace) -> int:
+    if args.create:
+        try:
+            await c.create_stream(args.stream)
+        except SbpError as e:
+            if e.code != SbpCode.STREAM_EXISTS:
+                raise
+    bodies = _bodies(args)
+    for i in range(0, len(bodies), SBP_BATCHES):  # one APPEND frame each, a batch per message
+        await c.append(args.stream, bodies[i : i + SBP_BATCHES])
+    print(f"published {len(bodies)} messages to {args.stream}", file=sys.stderr)
+    return 0
+
+
+async def _sbp_consume(c: SbpClient, args: argparse.Namespace) -> int:
+    start = args.offset or "first"
+    if start != "first" and not start.isdigit():
+        print("streamlet: SBP fetches from an offset: --offset first or a number", file=sys.stderr)
+        return 2
+    offset = 0 if start == "first" else int(start)
+    wait_ms = 5000 if args.timeout is None else max(int(args.timeout * 1000), 1)
+    seen = 0
+    try:
+        while args.count is None or seen < args.count:
+            got = await c.fetch(args.stream, offset, max_wait_ms=wait_ms, min_bytes=1)
+            if not got:  # a long poll that ended empty: --timeout passed
+                if args.timeout is not None:
+                    break
+                continue
+            for at, body in got[: None if args.count is None else args.count - seen]:
+                _print(at, body)
+                seen += 1
+            offset = got[-1][0] + 1
     finally:
         sys.stdout.flush()
     return 0

@@ -12,7 +12,7 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from .amqp import AmqpError, decode_message, text
+from streamlet.amqp import AmqpError, decode_message, text
 
 RAW_COLUMNS = "stream STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, value BINARY"
 AMQP_COLUMNS = (RAW_COLUMNS + ", body BINARY, properties MAP<STRING, STRING>, "

@@ -102,6 +102,22 @@ async def test_create_produce_consume(mega_broker: MegaBroker) -> None:
         assert (await c.consume("m-basic", 5))[1] == b""
 
 
+async def test_produce_many_and_consume_many(mega_broker: MegaBroker) -> None:
+    """The client's pipelined calls: one write per batch, answers in the batch's order."""
+    bodies = [b"many-%d" % i for i in range(2000)]
+    async with await client(mega_broker) as c:
+        await c.create_topic("m-many")
+        offsets = await c.produce_many("m-many", bodies[:1000])
+        offsets += await c.produce_many("m-many", bodies[1000:])
+        assert offsets == list(range(2000))
+        got = await c.consume_many("m-many", reversed(range(2000)))
+        assert [body for _, body in got] == bodies[::-1]
+        await expect(ErrorCode.INVALID_OFFSET, c.consume_many("m-many", [0, 2000, 1]))
+        await expect(ErrorCode.TOPIC_NOT_FOUND, c.produce_many("m-many-none", [b"x"]))
+        assert await c.produce_many("m-many", []) == []
+        assert await c.produce("m-many", b"after") == 2000  # the connection still serves
+
+
 async def test_error_codes(mega_broker: MegaBroker) -> None:
     async with await client(mega_broker) as c:
         await c.create_topic("m-errors")

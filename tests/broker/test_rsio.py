@@ -365,6 +365,23 @@ async def test_rstream_to_rsio_same_offsets_and_bytes(broker: RsioBroker) -> Non
         assert [(e.offset, e.body) for e in part] == want[298:302]
 
 
+async def test_the_client_reads_many_elements_in_order(broker: RsioBroker) -> None:
+    """The client's reading path (onNext cut out without a decode, elements handed over a read
+    at a time) against small demand, gaps in the offsets and packed elements."""
+    async with RProducer(broker.host, broker.port, username="guest", password="guest") as rp:
+        await rp.create_stream("r-many")
+        await rp.send_batch("r-many", [RawMessage(b"%04d" % i) for i in range(3000)])
+        await rp.send_sub_entry("r-many", [RawMessage(b"s%03d" % i) for i in range(5)])
+    want = await rstream_consume(broker, "r-many", ConsumerOffsetSpecification(OffsetType.FIRST),
+                                 3005)
+    async with await RsioClient.connect(broker.host, broker.rsio_port) as c:
+        for demand in (1, 7, 512):
+            got = await c.read("r-many", demand=demand, offset=2990 if demand == 1 else "first")
+            assert [(e.offset, e.body) for e in got] == (want[2990:] if demand == 1 else want)
+        packed = await c.read("r-many", element_size=4, demand=100)  # onNextPacked runs
+        assert [(e.offset, e.body) for e in packed] == want
+
+
 async def test_rsio_to_rstream(broker: RsioBroker) -> None:
     bodies = [b"rsio-%04d" % i for i in range(1000)]
     async with await RsioClient.connect(broker.host, broker.rsio_port) as c:

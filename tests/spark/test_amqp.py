@@ -9,7 +9,7 @@ import pytest
 from rstream import AMQPMessage, Producer
 from rstream._pyamqp.message import Properties  # type: ignore[attr-defined]
 
-from streamlet_spark.amqp import AmqpError, decode_message, decode_value
+from streamlet.amqp import AmqpError, decode_message, decode_value
 from tests.spark.helpers import publish
 from tests.support.brokers import BrokerProcess
 

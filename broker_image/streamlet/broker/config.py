@@ -87,6 +87,10 @@ File format (all keys optional)::
     enabled = true                    # on by default; see MetricsListener
     max_streams = 1000                # streams given per-stream series (the rest: counted only)
     max_consumers = 1000              # named consumers given offset and lag series
+    [listeners.sbp]                   # the Streaming Batch Protocol (docs/protocols/sbp.md)
+    port = 5555                       # or serve --sbp-port (0: off); off unless configured
+    host = "127.0.0.1"                # no authentication either: as MEGA's
+    max_frame_bytes = 16777216        # a longer frame: GOAWAY and a close (<= frame_limit)
 
     [limits]
     max_connections = 10000           # per broker, 0 = unlimited
@@ -146,7 +150,9 @@ DEFAULT_METRICS_PORT = 15692
 DEFAULT_METRICS_MAX_STREAMS = 1000
 DEFAULT_METRICS_MAX_CONSUMERS = 1000
 #: protocols without authentication: served on loopback, or on TLS with client certificates
-UNAUTHENTICATED = ("mega", "rsio")
+#: SBP's largest frame (docs/protocols/sbp.md)
+DEFAULT_SBP_MAX_FRAME = 16 << 20
+UNAUTHENTICATED = ("mega", "rsio", "sbp")
 LOOPBACK_HOSTS = ("localhost", "::1")
 
 
@@ -260,6 +266,7 @@ class BrokerConfig:
     rsio_window: int = DEFAULT_RSIO_WINDOW  # [listeners.rsio] window
     #: [listeners.metrics], serve --metrics-port; None: no metrics endpoint
     metrics: MetricsListener | None = field(default_factory=MetricsListener)
+    sbp_max_frame_bytes: int = DEFAULT_SBP_MAX_FRAME  # [listeners.sbp] max_frame_bytes
 
     @property
     def listeners(self) -> tuple[Listener, ...]:
@@ -353,10 +360,11 @@ def _int(section: dict[str, Any], key: str, where: str, minimum: int = 0) -> int
 
 
 def load(path: Path | None = None, mega_port: int | None = None, rsio_port: int | None = None,
-         metrics_port: int | None = None, **overrides: Any) -> BrokerConfig:
+         sbp_port: int | None = None, metrics_port: int | None = None,
+         **overrides: Any) -> BrokerConfig:
     """Build the config: defaults < file < environment < non-None keyword overrides (flags);
-    ``mega_port``, ``rsio_port``, ``metrics_port``: serve --mega-port, --rsio-port (with_port),
-    --metrics-port (with_metrics_port)."""
+    ``mega_port``, ``rsio_port``, ``sbp_port``: serve --mega-port, --rsio-port, --sbp-port
+    (with_port); ``metrics_port``: --metrics-port (with_metrics_port)."""
     cfg = BrokerConfig()
     if path is not None:
         try:
@@ -381,7 +389,7 @@ def load(path: Path | None = None, mega_port: int | None = None, rsio_port: int 
     if "data_dir" in flags:
         flags["data_dir"] = Path(flags["data_dir"])
     cfg = with_port(with_port(replace(cfg, **flags), "mega", mega_port), "rsio", rsio_port)
-    cfg = with_metrics_port(cfg, metrics_port)
+    cfg = with_metrics_port(with_port(cfg, "sbp", sbp_port), metrics_port)
     _validate(cfg)
     return cfg
 
@@ -481,6 +489,9 @@ def _listeners(section: Any, default_host: str) -> dict[str, Any]:
         value = _int(rsio, key, "listeners.rsio", 1)
         if value is not None:
             changes[field_name] = value
+    value = _int(section.get("sbp", {}), "max_frame_bytes", "listeners.sbp", 16)
+    if value is not None:
+        changes["sbp_max_frame_bytes"] = value
     for protocol, table in section.items():
         if protocol in ("rabbitmq", "metrics") or not table.get("enabled", True):
             continue
@@ -674,6 +685,10 @@ def _validate(cfg: BrokerConfig) -> None:
                               f"got {cfg.rsio_split_bytes}")
     if cfg.metrics is not None and not 0 < cfg.metrics.port < 65536:
         raise ConfigError(f"listeners.metrics.port must be in 1..65535, got {cfg.metrics.port}")
+    if any(lst.protocol == "sbp" for lst in cfg.listeners) and not (
+            16 <= cfg.sbp_max_frame_bytes <= cfg.frame_limit):
+        raise ConfigError(f"listeners.sbp.max_frame_bytes must be in 16..server.frame_limit "
+                          f"({cfg.frame_limit}), got {cfg.sbp_max_frame_bytes}")
     if cfg.tls is not None and cfg.tls.verify_peer and cfg.tls.cafile is None:
         raise ConfigError("[tls] verify_peer needs a cafile")
     if cfg.retention.max_segment_size_bytes > MAX_SEGMENT_BYTES:

@@ -13,12 +13,14 @@ import resource
 import signal
 from collections.abc import Mapping
 
+from ..dirlock import DirectoryLock
 from ..storage.files import files
 from .config import BrokerConfig
 from .mega.connection import MegaConnection
 from .metrics import start_metrics
 from .rabbitmq.connection import Connection
 from .rsio.connection import RsioConnection
+from .sbp.connection import SbpConnection
 from .server import Broker, ConnectionFactory
 
 log = logging.getLogger("streamlet.broker")
@@ -27,6 +29,7 @@ LISTENERS: Mapping[str, ConnectionFactory] = {
     "rabbitmq": lambda broker, tls: Connection(broker, tls=tls),
     "mega": lambda broker, tls: MegaConnection(broker, tls=tls),
     "rsio": lambda broker, tls: RsioConnection(broker, tls=tls),
+    "sbp": lambda broker, tls: SbpConnection(broker, tls=tls),
 }
 
 
@@ -74,11 +77,23 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     await broker.stop()
 
 
+#: held while a broker serves from a data directory: a second broker there would share its
+#: streams' files
+LOCK_FILE = "broker.lock"
+
+
 def run(config: BrokerConfig) -> None:
-    """Serve on uvloop when it is installed, else on asyncio's own loop."""
+    """Serve on uvloop when it is installed, else on asyncio's own loop; raise AlreadyRunning
+    when another broker serves from the same data directory."""
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    lock = DirectoryLock(config.data_dir / LOCK_FILE)
+    lock.acquire()
     try:
-        import uvloop
-    except ImportError:
-        asyncio.run(serve(config))
-    else:
-        uvloop.run(serve(config))
+        try:
+            import uvloop
+        except ImportError:
+            asyncio.run(serve(config))
+        else:
+            uvloop.run(serve(config))
+    finally:
+        lock.release()

@@ -33,10 +33,12 @@ from ..rsio import (
     Request,
     Subscribe,
     Subscribed,
+    Type,
+    decode,
     encode,
     format_publisher,
-    iter_frames,
 )
+from ..rsio.codec import read_varint
 
 #: elements asked for at a time by a subscription (more once half of them were taken)
 DEFAULT_DEMAND = 512
@@ -64,7 +66,9 @@ class _Subscription:
         self.client = client
         self.id = sub_id
         self.demand = demand
-        self.queue: asyncio.Queue[Element | object] = asyncio.Queue()
+        #: lists of elements (one per read from the socket), then _END
+        self.queue: asyncio.Queue[list[Element] | object] = asyncio.Queue()
+        self.batch: list[Element] = []  # elements of the read being handled
         self.element_size = 0
         self.subscribed = asyncio.get_running_loop().create_future()
         self.next_offset: int | None = None
@@ -94,14 +98,21 @@ class _Subscription:
             self.end()
 
     def _element(self, body: bytes) -> None:
-        self.queue.put_nowait(Element(self.next_offset, body))
+        self.batch.append(Element(self.next_offset, body))
         if self.next_offset is not None:
             self.next_offset += 1
+
+    def flush(self) -> None:
+        """Hand the elements of this read to the iterator (one queue item for all of them)."""
+        if self.batch:
+            self.queue.put_nowait(self.batch)
+            self.batch = []
 
     def end(self) -> None:
         self.client._subs.pop(self.id, None)
         if not self.subscribed.done():
             self.subscribed.set_result(None)
+        self.flush()
         self.queue.put_nowait(_END)
 
     def __aiter__(self) -> AsyncIterator[Element]:
@@ -115,12 +126,13 @@ class _Subscription:
                     if self.error is not None:
                         raise RsioError(self.error)
                     return
-                assert isinstance(item, Element)
-                yield item
-                self.taken += 1
-                if self.taken >= self.demand // 2 or self.demand == 1:
-                    self.client.send(Request(self.id, self.taken))
-                    self.taken = 0
+                assert isinstance(item, list)
+                for element in item:
+                    yield element
+                    self.taken += 1
+                    if self.taken >= self.demand // 2 or self.demand == 1:
+                        self.client.send(Request(self.id, self.taken))
+                        self.taken = 0
         finally:
             if self.id in self.client._subs:  # left early: the broker stops
                 self.client._subs.pop(self.id)
@@ -208,9 +220,12 @@ class RsioClient:
         try:
             while data := await self.reader.read(1 << 16):
                 self._buf += data
-                for msg in iter_frames(self._buf):
-                    if self._dispatch(msg):
-                        return
+                ended = self._take(self._buf)
+                for sub in self._subs.values():
+                    if isinstance(sub, _Subscription):
+                        sub.flush()
+                if ended:
+                    return
         except (OSError, ValueError) as e:
             self.goodbye_reason = self.goodbye_reason or str(e)
         finally:
@@ -225,6 +240,29 @@ class RsioClient:
                     sub.done.set_result(reason)
                     sub.changed.set()
             self._subs.clear()
+
+    def _take(self, buf: bytearray) -> bool:
+        """Handle the whole frames at the start of ``buf`` and remove them; True once the
+        connection ends (a goodbye). onNext for a subscription of ours (the bulk of what a
+        reader gets) is cut out here without a decode; anything else goes through the codec."""
+        pos, end = 0, len(buf)
+        try:
+            while pos < end:
+                got = read_varint(buf, pos, end)
+                if got is None:
+                    break
+                size, at = got
+                if end - at < size:
+                    break
+                sub = self._subs.get(buf[at + 1]) if size >= 2 and buf[at + 1] < 0x80 else None
+                if buf[at] == Type.ON_NEXT and isinstance(sub, _Subscription):
+                    sub._element(bytes(buf[at + 2 : at + size]))
+                elif self._dispatch(decode(bytes(buf[pos : at + size]))):
+                    return True
+                pos = at + size
+        finally:
+            del buf[:pos]
+        return False
 
     def _dispatch(self, msg: Message) -> bool:
         """True once the connection ends (a goodbye)."""

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import sys
 
+from ..amqp import encode_data
 from ..client import Client, Producer, StreamletError
 from .lines import line_batches
 from .progress import Progress
@@ -31,7 +32,7 @@ async def produce(client: Client, args: argparse.Namespace) -> int:
         if args.count is not None:
             await _generated(producer, args, stored, counts, progress)
         else:
-            await _stdin(producer, stored, counts, progress)
+            await _stdin(producer, stored, counts, progress, args.format == "amqp")
         await producer.flush()
     except asyncio.CancelledError as e:
         stop.caught(e)
@@ -58,7 +59,7 @@ def _skipped(counts: dict[str, int], args: argparse.Namespace) -> str:
 
 async def _generated(producer: Producer, args: argparse.Namespace, stored: int,
                      counts: dict[str, int], progress: Progress) -> None:
-    body = b"x" * args.size
+    body = encode_data(b"x" * args.size) if args.format == "amqp" else b"x" * args.size
     counts["skipped"] = min(stored, args.count)
     remaining = args.count - counts["skipped"]
     while remaining:
@@ -70,13 +71,14 @@ async def _generated(producer: Producer, args: argparse.Namespace, stored: int,
 
 
 async def _stdin(producer: Producer, stored: int, counts: dict[str, int],
-                 progress: Progress) -> None:
+                 progress: Progress, amqp: bool) -> None:
     seen = 0  # lines read so far: line i gets id i when a reference numbers them
     async for lines in line_batches():
         skip = min(max(stored - seen, 0), len(lines))
         seen += len(lines)
         counts["skipped"] += skip
         if skip < len(lines):
-            await producer.send_many(lines[skip:])
+            batch = lines[skip:]
+            await producer.send_many([encode_data(x) for x in batch] if amqp else batch)
             counts["sent"] += len(lines) - skip
         progress.update(seen)

@@ -23,13 +23,13 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from ..dirlock import AlreadyRunning, DirectoryLock
+from ..dirlock import holders as lock_holders
 from ..replication.model import NO_LEADER
 from . import requests
 from . import state as state_file
 from . import status as cluster_status
 from .driver import RECORD, LocalDriver
-from .lock import AlreadyRunning, DirectoryLock
-from .lock import holders as lock_holders
 from .plan import (
     DIRECTORY_FILE,
     LOCK_FILE,

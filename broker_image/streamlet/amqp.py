@@ -1,9 +1,11 @@
-"""A small AMQP 1.0 decoder for the sections of a message (AMQP 1.0 part 3, section 3.2).
+"""A small AMQP 1.0 codec for the sections of a message (AMQP 1.0 part 3, section 3.2).
 
 rstream and the Java client publish AMQP 1.0 messages by default: a sequence of described
 sections (header, annotations, properties, application-properties, data / amqp-value /
-amqp-sequence, footer). Only decoding is needed here, of the type system's encodings (part 1,
-section 1.6)."""
+amqp-sequence, footer). Decoding knows the type system's encodings (part 1, section 1.6), for
+the Spark source's columns and `streamlet consume --format amqp`; encoding makes the one
+message the CLI sends (`produce --format amqp`): a body in one data section, which every
+RabbitMQ client's AMQP decoder reads."""
 
 from __future__ import annotations
 
@@ -141,6 +143,16 @@ class _Decoder:
         if self.pos != end:
             raise AmqpError("array size does not match its items")
         return items if descriptor is None else [Described(descriptor, i) for i in items]
+
+
+_DATA_SECTION = bytes((0x00, 0x53, DATA))  # described, smallulong descriptor 0x75
+
+
+def encode_data(body: bytes) -> bytes:
+    """A message of one data section holding ``body`` (vbin8, or vbin32 above 255 bytes)."""
+    if len(body) <= 0xFF:
+        return _DATA_SECTION + bytes((0xA0, len(body))) + body
+    return _DATA_SECTION + b"\xb0" + struct.pack(">I", len(body)) + body
 
 
 def decode_value(buf: bytes | memoryview) -> Any:

@@ -1,5 +1,6 @@
-"""One supervisor per data directory: an exclusive flock on ``<data dir>/cluster.lock``, held
-for the supervisor's life (the kernel drops it when the process dies, however it dies)."""
+"""One process per data directory: an exclusive flock on a file in it (a broker's
+``broker.lock``, the local cluster supervisor's ``cluster.lock``), held for the process's life
+(the kernel drops it when the process dies, however it dies)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,417 @@
+"""Load through MEGA and Reactive Streams IO, for the ``protocols`` workload (bench/protocols.py).
+
+Like bench/load.py, the clients cost little per message so the broker is what is measured:
+
+- **MEGA** pipelines requests, up to ``window`` unanswered (the protocol matches answers by
+  correlation id, so any number may be in flight). A ring of request batches is built once;
+  before each send only the correlation ids (and CONSUME's offsets) are patched in place. A
+  slot comes round again only after the window moved past it, so its bytes were answered and
+  the transport no longer holds them. Answers are cut by their fixed layouts, not decoded.
+- **RSIO** appends with every element of demand the broker grants (its ``window``, then one
+  more per durable element): one onNext frame encoded once and repeated. A subscription asks
+  for ``demand`` elements and more once half were taken, and counts frames by their type byte.
+
+Each job returns the dict bench/workers.py expects of a publish or consume job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+from streamlet.mega import MessageType, encode_request
+from streamlet.rsio import (
+    EXT_OFFSETS,
+    VERSION,
+    Hello,
+    OnComplete,
+    OnError,
+    OnNext,
+    Request,
+    Subscribe,
+    Subscribed,
+    decode,
+    encode,
+    format_publisher,
+    iter_frames,
+)
+from streamlet.rsio.codec import read_varint
+
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_SUB = 1  # the one subscriber id of a job (one byte on the wire)
+
+
+def body_of(size: int) -> bytes:
+    return (bytes(range(256)) * (size // 256 + 1))[:size]
+
+
+class _Load(asyncio.Protocol):
+    """A connection that ends in ``done``; subclasses send in ``pump`` and count answers."""
+
+    def __init__(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.paused = False
+        self.started = 0.0
+        self.finished = 0.0
+        self.errors = 0
+        self.server_errors: list[str] = []
+        self.done: asyncio.Future[None] = loop.create_future()
+        self.ready: asyncio.Future[None] = loop.create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for fut in (self.ready, self.done):
+            if not fut.done():
+                fut.set_exception(ConnectionError(f"the broker closed the connection ({exc})"))
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self.pump()
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+        self.pump()
+
+    def pump(self) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        if not self.done.done():
+            self.finished = time.monotonic()
+            self.done.set_result(None)
+
+
+# --- MEGA ---------------------------------------------------------------------------------------
+
+
+class _MegaPipeline(_Load):
+    """``total`` requests of one layout, ``batch`` per write, at most ``window`` unanswered."""
+
+    def __init__(self, template: bytes, total: int, batch: int, window: int) -> None:
+        super().__init__()
+        self.total, self.batch = total, batch
+        self.window = max(window, batch)
+        self.stride = len(template)
+        self.slots = [bytearray(template * batch) for _ in range(self.window // batch + 2)]
+        self.sent = 0
+        self.answered = 0
+        self.frames = 0
+        self.ready.set_result(None)  # MEGA has no handshake
+
+    def patch(self, slot: bytearray, at: int, index: int) -> None:
+        _U32.pack_into(slot, at, index + 1)  # correlation id: the request's index + 1
+
+    def pump(self) -> None:
+        if not self.started or self.transport is None:
+            return
+        stride = self.stride
+        while (self.sent < self.total and self.sent - self.answered + self.batch <= self.window
+               and not self.paused):
+            n = min(self.batch, self.total - self.sent)
+            slot = self.slots[self.frames % len(self.slots)]
+            for i in range(n):
+                self.patch(slot, i * stride, self.sent + i)
+            self.transport.write(slot if n == self.batch else bytes(slot[: n * stride]))
+            self.sent += n
+            self.frames += 1
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos = self.take(buf)
+        del buf[:pos]
+        if self.answered >= self.total:
+            self.finish()
+        else:
+            self.pump()
+
+    def take(self, buf: bytearray) -> int:
+        """Count the whole answers in ``buf``; the bytes they took."""
+        raise NotImplementedError
+
+
+class MegaProducer(_MegaPipeline):
+    """PRODUCE ``total`` messages of ``size`` bytes; checks that the offsets answered are
+    0..total-1 of an empty topic (by their sum and extremes: no per-answer set)."""
+
+    def __init__(self, topic: str, total: int, size: int, batch: int = 100,
+                 window: int = 20_000) -> None:
+        super().__init__(encode_request(0, MessageType.PRODUCE, topic, 0, payload=body_of(size)),
+                         total, batch, window)
+        self.confirmed = 0
+        self.offset_sum = 0
+        self.max_offset = -1
+
+    def take(self, buf: bytearray) -> int:
+        pos, end = 0, len(buf)
+        unpack = _U64.unpack_from
+        while end - pos >= 6:
+            if buf[pos + 4] == 1:  # success: correlation, 1, timestamp, offset u64
+                if end - pos < 21:
+                    break
+                off = unpack(buf, pos + 13)[0]
+                self.offset_sum += off
+                if off > self.max_offset:
+                    self.max_offset = off
+                self.confirmed += 1
+                pos += 21
+            else:  # error: correlation, 0, code
+                self.errors += 1
+                if len(self.server_errors) < 5:
+                    self.server_errors.append(f"MEGA error {buf[pos + 5]}")
+                pos += 6
+            self.answered += 1
+        return pos
+
+    def offsets_ok(self) -> bool:
+        n = self.confirmed
+        return self.max_offset == n - 1 and self.offset_sum == n * (n - 1) // 2
+
+
+class MegaConsumer(_MegaPipeline):
+    """CONSUME offsets 0..total-1 of a topic, pipelined; counts the messages and their bytes."""
+
+    def __init__(self, topic: str, total: int, batch: int = 100, window: int = 20_000) -> None:
+        super().__init__(encode_request(0, MessageType.CONSUME, topic, 0, offset=0), total,
+                         batch, window)
+        self.records = 0
+        self.data_bytes = 0
+
+    def patch(self, slot: bytearray, at: int, index: int) -> None:
+        _U32.pack_into(slot, at, index + 1)
+        _U32.pack_into(slot, at + self.stride - 4, index)  # the offset: the request's index
+
+    def take(self, buf: bytearray) -> int:
+        pos, end = 0, len(buf)
+        unpack = _U32.unpack_from
+        while end - pos >= 6:
+            if buf[pos + 4] == 1:  # success: correlation, 1, timestamp, length u32, message
+                if end - pos < 17:
+                    break
+                size = unpack(buf, pos + 13)[0]
+                if end - pos < 17 + size:
+                    break
+                self.records += 1
+                self.data_bytes += size
+                pos += 17 + size
+            else:
+                self.errors += 1
+                if len(self.server_errors) < 5:
+                    self.server_errors.append(f"MEGA error {buf[pos + 5]}")
+                pos += 6
+            self.answered += 1
+        return pos
+
+
+# --- RSIO ---------------------------------------------------------------------------------------
+
+
+class _Rsio(_Load):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.write(encode(Hello(VERSION, (EXT_OFFSETS,))))
+
+    def write(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+
+    def control(self, msg: object) -> None:
+        if isinstance(msg, OnError):
+            self.errors += 1
+            self.server_errors.append(msg.error)
+            self.finish()
+
+
+class RsioAppender(_Rsio):
+    """Append ``total`` elements of ``size`` bytes to a stream, each sent within the broker's
+    demand; done at the broker's onComplete (every element durable)."""
+
+    def __init__(self, stream: str, total: int, size: int) -> None:
+        super().__init__()
+        self.stream, self.total = stream, total
+        self.frame = encode(OnNext(_SUB, body_of(size)))
+        self.demand = 0
+        self.sent = 0
+        self.granted_back = 0  # Requests after the first window: elements known durable
+        self.window = 0
+        self.confirmed = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.write(encode(Subscribe(format_publisher(self.stream, mode="append"), _SUB, 0)))
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        for msg in iter_frames(self.buf):
+            if isinstance(msg, Subscribe):  # the broker subscribes to our publisher
+                self.window = self.demand = msg.initial_demand
+                self.write(encode(Subscribed(_SUB, 0)))
+                if not self.ready.done():
+                    self.ready.set_result(None)
+            elif isinstance(msg, Request):
+                self.demand += msg.demand
+                self.granted_back += msg.demand
+            elif isinstance(msg, OnComplete):  # after ours: every element is durable
+                self.confirmed = self.sent
+                self.finish()
+            else:
+                self.control(msg)
+        self.pump()
+
+    def pump(self) -> None:
+        if not self.started or self.paused or self.done.done() or self.sent >= self.total:
+            return
+        n = min(self.demand, self.total - self.sent)
+        if n <= 0:
+            return
+        self.demand -= n
+        self.sent += n
+        self.write(self.frame * n)
+        if self.sent >= self.total:
+            self.write(encode(OnComplete(_SUB)))
+
+
+class RsioSubscriber(_Rsio):
+    """Read ``total`` elements of a stream from its first offset (``end=now``), asking for
+    ``demand`` at a time; done at onComplete. Counts elements and their bytes from the frames'
+    type bytes without decoding them."""
+
+    def __init__(self, stream: str, total: int, demand: int = 10_000) -> None:
+        super().__init__()
+        self.stream, self.total, self.demand = stream, total, demand
+        self.records = 0
+        self.data_bytes = 0
+        self.taken = 0  # since the last request
+        self.complete = False
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        if not self.ready.done():  # the broker's hello
+            for _ in iter_frames(buf):
+                self.ready.set_result(None)
+                break
+            return
+        pos, end = 0, len(buf)
+        records = 0
+        while pos < end:
+            size = buf[pos]
+            at = pos + 1
+            if size & 0x80:  # a longer length
+                got = read_varint(buf, pos, end)
+                if got is None:
+                    break
+                size, at = got
+            if end - at < size:
+                break
+            kind = buf[at]
+            if kind == 7:  # onNext: type, subscriber (1 byte), the element
+                records += 1
+                self.data_bytes += size - 2
+            elif kind == 10:  # onNextPacked: count, then count * elementSize bytes
+                count, data_at = read_varint(buf, at + 2, at + size) or (0, 0)
+                records += count
+                self.data_bytes += at + size - data_at
+            elif kind == 12:  # onNextLastPart ends an element sent in parts
+                records += 1
+            elif kind == 8:
+                self.complete = True
+            elif kind not in (11, 32):  # parts and positions need no counting
+                self.control(decode(bytes(buf[pos : at + size])))
+            if kind == 11 or kind == 12:
+                _, data_at = read_varint(buf, at + 2, at + size) or (0, 0)
+                self.data_bytes += at + size - data_at
+            pos = at + size
+        del buf[:pos]
+        self.records += records
+        self.taken += records
+        if self.complete:
+            self.finish()
+        elif self.taken >= self.demand // 2:
+            self.write(encode(Request(_SUB, self.taken)))
+            self.taken = 0
+
+    def pump(self) -> None:
+        self.write(encode(Subscribe(format_publisher(self.stream, end="now"), _SUB, self.demand)))
+
+
+# --- the jobs -----------------------------------------------------------------------------------
+
+
+async def _open(load: _Load, port: int) -> None:
+    loop = asyncio.get_running_loop()
+    await loop.create_connection(lambda: load, "127.0.0.1", port)
+    await asyncio.wait_for(load.ready, 30)
+
+
+async def _run(load: _Load, port: int, ready: Callable[[], None],
+               go: Callable[[], Awaitable[None]], timeout: float) -> bool:
+    await _open(load, port)
+    ready()
+    await go()
+    load.start()
+    try:
+        await asyncio.wait_for(asyncio.shield(load.done), timeout)
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        if load.transport is not None:
+            load.transport.close()
+
+
+async def mega_produce(port: int, stream: str, p: dict[str, Any], ready: Callable[[], None],
+                       go: Callable[[], Awaitable[None]]) -> dict[str, Any]:
+    load = MegaProducer(stream, p["count"], p["size"], p.get("batch", 100),
+                        p.get("window", 20_000))
+    ok = await _run(load, port, ready, go, p.get("timeout", 600))
+    if ok and not load.offsets_ok():
+        load.errors += 1
+        load.server_errors.append("the offsets answered are not 0..n-1")
+    return {"sent": load.sent, "confirmed": load.confirmed, "errors": load.errors,
+            "complete": ok, "t0": load.started, "t1": load.finished or time.monotonic(),
+            "server_errors": load.server_errors}
+
+
+async def mega_consume(port: int, stream: str, p: dict[str, Any], ready: Callable[[], None],
+                       go: Callable[[], Awaitable[None]]) -> dict[str, Any]:
+    load = MegaConsumer(stream, p["count"], p.get("batch", 100), p.get("window", 20_000))
+    ok = await _run(load, port, ready, go, p.get("timeout", 600))
+    return {"records": load.records, "chunks": 0, "data_bytes": load.data_bytes,
+            "errors": load.errors, "complete": ok, "t0": load.started,
+            "t1": load.finished or time.monotonic(), "server_errors": load.server_errors}
+
+
+async def rsio_produce(port: int, stream: str, p: dict[str, Any], ready: Callable[[], None],
+                       go: Callable[[], Awaitable[None]]) -> dict[str, Any]:
+    load = RsioAppender(stream, p["count"], p["size"])
+    ok = await _run(load, port, ready, go, p.get("timeout", 600))
+    return {"sent": load.sent, "confirmed": load.confirmed, "errors": load.errors,
+            "complete": ok, "t0": load.started, "t1": load.finished or time.monotonic(),
+            "window": load.window, "server_errors": load.server_errors}
+
+
+async def rsio_consume(port: int, stream: str, p: dict[str, Any], ready: Callable[[], None],
+                       go: Callable[[], Awaitable[None]]) -> dict[str, Any]:
+    load = RsioSubscriber(stream, p["count"], p.get("demand", 10_000))
+    ok = await _run(load, port, ready, go, p.get("timeout", 600))
+    return {"records": load.records, "chunks": 0, "data_bytes": load.data_bytes,
+            "errors": load.errors, "complete": ok and load.complete, "t0": load.started,
+            "t1": load.finished or time.monotonic(), "server_errors": load.server_errors}
+
+
+JOBS: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {
+    "mega_produce": mega_produce, "mega_consume": mega_consume,
+    "rsio_produce": rsio_produce, "rsio_consume": rsio_consume,
+}

@@ -1,0 +1,276 @@
+"""An SBP client (docs/protocols/sbp.md), asyncio. Requests are frames under stream identifiers
+of their own, in flight together; each collects its response frames up to the one with the
+response-end flag (an APPEND's or a FETCH's answers may come in several).
+
+    async with await SbpClient.connect("127.0.0.1", 5555) as c:
+        await c.create_stream("events")
+        offsets = await c.append("events", [b"batch-1", b"batch-2"])
+        records = await c.fetch("events", 0, max_wait_ms=1000, min_bytes=1)
+
+Streams are named (their SBP id is streamlet.sbp.stream_id(name)). ``append`` follows a stream
+to its primary when the broker answers NOT_PRIMARY: LIST_RANGES, then the primary's address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterable
+from types import TracebackType
+from typing import Any
+
+from ..sbp import (
+    LAST,
+    ErrorCode,
+    Flags,
+    Frame,
+    Malformed,
+    Opcode,
+    SbpSplitter,
+    decode,
+    encode,
+    read,
+    response_class,
+    stream_id,
+    write,
+)
+from ..sbp.fbs.AppendInfo import AppendInfoT
+from ..sbp.fbs.AppendRequest import AppendRequestT
+from ..sbp.fbs.CreateStreamsRequest import CreateStreamsRequestT
+from ..sbp.fbs.DeleteStreamsRequest import DeleteStreamsRequestT
+from ..sbp.fbs.DescribeStreamsRequest import DescribeStreamsRequestT
+from ..sbp.fbs.FetchInfo import FetchInfoT
+from ..sbp.fbs.FetchRequest import FetchRequestT
+from ..sbp.fbs.GoAway import GoAwayT
+from ..sbp.fbs.ListRangesRequest import ListRangesRequestT
+from ..sbp.fbs.RangeOwner import RangeOwnerT
+from ..sbp.fbs.Stream import StreamT
+from ..sbp.fbs.SystemErrorResponse import SystemErrorResponseT
+from ..sbp.headers import text
+
+#: a response's frames, or the error that ended the connection
+_Item = Frame | BaseException
+
+
+class SbpError(Exception):
+    """The broker answered with an error status (or a system error frame)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        try:
+            name = ErrorCode(code).name
+        except ValueError:
+            name = str(code)
+        super().__init__(f"SBP error {code} ({name}): {message}")
+        self.code = code
+        self.message = message
+
+
+def _check(st: Any) -> None:
+    if st is not None and st.code != ErrorCode.NONE:
+        raise SbpError(st.code, text(st.message))
+
+
+class SbpClient:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self._sid = 0
+        self._pending: dict[int, asyncio.Queue[_Item]] = {}
+        #: the broker's GOAWAY, once it came: why it ends the connection
+        self.goaway: str | None = None
+        self._task = asyncio.get_running_loop().create_task(self._read())
+
+    @classmethod
+    async def connect(cls, host: str, port: int) -> SbpClient:
+        reader, writer = await asyncio.open_connection(host, port)
+        return cls(reader, writer)
+
+    async def __aenter__(self) -> SbpClient:
+        return self
+
+    async def __aexit__(self, t: type[BaseException] | None, e: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        self._task.cancel()
+        self.writer.close()
+        with contextlib.suppress(OSError):
+            await self.writer.wait_closed()
+
+    async def _read(self) -> None:
+        error: BaseException = ConnectionError("the broker closed the connection")
+        splitter = SbpSplitter(0)
+        try:
+            while data := await self.reader.read(1 << 16):
+                for raw in splitter.feed(data):
+                    frame = decode(bytes(raw))
+                    if frame is None:
+                        continue
+                    if frame.opcode == Opcode.GOAWAY and not frame.is_response:
+                        self.goaway = text(read(GoAwayT, frame.header).status.message)
+                        continue
+                    queue = self._pending.get(frame.stream_id)
+                    if queue is not None and frame.is_response:
+                        queue.put_nowait(frame)
+        except (OSError, Malformed, ValueError) as e:
+            error = e
+        if self.goaway is not None:
+            error = ConnectionError(f"the broker said GOAWAY: {self.goaway}")
+        for queue in self._pending.values():
+            queue.put_nowait(error)
+
+    def send(self, opcode: int, header: Any = None, payload: bytes = b"",
+             flags: int = Flags.NONE) -> int:
+        """Send a request frame; returns its stream identifier (``header``: a table or bytes)."""
+        if self._task.done():
+            raise ConnectionError("the connection is closed")
+        self._sid = (self._sid + 1) & 0x7FFFFFFF
+        sid = self._sid
+        self._pending[sid] = asyncio.Queue()
+        raw = header if isinstance(header, bytes) else b"" if header is None else write(header)
+        self.writer.write(encode(opcode, flags, sid, raw, payload))
+        return sid
+
+    async def frames(self, sid: int) -> AsyncIterator[Frame]:
+        """The response frames of request ``sid``, up to the one with the end flag; a system
+        error frame raises SbpError."""
+        queue = self._pending[sid]
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                if item.is_system_error:
+                    _check(read(SystemErrorResponseT, item.header).status)
+                yield item
+                if item.is_end:
+                    return
+        finally:
+            self._pending.pop(sid, None)
+
+    async def request(self, opcode: int, header: Any = None, payload: bytes = b"") -> list[Any]:
+        """Send a request, wait for all its answers: (header table, payload) per frame."""
+        sid = self.send(opcode, header, payload)
+        cls = response_class(opcode)
+        out = []
+        async for frame in self.frames(sid):
+            table = None if cls is None else read(cls, frame.header)
+            out.append((table, bytes(frame.payload)))
+        return out
+
+    # --- the operations ------------------------------------------------------------------------
+
+    async def ping(self, payload: bytes = b"") -> bytes:
+        (_, echoed), = await self.request(Opcode.PING, None, payload)
+        return echoed  # type: ignore[no-any-return]
+
+    async def create_stream(self, name: str, retention_ms: int = 0) -> int:
+        s = StreamT()
+        s.name, s.replicaNums, s.retentionPeriodMs = name, 1, retention_ms
+        req = CreateStreamsRequestT()
+        req.timeoutMs, req.streams = 10_000, [s]
+        (table, _), = await self.request(Opcode.CREATE_STREAMS, req)
+        result = table.createResponses[0]
+        _check(result.status)
+        return int(result.stream.streamId)
+
+    async def delete_stream(self, name: str) -> None:
+        s = StreamT()
+        s.streamId = stream_id(name)
+        req = DeleteStreamsRequestT()
+        req.streams = [s]
+        (table, _), = await self.request(Opcode.DELETE_STREAMS, req)
+        _check(table.deleteResponses[0].status)
+
+    async def describe_stream(self, name: str) -> Any:
+        req = DescribeStreamsRequestT()
+        req.streamIds = [stream_id(name)]
+        (table, _), = await self.request(Opcode.DESCRIBE_STREAMS, req)
+        result = table.describeResponses[0]
+        _check(result.status)
+        return result.stream
+
+    async def list_ranges(self, name: str) -> list[Any]:
+        owner = RangeOwnerT()
+        owner.streamId = stream_id(name)
+        req = ListRangesRequestT()
+        req.rangeOwners = [owner]
+        (table, _), = await self.request(Opcode.LIST_RANGES, req)
+        result = table.listResponses[0]
+        _check(result.status)
+        return list(result.ranges or [])
+
+    async def append_many(self, batches: Iterable[tuple[str, bytes]],
+                          timeout_ms: int = 10_000) -> list[tuple[int, int, str]]:
+        """Append record batches to streams in one frame: per batch, in request order, (offset,
+        status code, message); answers may come over several frames, in any order."""
+        infos, payload = [], []
+        for i, (name, data) in enumerate(batches):
+            info = AppendInfoT()
+            info.streamId, info.requestIndex, info.batchLength = stream_id(name), i, len(data)
+            infos.append(info)
+            payload.append(data)
+        req = AppendRequestT()
+        req.timeoutMs, req.appendRequests = timeout_ms, infos
+        got: dict[int, tuple[int, int, str]] = {}
+        for table, _ in await self.request(Opcode.APPEND, req, b"".join(payload)):
+            for r in table.appendResponses or []:
+                st = r.status
+                got[r.requestIndex] = (r.baseOffset, st.code if st else 0,
+                                       text(st.message) if st else "")
+        return [got.get(i, (-1, ErrorCode.UNKNOWN, "no answer")) for i in range(len(infos))]
+
+    async def append(self, name: str, batches: list[bytes]) -> list[int]:
+        """Append record batches to one stream; their offsets (SbpError for the first refused)."""
+        out = []
+        for offset, code, message in await self.append_many((name, b) for b in batches):
+            if code != ErrorCode.NONE:
+                raise SbpError(code, message)
+            out.append(offset)
+        return out
+
+    async def fetch(self, name: str, offset: int, *, max_wait_ms: int = 0, min_bytes: int = 0,
+                    batch_max_bytes: int = 1 << 20) -> list[tuple[int, bytes]]:
+        """The record batches of ``name`` from ``offset`` (at most ``batch_max_bytes``, one at
+        least), as (offset, bytes); a long poll of ``max_wait_ms`` for ``min_bytes``."""
+        got = await self.fetch_many([(name, offset)], max_wait_ms=max_wait_ms,
+                                    min_bytes=min_bytes, batch_max_bytes=batch_max_bytes)
+        return got[0]
+
+    async def fetch_many(self, wanted: list[tuple[str, int]], *, max_wait_ms: int = 0,
+                         min_bytes: int = 0, batch_max_bytes: int = 1 << 20
+                         ) -> list[list[tuple[int, bytes]]]:
+        """One FETCH for several (stream, offset): the records of each, in ``wanted``'s order."""
+        infos = []
+        for i, (name, offset) in enumerate(wanted):
+            f = FetchInfoT()
+            f.streamId, f.requestIndex, f.fetchOffset = stream_id(name), i, offset
+            f.batchMaxBytes = batch_max_bytes
+            infos.append(f)
+        req = FetchRequestT()
+        req.maxWaitMs, req.minBytes, req.fetchRequests = max_wait_ms, min_bytes, infos
+        out: list[list[tuple[int, bytes]]] = [[] for _ in wanted]
+        for table, payload in await self.request(Opcode.FETCH, req):
+            at = 0
+            for r in table.fetchResponses or []:
+                _check(r.status)
+                if r.batchLength or r.baseOffset >= 0:
+                    out[r.requestIndex].append((r.baseOffset, payload[at : at + r.batchLength]))
+                at += r.batchLength
+        return out
+
+
+async def follow(host: str, port: int, name: str) -> SbpClient:
+    """A client connected to the primary of ``name``'s range (LIST_RANGES at host:port)."""
+    async with await SbpClient.connect(host, port) as c:
+        ranges = await c.list_ranges(name)
+    for r in ranges:
+        for s in r.servers or []:
+            if s.isPrimary:
+                h, _, p = text(s.server.advertiseAddr).rpartition(":")
+                return await SbpClient.connect(h, int(p))
+    raise SbpError(ErrorCode.NOT_PRIMARY, f"no primary known for {name!r}")
+
+
+__all__ = ["LAST", "SbpClient", "SbpError", "follow"]

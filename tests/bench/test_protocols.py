@@ -1,0 +1,156 @@
+"""The protocols workload (bench/protocols.py): MEGA and RSIO load against a real streamlet
+broker in --quick mode with exact counts, and the load's answer parsers fed bytes cut anywhere.
+No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.protoload import MegaConsumer, MegaProducer, RsioSubscriber
+from bench.report import results_section, table, targets
+from bench.workloads import Row
+from streamlet.mega import ErrorCode, encode_error, encode_success
+from streamlet.mega.codec import consumed, produced
+from streamlet.rsio import (
+    Message,
+    OnComplete,
+    OnNext,
+    OnNextLastPart,
+    OnNextPacked,
+    OnNextPart,
+    Position,
+    encode,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cuts(data: bytes, rng: random.Random) -> list[bytes]:
+    """``data`` in random pieces (as TCP may deliver it)."""
+    out, at = [], 0
+    while at < len(data):
+        n = rng.randrange(1, 40)
+        out.append(data[at : at + n])
+        at += n
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_quick_protocols_run_counts_are_exact(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--quick", "--only", "streamlet", "--no-physical",
+         "--workloads", "protocols", "--workdir", str(tmp_path), "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=110,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    rows = {r["workload"]: r for r in data["rows"]}
+    assert set(rows) == {f"{p}-{what}-100" for p in ("rabbitmq", "mega", "rsio")
+                         for what in ("produce", "consume")}
+    count, mega_reads = data["meta"]["sizes"]["proto_count"], data["meta"]["sizes"]["proto_mega_consume"]
+    for p in ("rabbitmq", "mega", "rsio"):
+        pub = rows[f"{p}-produce-100"]
+        assert (pub["sent"], pub["confirmed"], pub["errors"]) == (count, count, 0), p
+    assert rows["rabbitmq-consume-100"]["consumed"] == count
+    assert rows["rsio-consume-100"]["consumed"] == count
+    assert rows["mega-consume-100"]["consumed"] == min(count, mega_reads)
+    assert all(r["exact"] and r["msg_s"] > 0 for r in rows.values())
+    # each MEGA and RSIO row is compared with the RabbitMQ protocol's
+    assert sum("of the RabbitMQ protocol" in line for line in proc.stdout.splitlines()) == 4
+    assert len([t for t in data["targets"] if "/ rabbitmq-" in t]) == 4
+
+
+async def test_mega_answers_cut_anywhere() -> None:
+    rng = random.Random(7)
+    prod = MegaProducer("t", 300, 10)
+    stream = b"".join(encode_success(i + 1, 123, produced(i)) for i in range(299))
+    stream += encode_error(300, ErrorCode.TOPIC_NOT_FOUND)
+    for piece in cuts(stream, rng):
+        prod.data_received(piece)
+    assert (prod.answered, prod.confirmed, prod.errors) == (300, 299, 1)
+    assert prod.done.done() and prod.offsets_ok()  # the 299 successes got offsets 0..298
+    twice = MegaProducer("t", 3, 10)  # an offset given twice is caught
+    twice.data_received(b"".join(encode_success(i + 1, 0, produced(o)) for i, o in enumerate((0, 2, 2))))
+    assert twice.done.done() and twice.confirmed == 3 and not twice.offsets_ok()
+
+    cons = MegaConsumer("t", 200)
+    stream = b"".join(encode_success(i + 1, 5, consumed(b"x" * (i % 150))) for i in range(199))
+    stream += encode_error(200, ErrorCode.INVALID_OFFSET)
+    for piece in cuts(stream, rng):
+        cons.data_received(piece)
+    assert (cons.records, cons.errors) == (199, 1)
+    assert cons.data_bytes == sum(i % 150 for i in range(199)) and cons.done.done()
+
+
+async def test_mega_consumer_patches_correlation_and_offset() -> None:
+    cons = MegaConsumer("topic", 250, batch=100, window=200)
+    sent: list[bytes] = []
+
+    class Transport:
+        def write(self, data: bytes) -> None:
+            sent.append(bytes(data))
+
+    cons.transport = Transport()  # type: ignore[assignment]
+    cons.start()
+    assert len(sent) == 2  # the window holds two batches
+    cons.data_received(b"".join(encode_success(i + 1, 0, consumed(b"ab")) for i in range(100)))
+    assert len(sent) == 3 and len(sent[2]) == 50 * cons.stride  # the last, shorter batch
+    from streamlet.mega import MegaSplitter, decode_request
+    requests = [decode_request(f) for f in MegaSplitter().feed(b"".join(sent))]
+    assert [(r.correlation, r.offset, r.topic) for r in requests] == [
+        (i + 1, i, b"topic") for i in range(250)]
+
+
+async def test_rsio_subscriber_counts_every_kind_of_element() -> None:
+    rng = random.Random(8)
+    sub = RsioSubscriber("s", 10, demand=1000)
+    sub.ready.set_result(None)  # past hello
+    frames: list[Message] = [Position(1, 0), OnNext(1, b"abc"), OnNext(1, b"x" * 300),
+              OnNextPacked(1, 3, b"123456789"), OnNextPart(1, 5, b"p" * 200),
+              OnNextPart(1, 5, b"q" * 10), OnNextLastPart(1, 5, b"r"), Position(1, 9),
+              OnNext(1, b""), OnComplete(1)]
+    data = b"".join(encode(f) for f in frames)
+
+    class Transport:
+        def write(self, data: bytes) -> None:
+            pass
+
+    sub.transport = Transport()  # type: ignore[assignment]
+    for piece in cuts(data, rng):
+        sub.data_received(piece)
+    assert sub.records == 1 + 1 + 3 + 1 + 1
+    assert sub.data_bytes == 3 + 300 + 9 + 211 + 0
+    assert sub.complete and sub.done.done() and sub.errors == 0
+
+
+def test_protocols_is_in_the_default_run_and_streamlet_only() -> None:
+    from bench.protocols import protocols
+    from bench.run import parse_args
+    from bench.servers import Server
+    from bench.workloads import Sizes
+
+    assert "protocols" in parse_args([]).workloads.split(",")
+    # RabbitMQ speaks neither protocol: nothing is run (no connection is even tried)
+    assert protocols(Server("rabbitmq", port=1), Sizes.quick()) == []
+
+
+def test_the_report_compares_protocols_with_the_rabbitmq_protocol() -> None:
+    def row(key: str, msg_s: float) -> Row:
+        return Row(key, key, "streamlet", 100, 1000, sent=1000, confirmed=1000, seconds=1000 / msg_s)
+    rows = [row("rabbitmq-produce-100", 1_000_000), row("mega-produce-100", 50_000),
+            row("rsio-produce-100", 100_000)]
+    text = table(rows)
+    assert "0.05x msg/s of the RabbitMQ protocol" in text
+    assert "0.1x msg/s of the RabbitMQ protocol" in text
+    lines = targets(rows, {})
+    assert any(line.startswith("INFO streamlet mega-produce-100 / rabbitmq-produce-100") and
+               "0.05 (50,000 vs 1,000,000 msg/s)" in line for line in lines)
+    section = results_section(rows, {}, {}, None)
+    assert "Targets of issues 4 and 13:" in section

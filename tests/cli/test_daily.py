@@ -1,0 +1,104 @@
+"""Daily use: `streamlet ping`, and credentials kept off the command line (a password file,
+the environment), in the order --password, --password-file, $STREAMLET_PASSWORD, guest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support.brokers import BrokerProcess, free_port
+
+from .support import cli, conn, stderr_line
+
+
+def test_ping_answers_with_the_server_and_the_time(shared_broker: BrokerProcess) -> None:
+    r = cli("ping", *conn(shared_broker))
+    line = r.stdout.decode().strip()
+    assert line.startswith(f"ping {shared_broker.host}:{shared_broker.port}: streamlet ")
+    assert line.endswith(" ms") and r.returncode == 0
+
+
+def test_ping_says_why_it_failed() -> None:
+    port = free_port()
+    r = cli("ping", "--port", str(port), "--timeout", "5", check=False)
+    assert r.returncode == 1 and r.stdout == b""
+    assert stderr_line(r.stderr).startswith(f"streamlet: cannot connect to 127.0.0.1:{port}")
+
+
+def test_credentials_from_a_file_or_the_environment(shared_broker: BrokerProcess,
+                                                    tmp_path: Path) -> None:
+    c = conn(shared_broker)
+    wrong, right = tmp_path / "wrong", tmp_path / "right"
+    wrong.write_text("not-the-password\n")
+    right.write_text("guest\n")
+    assert cli("ping", *c, env={"STREAMLET_PASSWORD": "guest"}).returncode == 0
+    refused = cli("ping", *c, env={"STREAMLET_PASSWORD": "nope"}, check=False)
+    assert refused.returncode == 1 and b"AUTHENTICATION" in refused.stderr.upper()
+    # the file wins over the environment, a flag over both
+    assert cli("ping", *c, "--password-file", str(right),
+               env={"STREAMLET_PASSWORD": "nope"}).returncode == 0
+    assert cli("ping", *c, "--password-file", str(wrong), check=False).returncode == 1
+    assert cli("ping", *c, "--password", "guest", "--password-file", str(wrong)).returncode == 0
+    # the user too
+    assert cli("ping", *c, env={"STREAMLET_USER": "nobody"}, check=False).returncode == 1
+    missing = cli("ping", *c, "--password-file", str(tmp_path / "none"), check=False)
+    assert missing.returncode == 2 and b"--password-file" in missing.stderr
+
+
+async def test_format_amqp_both_ways_with_rstream(shared_broker: BrokerProcess) -> None:
+    """--format amqp: what the CLI sends, rstream's AMQP decoder reads; what rstream publishes
+    (AMQP 1.0), the CLI prints as its body; a raw message is printed as stored, with a warning."""
+    import asyncio
+
+    from rstream import (
+        AMQPMessage,
+        Consumer,
+        ConsumerOffsetSpecification,
+        OffsetType,
+        Producer,
+        amqp_decoder,
+    )
+
+    b = shared_broker
+    c = conn(b)
+    cli("produce", *c, "amqp-in", "--create", "--format", "amqp", stdin=b"alpha\nbeta\n")
+    got: list[bytes] = []
+    consumer = Consumer(b.host, b.port, username="guest", password="guest")
+    await consumer.start()
+    await consumer.subscribe("amqp-in", lambda msg, ctx: got.append(bytes(msg.body)),
+                             decoder=amqp_decoder,
+                             offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST))
+    for _ in range(300):
+        if len(got) >= 2:
+            break
+        await asyncio.sleep(0.1)
+    await consumer.close()
+    assert got == [b"alpha", b"beta"]
+
+    async with Producer(b.host, b.port, username="guest", password="guest") as producer:
+        await producer.create_stream("amqp-out", exists_ok=True)
+        await producer.send_wait("amqp-out", AMQPMessage(body=b"from rstream"))
+    out = cli("consume", *c, "amqp-out", "--format", "amqp", "--count", "1")
+    assert out.stdout == b"0\tfrom rstream\n"
+
+    cli("produce", *c, "raw-in", "--create", stdin=b"plain\n")
+    raw = cli("consume", *c, "raw-in", "--format", "amqp", "--count", "1")
+    assert raw.stdout == b"0\tplain\n" and b"not AMQP 1.0" in raw.stderr
+    refused = cli("produce", *c, "x", "--protocol", "mega", "--format", "amqp", check=False)
+    assert refused.returncode == 2 and b"--format amqp" in refused.stderr
+
+
+def test_a_second_broker_on_the_same_data_directory_is_refused(tmp_path: Path) -> None:
+    first = BrokerProcess(tmp_path / "data", port=free_port()).start()
+    try:
+        second = cli("serve", "--port", str(free_port()), "--data-dir", str(tmp_path / "data"),
+                     check=False)
+        assert second.returncode == 2
+        assert stderr_line(second.stderr) == (
+            f"streamlet: another broker (pid {first.pid}) serves from {tmp_path / 'data'}: one "
+            "broker per data directory")
+        assert first.alive()
+    finally:
+        first.stop()
+    # once it stopped, the directory is free again
+    again = BrokerProcess(tmp_path / "data", port=free_port()).start()
+    again.stop()
