@@ -90,6 +90,10 @@ def build_parser() -> Parser:
                        help="serve Reactive Streams IO (docs/protocols/reactive-streams.md) on P, "
                             "on loopback unless configured otherwise; 0 turns it off (default: "
                             "[listeners.rsio], none)")
+    serve.add_argument("--metrics-port", type=port_number, default=None, metavar="P",
+                       help="serve Prometheus metrics at http://HOST:P/metrics (HOST: "
+                            "[listeners.metrics] host, else --host); 0 turns it off (default: "
+                            "[listeners.metrics], else 15692, skipped with a warning when taken)")
     serve.add_argument("--sbp-port", type=port_number, default=None, metavar="P",
                        help="serve the Streaming Batch Protocol (docs/protocols/sbp.md) on P, on "
                             "loopback unless configured otherwise; 0 turns it off (default: "
@@ -381,7 +385,8 @@ def _serve(args: argparse.Namespace) -> int:
         config = load(args.config, host=args.host, port=args.port, data_dir=args.data_dir,
                       advertised_host=args.advertised_host, advertised_port=args.advertised_port,
                       fsync=args.fsync, mega_port=args.mega_port,
-                      rsio_port=args.rsio_port, sbp_port=args.sbp_port)
+                      rsio_port=args.rsio_port, sbp_port=args.sbp_port,
+                      metrics_port=args.metrics_port)
     except ConfigError as e:
         print(f"streamlet: {e}", file=sys.stderr)
         return 2
@@ -389,7 +394,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         run(config)
     except OSError as e:
-        print(f"streamlet: cannot serve on {config.host}:{config.port}: {e.strerror}", file=sys.stderr)
+        where = e.filename or f"{config.host}:{config.port}"  # the metrics' own address
+        print(f"streamlet: cannot serve on {where}: {e.strerror}", file=sys.stderr)
         return 1
     except ConfigError as e:  # found when the broker starts, e.g. unreadable TLS certificates
         print(f"streamlet: {e}", file=sys.stderr)

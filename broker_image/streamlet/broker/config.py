@@ -81,6 +81,12 @@ File format (all keys optional)::
     split_bytes = 65536               # elements longer than this are sent in parts
     window = 256                      # an append's demand: elements in flight before confirms
 
+    [listeners.metrics]               # Prometheus text at http://host:port/metrics (docs/operations.md)
+    port = 15692                      # or serve --metrics-port (0: off); RabbitMQ's Prometheus port
+    host = "0.0.0.0"                  # default: [server] host
+    enabled = true                    # on by default; see MetricsListener
+    max_streams = 1000                # streams given per-stream series (the rest: counted only)
+    max_consumers = 1000              # named consumers given offset and lag series
     [listeners.sbp]                   # the Streaming Batch Protocol (docs/protocols/sbp.md)
     port = 5555                       # or serve --sbp-port (0: off); off unless configured
     host = "127.0.0.1"                # no authentication either: as MEGA's
@@ -138,6 +144,11 @@ DEFAULT_MEGA_MAX_PAYLOAD = 1 << 20
 DEFAULT_RSIO_MAX_ELEMENT = 1 << 20
 DEFAULT_RSIO_SPLIT = 64 << 10
 DEFAULT_RSIO_WINDOW = 256
+#: RabbitMQ's Prometheus port (rabbitmq_prometheus), the metrics listener's default
+DEFAULT_METRICS_PORT = 15692
+#: label cardinality caps of /metrics: streams and named consumers given series of their own
+DEFAULT_METRICS_MAX_STREAMS = 1000
+DEFAULT_METRICS_MAX_CONSUMERS = 1000
 #: protocols without authentication: served on loopback, or on TLS with client certificates
 #: SBP's largest frame (docs/protocols/sbp.md)
 DEFAULT_SBP_MAX_FRAME = 16 << 20
@@ -185,6 +196,20 @@ class Listener:
     host: str
     port: int
     tls: bool = False
+
+
+@dataclass(frozen=True)
+class MetricsListener:
+    """The Prometheus endpoint (``/metrics`` over HTTP). ``host`` None: [server] host.
+    ``required`` False (nothing configured, the default port): if the port is taken the broker
+    logs it and serves without metrics, so two brokers on one machine both start; a configured
+    one that cannot listen stops the broker."""
+
+    port: int = DEFAULT_METRICS_PORT
+    host: str | None = None
+    required: bool = False
+    max_streams: int = DEFAULT_METRICS_MAX_STREAMS
+    max_consumers: int = DEFAULT_METRICS_MAX_CONSUMERS
 
 
 @dataclass(frozen=True)
@@ -239,6 +264,8 @@ class BrokerConfig:
     rsio_max_element_bytes: int = DEFAULT_RSIO_MAX_ELEMENT  # [listeners.rsio] max_element_bytes
     rsio_split_bytes: int = DEFAULT_RSIO_SPLIT  # [listeners.rsio] split_bytes
     rsio_window: int = DEFAULT_RSIO_WINDOW  # [listeners.rsio] window
+    #: [listeners.metrics], serve --metrics-port; None: no metrics endpoint
+    metrics: MetricsListener | None = field(default_factory=MetricsListener)
     sbp_max_frame_bytes: int = DEFAULT_SBP_MAX_FRAME  # [listeners.sbp] max_frame_bytes
 
     @property
@@ -333,10 +360,11 @@ def _int(section: dict[str, Any], key: str, where: str, minimum: int = 0) -> int
 
 
 def load(path: Path | None = None, mega_port: int | None = None, rsio_port: int | None = None,
-         sbp_port: int | None = None, **overrides: Any) -> BrokerConfig:
+         sbp_port: int | None = None, metrics_port: int | None = None,
+         **overrides: Any) -> BrokerConfig:
     """Build the config: defaults < file < environment < non-None keyword overrides (flags);
     ``mega_port``, ``rsio_port``, ``sbp_port``: serve --mega-port, --rsio-port, --sbp-port
-    (with_port)."""
+    (with_port); ``metrics_port``: --metrics-port (with_metrics_port)."""
     cfg = BrokerConfig()
     if path is not None:
         try:
@@ -361,7 +389,7 @@ def load(path: Path | None = None, mega_port: int | None = None, rsio_port: int 
     if "data_dir" in flags:
         flags["data_dir"] = Path(flags["data_dir"])
     cfg = with_port(with_port(replace(cfg, **flags), "mega", mega_port), "rsio", rsio_port)
-    cfg = with_port(cfg, "sbp", sbp_port)
+    cfg = with_metrics_port(with_port(cfg, "sbp", sbp_port), metrics_port)
     _validate(cfg)
     return cfg
 
@@ -446,6 +474,8 @@ def _listeners(section: Any, default_host: str) -> dict[str, Any]:
         raise ConfigError(f"[listeners.rabbitmq] takes only enabled ([server] host and port and "
                           f"[tls] port place it), not {', '.join(sorted(extra))}")
     changes["rabbitmq_listener"] = bool(rabbitmq.get("enabled", True))
+    if "metrics" in section:
+        changes["metrics"] = _metrics_listener(section["metrics"])
     others = []
     mega = section.get("mega", {})
     for key, field_name in (("max_topic_bytes", "mega_max_topic_bytes"),
@@ -463,7 +493,7 @@ def _listeners(section: Any, default_host: str) -> dict[str, Any]:
     if value is not None:
         changes["sbp_max_frame_bytes"] = value
     for protocol, table in section.items():
-        if protocol == "rabbitmq" or not table.get("enabled", True):
+        if protocol in ("rabbitmq", "metrics") or not table.get("enabled", True):
             continue
         where = f"listeners.{protocol}"
         port = _int(table, "port", where, 1)
@@ -473,6 +503,26 @@ def _listeners(section: Any, default_host: str) -> dict[str, Any]:
                                bool(table.get("tls", False))))
     changes["other_listeners"] = tuple(others)
     return changes
+
+
+def _metrics_listener(table: dict[str, Any]) -> MetricsListener | None:
+    """[listeners.metrics]: enabled, host, port, max_streams, max_consumers. Configured, it
+    is required: a port it cannot listen on stops the broker."""
+    extra = set(table) - {"enabled", "host", "port", "max_streams", "max_consumers"}
+    if extra:
+        raise ConfigError(f"unknown key(s) in [listeners.metrics]: {', '.join(sorted(extra))}")
+    if not table.get("enabled", True):
+        return None
+    where = "listeners.metrics"
+    port = _int(table, "port", where)
+    if port == 0:
+        return None
+    streams = _int(table, "max_streams", where)
+    consumers = _int(table, "max_consumers", where)
+    return MetricsListener(
+        port or DEFAULT_METRICS_PORT, str(table["host"]) if "host" in table else None, True,
+        DEFAULT_METRICS_MAX_STREAMS if streams is None else streams,
+        DEFAULT_METRICS_MAX_CONSUMERS if consumers is None else consumers)
 
 
 def _users(entries: Any, where: str) -> tuple[User, ...]:
@@ -569,6 +619,16 @@ def with_port(cfg: BrokerConfig, protocol: str, port: int | None) -> BrokerConfi
     return replace(cfg, other_listeners=others)
 
 
+def with_metrics_port(cfg: BrokerConfig, port: int | None) -> BrokerConfig:
+    """``serve --metrics-port``: None keeps [listeners.metrics] (or the default); 0 turns the
+    endpoint off; else it listens on that port (the configured host, else [server] host), and
+    a port it cannot listen on stops the broker."""
+    if port is None:
+        return cfg
+    if port == 0:
+        return replace(cfg, metrics=None)
+    return replace(cfg, metrics=replace(cfg.metrics or MetricsListener(), port=port, required=True))
+
 
 def _validate(cfg: BrokerConfig) -> None:
     if not 0 < cfg.port < 65536:
@@ -623,6 +683,8 @@ def _validate(cfg: BrokerConfig) -> None:
         if not 0 < cfg.rsio_split_bytes <= cfg.rsio_max_element_bytes:
             raise ConfigError(f"listeners.rsio.split_bytes must be in 1..max_element_bytes, "
                               f"got {cfg.rsio_split_bytes}")
+    if cfg.metrics is not None and not 0 < cfg.metrics.port < 65536:
+        raise ConfigError(f"listeners.metrics.port must be in 1..65535, got {cfg.metrics.port}")
     if any(lst.protocol == "sbp" for lst in cfg.listeners) and not (
             16 <= cfg.sbp_max_frame_bytes <= cfg.frame_limit):
         raise ConfigError(f"listeners.sbp.max_frame_bytes must be in 16..server.frame_limit "

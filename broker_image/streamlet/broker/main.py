@@ -17,6 +17,7 @@ from ..dirlock import DirectoryLock
 from ..storage.files import files
 from .config import BrokerConfig
 from .mega.connection import MegaConnection
+from .metrics import start_metrics
 from .rabbitmq.connection import Connection
 from .rsio.connection import RsioConnection
 from .sbp.connection import SbpConnection
@@ -58,6 +59,11 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     use_all_descriptors(config.max_open_files)  # the process's, before the streams open
     broker = Broker(config, LISTENERS)
     await broker.start()
+    try:
+        metrics = await start_metrics(broker)  # [listeners.metrics]: /metrics on this loop
+    except OSError:
+        await broker.stop()
+        raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -66,6 +72,8 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     if ready is not None:
         ready.set()
     await stop.wait()
+    if metrics is not None:
+        await metrics.close()
     await broker.stop()
 
 

@@ -70,6 +70,8 @@ class Broker:
         for vhost in self.vhosts.values():
             self.members.load(vhost.streams.streams)
         self.connections: set[Client] = set()
+        #: each connection class's protocol (the listener that made one), for the metrics
+        self.protocol_names: dict[type, str] = {}
         self.frame_budget = FrameBudget(config.frame_budget)
         self.closed_connections = 0  # since memory was last given back
         self.ssl_context = server_context(config.tls) if config.tls is not None else None
@@ -87,7 +89,8 @@ class Broker:
         for listener in self.config.listeners:  # one protocol factory per entry of the table
             factory, tls = self.protocols[listener.protocol], listener.tls
             server = await loop.create_server(
-                lambda f=factory, t=tls: f(self, t), listener.host, listener.port,
+                lambda f=factory, t=tls, p=listener.protocol: self._connection(f, t, p),
+                listener.host, listener.port,
                 ssl=self.ssl_context if tls else None, reuse_address=True, backlog=1024)
             self._servers.append(server)
             for sock in server.sockets:
@@ -97,6 +100,12 @@ class Broker:
         self._trim_task = asyncio.create_task(self._trim_loop())
         if self._directory is not None:
             self._directory_task = asyncio.create_task(self._directory_loop())
+
+    def _connection(self, factory: ConnectionFactory, tls: bool,
+                    protocol: str) -> asyncio.BaseProtocol:
+        conn = factory(self, tls)
+        self.protocol_names.setdefault(type(conn), protocol)
+        return conn
 
     @property
     def ports(self) -> list[int]:

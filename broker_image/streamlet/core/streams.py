@@ -32,6 +32,7 @@ from .filtering import chunk_bloom
 from .ports import Clock, Reader, Refusal, Session
 from .ratelog import RepeatedError
 from .settings import StreamSettings
+from .stats import LatencyHistogram
 
 log = logging.getLogger("streamlet.broker")
 
@@ -74,7 +75,7 @@ MAX_LISTED = 1000
 
 class Stream:
     def __init__(self, name: str, directory: Path, settings: StreamSettings, fsync: str,
-                 clock: Clock) -> None:
+                 clock: Clock, confirm_latency: LatencyHistogram | None = None) -> None:
         self.clock = clock  # time and scheduling: the broker's event loop, or a test's clock
         self.name = name
         self.directory = directory
@@ -120,7 +121,9 @@ class Stream:
         #: acks) instead of the write. False: one copy, committed once written.
         self.awaits_commit = False
         #: confirms waiting for the commit: (end offset of their chunk, confirms), in order
-        self._unconfirmed: deque[tuple[int, dict[tuple[Session, int], list[bytes]]]] = deque()
+        #: and when their chunk took its first publish (None: duplicates only)
+        self._unconfirmed: deque[tuple[int, dict[tuple[Session, int], list[bytes]],
+                                       float | None]] = deque()
         #: replication's pull readers, woken by a write (``_waiting`` wakes on commit)
         self._waiting_written: list[tuple[int, Callable[[], object]]] = []
         #: refused writes (a full disk refuses every flush): logged once per 10 s at most
@@ -129,6 +132,16 @@ class Stream:
         #: syncs the tail written after that, so nothing confirmed stays unsynced much longer
         self._sync_interval = fsync == "interval"
         self._sync_due = False
+        # Counters since this broker opened the stream, read by the broker's metrics when
+        # scraped; each moves once per chunk (or per delivery), never per message.
+        self.messages_in = 0  # records written by publishes
+        self.bytes_in = 0  # their entries' bytes
+        self.confirmed = 0  # publishing ids confirmed (duplicates included)
+        self.messages_out = 0  # records delivered to subscriptions
+        self.bytes_out = 0  # bytes of the chunks delivered (headers included)
+        #: publish-to-confirm per chunk: from the first publish the chunk took to its confirm
+        self.confirm_latency = confirm_latency if confirm_latency is not None else LatencyHistogram()
+        self._pending_since = 0.0  # when the pending chunk took its first publish
 
     # --- who holds the stream: the core keeps these sets, adapters attach and detach --------
 
@@ -170,8 +183,10 @@ class Stream:
                                     Refusal.GONE if self.deleted else Refusal.MOVED)
             return
         loop = self.clock
-        if not self._count and loop.time() - self._last_flush > QUIET_S:
-            self._chunk_entries = CHUNK_MIN_ENTRIES  # a burst after a quiet spell starts small
+        if not self._count:
+            self._pending_since = self.confirm_latency.now()
+            if loop.time() - self._last_flush > QUIET_S:
+                self._chunk_entries = CHUNK_MIN_ENTRIES  # a burst after a quiet spell starts small
         rest: PublishBatch | None = batch
         while rest is not None:
             room, room_bytes = self._chunk_entries - self._count, CHUNK_MAX_BYTES - self._bytes
@@ -244,9 +259,10 @@ class Stream:
         if self._count:
             self._confirms[(publisher.conn, publisher.id)].append(packed)
         elif self.commit_end >= self.log.next_offset:
-            publisher.conn.confirmed(publisher.id, [packed])
+            self._confirm({(publisher.conn, publisher.id): [packed]}, None)
         else:
-            self._unconfirmed.append((self.log.next_offset, {(publisher.conn, publisher.id): [packed]}))
+            self._unconfirmed.append((self.log.next_offset, {(publisher.conn, publisher.id): [packed]},
+                                      None))
 
     def flush(self) -> None:
         self._scheduled = False
@@ -258,6 +274,8 @@ class Stream:
         self._data, self._count, self._records, self._bytes = [], 0, 0, 0
         self._confirms, self._dirty_refs = defaultdict(list), {}
         placed, self._placed = self._placed, []
+        # what stays pending after a full chunk was written (publish cuts batches) waits from now
+        since, self._pending_since = self._pending_since, self.confirm_latency.now()
         bloom = chunk_bloom(self._filter_values, self.settings.filter_size)
         self._filter_values = set()
         try:
@@ -270,6 +288,8 @@ class Stream:
                 conn.rejected(pid, _unpack_ids(packed), Refusal.WRITE_FAILED)
             return
         self._write_errors.resolved("stream %s: writes succeed again", self.name)
+        self.messages_in += records
+        self.bytes_in += ref.data_length
         # Where the chunk really went: a segment roll writes its snapshot chunk first.
         for publisher, first_id, position in placed:
             publisher.conn.placed(publisher.id, first_id, ref.chunk_id + position)
@@ -277,12 +297,23 @@ class Stream:
         if self._waiting_written:
             self._wake_written()
         if self.awaits_commit:
-            self._unconfirmed.append((self.log.next_offset, confirms))
+            self._unconfirmed.append((self.log.next_offset, confirms, since))
             return
         self.commit_end = self.log.next_offset
+        self._confirm(confirms, since)
+        self._committed()
+
+    def _confirm(self, confirms: dict[tuple[Session, int], list[bytes]],
+                 since: float | None) -> None:
+        """Send ``confirms``; ``since``: when their chunk took its first publish (None:
+        duplicates only, not a latency sample)."""
+        n = 0
         for (conn, pid), packed in confirms.items():
             conn.confirmed(pid, packed)
-        self._committed()
+            n += sum(map(len, packed))
+        self.confirmed += n >> 3  # 8 bytes per publishing id
+        if since is not None:
+            self.confirm_latency.observe_since(since)
 
     # --- the commit point (replicated streams; one copy commits on write) ----------------------
 
@@ -294,8 +325,8 @@ class Stream:
         self.commit_end = end
         queue = self._unconfirmed
         while queue and queue[0][0] <= end:
-            for (conn, pid), packed in queue.popleft()[1].items():
-                conn.confirmed(pid, packed)
+            _, confirms, since = queue.popleft()
+            self._confirm(confirms, since)
         self._committed()
 
     def forget_unconfirmed(self) -> None:
@@ -580,6 +611,9 @@ class StreamManager:
         self.streams: dict[str, Stream] = {}
         self.limits = limits if limits is not None else Limits()
         self.limits.managers.append(self)
+        #: publish-to-confirm of every stream here, one histogram: a deleted stream's samples
+        #: stay counted (a broker-wide histogram never goes back)
+        self.confirm_latency = LatencyHistogram()
         for d in sorted(self.root.iterdir()):
             meta = d / "stream.json"
             if not d.is_dir():
@@ -591,7 +625,7 @@ class StreamManager:
             doc = json.loads(meta.read_text())
             name = doc.get("name", unquote(d.name))
             self.streams[name] = Stream(name, d, StreamSettings.from_json(doc["settings"]), fsync,
-                                       clock)
+                                       clock, self.confirm_latency)
             log.info("recovered stream %s: offsets %d..%d", name,
                      self.streams[name].log.first_offset, self.streams[name].log.next_offset)
 
@@ -607,7 +641,7 @@ class StreamManager:
             raise OSError(f"cannot remove the leftover directory {d}")
         stream = None
         try:
-            stream = Stream(name, d, settings, self.fsync, self.clock)
+            stream = Stream(name, d, settings, self.fsync, self.clock, self.confirm_latency)
             tmp = d / "stream.json.tmp"
             tmp.write_text(json.dumps({"name": name, "settings": settings.to_json(),
                                        "created": int(time.time() * 1000)}))

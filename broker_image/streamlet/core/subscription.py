@@ -59,7 +59,7 @@ class Subscription:
             return
         ahead = self._ahead
         out: list[memoryview] = []
-        size = 0
+        size = records = 0
         # Never far past the connection's high-water mark: a consumer that stops reading then
         # costs that buffer plus one chunk, not a whole pump more.
         room = min(PUMP_BYTES, conn.write_room())
@@ -80,9 +80,12 @@ class Subscription:
                 continue  # skipped: costs no credit
             out.append(data)
             size += len(data)
+            records += chunk.num_records
             self.credit -= 1
         if out:
             conn.deliver(self.id, out, self.stream.committed_chunk_id)
+            self.stream.messages_out += records  # the broker's metrics read these
+            self.stream.bytes_out += size
             if size >= room and self.credit > 0 and not conn.paused:
                 # more to send: after the loop has served others (and the socket has drained)
                 self.stream.clock.call_soon(self.pump)

@@ -7,6 +7,7 @@ from typing import Any
 from .. import names
 from ..model import BrokerModel
 from .common import metadata
+from .statefulset import METRICS_PORT
 
 
 def _ports(broker: BrokerModel) -> list[dict[str, Any]]:
@@ -18,6 +19,10 @@ def _ports(broker: BrokerModel) -> list[dict[str, Any]]:
 
 
 def build_headless_service(broker: BrokerModel) -> dict[str, Any]:
+    # The metrics port on the headless Service only: a ServiceMonitor scrapes each pod through
+    # its endpoints; through the client Service a scrape would reach any one pod.
+    metrics = {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics",
+               "protocol": "TCP"}
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -28,7 +33,7 @@ def build_headless_service(broker: BrokerModel) -> dict[str, Any]:
             # reach it as soon as it starts listening.
             "publishNotReadyAddresses": True,
             "selector": names.selector(broker.name),
-            "ports": _ports(broker),
+            "ports": [*_ports(broker), metrics],
         },
     }
 

@@ -15,6 +15,9 @@ from .secret import render_users
 CONFIG_DIR = "/etc/streamlet/config"
 DIRECTORY_DIR = DIRECTORY_FILE.rsplit("/", 1)[0]
 UID = 10001
+#: the broker's Prometheus endpoint: its default [listeners.metrics] port, on the pod's address
+#: (the config's [server] host), scraped by the chart's PodMonitor or ServiceMonitor
+METRICS_PORT = 15692
 
 # The config names the users file (the Secret) and the stream directory (a ConfigMap).
 COMMAND = ["streamlet", "serve", "--config", f"{CONFIG_DIR}/{names.CONFIG_KEY}"]
@@ -50,7 +53,8 @@ def _container(broker: BrokerModel) -> dict[str, Any]:
     ]
     if broker.advertise.port:
         env.append({"name": "STREAMLET_ADVERTISED_PORT", "value": str(broker.advertise.port)})
-    ports = [{"name": "stream", "containerPort": broker.port, "protocol": "TCP"}]
+    ports = [{"name": "stream", "containerPort": broker.port, "protocol": "TCP"},
+             {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
     mounts = [
         {"name": "data", "mountPath": DATA_DIR},
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
