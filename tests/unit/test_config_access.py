@@ -25,7 +25,8 @@ def test_defaults_keep_the_old_behaviour(tmp_path: Path) -> None:
 
 
 def test_permissions_follow_rabbitmq(tmp_path: Path) -> None:
-    cfg = _load(tmp_path, '[[vhosts]]\nname = "/"\n[[vhosts]]\nname = "t"\n'
+    cfg = _load(tmp_path, '[[users]]\nname = "app"\npassword = "p"\n'
+                '[[vhosts]]\nname = "/"\n[[vhosts]]\nname = "t"\n'
                 '[[permissions]]\nuser = "app"\nvhost = "/"\nconfigure = "^app-"\nwrite = "orders"\nread = ""\n')
     acl = AccessControl(cfg)
     assert acl.allowed("app", "/", "configure", "app-1")
@@ -37,8 +38,11 @@ def test_permissions_follow_rabbitmq(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ('[[permissions]]\nuser = "a"\nvhost = "nope"\n', "unknown vhost"),
-    ('[[permissions]]\nuser = "a"\nvhost = "/"\nread = "("\n', "not a regular expression"),
+    ('[[permissions]]\nuser = "guest"\nvhost = "nope"\n', "unknown vhost"),
+    ('[[permissions]]\nuser = "guest"\nvhost = "/"\nread = "("\n', "not a regular expression"),
+    ('[[permissions]]\nuser = "nobody"\nvhost = "/"\n', "'nobody': no such user in"),
+    ('[tls]\ncertfile = "a"\nkeyfile = "b"\nprot = 1\n', r"unknown key\(s\) in \[tls\]: prot"),
+    ('[limits]\nmax_conections = 1\n', r"unknown key\(s\) in \[limits\]: max_conections"),
     ('[[vhosts]]\nname = "other"\n', 'must include "/"'),
     ('[tls]\nport = 5551\n', "needs certfile and keyfile"),
     ('[tls]\ncertfile = "a"\nkeyfile = "b"\nverify_peer = true\n', "verify_peer needs a cafile"),

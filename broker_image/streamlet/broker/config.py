@@ -373,7 +373,7 @@ def load(path: Path | None = None, mega_port: int | None = None, rsio_port: int 
             raise ConfigError(f"cannot read config file {path}: {e.strerror}") from e
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"config file {path} is not valid TOML: {e}") from e
-        cfg = _apply_file(cfg, doc)
+        cfg = _apply_file(cfg, absolute_paths(doc, Path(path).parent))
     env: dict[str, Any] = {}
     if os.environ.get("STREAMLET_ADVERTISED_HOST"):
         env["advertised_host"] = os.environ["STREAMLET_ADVERTISED_HOST"]
@@ -394,6 +394,27 @@ def load(path: Path | None = None, mega_port: int | None = None, rsio_port: int 
     return cfg
 
 
+#: the file paths a config file names, by section: a relative one is relative to the file's
+#: folder (not to the directory the broker was started from)
+PATH_KEYS = {"server": ("data_dir", "users_file"), "cluster": ("directory_file",),
+             "tls": ("certfile", "keyfile", "cafile")}
+
+
+def absolute_paths(doc: dict[str, Any], base: Path) -> dict[str, Any]:
+    """``doc`` with its relative PATH_KEYS made absolute against ``base`` (the file's folder)."""
+    out = dict(doc)
+    for section, keys in PATH_KEYS.items():
+        table = out.get(section)
+        if not isinstance(table, dict):
+            continue
+        table = out[section] = dict(table)
+        for key in keys:
+            value = table.get(key)
+            if isinstance(value, str) and value and not Path(value).is_absolute():
+                table[key] = str(base.resolve() / value)
+    return out
+
+
 #: the keys of the sections read here (a misspelt key is refused, not ignored)
 _SECTION_KEYS = {
     "server": {"host", "port", "data_dir", "advertised_host", "advertised_port", "frame_max",
@@ -402,6 +423,9 @@ _SECTION_KEYS = {
     "storage": {"fsync", "max_open_files"},
     "retention": {"max_age", "max_length_bytes", "max_segment_size_bytes"},
     "cluster": {"directory_file", "member", "replication_user", "peers", "resume_roles"},
+    "tls": {"port", "certfile", "keyfile", "cafile", "verify_peer", "advertised_port"},
+    "limits": {"max_connections", "max_connections_per_user", "max_streams", "max_partitions",
+               "max_buffered_bytes"},
 }
 
 
@@ -653,7 +677,10 @@ def _validate(cfg: BrokerConfig) -> None:
                           f"one of 0..{len(cfg.peers) - 1}, got {cfg.member}")
     if cfg.replication_user is not None and all(u.name != cfg.replication_user for u in cfg.users):
         raise ConfigError(f"cluster.replication_user {cfg.replication_user!r} is not a configured user")
+    users = {u.name for u in cfg.users}
     for p in cfg.permissions:
+        if p.user not in users:
+            raise ConfigError(f"permissions for {p.user!r}: no such user in [[users]]")
         if p.vhost not in cfg.vhosts:
             raise ConfigError(f"permissions for {p.user}: unknown vhost {p.vhost!r}")
     if not cfg.listeners:

@@ -23,6 +23,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from ..broker.config import absolute_paths
 from ..dirlock import AlreadyRunning, DirectoryLock
 from ..dirlock import holders as lock_holders
 from ..replication.model import NO_LEADER
@@ -67,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
 def _user_config(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
-    try:
-        return tomllib.loads(path.read_text())
+    try:  # relative paths in it are relative to its folder, not to the nodes' config files
+        return absolute_paths(tomllib.loads(path.read_text()), path.parent)
     except OSError as e:
         raise PlanError(f"cannot read config file {path}: {e.strerror}") from e
     except tomllib.TOMLDecodeError as e:
