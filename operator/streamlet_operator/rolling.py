@@ -5,7 +5,8 @@ from the current template and does nothing else. Each tick the placement driver 
 :func:`next_step` what to do with the pods whose template hash differs from the StatefulSet's,
 one pod at a time (Strimzi's KafkaRoller and the notes' section 3.8):
 
-1. wait while any pod is missing, being deleted or not ready (never two pods down at once);
+1. wait while any pod is being deleted, not ready or not answering probes (never two pods
+   down at once; a missing pod is made again by the StatefulSet controller);
 2. the next pod in :func:`roll_order` may stop only if every replicated stream with a member
    on it keeps a quorum of in-sync members without it (``safe_to_stop``; else
    ``WaitingForQuorum``) and every replicated stream is back in sync (``WaitingForSync``);
@@ -18,7 +19,7 @@ why. Tests: tests/operator/test_rolling.py (tables).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -116,13 +117,16 @@ def _members(streams: Iterable[StreamState]) -> list[StreamMembers]:
 
 
 def next_step(pods: Sequence[PodState], revision: str | None,
-              streams: Sequence[StreamState]) -> Step:
-    """What the roll does this tick (the module's docstring gives the rule)."""
+              streams: Sequence[StreamState], answering: Collection[int] | None = None) -> Step:
+    """What the roll does this tick (the module's docstring gives the rule). ``answering``:
+    the pods whose brokers answered this tick's probe (None: not probed, no replicated
+    streams); a pod that does not answer is down, whatever its Pod says."""
     stale = outdated(pods, revision)
     if not stale:
         return Step(Action.IDLE, message="every pod runs the current pod template")
     done = f"{len(pods) - len(stale)} of {len(pods)} pods updated"
-    down = sorted(p.ordinal for p in pods if p.terminating or not p.ready)
+    down = sorted(p.ordinal for p in pods if p.terminating or not p.ready
+                  or (answering is not None and p.ordinal not in answering))
     if down:
         return Step(Action.WAIT, down[0], WAITING_FOR_POD,
                     f"waiting for pod {down[0]} to be back and ready ({done})")

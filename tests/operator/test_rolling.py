@@ -69,49 +69,52 @@ def test_transfer_target(stream: StreamState, pod: int, stale: list[int], led: d
 
 
 STEPS = [
-    # (pods, streams, action, pod, reason, transfers)
+    # (pods, streams, pods answering probes (None: not probed), action, pod, reason, transfers)
     ("up to date", pods(NEW, NEW, NEW), [s("a", ALL, 0, ALL)],
-     Action.IDLE, None, "UpToDate", ()),
+     None, Action.IDLE, None, "UpToDate", ()),
     ("a follower first", pods(OLD, OLD, OLD), [s("a", ALL, 0, ALL)],
-     Action.DELETE, 2, "RestartingPod", ()),
-    ("no replicated streams", pods(OLD, NEW), [], Action.DELETE, 0, "RestartingPod", ()),
+     None, Action.DELETE, 2, "RestartingPod", ()),
+    ("no replicated streams", pods(OLD, NEW), [], None, Action.DELETE, 0, "RestartingPod", ()),
     ("a pod down: never two", pods(OLD, NEW, OLD, down=1), [s("a", ALL, 0, ALL)],
-     Action.WAIT, 1, "WaitingForPod", ()),
+     None, Action.WAIT, 1, "WaitingForPod", ()),
     ("a pod being deleted", pods(OLD, OLD, NEW, terminating=2), [],
-     Action.WAIT, 2, "WaitingForPod", ()),
+     None, Action.WAIT, 2, "WaitingForPod", ()),
+    ("a pod whose broker does not answer (ready as its Pod says)", pods(OLD, OLD, OLD),
+     [s("a", ALL, 0, (0, 2))], {0, 2}, Action.WAIT, 1, "WaitingForPod", ()),
     ("the pod just rolled not in sync yet: stopping another breaks the quorum",
      pods(OLD, OLD, NEW), [s("a", ALL, 0, (0, 1))],
-     Action.WAIT, 1, "WaitingForQuorum", ()),
+     None, Action.WAIT, 1, "WaitingForQuorum", ()),
     ("a lagging member on a pod not rolled: the next pod would break the quorum",
      pods(OLD, OLD, OLD), [s("a", ALL, 0, (0, 2))],
-     Action.WAIT, 2, "WaitingForQuorum", ()),
+     None, Action.WAIT, 2, "WaitingForQuorum", ()),
     ("five members, one behind: the quorum holds, but the roll waits for it",
      pods(OLD, OLD, OLD, OLD, OLD), [s("a", (0, 1, 2, 3, 4), 0, (0, 1, 2, 3))],
-     Action.WAIT, 4, "WaitingForSync", ()),
+     None, Action.WAIT, 4, "WaitingForSync", ()),
     ("two members, one behind (tolerates no failure): waits for it",
      pods(OLD, OLD, NEW), [s("a", (1, 2), 1, (1,))],
-     Action.WAIT, 0, "WaitingForSync", ()),
+     None, Action.WAIT, 0, "WaitingForSync", ()),
     ("a stream just elected or not yet discovered: wait a tick",
      pods(OLD, OLD, OLD), [s("a", ALL, 0, None)],
-     Action.WAIT, 2, "WaitingForSync", ()),
+     None, Action.WAIT, 2, "WaitingForSync", ()),
     ("a stream with no leader and no quorum is not waited on",
      pods(OLD, NEW, NEW), [s("a", ALL, None, ())],
-     Action.DELETE, 0, "RestartingPod", ()),
+     None, Action.DELETE, 0, "RestartingPod", ()),
     ("the last pod leads: its leaderships go to rolled pods, spread",
      pods(OLD, NEW, NEW), [s("a", ALL, 0, ALL), s("b", ALL, 0, ALL), s("c", ALL, 1, ALL)],
-     Action.TRANSFER, 0, "TransferringLeadership", (("a", 2), ("b", 1))),
+     None, Action.TRANSFER, 0, "TransferringLeadership", (("a", 2), ("b", 1))),
     ("every pod leads: the one leading fewest moves first, to the lowest",
      pods(OLD, OLD, OLD), [s("a", ALL, 0, ALL), s("b", ALL, 1, ALL), s("c", ALL, 1, ALL),
                            s("d", ALL, 2, ALL), s("e", ALL, 2, ALL)],
-     Action.TRANSFER, 0, "TransferringLeadership", (("a", 1),)),
+     None, Action.TRANSFER, 0, "TransferringLeadership", (("a", 1),)),
 ]
 
 
-@pytest.mark.parametrize("pod_states,streams,action,pod,reason,transfers",
+@pytest.mark.parametrize("pod_states,streams,answering,action,pod,reason,transfers",
                          [row[1:] for row in STEPS], ids=[row[0] for row in STEPS])
-def test_next_step(pod_states: list[PodState], streams: list[StreamState], action: Action,
-                   pod: int | None, reason: str, transfers: tuple[tuple[str, int], ...]) -> None:
-    step = next_step(pod_states, NEW, streams)
+def test_next_step(pod_states: list[PodState], streams: list[StreamState],
+                   answering: set[int] | None, action: Action, pod: int | None, reason: str,
+                   transfers: tuple[tuple[str, int], ...]) -> None:
+    step = next_step(pod_states, NEW, streams, answering)
     assert (step.action, step.pod, step.reason, step.transfers) == (
         action, pod, reason, transfers), step.message
     if reason in ("WaitingForQuorum", "WaitingForSync"):  # the condition names the streams
