@@ -5,8 +5,8 @@ from the current template and does nothing else. Each tick the placement driver 
 :func:`next_step` what to do with the pods whose template hash differs from the StatefulSet's,
 one pod at a time (Strimzi's KafkaRoller and the notes' section 3.8):
 
-1. wait while any pod is being deleted, not ready or not answering probes (never two pods
-   down at once; a missing pod is made again by the StatefulSet controller);
+1. wait while any pod is being deleted, missing (deleted, not made again yet), not ready or
+   not answering probes: never two pods down at once;
 2. the next pod in :func:`roll_order` may stop only if every replicated stream with a member
    on it keeps a quorum of in-sync members without it (``safe_to_stop``; else
    ``WaitingForQuorum``) and every replicated stream is back in sync (``WaitingForSync``);
@@ -117,16 +117,21 @@ def _members(streams: Iterable[StreamState]) -> list[StreamMembers]:
 
 
 def next_step(pods: Sequence[PodState], revision: str | None,
-              streams: Sequence[StreamState], answering: Collection[int] | None = None) -> Step:
+              streams: Sequence[StreamState], answering: Collection[int] | None = None,
+              replicas: int = 0) -> Step:
     """What the roll does this tick (the module's docstring gives the rule). ``answering``:
     the pods whose brokers answered this tick's probe (None: not probed, no replicated
-    streams); a pod that does not answer is down, whatever its Pod says."""
+    streams); a pod that does not answer is down, whatever its Pod says. ``replicas``: the
+    StatefulSet's; a pod below it with no Pod object (deleted, not made again yet) is down."""
     stale = outdated(pods, revision)
     if not stale:
         return Step(Action.IDLE, message="every pod runs the current pod template")
-    done = f"{len(pods) - len(stale)} of {len(pods)} pods updated"
-    down = sorted(p.ordinal for p in pods if p.terminating or not p.ready
-                  or (answering is not None and p.ordinal not in answering))
+    count = max(replicas, len(pods))
+    done = f"{count - len(stale)} of {count} pods updated"
+    listed = {p.ordinal for p in pods}
+    down = sorted({p.ordinal for p in pods if p.terminating or not p.ready
+                   or (answering is not None and p.ordinal not in answering)}
+                  | set(range(replicas)) - listed)
     if down:
         return Step(Action.WAIT, down[0], WAITING_FOR_POD,
                     f"waiting for pod {down[0]} to be back and ready ({done})")

@@ -2,11 +2,14 @@
 for one Broker: a Pod object per ordinal, made from the StatefulSet's template as it is when
 the pod is made (its labels and annotations: the template hash the operator compares), its
 broker process started and the Pod marked Ready once the broker listens. A Pod deleted (it
-carries a finalizer, so it is Terminating as during a grace period) has its broker stopped
-(SIGTERM), then its finalizer removed, and is made again from the template then current.
+carries a finalizer, so it is Terminating) keeps its broker running for ``grace`` seconds, as
+the broker's preStop sleep does, then has it stopped (SIGTERM), its finalizer removed, and is
+made again from the template then current.
 
 It records what a test asserts on: each deletion seen (with whatever ``on_delete`` says at
-that moment, e.g. the streams the pod led), and the most pods down at once.
+that moment, e.g. the streams the pod led), and the most pods down at once, in the API
+server's order (resourceVersions: a pod is down from the write that marked it deleted until
+the one that made it again), which no sluggishness of this loop can hide.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +36,7 @@ class Deletion:
     ordinal: int
     revision: str | None  # the template hash the deleted pod carried
     seen: Any  # what on_delete answered when the deletion was seen
+    rv: int  # the resourceVersion of the write that marked it deleted
 
 
 @dataclass
@@ -44,10 +49,11 @@ class StatefulSetController:
     #: called with the ordinal when a pod's deletion is seen, before its broker stops
     on_delete: Callable[[int], Awaitable[Any]] | None = None
     deletions: list[Deletion] = field(default_factory=list)
-    down: set[int] = field(default_factory=set)
-    max_down: int = 0
-    #: pods made again after a deletion, by ordinal
-    remade: dict[int, int] = field(default_factory=dict)
+    #: (resourceVersion, ordinal) of each Pod made
+    made: list[tuple[int, int]] = field(default_factory=list)
+    #: seconds a Terminating pod's broker keeps running (the preStop sleep)
+    grace: float = 2.0
+    _since: dict[int, float] = field(default_factory=dict)
 
     def _key(self, ordinal: int) -> tuple[str, str, int]:
         return (self.namespace, self.name, ordinal)
@@ -68,11 +74,16 @@ class StatefulSetController:
                 await self._make(ordinal, template)
 
     async def _terminate(self, ordinal: int, pod: dict[str, Any]) -> None:
-        self.down.add(ordinal)
-        self.max_down = max(self.max_down, len(self.down))
-        seen = await self.on_delete(ordinal) if self.on_delete is not None else None
-        revision = (pod["metadata"].get("annotations") or {}).get("streamlet.dev/template-hash")
-        self.deletions.append(Deletion(ordinal, revision, seen))
+        if ordinal not in self._since:  # its deletion, seen now
+            self._since[ordinal] = time.monotonic()
+            seen = await self.on_delete(ordinal) if self.on_delete is not None else None
+            revision = (pod["metadata"].get("annotations") or {}).get(
+                "streamlet.dev/template-hash")
+            self.deletions.append(Deletion(ordinal, revision, seen,
+                                           int(pod["metadata"]["resourceVersion"])))
+        if time.monotonic() - self._since[ordinal] < self.grace:
+            return
+        del self._since[ordinal]
         address = self.pods.pods.pop(self._key(ordinal), None)
         if address is not None:
             await asyncio.to_thread(self.launcher.stop, address)  # SIGTERM: the drain
@@ -89,17 +100,30 @@ class StatefulSetController:
             self.pods.pods[self._key(ordinal)] = await asyncio.to_thread(
                 self.launcher.start, self.namespace, self.name, ordinal)
         try:
-            await self.kube.create(pod)
+            made = await self.kube.create(pod)
         except ApiError as e:  # the old one not gone yet: the next step
             if e.status != 409:
                 raise
             return
+        self.made.append((int(made["metadata"]["resourceVersion"]), ordinal))
         await self.kube.patch("Pod", self.namespace, names.pod(self.name, ordinal), {
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}},
             subresource="status")
-        if ordinal in self.down:
-            self.down.discard(ordinal)
-            self.remade[ordinal] = self.remade.get(ordinal, 0) + 1
+
+    @property
+    def max_down(self) -> int:
+        """The most pods down at once, in the API server's order of writes."""
+        changes = sorted([(d.rv, 1, d.ordinal) for d in self.deletions]
+                         + [(rv, -1, o) for rv, o in self.made])
+        down: set[int] = set()
+        most = 0
+        for _, change, ordinal in changes:
+            if change > 0:
+                down.add(ordinal)
+            else:
+                down.discard(ordinal)
+            most = max(most, len(down))
+        return most
 
     @contextlib.asynccontextmanager
     async def running(self, interval: float = 0.1) -> AsyncIterator[StatefulSetController]:

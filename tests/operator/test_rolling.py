@@ -74,11 +74,14 @@ STEPS = [
      None, Action.IDLE, None, "UpToDate", ()),
     ("a follower first", pods(OLD, OLD, OLD), [s("a", ALL, 0, ALL)],
      None, Action.DELETE, 2, "RestartingPod", ()),
-    ("no replicated streams", pods(OLD, NEW), [], None, Action.DELETE, 0, "RestartingPod", ()),
+    ("no replicated streams", pods(OLD, NEW, NEW), [], None, Action.DELETE, 0, "RestartingPod",
+     ()),
     ("a pod down: never two", pods(OLD, NEW, OLD, down=1), [s("a", ALL, 0, ALL)],
      None, Action.WAIT, 1, "WaitingForPod", ()),
     ("a pod being deleted", pods(OLD, OLD, NEW, terminating=2), [],
      None, Action.WAIT, 2, "WaitingForPod", ()),
+    ("a pod deleted and not made again yet (3 replicas)", pods(OLD, NEW)[:1] + [
+        PodState(2, NEW)], [], None, Action.WAIT, 1, "WaitingForPod", ()),
     ("a pod whose broker does not answer (ready as its Pod says)", pods(OLD, OLD, OLD),
      [s("a", ALL, 0, (0, 2))], {0, 2}, Action.WAIT, 1, "WaitingForPod", ()),
     ("the pod just rolled not in sync yet: stopping another breaks the quorum",
@@ -114,7 +117,7 @@ STEPS = [
 def test_next_step(pod_states: list[PodState], streams: list[StreamState],
                    answering: set[int] | None, action: Action, pod: int | None, reason: str,
                    transfers: tuple[tuple[str, int], ...]) -> None:
-    step = next_step(pod_states, NEW, streams, answering)
+    step = next_step(pod_states, NEW, streams, answering, replicas=3)
     assert (step.action, step.pod, step.reason, step.transfers) == (
         action, pod, reason, transfers), step.message
     if reason in ("WaitingForQuorum", "WaitingForSync"):  # the condition names the streams
