@@ -193,7 +193,10 @@ class Driver:
                   for o, pod in sorted(pods.items())]
         seen = [self.seen.get(s["metadata"]["name"]) or rolling.StreamState(
             s["metadata"]["name"], tuple(_members_of(s)), None, None) for s in streams]
-        step = rolling.next_step(states, revision, seen, up, int(sts["spec"].get("replicas") or 0))
+        rolling_now = get_condition((body.get("status") or {}).get("conditions"),
+                                    rolling.ROLLING)
+        step = rolling.next_step(states, revision, seen, up, int(sts["spec"].get("replicas") or 0),
+                                 in_progress=(rolling_now or {}).get("status") == "True")
         await self._rolling_condition(body, step)
         if step.action is rolling.Action.TRANSFER and members is not None:
             assert up is not None

@@ -118,20 +118,22 @@ def _members(streams: Iterable[StreamState]) -> list[StreamMembers]:
 
 def next_step(pods: Sequence[PodState], revision: str | None,
               streams: Sequence[StreamState], answering: Collection[int] | None = None,
-              replicas: int = 0) -> Step:
+              replicas: int = 0, in_progress: bool = False) -> Step:
     """What the roll does this tick (the module's docstring gives the rule). ``answering``:
     the pods whose brokers answered this tick's probe (None: not probed, no replicated
     streams); a pod that does not answer is down, whatever its Pod says. ``replicas``: the
-    StatefulSet's; a pod below it with no Pod object (deleted, not made again yet) is down."""
+    StatefulSet's; a pod below it with no Pod object (deleted, not made again yet) is down.
+    ``in_progress``: a roll was going on (the Rolling condition): it ends once every pod is
+    back, the last one rolled included."""
     stale = outdated(pods, revision)
-    if not stale:
-        return Step(Action.IDLE, message="every pod runs the current pod template")
     count = max(replicas, len(pods))
     done = f"{count - len(stale)} of {count} pods updated"
     listed = {p.ordinal for p in pods}
     down = sorted({p.ordinal for p in pods if p.terminating or not p.ready
                    or (answering is not None and p.ordinal not in answering)}
                   | set(range(replicas)) - listed)
+    if not stale and not (in_progress and down):
+        return Step(Action.IDLE, message="every pod runs the current pod template")
     if down:
         return Step(Action.WAIT, down[0], WAITING_FOR_POD,
                     f"waiting for pod {down[0]} to be back and ready ({done})")

@@ -4,7 +4,7 @@ the pod is made (its labels and annotations: the template hash the operator comp
 broker process started and the Pod marked Ready once the broker listens. A Pod deleted (it
 carries a finalizer, so it is Terminating) keeps its broker running for ``grace`` seconds, as
 the broker's preStop sleep does, then has it stopped (SIGTERM), its finalizer removed, and is
-made again from the template then current.
+made again from the template then current, ``restart_delay`` seconds after it is gone.
 
 It records what a test asserts on: each deletion seen (with whatever ``on_delete`` says at
 that moment, e.g. the streams the pod led), and the most pods down at once, in the API
@@ -53,7 +53,10 @@ class StatefulSetController:
     made: list[tuple[int, int]] = field(default_factory=list)
     #: seconds a Terminating pod's broker keeps running (the preStop sleep)
     grace: float = 2.0
+    #: seconds between a pod gone and its broker starting again (scheduling, pulling)
+    restart_delay: float = 2.0
     _since: dict[int, float] = field(default_factory=dict)
+    _gone: dict[int, float] = field(default_factory=dict)
 
     def _key(self, ordinal: int) -> tuple[str, str, int]:
         return (self.namespace, self.name, ordinal)
@@ -70,7 +73,8 @@ class StatefulSetController:
             pod = listed.get(names.pod(self.name, ordinal))
             if pod is not None and pod["metadata"].get("deletionTimestamp"):
                 await self._terminate(ordinal, pod)
-            elif pod is None:
+            elif pod is None and time.monotonic() - self._gone.get(
+                    ordinal, 0.0) >= self.restart_delay:
                 await self._make(ordinal, template)
 
     async def _terminate(self, ordinal: int, pod: dict[str, Any]) -> None:
@@ -89,6 +93,7 @@ class StatefulSetController:
             await asyncio.to_thread(self.launcher.stop, address)  # SIGTERM: the drain
         await self.kube.patch("Pod", self.namespace, pod["metadata"]["name"],
                               {"metadata": {"finalizers": []}})
+        self._gone[ordinal] = time.monotonic()
 
     async def _make(self, ordinal: int, template: dict[str, Any]) -> None:
         meta = template.get("metadata") or {}

@@ -147,3 +147,14 @@ def test_a_roll_goes_through_every_pod_one_at_a_time() -> None:
             revisions[step.pod] = NEW
     assert deleted == [2, 1, 0] and revisions == [NEW, NEW, NEW]
     assert set(leaders.values()) <= {1, 2}
+
+
+@pytest.mark.parametrize("in_progress,answering,action", [
+    (True, {0, 1, 2}, Action.IDLE),
+    (True, {0, 1}, Action.WAIT),  # the last pod rolled not back yet: the roll is not over
+    (False, {0, 1}, Action.IDLE),  # no roll going on: a pod down is not the roll's
+])
+def test_a_roll_ends_once_the_last_pod_is_back(in_progress: bool, answering: set[int],
+                                               action: Action) -> None:
+    step = next_step(pods(NEW, NEW, NEW), NEW, [], answering, 3, in_progress)
+    assert step.action is action
