@@ -14,9 +14,12 @@ Each tick (handlers/replication.py runs it every ``SETTINGS.replication_interval
   followers (the push), and the status and the directory ConfigMap (the backstop) follow;
 - otherwise the members' tails give who is in sync and the phase, and a member pod that
   missed probes and answers again (restarted: it may hold an older epoch's role) is assigned
-  its role in the current epoch again; so is every member once when the driver starts.
+  its role in the current epoch again; so is every member once when the driver starts;
+- then the roll (any Broker, replicated Streams or not): pods made from an older pod template
+  are deleted one at a time, each once its leaderships were transferred (a planned transfer)
+  and no stream would lose its quorum (rolling.py decides; the Broker's Rolling condition).
 
-The decisions are failover.py's (pure); this module makes the calls.
+The decisions are failover.py's and rolling.py's (pure); this module makes the calls.
 """
 
 from __future__ import annotations
@@ -29,13 +32,14 @@ from typing import Any
 
 from streamlet.elector import Members, run_election
 from streamlet.protocol.constants import Role
-from streamlet.replication.election import Decision
+from streamlet.replication.election import Decision, transfer, transfer_ready
 from streamlet.replication.model import NO_LEADER, Tail
 
-from . import failover, names
+from . import failover, names, rolling
 from .brokers import BrokerUnavailable
 from .builders.directory import Placed
-from .conditions import set_condition
+from .builders.statefulset import TEMPLATE_HASH
+from .conditions import get_condition, set_condition
 from .constants import GROUP, VERSION
 from .directory import sync_directory
 from .failover import Replication, Step
@@ -50,6 +54,10 @@ CAS_ATTEMPTS = 5
 #: Events this module posts.
 LEADER_ELECTED = "LeaderElected"
 FORCE_LEADER_REFUSED = "ForceLeaderRefused"
+#: A planned transfer waits this long for the target to hold the sealed leader's whole log
+#: (the leader's seal lifts itself after 30 s), looking every TRANSFER_POLL_S.
+TRANSFER_WAIT_S = 10.0
+TRANSFER_POLL_S = 0.1
 
 
 def replicated(obj: dict[str, Any], broker: str) -> bool:
@@ -74,6 +82,8 @@ class Driver:
         self.assigned: set[str] = set()
         #: each stream's leader's commit point at the last look: (epoch, chunk id)
         self.committed: dict[str, tuple[int, int]] = {}
+        #: the replicated streams as this tick saw them (the roll's input)
+        self.seen: dict[str, rolling.StreamState] = {}
 
     # --- a tick --------------------------------------------------------------------------------
 
@@ -84,13 +94,24 @@ class Driver:
         broker = BrokerModel.from_body(body)
         streams = [s for s in await self.runtime.kube.list("Stream", self.namespace)
                    if replicated(s, broker.name) and not s["metadata"].get("deletionTimestamp")]
-        if not streams:
-            return
-        members = await self._members(broker)
-        pods = range(max([broker.replicas] + [m + 1 for s in streams for m in _members_of(s)]))
-        answers = await asyncio.gather(*(members.probe(p) for p in pods))
+        pods = await self._pods(broker)
+        self.seen = {}
+        up = None
+        members = None
+        if streams:
+            members = await self._members(broker)
+            up = await self._replication(broker, members, streams, pods)
+        await self._roll(body, broker, members, streams, pods, up)
+
+    async def _replication(self, broker: BrokerModel, members: Members,
+                           streams: list[dict[str, Any]], pods: dict[int, dict[str, Any]]
+                           ) -> set[int]:
+        """Probes, elections and observations of the replicated streams; the pods that
+        answered."""
+        probed = range(max([broker.replicas] + [m + 1 for s in streams for m in _members_of(s)]))
+        answers = await asyncio.gather(*(members.probe(p) for p in probed))
         up = set()
-        for pod, ok in zip(pods, answers, strict=True):
+        for pod, ok in zip(probed, answers, strict=True):
             if ok:
                 up.add(pod)
                 self.misses[pod] = 0
@@ -98,7 +119,8 @@ class Driver:
                 self.misses[pod] = self.misses.get(pod, 0) + 1
                 self.away.add(pod)
         back = self.away & up
-        draining = await self._draining(broker)
+        draining = frozenset(o for o, pod in pods.items()
+                             if pod["metadata"].get("deletionTimestamp"))
         for obj in streams:
             try:
                 await self._drive(broker, members, obj, up, back, draining)
@@ -106,6 +128,7 @@ class Driver:
                 log.exception("%s/%s: placement driver step failed", self.namespace,
                               obj["metadata"]["name"])
         self.away -= back
+        return up
 
     async def _members(self, broker: BrokerModel) -> Members:
         credentials = await self.runtime.broker_credentials(broker.namespace, broker.name)
@@ -113,20 +136,20 @@ class Driver:
         return _Members(lambda m: resolve(broker.namespace, broker.name, m, broker.port),
                         credentials, connection_name="streamlet operator")
 
-    async def _draining(self, broker: BrokerModel) -> frozenset[int]:
-        """The ordinals of the Broker's pods being deleted (a drain, a roll, a scale-down):
-        their leaderships move before their brokers stop. Pods are listed, not watched: a
-        tick a second is soon enough, and a pod that vanished fails its probes anyway."""
+    async def _pods(self, broker: BrokerModel) -> dict[int, dict[str, Any]]:
+        """The Broker's Pod objects by ordinal: those being deleted (a drain, a roll, a
+        scale-down) have their leaderships moved before their brokers stop, and the roll
+        compares their template hash. Listed, not watched: a tick a second is soon enough,
+        and a pod that vanished fails its probes anyway."""
         pods = await self.runtime.kube.list("Pod", broker.namespace,
                                             labels=names.selector(broker.name))
         prefix = f"{broker.name}-"
-        result = set()
+        result = {}
         for pod in pods:
-            meta = pod["metadata"]
-            suffix = meta["name"].removeprefix(prefix)
-            if meta.get("deletionTimestamp") and suffix.isdigit():
-                result.add(int(suffix))
-        return frozenset(result)
+            suffix = pod["metadata"]["name"].removeprefix(prefix)
+            if suffix.isdigit():
+                result[int(suffix)] = pod
+        return result
 
     async def _drive(self, broker: BrokerModel, members: Members, obj: dict[str, Any],
                      up: set[int], back: set[int], draining: frozenset[int]) -> None:
@@ -145,11 +168,100 @@ class Driver:
         if step is not Step.NONE:
             await self.elect(broker, members, obj, record, up, preferred, draining)
             return
+        if record.leader is None:  # no majority answers: nobody in sync, nothing to observe
+            self.seen[name] = rolling.StreamState(name, record.members, None, frozenset())
+            return
         first = name not in self.assigned
         returning = [m for m in record.members if m in up and (first or m in back)]
         if returning and record.leader is not None:
             await self._reassign(members, obj, record, returning)
         await self._observe(broker, obj, record, up)
+
+    # --- the roll -----------------------------------------------------------------------------
+
+    async def _roll(self, body: dict[str, Any], broker: BrokerModel, members: Members | None,
+                    streams: list[dict[str, Any]], pods: dict[int, dict[str, Any]],
+                    up: set[int] | None) -> None:
+        """One step of the roll of pods made from an older template (rolling.next_step),
+        and the Broker's Rolling condition saying where it stands."""
+        sts = await self.runtime.kube.get("StatefulSet", broker.namespace, broker.name)
+        if sts is None:
+            return
+        revision = _annotations(sts["spec"].get("template") or {}).get(TEMPLATE_HASH)
+        states = [rolling.PodState(o, _annotations(pod).get(TEMPLATE_HASH), _ready(pod),
+                                   bool(pod["metadata"].get("deletionTimestamp")))
+                  for o, pod in sorted(pods.items())]
+        seen = [self.seen.get(s["metadata"]["name"]) or rolling.StreamState(
+            s["metadata"]["name"], tuple(_members_of(s)), None, None) for s in streams]
+        rolling_now = get_condition((body.get("status") or {}).get("conditions"),
+                                    rolling.ROLLING)
+        step = rolling.next_step(states, revision, seen, up, int(sts["spec"].get("replicas") or 0),
+                                 in_progress=(rolling_now or {}).get("status") == "True")
+        await self._rolling_condition(body, step)
+        if step.action is rolling.Action.TRANSFER and members is not None:
+            assert up is not None
+            by_name = {s["metadata"]["name"]: s for s in streams}
+            for name, target in step.transfers:
+                try:
+                    await self.transfer(broker, members, by_name[name], target, up)
+                except Exception:
+                    log.exception("%s/%s: transfer to pod %d failed", self.namespace, name, target)
+        elif step.action is rolling.Action.DELETE:
+            assert step.pod is not None
+            log.info("%s/%s: %s", self.namespace, broker.name, step.message)
+            await self.runtime.kube.delete("Pod", broker.namespace,
+                                           names.pod(broker.name, step.pod))
+        elif step.action is rolling.Action.WAIT:
+            log.info("%s/%s: roll waits: %s", self.namespace, broker.name, step.message)
+
+    async def _rolling_condition(self, body: dict[str, Any], step: rolling.Step) -> None:
+        """The Broker's Rolling condition, written when it changes (absent until a roll)."""
+        current = list((body.get("status") or {}).get("conditions") or [])
+        idle = step.action is rolling.Action.IDLE
+        if idle and get_condition(current, rolling.ROLLING) is None:
+            return
+        wanted = set_condition(current, rolling.ROLLING, not idle, step.reason, step.message)
+        if wanted != current:
+            await self.runtime.kube.patch("Broker", self.namespace, self.broker_name,
+                                          {"status": {"conditions": wanted}},
+                                          subresource="status")
+
+    async def transfer(self, broker: BrokerModel, members: Members, obj: dict[str, Any],
+                       target: int, up: set[int]) -> bool:
+        """A planned transfer of ``obj``'s leadership to member ``target``: the leader sealed
+        (ReplicaSeal: publishes refused with 6, what it took still replicated and confirmed;
+        the seal lifts itself after 30 s), then, once the target holds the leader's whole log
+        (transfer_ready, within TRANSFER_WAIT_S), an election in the next epoch with the
+        target preferred. A target that does not catch up in time: the leader is unsealed and
+        keeps leading (False)."""
+        fresh = await self.runtime.kube.get("Stream", self.namespace, obj["metadata"]["name"])
+        record = Replication.from_status((fresh or {}).get("status"))
+        if fresh is None or record is None or record.leader is None or target == record.leader:
+            return False
+        stream = fresh["status"]["applied"]["name"]
+        leader, epoch = record.leader, record.epoch
+        if await members.seal(leader, stream, epoch) is None:
+            log.warning("%s: leader %d could not be sealed: no transfer", stream, leader)
+            return False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TRANSFER_WAIT_S
+        while True:
+            ours, theirs = await asyncio.gather(members.contact(leader, stream),
+                                                members.contact(target, stream))
+            if (ours is not None and ours.tail is not None and ours.epoch == epoch
+                    and theirs is not None and theirs.following and theirs.epoch == epoch
+                    and transfer_ready(ours.tail, theirs.tail)):
+                break
+            if loop.time() > deadline:
+                await members.seal(leader, stream, epoch, on=False)
+                log.warning("%s: member %d did not catch up with leader %d in %.0f s: no"
+                            " transfer", stream, target, leader, TRANSFER_WAIT_S)
+                return False
+            await asyncio.sleep(TRANSFER_POLL_S)
+
+        def rule(answers: dict[int, Tail | None]) -> Decision:
+            return transfer(record.members, epoch, target, answers, in_sync=record.in_sync)
+        return await self.elect(broker, members, fresh, record, up, rule=rule)
 
     # --- discovery ------------------------------------------------------------------------------
 
@@ -178,9 +290,11 @@ class Driver:
 
     async def elect(self, broker: BrokerModel, members: Members, obj: dict[str, Any],
                     record: Replication, up: set[int], preferred: int | None = None,
-                    draining: frozenset[int] = frozenset()) -> bool:
+                    draining: frozenset[int] = frozenset(),
+                    rule: Callable[[dict[int, Tail | None]], Decision] | None = None) -> bool:
         """Elect ``obj``'s leader in ``record.epoch + 1``; ``preferred``: forced (the
-        annotation), that member preferred; ``draining``: members on pods being deleted.
+        annotation), that member preferred; ``draining``: members on pods being deleted;
+        ``rule``: the decision from the fence answers, instead (a planned transfer's).
         False when another writer reserved first."""
         name = obj["metadata"]["name"]
         stream = obj["status"]["applied"]["name"]
@@ -200,7 +314,7 @@ class Driver:
                                    force=forced)
 
         outcome = await run_election(stream, record.members, record.epoch, reserve, members,
-                                     reachable=up, decide=decide)
+                                     reachable=up, decide=rule or decide)
         if outcome.lost:
             log.info("%s/%s: epoch %d was reserved by another writer", self.namespace, name,
                      outcome.epoch)
@@ -268,6 +382,8 @@ class Driver:
             tails = {m: (await self._stat(broker, m, stream, "last_offset") if m in up else None)
                      for m in record.followers}
             synced = failover.in_sync(record.leader, mark, tails)
+        self.seen[obj["metadata"]["name"]] = rolling.StreamState(
+            obj["metadata"]["name"], record.members, record.leader, frozenset(synced))
         after = failover.with_phase(record, synced)
         status = obj.get("status") or {}
         current = list(status.get("conditions") or [])
@@ -384,6 +500,15 @@ class _PodSession:
 
     async def __aexit__(self, *exc: Any) -> Any:
         return await self._cm.__aexit__(*exc)
+
+
+def _annotations(obj: dict[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("annotations") or {})
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
 
 
 def _members_of(obj: dict[str, Any]) -> list[int]:

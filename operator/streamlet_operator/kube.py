@@ -41,11 +41,22 @@ class ApiError(Exception):
         self.status = status
 
 
+def pruned(obj: Any) -> Any:
+    """``obj`` without its None fields (a merge patch's "remove"): what a create sends."""
+    if isinstance(obj, dict):
+        return {k: pruned(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, list):
+        return [pruned(v) for v in obj]
+    return obj
+
+
 def is_subset(desired: Any, actual: Any) -> bool:
-    """Whether every field set in ``desired`` already has that value in ``actual``."""
+    """Whether every field set in ``desired`` already has that value in ``actual`` (a None
+    field, which a merge patch removes, where ``actual`` has none)."""
     if isinstance(desired, dict):
         return isinstance(actual, dict) and all(
-            k in actual and is_subset(v, actual[k]) for k, v in desired.items())
+            actual.get(k) is None if v is None else k in actual and is_subset(v, actual[k])
+            for k, v in desired.items())
     if isinstance(desired, list):
         return (isinstance(actual, list) and len(desired) == len(actual)
                 and all(is_subset(d, a) for d, a in zip(desired, actual, strict=True)))
@@ -183,7 +194,7 @@ class Kube:
         meta = obj["metadata"]
         current = await self.get(obj["kind"], meta.get("namespace", ""), meta["name"])
         if current is None:
-            return await self.create(obj)
+            return await self.create(pruned(obj))
         desired = dict(obj)
         if immutable and "spec" in desired:
             desired["spec"] = {k: v for k, v in desired["spec"].items() if k not in immutable}

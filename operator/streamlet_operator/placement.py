@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 
 def stream_counts(placements: Iterable[Iterable[int]], replicas: int) -> list[int]:
@@ -43,3 +43,13 @@ def effective_replicas(desired: int, placements: Mapping[str, Iterable[int]]) ->
     """The replica count the StatefulSet may have: never below a pod that holds a stream."""
     highest = max((o for ordinals in placements.values() for o in ordinals), default=-1)
     return max(desired, highest + 1)
+
+
+def members_held(streams: Iterable[tuple[str, Sequence[int] | None]],
+                 pods: int) -> dict[str, list[int]]:
+    """The pods each replicated stream (by resource name) keeps: its members, which cannot be
+    moved or replaced (membership changes are not built), so a scale-down may not remove
+    them; every one of the ``pods`` while its members are not known yet (``None``: created,
+    not yet discovered by the placement driver)."""
+    return {name: list(members) if members is not None else list(range(pods))
+            for name, members in streams}

@@ -179,7 +179,10 @@ def plan_stream(stream: StreamModel, status: StreamStatus, broker: BrokerModel |
     if status.move is not None:
         step = MoveStep.FINISH
     elif (ordinal is not None and created and ordinal >= broker.replicas
-          and broker.scale_down_policy == MOVE_STREAMS):
+          and broker.scale_down_policy == MOVE_STREAMS
+          # a replicated stream's members cannot move (membership changes are not built):
+          # the Broker keeps their pods instead (placement.members_held)
+          and int((status.applied or {}).get("replicas") or 1) == 1):
         step = MoveStep.START
     else:
         step = MoveStep.NONE

@@ -19,7 +19,12 @@ from streamlet_operator.builders.directory import (
     build_directory_configmap,
     render_directory,
 )
-from streamlet_operator.builders.statefulset import PRE_STOP, build_statefulset
+from streamlet_operator.builders.statefulset import (
+    PRE_STOP,
+    TEMPLATE_HASH,
+    build_statefulset,
+    template_hash,
+)
 from streamlet_operator.model import BrokerModel
 from tests.chart.conftest import KUBE_VERSIONS
 
@@ -246,3 +251,40 @@ def test_users_change_rolls_pods() -> None:
     def annotations(users: dict[str, str]) -> Any:
         return build_statefulset(broker(), 1, users)["spec"]["template"]["metadata"]["annotations"]
     assert annotations({"a": "1"}) == annotations({"a": "1"}) != annotations({"a": "2"})
+
+
+def test_the_operator_rolls_the_pods_and_any_template_change_shows_in_the_hash() -> None:
+    """OnDelete: the StatefulSet controller only makes a deleted pod again; the operator rolls
+    (rolling.py), comparing each pod's template hash with the StatefulSet's."""
+    def template(model: BrokerModel, replicas: int = 1) -> Any:
+        sts = build_statefulset(model, replicas, {"u": "p"})
+        assert sts["spec"]["updateStrategy"] == {"type": "OnDelete", "rollingUpdate": None}
+        return sts["spec"]["template"]
+
+    base = template(broker())
+    revision = base["metadata"]["annotations"][TEMPLATE_HASH]
+    assert revision == template_hash(base)
+    assert template(broker(), 5)["metadata"]["annotations"][TEMPLATE_HASH] == revision
+    for changed in (broker(image="ghcr.io/streamlet/broker:0.2.0"),
+                    broker(retention={"maxAge": "1D"}),
+                    broker(podTemplate={"metadata": {"annotations": {"x": "y"}}})):
+        assert template(changed)["metadata"]["annotations"][TEMPLATE_HASH] != revision
+
+
+def test_pods_spread_over_nodes_and_zones_when_they_can() -> None:
+    """Preferred, never required: a one-node kind cluster still schedules every pod."""
+    spec = build_statefulset(broker(), 3)["spec"]["template"]["spec"]
+    selector = {"matchLabels": names.selector("events")}
+    (term,) = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"] == {"labelSelector": selector,
+                                       "topologyKey": "kubernetes.io/hostname"}
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in spec["affinity"][
+        "podAntiAffinity"]
+    (spread,) = spec["topologySpreadConstraints"]
+    assert spread["whenUnsatisfiable"] == "ScheduleAnyway" and spread["labelSelector"] == selector
+    # a podTemplate may replace them
+    custom = [{"maxSkew": 2, "topologyKey": "rack", "whenUnsatisfiable": "DoNotSchedule",
+               "labelSelector": selector}]
+    spec = build_statefulset(broker(podTemplate={"spec": {"topologySpreadConstraints": custom}}),
+                             3)["spec"]["template"]["spec"]
+    assert spec["topologySpreadConstraints"] == custom

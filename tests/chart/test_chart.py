@@ -99,12 +99,14 @@ def test_rbac_is_least_privilege(chart: helm_python.Chart) -> None:
     rules = by_kind(render(chart), "ClusterRole")["rules"]
     granted = {(g, r): set(rule["verbs"]) for rule in rules
                for g in rule["apiGroups"] for r in rule["resources"]}
-    # Deleting only an export schedule (spec.export removed); never collections.
+    # Deleting only an export schedule (spec.export removed) and a pod to roll it (OnDelete);
+    # never collections.
     schedules = {("batch", "cronjobs"), ("sparkoperator.k8s.io", "scheduledsparkapplications")}
     for rule in rules:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
         assert "deletecollection" not in rule["verbs"]
-    assert {key for key, verbs in granted.items() if "delete" in verbs} == schedules
+    assert {key for key, verbs in granted.items() if "delete" in verbs} == schedules | {
+        ("", "pods")}
     for key in schedules:
         assert granted[key] == {"get", "create", "patch", "delete"}
     assert granted[("batch", "jobs")] == {"list"}  # the last run's outcome
@@ -113,8 +115,9 @@ def test_rbac_is_least_privilege(chart: helm_python.Chart) -> None:
     assert granted[("", "secrets")] == {"get", "create", "patch"}
     assert granted[("streamlet.dev", "streams/status")] == {"get", "patch", "update"}
     assert granted[("apps", "statefulsets")] == {"get", "create", "patch"}
-    # a pod's IP for the directory (advertise PodIP); pods being deleted (placement driver)
-    assert granted[("", "pods")] == {"get", "list"}
+    # a pod's IP for the directory (advertise PodIP); pods being deleted (placement driver);
+    # the roll deletes one pod at a time
+    assert granted[("", "pods")] == {"get", "list", "delete"}
 
 
 def test_watch_namespaces_and_broker(chart: helm_python.Chart) -> None:

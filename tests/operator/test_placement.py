@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from streamlet_operator.conditions import set_condition
-from streamlet_operator.kube import is_subset
+from streamlet_operator.kube import is_subset, pruned
 from streamlet_operator.placement import (
     blocked_scale_down,
     effective_replicas,
+    members_held,
     place,
     stream_counts,
 )
@@ -54,3 +55,22 @@ def test_is_subset() -> None:
     assert is_subset({"a": {"b": 1}}, {"a": {"b": 1, "c": 2}, "d": 3})
     assert not is_subset({"a": [1, 2]}, {"a": [1]})
     assert not is_subset({"a": {"b": 1}}, {"a": {"b": 2}})
+
+
+def test_a_replicated_stream_keeps_the_pods_of_its_members() -> None:
+    """Members cannot be moved: a scale-down may remove only pods no member is on; a stream
+    whose members are not known yet keeps every pod."""
+    held = members_held([("a", [0, 2, 3]), ("b", [0, 1, 2]), ("new", None)], 4)
+    assert held == {"a": [0, 2, 3], "b": [0, 1, 2], "new": [0, 1, 2, 3]}
+    assert blocked_scale_down(members_held([("a", [0, 2, 3])], 4), 3) == {"a": [3]}
+    assert effective_replicas(2, members_held([("a", [0, 2, 3])], 4)) == 4
+    assert effective_replicas(2, members_held([("b", [0, 1])], 4)) == 2
+    assert effective_replicas(1, members_held([("new", None)], 3)) == 3
+
+
+def test_is_subset_and_pruned_read_none_as_absent() -> None:
+    """A None field is what a merge patch removes: absent is a match, and a create omits it."""
+    assert is_subset({"s": {"type": "OnDelete", "rollingUpdate": None}}, {"s": {"type": "OnDelete"}})
+    assert not is_subset({"s": {"rollingUpdate": None}}, {"s": {"rollingUpdate": {"partition": 0}}})
+    assert pruned({"s": {"type": "OnDelete", "rollingUpdate": None}, "l": [{"a": None}]}) == {
+        "s": {"type": "OnDelete"}, "l": [{}]}

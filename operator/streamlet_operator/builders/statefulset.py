@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 from typing import Any
 
 from .. import names
@@ -137,6 +138,33 @@ def config_hash(broker: BrokerModel, users: dict[str, str] | None = None) -> str
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+#: The pod template's hash, on the template and so on every pod made from it: a pod whose
+#: value differs from the StatefulSet's is outdated, and the operator rolls it (rolling.py).
+TEMPLATE_HASH = "streamlet.dev/template-hash"
+
+
+def template_hash(template: dict[str, Any]) -> str:
+    """A hash of the pod template (its own annotation left out)."""
+    doc = copy.deepcopy(template)
+    (doc.get("metadata") or {}).get("annotations", {}).pop(TEMPLATE_HASH, None)
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _spread(broker: BrokerModel) -> dict[str, Any]:
+    """Members of a replicated stream sit on distinct pods; these keep the pods on distinct
+    nodes (and zones) when the scheduler can, and schedule them anyway when it cannot (kind
+    with one node, a zone down): preferred, never required."""
+    selector = {"matchLabels": names.selector(broker.name)}
+    return {
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": {"labelSelector": selector,
+                                                "topologyKey": "kubernetes.io/hostname"}}]}},
+        "topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+             "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": selector}],
+    }
+
+
 def build_statefulset(broker: BrokerModel, replicas: int,
                       users: dict[str, str] | None = None) -> dict[str, Any]:
     """``replicas`` may exceed spec.replicas while pods to be removed still hold streams."""
@@ -155,6 +183,7 @@ def build_statefulset(broker: BrokerModel, replicas: int,
         },
         "containers": [_container(broker)],
         "volumes": _volumes(broker),
+        **_spread(broker),
     }
     override = broker.pod_template
     if override.get("metadata"):
@@ -167,6 +196,8 @@ def build_statefulset(broker: BrokerModel, replicas: int,
     }
     if broker.storage_class:
         pvc_spec["storageClassName"] = broker.storage_class
+    template = {"metadata": pod_meta, "spec": pod_spec}
+    pod_meta.setdefault("annotations", {})[TEMPLATE_HASH] = template_hash(template)
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -177,11 +208,15 @@ def build_statefulset(broker: BrokerModel, replicas: int,
             # Pods hold independent streams: start and stop them in parallel.
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": names.selector(broker.name)},
-            "updateStrategy": {"type": "RollingUpdate"},
+            # The operator rolls the pods itself, one at a time: leadership moved off a pod
+            # before it goes, the next only once every stream is in sync (rolling.py). The
+            # StatefulSet controller only makes the pod again, from the new template.
+            # (rollingUpdate: null clears the RollingUpdate strategy's settings.)
+            "updateStrategy": {"type": "OnDelete", "rollingUpdate": None},
             # A scale-down never drops data on its own: the operator refuses it while pods hold
             # streams, and the volumes stay for a scale back up.
             "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
-            "template": {"metadata": pod_meta, "spec": pod_spec},
+            "template": template,
             "volumeClaimTemplates": [{
                 "apiVersion": "v1",
                 "kind": "PersistentVolumeClaim",

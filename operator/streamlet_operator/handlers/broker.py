@@ -14,9 +14,10 @@ from ..builders.statefulset import IMMUTABLE_SPEC_FIELDS
 from ..conditions import set_condition
 from ..constants import GROUP, VERSION
 from ..directory import sync_directory
+from ..failover import Replication
 from ..metrics import instrumented
 from ..model import MOVE_STREAMS, BrokerModel
-from ..placement import blocked_scale_down, effective_replicas
+from ..placement import blocked_scale_down, effective_replicas, members_held
 from ..runtime import Runtime
 from ..settings import SETTINGS
 from .common import Logger, placements, runtime_of, write_status
@@ -40,6 +41,22 @@ async def _users(runtime: Runtime, broker: BrokerModel) -> tuple[dict[str, str],
     return users, None
 
 
+async def _replicated_members(runtime: Runtime, broker: BrokerModel) -> dict[str, list[int]]:
+    """Each replicated Stream of the Broker (by resource name): the pods its members are on
+    (status.replication), every pod the StatefulSet has while they are not known yet."""
+    sts = await runtime.kube.get("StatefulSet", broker.namespace, broker.name) or {}
+    pods = int((sts.get("spec") or {}).get("replicas") or broker.replicas)
+    streams: list[tuple[str, list[int] | None]] = []
+    for obj in await runtime.kube.list("Stream", broker.namespace):
+        status = obj.get("status") or {}
+        applied = status.get("applied") or {}
+        if applied.get("broker") != broker.name or int(applied.get("replicas") or 1) == 1:
+            continue
+        record = Replication.from_status(status)
+        streams.append((obj["metadata"]["name"], list(record.members) if record else None))
+    return members_held(streams, pods)
+
+
 async def reconcile_broker(body: dict[str, Any], runtime: Runtime, index: Any,
                            logger: Logger) -> dict[str, Any]:
     """Make the cluster match one Broker; return its new status."""
@@ -50,8 +67,22 @@ async def reconcile_broker(body: dict[str, Any], runtime: Runtime, index: Any,
 
     held = placements(index, runtime, broker.namespace, broker.name)
     blocked = blocked_scale_down(held, broker.replicas)
-    replicas = effective_replicas(broker.replicas, held)
-    if blocked:
+    members = await _replicated_members(runtime, broker)
+    kept = blocked_scale_down(members, broker.replicas)
+    replicas = max(effective_replicas(broker.replicas, held),
+                   effective_replicas(broker.replicas, members))
+    if kept:
+        # Before MoveStreams: it cannot move a replicated stream's members either.
+        streams = ", ".join(f"{n} (pod {', '.join(str(o) for o in sorted(set(o)))})"
+                            for n, o in sorted(kept.items()))
+        message = (f"keeping {replicas} pods instead of {broker.replicas}: replicated streams"
+                   f" have members on pods to be removed: {streams}; members cannot be moved"
+                   " or replaced (not built yet), so a scale-down may remove only pods that"
+                   " hold no member: delete those streams first")
+        conditions = set_condition(conditions, "ScaleDownBlocked", True, "ReplicatedMembers",
+                                   message, gen)
+        log.warning("%s/%s: %s", broker.namespace, broker.name, message)
+    elif blocked:
         streams = ", ".join(f"{n} (pod {', '.join(str(o) for o in sorted(set(o)))})"
                             for n, o in sorted(blocked.items()))
         moving = broker.scale_down_policy == MOVE_STREAMS
@@ -91,8 +122,8 @@ async def reconcile_broker(body: dict[str, Any], runtime: Runtime, index: Any,
     port = broker.advertise.port or broker.port
     status.update({
         "observedGeneration": gen,
-        "phase": "Ready" if is_ready and not blocked else ("ScaleDownBlocked" if blocked
-                                                           else "Progressing"),
+        "phase": "Ready" if is_ready and not (blocked or kept) else (
+            "ScaleDownBlocked" if blocked or kept else "Progressing"),
         "replicas": replicas,
         "readyReplicas": ready,
         "clientService": f"{names.client_service(broker.name)}.{broker.namespace}.svc:{broker.port}",
