@@ -117,6 +117,9 @@ def build_parser() -> Parser:
         "publishing id i, and those up to the sequence stored for the reference are skipped, "
         "so running the same input again stores nothing twice"))
     produce.add_argument("--create", action="store_true", help="create the stream if missing")
+    produce.add_argument("--routing-key", metavar="KEY", help=(
+        "STREAM is a super stream: publish to the partition its binding KEY routes to (the "
+        "Route command, as a super stream producer with key routing does)"))
     _format_option(produce, "each message sent as is (raw), or as an AMQP 1.0 message with the "
                             "input in one data section (amqp), as RabbitMQ's clients send and "
                             "their AMQP decoders expect")
