@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import count
 from typing import TYPE_CHECKING
 
 from ...core.streams import Stream
@@ -23,6 +24,7 @@ from ...sbp.fbs.FetchInfo import FetchInfoT
 from ...sbp.fbs.FetchRequest import FetchRequestT
 from ...sbp.fbs.FetchResponse import FetchResponseT
 from ...sbp.fbs.FetchResult import FetchResultT
+from ...sbp.flat import fetch_response
 from ...storage.chunk import HEADER_SIZE, ChunkError, iter_records
 
 if TYPE_CHECKING:
@@ -55,10 +57,8 @@ def read_records(stream: Stream, start: int, max_bytes: int) -> list[Record]:
     """The committed records of ``stream`` from ``start``, within ``max_bytes`` (``take``)."""
     def records() -> Iterable[Record]:
         for ref, chunk in stream.fetch(start, max_bytes):
-            offset = ref.chunk_id
-            for body in iter_records(chunk[HEADER_SIZE : HEADER_SIZE + ref.data_length]):
-                yield offset, body
-                offset += 1
+            yield from zip(count(ref.chunk_id),
+                           iter_records(chunk[HEADER_SIZE : HEADER_SIZE + ref.data_length]))
     return take(records(), start, max_bytes)
 
 
@@ -160,10 +160,31 @@ class Fetch:
         self._send(rest, final=True)
 
     def _send(self, entries: list[Entry], final: bool = False) -> None:
+        for e in entries:
+            e.answered = True
+        end = final or all(e.answered for e in self.entries)
+        if any(e.error is not None for e in entries):
+            self._send_tables(entries, end)
+        elif entries or end:  # flat: one struct call per record batch, no table objects
+            rows = []
+            payload: list[memoryview | bytes] = []
+            for e in entries:
+                sid, idx = e.info.streamId, e.info.requestIndex
+                if not e.records:
+                    rows.append((idx, sid, 0, -1))
+                    continue
+                bodies = [b for _, b in e.records]
+                rows += [(idx, sid, len(b), o) for o, b in e.records]
+                payload.append(b"".join(bodies))
+            self.conn.answer_raw(Opcode.FETCH, self.sid, fetch_response(rows), payload, end=end)
+        if end:
+            self.finish()
+
+    def _send_tables(self, entries: list[Entry], end: bool) -> None:
+        """The answer through the generated object API: when a result carries an error."""
         results: list[FetchResultT] = []
         payload: list[memoryview | bytes] = []
         for e in entries:
-            e.answered = True
             if e.error is not None:
                 results.append(_result(e.info, 0, -1, *e.error))
                 continue
@@ -172,16 +193,11 @@ class Fetch:
             for offset, body in e.records:
                 results.append(_result(e.info, len(body), offset))
                 payload.append(body)
-        end = final or all(e.answered for e in self.entries)
-        if not results and not end:
-            return
         header = FetchResponseT()
         header.throttleTimeMs = 0
         header.status = status()
         header.fetchResponses = results
         self.conn.answer(Opcode.FETCH, self.sid, header, payload, end=end)
-        if end:
-            self.finish()
 
     def finish(self) -> None:
         self.done = True
