@@ -28,18 +28,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from streamlet.mega import MessageType, encode_request
-from streamlet.sbp import Malformed, Opcode, SbpSplitter, stream_id
-from streamlet.sbp import decode as sbp_decode
-from streamlet.sbp import encode as sbp_encode
-from streamlet.sbp import read as sbp_read
-from streamlet.sbp import write as sbp_write
-from streamlet.sbp.fbs.AppendInfo import AppendInfoT
-from streamlet.sbp.fbs.AppendRequest import AppendRequestT
-from streamlet.sbp.fbs.AppendResponse import AppendResponseT
-from streamlet.sbp.fbs.FetchInfo import FetchInfoT
-from streamlet.sbp.fbs.FetchRequest import FetchRequestT
-from streamlet.sbp.fbs.FetchResponse import FetchResponseT
-from streamlet.sbp.flat import Scalars, root, table_vector
 from streamlet.rsio import (
     EXT_OFFSETS,
     VERSION,
@@ -56,6 +44,18 @@ from streamlet.rsio import (
     iter_frames,
 )
 from streamlet.rsio.codec import read_varint
+from streamlet.sbp import Malformed, Opcode, SbpSplitter, stream_id
+from streamlet.sbp import decode as sbp_decode
+from streamlet.sbp import encode as sbp_encode
+from streamlet.sbp import read as sbp_read
+from streamlet.sbp import write as sbp_write
+from streamlet.sbp.fbs.AppendInfo import AppendInfoT
+from streamlet.sbp.fbs.AppendRequest import AppendRequestT
+from streamlet.sbp.fbs.AppendResponse import AppendResponseT
+from streamlet.sbp.fbs.FetchInfo import FetchInfoT
+from streamlet.sbp.fbs.FetchRequest import FetchRequestT
+from streamlet.sbp.fbs.FetchResponse import FetchResponseT
+from streamlet.sbp.flat import Scalars, root, table_vector
 
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")

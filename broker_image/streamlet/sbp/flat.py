@@ -170,21 +170,30 @@ def _frame(result_vt: bytes, size: int, n: int) -> tuple[bytearray, int, int]:
     return buf, first, status
 
 
-def append_response(rows: list[tuple[int, int, int, int]]) -> bytes:
-    """An AppendResponse, every result NONE: (request index, stream id, offset, time ms)."""
-    buf, at, status = _frame(_APPEND_VT, 40, len(rows))
+def append_response(runs: list[tuple[list[int], int, int, int]]) -> bytes:
+    """An AppendResponse, every result NONE, from runs of batches with consecutive offsets:
+    (request indexes, stream id, the first's offset, append time ms)."""
+    buf, at, status = _frame(_APPEND_VT, 40, sum(len(r[0]) for r in runs))
     pack = _APPEND_RESULT.pack_into
-    for idx, sid, off, ms in rows:
-        pack(buf, at, at - 16, idx, sid, off, ms, status - at - 32)
-        at += 40
+    for indexes, sid, offset, ms in runs:
+        for idx in indexes:
+            pack(buf, at, at - 16, idx, sid, offset, ms, status - at - 32)
+            at += 40
+            offset += 1
     return bytes(buf)
 
 
-def fetch_response(rows: list[tuple[int, int, int, int]]) -> bytes:
-    """A FetchResponse, every result NONE: (request index, stream id, batch length, offset)."""
-    buf, at, status = _frame(_FETCH_VT, 32, len(rows))
+def fetch_response(streams: list[tuple[int, int, list[tuple[int, bytes | memoryview]]]]
+                   ) -> bytes:
+    """A FetchResponse, every result NONE: per (request index, stream id, its (offset, batch)
+    records) a result per record, or one empty result (length 0, offset -1) if it has none."""
+    buf, at, status = _frame(_FETCH_VT, 32, sum(len(r) or 1 for _, _, r in streams))
     pack = _FETCH_RESULT.pack_into
-    for idx, sid, length, off in rows:
-        pack(buf, at, at - 16, idx, sid, length, status - at - 20, off)
-        at += 32
+    for idx, sid, records in streams:
+        if not records:
+            pack(buf, at, at - 16, idx, sid, 0, status - at - 20, -1)
+            at += 32
+        for off, body in records:
+            pack(buf, at, at - 16, idx, sid, len(body), status - at - 20, off)
+            at += 32
     return bytes(buf)

@@ -178,15 +178,15 @@ class Appends:
         header.appendResponses = results
         self.conn.answer(Opcode.APPEND, frame.stream_id, header, end=frame.remaining <= 0)
 
-    def answer_done(self, frame: Frame, rows: list[tuple[int, int, int, int]]) -> None:
-        frame.remaining -= len(rows)
-        self.conn.answer_raw(Opcode.APPEND, frame.stream_id, append_response(rows),
+    def answer_done(self, frame: Frame, runs: list[tuple[list[int], int, int, int]]) -> None:
+        frame.remaining -= sum(len(r[0]) for r in runs)
+        self.conn.answer_raw(Opcode.APPEND, frame.stream_id, append_response(runs),
                              end=frame.remaining <= 0)
 
     # --- the core's Session port, for the connection -------------------------------------------
 
     def confirmed(self, ids: list[bytes]) -> None:
-        by_frame: dict[int, tuple[Frame, list[tuple[int, int, int, int]]]] = {}
+        by_frame: dict[int, tuple[Frame, list[tuple[list[int], int, int, int]]]] = {}
         failed: list[tuple[Group, int, int]] = []
         ms = now_ms()
         for blob in ids:
@@ -200,9 +200,9 @@ class Appends:
             if offset < 0 or at + count > len(g.indexes):  # a bug, said as one
                 failed.append((g, at, min(count, len(g.indexes) - at)))
                 continue
-            sid, idx = g.stream_id, g.indexes
-            rows = by_frame.setdefault(id(g.frame), (g.frame, []))[1]
-            rows += [(idx[at + k], sid, offset + k, ms) for k in range(count)]
+            by_frame.setdefault(id(g.frame), (g.frame, []))[1].append(
+                (g.indexes[at : at + count] if at or count < len(g.indexes) else g.indexes,
+                 g.stream_id, offset, ms))
             self._settle(g, at, count)
         for frame, rows in by_frame.values():
             self.answer_done(frame, rows)
