@@ -204,6 +204,14 @@ class SbpConnection(FramedConnection):
             return ErrorCode.NOT_PRIMARY, f"stream {got.name!r} is not led by this broker (LIST_RANGES)"
         return got
 
+    def server_at(self, address: tuple[str, int]) -> Server:
+        """The range server of the broker advertised at ``address``. Its SBP port is this
+        broker's shifted by the difference of their RabbitMQ ports: a cluster's brokers share
+        their configuration (every pod the same ports: no shift), and ``cluster up
+        --sbp-port`` gives node i SBP port P + i beside RabbitMQ port base + i."""
+        cfg = self.broker.config
+        return server_of(address, cfg.peers, self.sbp_port() + address[1] - cfg.advertised[1])
+
     def me(self) -> Server:
         cfg = self.broker.config
         here = cfg.advertised
