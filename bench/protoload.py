@@ -268,7 +268,7 @@ class _Sbp(_Load):
             self.server_errors.append(why)
         self.finish()
 
-    def answer(self, sid: int, end: bool, header: bytes, payload: memoryview) -> None:
+    def answer(self, sid: int, end: bool, header: bytes, payload: bytes | memoryview) -> None:
         raise NotImplementedError
 
 
@@ -312,7 +312,7 @@ class SbpAppender(_Sbp):
             self.transport.writelines([before, _U32.pack(self.next_sid), after])
             self.sent += n
 
-    def answer(self, sid: int, end: bool, header: bytes, payload: memoryview) -> None:
+    def answer(self, sid: int, end: bool, header: bytes, payload: bytes | memoryview) -> None:
         rows = _APPENDED.rows(header, table_vector(header, root(header), 2))
         for offset, _ in rows:
             if offset < 0:
@@ -362,7 +362,7 @@ class SbpFetcher(_Sbp):
         self.transport.write(sbp_encode(Opcode.FETCH, 0, 1, sbp_write(req)))
         self.asked = True
 
-    def answer(self, sid: int, end: bool, header: bytes, payload: memoryview) -> None:
+    def answer(self, sid: int, end: bool, header: bytes, payload: bytes | memoryview) -> None:
         rows = _FETCHED.rows(header, table_vector(header, root(header), 2))
         size = 0
         expect = self.next_offset

@@ -12,6 +12,7 @@ FlatBuffers buffer is a DAG: shared tables are allowed).
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from operator import add, itemgetter
 
 from .frame import Malformed
@@ -107,8 +108,11 @@ class Scalars:
         try:
             for t in tables:
                 if last is not None and t >= 0:
-                    vals = last[0].unpack_from(buf, t)
-                    if t - vals[0] == last_vt:
+                    try:  # the last table's layout, if this one shares its vtable
+                        vals = last[0].unpack_from(buf, t)
+                    except struct.error:  # a smaller table near the end: the exact path
+                        vals = (None,)
+                    if vals[0] is not None and t - vals[0] == last_vt:
                         out.append(last[1](vals + defaults))
                         continue
                 vt, size = _vtable(buf, t)
@@ -128,9 +132,12 @@ class Scalars:
 _APPEND_INFO = Scalars((0, "q", 0), (1, "i", 0), (2, "i", 0))
 
 
-def append_infos(header: bytes) -> list[tuple[int, int, int]]:
-    """An AppendRequest's (stream id, request index, batch length), in request order."""
+def append_infos(header: bytes | memoryview) -> list[tuple[int, int, int]]:
+    """An AppendRequest's (stream id, request index, batch length), in request order. An empty
+    header is the table with every field at its default (as headers.read has it): none."""
     buf = bytes(header)
+    if not buf:
+        return []
     return _APPEND_INFO.rows(buf, table_vector(buf, root(buf), 1))  # type: ignore[return-value]
 
 
@@ -183,7 +190,7 @@ def append_response(runs: list[tuple[list[int], int, int, int]]) -> bytes:
     return bytes(buf)
 
 
-def fetch_response(streams: list[tuple[int, int, list[tuple[int, bytes | memoryview]]]]
+def fetch_response(streams: Sequence[tuple[int, int, Sequence[tuple[int, bytes | memoryview]]]]
                    ) -> bytes:
     """A FetchResponse, every result NONE: per (request index, stream id, its (offset, batch)
     records) a result per record, or one empty result (length 0, offset -1) if it has none."""

@@ -194,7 +194,8 @@ class Fetch:
         if any(e.error is not None for e in entries):
             self._send_tables(entries, end)
         elif entries or end:  # flat: one struct call per record batch, no table objects
-            payload = [b"".join([b for _, b in e.records]) for e in entries if e.records]
+            payload: list[memoryview | bytes] = [b"".join([b for _, b in e.records])
+                                                 for e in entries if e.records]
             header = fetch_response([(e.info.requestIndex, e.info.streamId, e.records)
                                      for e in entries])
             self.conn.answer_raw(Opcode.FETCH, self.sid, header, payload, end=end)
