@@ -71,6 +71,7 @@ async def test_an_sbp_client_follows_its_range_to_the_new_primary(cluster: Any) 
     leader = await eventually(lambda: _leader(cluster), timeout=30, what="the stream's leader")
     assert leader == 1, "client-local: the broker that got the Create leads"
 
+    await _server_ids(cluster)
     # found through another broker: LIST_RANGES there names the leader's SBP address
     other = (leader + 1) % 3
     client = await eventually(lambda: _followed(cluster, other), timeout=30, what="a primary")
@@ -160,6 +161,30 @@ async def test_an_sbp_client_follows_its_range_to_the_new_primary(cluster: Any) 
         await consumer.close()
     check(acked, {o: b for o, b in seen.items() if o <= max(stored)}, attempts)
     assert {o: b for o, b in seen.items() if o in stored} == stored
+
+
+async def _server_ids(cluster: Any) -> None:
+    """Each broker's range server (its member id, its own SBP address) as every broker names
+    it: DESCRIBE_PD_CLUSTER's nodes, and ALLOCATE_ID of each address."""
+    from streamlet.sbp import Opcode
+    from streamlet.sbp.fbs.AllocateIdRequest import AllocateIdRequestT
+    from streamlet.sbp.fbs.DescribePlacementDriverClusterRequest import (
+        DescribePlacementDriverClusterRequestT,
+    )
+
+    want = [f"{HOST}:{p}" for p in cluster.sbp_ports]
+    for asked in range(3):
+        async with await SbpClient.connect(HOST, cluster.sbp_ports[asked]) as c:
+            ((t, _),) = await c.request(Opcode.DESCRIBE_PD_CLUSTER,
+                                        DescribePlacementDriverClusterRequestT())
+            nodes = t.cluster.nodes
+            assert [text(n.advertiseAddr) for n in nodes] == want
+            assert [n.isLeader for n in nodes] == [i == asked for i in range(3)]
+            for i, addr in enumerate(want):
+                req = AllocateIdRequestT()
+                req.host = addr
+                ((a, _),) = await c.request(Opcode.ALLOCATE_ID, req)
+                assert (a.id, a.status.code) == (i, 0), addr
 
 
 def check(acked: dict[bytes, int], stored: dict[int, bytes], attempts: int) -> None:

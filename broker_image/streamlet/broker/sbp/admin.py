@@ -149,12 +149,17 @@ def on_heartbeat(conn: SbpConnection, frame: Frame, req: HeartbeatRequestT) -> N
 
 def on_allocate_id(conn: SbpConnection, frame: Frame, req: AllocateIdRequestT) -> None:
     """Server ids are configured (cluster.peers' order, a pod's ordinal), not allocated: the id
-    of the broker at ``host`` is answered, a host that is none of them NOT_SUPPORTED."""
+    of the broker at ``host`` is answered, a host that is none of them NOT_SUPPORTED. ``host``
+    may be a range server's address (host:SBP port), which tells apart brokers sharing a host
+    (``cluster up`` on one machine); a bare host shared by several gives the first."""
     cfg = conn.broker.config
     host = text(req.host)
     t = AllocateIdResponseT()
     hosts = [h for h, _ in cfg.peers]
-    if host in hosts:
+    addrs = [conn.server_at(p).addr for p in cfg.peers]
+    if host in addrs:
+        t.id, t.status = addrs.index(host), status()
+    elif host in hosts:
         t.id, t.status = hosts.index(host), status()
     elif not cfg.peers and host in ("", cfg.advertised[0], cfg.host):
         t.id, t.status = conn.me().server_id, status()
