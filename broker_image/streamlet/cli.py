@@ -240,6 +240,9 @@ def _cluster_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     up.add_argument("--port", type=int, default=argparse.SUPPRESS,
                     help="node i listens on PORT+i (default 5552)")
     up.add_argument("--data-dir", required=True, help="the cluster's directory (made if missing)")
+    up.add_argument("--sbp-port", type=int, default=None, metavar="P", help=(
+        "node i also serves the Streaming Batch Protocol on P+i (docs/protocols/sbp.md; "
+        "default: off)"))
     up.add_argument("--config", type=Path, help=(
         "TOML configuration given to every broker (docs/configuration.md; no [tls] or "
         "[listeners], and cluster.directory_file is set by up)"))
