@@ -119,6 +119,7 @@ class Run:
         self.done: set[str] = set()
         self._last = (0.0, 0, 0, 0)  # time, published, confirmed, consumed at the last line
         self._second: tuple[stats.Histogram, stats.Histogram] = ({}, {})
+        self._stopped_s = float("inf")
 
     # --- the phases ------------------------------------------------------------------------
 
@@ -197,6 +198,7 @@ class Run:
     async def _wind_down(self) -> None:
         """Stop publishing; wait for the confirms; let the consumers read what was confirmed."""
         self.stop.set()
+        self._stopped_s = time.monotonic() - self.t0  # publishing's own time, for its rate
         wait = CONFIRM_WAIT_INTERRUPTED_S if self.totals.interrupted else CONFIRM_WAIT_S
         deadline = time.monotonic() + wait
         await asyncio.sleep(0.05)  # the workers see the event within their 10 ms tick
@@ -283,7 +285,7 @@ class Run:
         published, confirmed = self._sum(0, 0, p), self._sum(1, 0, p)
         t.errored, consumed = self._sum(2, 0, p), self._consumer_sum(0)
         if published != t.published:
-            t.published, t.published_s = published, now
+            t.published, t.published_s = published, min(now, self._stopped_s)
         if confirmed != t.confirmed:
             t.confirmed, t.confirmed_s = confirmed, now
         if consumed != t.consumed:
