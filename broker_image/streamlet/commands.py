@@ -59,6 +59,10 @@ def _properties(args: argparse.Namespace) -> dict[str, str]:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    if args.command == "perf":  # its own connections, in worker processes
+        from .perf.run import perf
+
+        return await perf(args)
     if getattr(args, "protocol", "rabbitmq") != "rabbitmq":  # produce|consume over MEGA or RSIO
         from . import other_protocols
 
