@@ -94,6 +94,11 @@ def build_parser() -> Parser:
                        help="serve Prometheus metrics at http://HOST:P/metrics (HOST: "
                             "[listeners.metrics] host, else --host); 0 turns it off (default: "
                             "[listeners.metrics], else 15692, skipped with a warning when taken)")
+    serve.add_argument("--http-port", type=port_number, default=None, metavar="P",
+                       help="serve the management HTTP API (RabbitMQ's /api/ endpoints for "
+                            "streams, docs/operations.md) on HOST:P (HOST: [listeners.http] "
+                            "host, else --host); 0 turns it off (default: [listeners.http], "
+                            "else 15672, skipped with a warning when taken)")
     serve.add_argument("--sbp-port", type=port_number, default=None, metavar="P",
                        help="serve the Streaming Batch Protocol (docs/protocols/sbp.md) on P, on "
                             "loopback unless configured otherwise; 0 turns it off (default: "
@@ -386,7 +391,7 @@ def _serve(args: argparse.Namespace) -> int:
                       advertised_host=args.advertised_host, advertised_port=args.advertised_port,
                       fsync=args.fsync, mega_port=args.mega_port,
                       rsio_port=args.rsio_port, sbp_port=args.sbp_port,
-                      metrics_port=args.metrics_port)
+                      metrics_port=args.metrics_port, http_port=args.http_port)
     except ConfigError as e:
         print(f"streamlet: {e}", file=sys.stderr)
         return 2
@@ -394,7 +399,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         run(config)
     except OSError as e:
-        where = e.filename or f"{config.host}:{config.port}"  # the metrics' own address
+        where = e.filename or f"{config.host}:{config.port}"  # metrics' or HTTP's own address
         print(f"streamlet: cannot serve on {where}: {e.strerror}", file=sys.stderr)
         return 1
     except ConfigError as e:  # found when the broker starts, e.g. unreadable TLS certificates

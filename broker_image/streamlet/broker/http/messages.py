@@ -20,6 +20,8 @@ class Request:
     query: dict[str, str] = field(default_factory=dict)
     #: header names in lower case
     headers: dict[str, str] = field(default_factory=dict)
+    #: the client's address (set by the server: loopback-only users are checked against it)
+    peer: str | None = None
 
     @property
     def path(self) -> str:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 from .messages import Request, Response, parse_head, render
 
@@ -60,6 +61,8 @@ class HttpServer:
                 writer.write(render(Response(400, b"bad request\n")))
             else:
                 await self._drain_body(reader, request)
+                peer = writer.get_extra_info("peername")
+                request = replace(request, peer=peer[0] if isinstance(peer, tuple) else None)
                 writer.write(render(self.answer(request), head_only=request.method == "HEAD"))
             await writer.drain()
         except (ConnectionError, TimeoutError, asyncio.IncompleteReadError):
