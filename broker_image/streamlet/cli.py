@@ -147,7 +147,8 @@ def build_parser() -> Parser:
                             "a warning)")
     _protocol_option(consume)
 
-    streams = sub.add_parser("streams", help="create, delete and inspect streams", parents=[conn])
+    streams = sub.add_parser("streams", help="create, delete, list and inspect streams",
+                             parents=[conn])
     ssub = streams.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = ssub.add_parser("create", help="create a stream", parents=[conn])
     create.add_argument("name")
@@ -162,6 +163,11 @@ def build_parser() -> Parser:
         "For each stream: leader and replicas, first and last committed offset, messages, size "
         "on disk and segments, retention, stored consumer offsets and publisher sequences. "
         "Exit 1 if a stream does not exist (the others are shown)."))
+    ssub.add_parser("list", help="list streams: messages, size, segments, leader "
+                            "(management API)", parents=[conn, _http_options()], description=(
+        "List the streams the user may see, through the management HTTP API's /api/queues "
+        "(its JSON, with --json): messages, size on disk, segments, publishers, consumers and "
+        "leader. --vhost narrows it to one virtual host."))
     info.add_argument("names", nargs="+")
     info.add_argument("--json", action="store_true",
                       help="one JSON object a stream (every key the broker gave)")
@@ -181,6 +187,7 @@ def build_parser() -> Parser:
                              parents=[conn])
     lsuper.add_argument("name")
     lsuper.add_argument("--keys", help="comma-separated routing keys to route (default: none)")
+    _list_parsers(sub, conn)
     ping = sub.add_parser("ping", help="check that a broker answers", parents=[conn],
                           description=(
         "Connect and log in (PeerProperties, SASL, Tune, Open), as rabbitmq-diagnostics ping "
@@ -210,6 +217,54 @@ def _protocol_option(p: argparse.ArgumentParser) -> None:
         "default port follows it (5552, 5553, 5554, 5555); mega, rsio and sbp take no "
         "--user/--password/--vhost, --reference or --name, and mega's and sbp's --offset is "
         "first or a number"))
+
+
+#: the commands that talk to the management HTTP API, not to the stream port
+HTTP_COMMANDS = ("connections", "publishers", "consumers")
+
+
+def _http_options() -> Parser:
+    p = Parser(add_help=False)
+    g = p.add_argument_group("management API options")
+    g.add_argument("--http-port", type=port_number, default=15672, metavar="P",
+                   help="the broker's management API port (serve --http-port; default 15672)")
+    g.add_argument("--json", action="store_true",
+                   help="one JSON object a line, as the management API gives it")
+    return p
+
+
+def _list_parsers(sub: argparse._SubParsersAction[Parser], conn: Parser) -> None:
+    """`connections list|close`, `publishers list`, `consumers list`: the management API's
+    lists (docs/operations.md), filtered by what --user may see."""
+    http = _http_options()
+    cmd = sub.add_parser("connections", help="list or close client connections (management API)",
+                         parents=[conn])
+    csub = cmd.add_subparsers(dest="action", required=True, metavar="ACTION")
+    csub.add_parser("list", help="list connections: name, user, vhost, protocol, publishers, "
+                    "consumers, client", parents=[conn, http], description=(
+        "List the client connections --user may see (an administrator: all; another user: its "
+        "own), through GET /api/connections. --vhost narrows it to one virtual host."))
+    close = csub.add_parser("close", help="close a connection by name", parents=[conn, http],
+                            description=(
+        "Close the connection NAME (as `connections list` shows it, e.g. '127.0.0.1:40312 -> "
+        "127.0.0.1:5552') through DELETE /api/connections/NAME: a RabbitMQ Stream client is "
+        "sent a Close. Another user's connection needs an administrator (a user without "
+        "[[permissions]] entries)."))
+    close.add_argument("name")
+    for what, shown in (("publishers", "connection, stream, publisher id, reference"),
+                        ("consumers", "connection, stream, subscription id, credits, offset, "
+                                      "lag, status")):
+        p = sub.add_parser(what, help=f"list stream {what} (management API)", parents=[conn])
+        psub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+        lst = psub.add_parser("list", help=f"list {what}: {shown}", parents=[conn, http],
+                              description=(
+            f"List the stream {what} --user may see, through GET /api/stream/{what}. --vhost "
+            "narrows it to one virtual host, --stream to one stream (of --vhost, default /)."))
+        lst.add_argument("--stream", help=f"only this stream's {what}")
+
+
+def is_http_command(args: argparse.Namespace) -> bool:
+    return args.command in HTTP_COMMANDS or (args.command == "streams" and args.action == "list")
 
 
 def _cluster_parser(sub: argparse._SubParsersAction[Parser]) -> None:
@@ -326,6 +381,11 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
             if not hasattr(args, "port"):
                 args.port = PROTOCOL_PORTS[args.protocol]
         _credentials(args, parser)
+        if is_http_command(args):
+            args.vhost_filter = getattr(args, "vhost", None)  # given: narrows the list
+            if getattr(args, "tls", False) or getattr(args, "sasl_mechanism", "PLAIN") != "PLAIN":
+                parser.error("--tls, --sasl-mechanism: the management API is plain HTTP with "
+                             "--user and --password")
         for key, value in CONNECTION_DEFAULTS.items():
             if not hasattr(args, key):
                 setattr(args, key, value)
@@ -368,6 +428,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cluster_commands.run(args)
         except KeyboardInterrupt:
             return 130
+    if is_http_command(args):
+        from .clitools import mgmt
+
+        return mgmt.run(args)
     from . import commands  # the client side, imported only when used
 
     try:
