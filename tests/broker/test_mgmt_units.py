@@ -141,7 +141,7 @@ def test_visibility(config: Any, who: Identity, vhost: str, stream: str, owner: 
     assert (see.vhost(vhost), see.stream(vhost, stream), see.owner(owner)) == sees
 
 
-ITEMS = [{"name": "b", "n": 2, "q": {"v": "x"}}, {"name": "a", "n": 10, "q": {"v": "y"}},
+ITEMS: list[dict[str, Any]] = [{"name": "b", "n": 2, "q": {"v": "x"}}, {"name": "a", "n": 10, "q": {"v": "y"}},
          {"name": "c", "q": {"v": "z"}}]
 
 
