@@ -226,9 +226,10 @@ HTTP_COMMANDS = ("connections", "publishers", "consumers")
 def _http_options() -> Parser:
     p = Parser(add_help=False)
     g = p.add_argument_group("management API options")
-    g.add_argument("--http-port", type=port_number, default=15672, metavar="P",
+    # SUPPRESS, as the connection options: given at either level, not undone by the other
+    g.add_argument("--http-port", type=port_number, default=argparse.SUPPRESS, metavar="P",
                    help="the broker's management API port (serve --http-port; default 15672)")
-    g.add_argument("--json", action="store_true",
+    g.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                    help="one JSON object a line, as the management API gives it")
     return p
 
@@ -238,7 +239,7 @@ def _list_parsers(sub: argparse._SubParsersAction[Parser], conn: Parser) -> None
     lists (docs/operations.md), filtered by what --user may see."""
     http = _http_options()
     cmd = sub.add_parser("connections", help="list or close client connections (management API)",
-                         parents=[conn])
+                         parents=[conn, http])
     csub = cmd.add_subparsers(dest="action", required=True, metavar="ACTION")
     csub.add_parser("list", help="list connections: name, user, vhost, protocol, publishers, "
                     "consumers, client", parents=[conn, http], description=(
@@ -254,13 +255,16 @@ def _list_parsers(sub: argparse._SubParsersAction[Parser], conn: Parser) -> None
     for what, shown in (("publishers", "connection, stream, publisher id, reference"),
                         ("consumers", "connection, stream, subscription id, credits, offset, "
                                       "lag, status")):
-        p = sub.add_parser(what, help=f"list stream {what} (management API)", parents=[conn])
+        p = sub.add_parser(what, help=f"list stream {what} (management API)",
+                           parents=[conn, http])
+        p.add_argument("--stream", default=argparse.SUPPRESS, help=f"only this stream's {what}")
         psub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
         lst = psub.add_parser("list", help=f"list {what}: {shown}", parents=[conn, http],
                               description=(
             f"List the stream {what} --user may see, through GET /api/stream/{what}. --vhost "
             "narrows it to one virtual host, --stream to one stream (of --vhost, default /)."))
-        lst.add_argument("--stream", help=f"only this stream's {what}")
+        lst.add_argument("--stream", default=argparse.SUPPRESS,
+                         help=f"only this stream's {what}")
 
 
 def is_http_command(args: argparse.Namespace) -> bool:
@@ -383,6 +387,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         _credentials(args, parser)
         if is_http_command(args):
             args.vhost_filter = getattr(args, "vhost", None)  # given: narrows the list
+            args.http_port = getattr(args, "http_port", 15672)
+            args.json = getattr(args, "json", False)
+            args.stream = getattr(args, "stream", None)
             if getattr(args, "tls", False) or getattr(args, "sasl_mechanism", "PLAIN") != "PLAIN":
                 parser.error("--tls, --sasl-mechanism: the management API is plain HTTP with "
                              "--user and --password")
