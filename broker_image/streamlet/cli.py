@@ -94,6 +94,11 @@ def build_parser() -> Parser:
                        help="serve Prometheus metrics at http://HOST:P/metrics (HOST: "
                             "[listeners.metrics] host, else --host); 0 turns it off (default: "
                             "[listeners.metrics], else 15692, skipped with a warning when taken)")
+    serve.add_argument("--http-port", type=port_number, default=None, metavar="P",
+                       help="serve the management HTTP API (RabbitMQ's /api/ endpoints for "
+                            "streams, docs/operations.md) on HOST:P (HOST: [listeners.http] "
+                            "host, else --host); 0 turns it off (default: [listeners.http], "
+                            "else 15672, skipped with a warning when taken)")
     serve.add_argument("--sbp-port", type=port_number, default=None, metavar="P",
                        help="serve the Streaming Batch Protocol (docs/protocols/sbp.md) on P, on "
                             "loopback unless configured otherwise; 0 turns it off (default: "
@@ -145,7 +150,8 @@ def build_parser() -> Parser:
                             "a warning)")
     _protocol_option(consume)
 
-    streams = sub.add_parser("streams", help="create, delete and inspect streams", parents=[conn])
+    streams = sub.add_parser("streams", help="create, delete, list and inspect streams",
+                             parents=[conn])
     ssub = streams.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = ssub.add_parser("create", help="create a stream", parents=[conn])
     create.add_argument("name")
@@ -160,6 +166,11 @@ def build_parser() -> Parser:
         "For each stream: leader and replicas, first and last committed offset, messages, size "
         "on disk and segments, retention, stored consumer offsets and publisher sequences. "
         "Exit 1 if a stream does not exist (the others are shown)."))
+    ssub.add_parser("list", help="list streams: messages, size, segments, leader "
+                            "(management API)", parents=[conn, _http_options()], description=(
+        "List the streams the user may see, through the management HTTP API's /api/queues "
+        "(its JSON, with --json): messages, size on disk, segments, publishers, consumers and "
+        "leader. --vhost narrows it to one virtual host."))
     info.add_argument("names", nargs="+")
     info.add_argument("--json", action="store_true",
                       help="one JSON object a stream (every key the broker gave)")
@@ -179,6 +190,7 @@ def build_parser() -> Parser:
                              parents=[conn])
     lsuper.add_argument("name")
     lsuper.add_argument("--keys", help="comma-separated routing keys to route (default: none)")
+    _list_parsers(sub, conn)
     ping = sub.add_parser("ping", help="check that a broker answers", parents=[conn],
                           description=(
         "Connect and log in (PeerProperties, SASL, Tune, Open), as rabbitmq-diagnostics ping "
@@ -282,6 +294,58 @@ def _rate(text: str) -> float:
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be at least 0, not {text}")
     return value
+
+
+#: the commands that talk to the management HTTP API, not to the stream port
+HTTP_COMMANDS = ("connections", "publishers", "consumers")
+
+
+def _http_options() -> Parser:
+    p = Parser(add_help=False)
+    g = p.add_argument_group("management API options")
+    # SUPPRESS, as the connection options: given at either level, not undone by the other
+    g.add_argument("--http-port", type=port_number, default=argparse.SUPPRESS, metavar="P",
+                   help="the broker's management API port (serve --http-port; default 15672)")
+    g.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                   help="one JSON object a line, as the management API gives it")
+    return p
+
+
+def _list_parsers(sub: argparse._SubParsersAction[Parser], conn: Parser) -> None:
+    """`connections list|close`, `publishers list`, `consumers list`: the management API's
+    lists (docs/operations.md), filtered by what --user may see."""
+    http = _http_options()
+    cmd = sub.add_parser("connections", help="list or close client connections (management API)",
+                         parents=[conn, http])
+    csub = cmd.add_subparsers(dest="action", required=True, metavar="ACTION")
+    csub.add_parser("list", help="list connections: name, user, vhost, protocol, publishers, "
+                    "consumers, client", parents=[conn, http], description=(
+        "List the client connections --user may see (an administrator: all; another user: its "
+        "own), through GET /api/connections. --vhost narrows it to one virtual host."))
+    close = csub.add_parser("close", help="close a connection by name", parents=[conn, http],
+                            description=(
+        "Close the connection NAME (as `connections list` shows it, e.g. '127.0.0.1:40312 -> "
+        "127.0.0.1:5552') through DELETE /api/connections/NAME: a RabbitMQ Stream client is "
+        "sent a Close. Another user's connection needs an administrator (a user without "
+        "[[permissions]] entries)."))
+    close.add_argument("name")
+    for what, shown in (("publishers", "connection, stream, publisher id, reference"),
+                        ("consumers", "connection, stream, subscription id, credits, offset, "
+                                      "lag, status")):
+        p = sub.add_parser(what, help=f"list stream {what} (management API)",
+                           parents=[conn, http])
+        p.add_argument("--stream", default=argparse.SUPPRESS, help=f"only this stream's {what}")
+        psub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+        lst = psub.add_parser("list", help=f"list {what}: {shown}", parents=[conn, http],
+                              description=(
+            f"List the stream {what} --user may see, through GET /api/stream/{what}. --vhost "
+            "narrows it to one virtual host, --stream to one stream (of --vhost, default /)."))
+        lst.add_argument("--stream", default=argparse.SUPPRESS,
+                         help=f"only this stream's {what}")
+
+
+def is_http_command(args: argparse.Namespace) -> bool:
+    return args.command in HTTP_COMMANDS or (args.command == "streams" and args.action == "list")
 
 
 def _cluster_parser(sub: argparse._SubParsersAction[Parser]) -> None:
@@ -401,6 +465,14 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
             if not hasattr(args, "port"):
                 args.port = PROTOCOL_PORTS[args.protocol]
         _credentials(args, parser)
+        if is_http_command(args):
+            args.vhost_filter = getattr(args, "vhost", None)  # given: narrows the list
+            args.http_port = getattr(args, "http_port", 15672)
+            args.json = getattr(args, "json", False)
+            args.stream = getattr(args, "stream", None)
+            if getattr(args, "tls", False) or getattr(args, "sasl_mechanism", "PLAIN") != "PLAIN":
+                parser.error("--tls, --sasl-mechanism: the management API is plain HTTP with "
+                             "--user and --password")
         for key, value in CONNECTION_DEFAULTS.items():
             if not hasattr(args, key):
                 setattr(args, key, value)
@@ -443,6 +515,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cluster_commands.run(args)
         except KeyboardInterrupt:
             return 130
+    if is_http_command(args):
+        from .clitools import mgmt
+
+        return mgmt.run(args)
     from . import commands  # the client side, imported only when used
 
     try:
@@ -466,7 +542,7 @@ def _serve(args: argparse.Namespace) -> int:
                       advertised_host=args.advertised_host, advertised_port=args.advertised_port,
                       fsync=args.fsync, mega_port=args.mega_port,
                       rsio_port=args.rsio_port, sbp_port=args.sbp_port,
-                      metrics_port=args.metrics_port)
+                      metrics_port=args.metrics_port, http_port=args.http_port)
     except ConfigError as e:
         print(f"streamlet: {e}", file=sys.stderr)
         return 2
@@ -474,7 +550,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         run(config)
     except OSError as e:
-        where = e.filename or f"{config.host}:{config.port}"  # the metrics' own address
+        where = e.filename or f"{config.host}:{config.port}"  # metrics' or HTTP's own address
         print(f"streamlet: cannot serve on {where}: {e.strerror}", file=sys.stderr)
         return 1
     except ConfigError as e:  # found when the broker starts, e.g. unreadable TLS certificates
