@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.support.brokers import BrokerProcess, free_port
 
-from .support import cli, conn, stderr_line
+from .support import cli, conn, stderr_line, wait_until
 
 
 def test_ping_answers_with_the_server_and_the_time(shared_broker: BrokerProcess) -> None:
@@ -141,3 +141,19 @@ def test_produce_to_a_super_stream_by_routing_key(shared_broker: BrokerProcess) 
     assert stderr_line(nowhere.stderr) == (
         "streamlet: routing key 'asia' routes to 0 partitions of regions (none): --routing-key "
         "needs exactly one")
+
+
+def test_a_user_over_its_connection_limit_is_told_why(
+        broker_factory: Callable[..., BrokerProcess], tmp_path: Path) -> None:
+    from tests.support.raw import RawPeer
+
+    cfg = tmp_path / "limit.toml"
+    cfg.write_text("[limits]\nmax_connections_per_user = 1\n")
+    b = broker_factory(config=cfg)
+    with RawPeer(b.host, b.port) as held:
+        held.handshake()
+        refused = cli("ping", *conn(b), check=False)
+    assert refused.returncode == 1
+    assert b"ACCESS_REFUSED" in refused.stderr and b"at its connection limit" in refused.stderr
+    # the held one closed: room again, once the broker has seen it go
+    wait_until(lambda: cli("ping", *conn(b), check=False).returncode == 0, timeout=60)

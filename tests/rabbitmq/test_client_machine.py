@@ -125,6 +125,9 @@ REFUSALS: list[tuple[State, f.Command, str]] = [
      "SaslHandshake refused: SASL_ERROR (9)"),
     (State.SASL_AUTHENTICATE, f.SaslAuthenticateResponse(3, Code.AUTHENTICATION_FAILURE),
      "SaslAuthenticate (PLAIN, user 'guest') refused: AUTHENTICATION_FAILURE (8)"),
+    (State.SASL_AUTHENTICATE, f.SaslAuthenticateResponse(3, Code.ACCESS_REFUSED),
+     "SaslAuthenticate (PLAIN, user 'guest') refused: ACCESS_REFUSED (16) (a streamlet broker "
+     "answers it to a user at its connection limit)"),
     (State.SASL_AUTHENTICATE, f.SaslAuthenticateResponse(3, Code.SASL_CHALLENGE, b"more"),
      "SaslAuthenticate (PLAIN, user 'guest') refused: SASL_CHALLENGE (10)"),
     (State.OPEN, f.OpenResponse(4, Code.VIRTUAL_HOST_ACCESS_FAILURE),

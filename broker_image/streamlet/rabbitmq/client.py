@@ -209,7 +209,10 @@ class ClientHandshake:
                                           if self.mechanism == "PLAIN"
                                           else "SaslAuthenticate (EXTERNAL)"),
                 State.OPEN: f"Open of virtual host {self.vhost!r}"}[self.state]
-        return f"{what} refused: {code_name(code)}"
+        why = ""
+        if self.state is State.SASL_AUTHENTICATE and code == Code.ACCESS_REFUSED:
+            why = " (a streamlet broker answers it to a user at its connection limit)"
+        return f"{what} refused: {code_name(code)}{why}"
 
     def _fail(self, code: int, reason: str, answer: f.Command | None = None) -> HandshakeFailed:
         error = HandshakeFailed(code, reason, self.state, answer)
