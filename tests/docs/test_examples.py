@@ -305,7 +305,7 @@ if __name__ == "__main__":
     if where == "--netns":
         loopback_up()
     try:
-        run_page(Path(page_path), Path(folder_path))
+        run_page(Path(page_path).resolve(), Path(folder_path).resolve())
     except ExampleFailed as failure:
         print(failure, file=sys.stderr)
         sys.exit(1)
