@@ -15,7 +15,8 @@ fence, an HTML comment readers do not see: ``<!-- example: KIND [note] -->``. KI
 - ``k8s REASON`` / ``bench REASON``: needs a Kubernetes cluster or cloud storage / minutes of
   load; not run, only checked: shell by ``bash -n``, Python compiled, YAML parsed.
 - ``fragment``: part of a larger program (compiled or ``bash -n``); ``api``: signatures, not
-  code; ``config``: a TOML, JSON or YAML text, parsed.
+  code; ``config``: a TOML, JSON or YAML text, parsed (TOML also by the broker's own
+  configuration loader: a whole file ``streamlet serve --config`` takes).
 
 The examples use the ports the docs name (5552, the CLI's default...), as written: each page
 runs in a network namespace of its own (``unshare --net --map-root-user``, its loopback only),
@@ -39,6 +40,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -46,6 +48,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from streamlet.broker import config as broker_config
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -122,6 +126,14 @@ def _check_syntax(b: Block) -> None:
         compile(b.text, b.where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     elif b.lang == "toml":
         tomllib.loads(b.text)
+        # a whole broker configuration: the broker's own loader takes it (keys, values, users)
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "streamlet.toml"
+            path.write_text(b.text)
+            try:
+                broker_config.load(path)
+            except broker_config.ConfigError as e:
+                raise AssertionError(f"{b.where}: streamlet serve would refuse it: {e}") from e
     elif b.lang == "json":
         json.loads(b.text)
     elif b.lang in ("yaml", "yml"):
