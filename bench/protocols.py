@@ -1,11 +1,14 @@
-"""The ``protocols`` workload: MEGA and Reactive Streams IO beside the RabbitMQ Stream protocol
-on one streamlet broker, in one run (streamlet only: RabbitMQ speaks neither).
+"""The ``protocols`` workload: MEGA, Reactive Streams IO and the Streaming Batch Protocol beside
+the RabbitMQ Stream protocol on one streamlet broker, in one run (streamlet only: RabbitMQ speaks
+none of them).
 
-Each protocol produces ``proto_count`` messages of ``small`` bytes into its own empty stream
-(the RabbitMQ protocol with bench/load.py's publisher, the others with bench/protoload.py's
-pipelined clients). Then each reads back the stream the RabbitMQ protocol wrote, from its first
-offset, so all three consumers read the same chunks. The rows' ratio column compares each protocol with the RabbitMQ protocol's
-row of the same run.
+Each protocol produces ``proto_count`` messages into its own empty stream (the RabbitMQ protocol
+with bench/load.py's publisher, the others with bench/protoload.py's pipelined clients). Then
+each reads back the stream the RabbitMQ protocol wrote, from its first offset, so every consumer
+reads the same chunks. MEGA and RSIO run at ``small`` bytes; SBP and its RabbitMQ baseline at
+``small`` and ``large``. An SBP record batch is stored as one message (docs/protocols/sbp.md),
+so SBP's rows count batches of ``size`` bytes as the RabbitMQ rows count messages. The rows'
+ratio column compares each protocol with the RabbitMQ protocol's row of the same size and run.
 """
 
 from __future__ import annotations
@@ -15,21 +18,37 @@ from .workers import Job, admin_sync
 from .workloads import Row, Sizes, _consume_row, _phase, _publish_row
 
 #: (key, what the label calls it); the RabbitMQ protocol first, the baseline of the others
-PROTOCOLS = (("rabbitmq", "RabbitMQ Stream protocol"), ("mega", "MEGA"), ("rsio", "RSIO"))
+PROTOCOLS = (("rabbitmq", "RabbitMQ Stream protocol"), ("mega", "MEGA"), ("rsio", "RSIO"),
+             ("sbp", "SBP"))
 BASELINE = "rabbitmq"
+#: the protocols run at the large size too (SBP's target is at both sizes, issue 14)
+BOTH_SIZES = ("rabbitmq", "sbp")
+
+
+def plan(sz: Sizes) -> list[tuple[int, tuple[tuple[str, str], ...]]]:
+    """(size, the protocols run at it), the baseline first at each size."""
+    return [(sz.small, PROTOCOLS),
+            (sz.large, tuple(p for p in PROTOCOLS if p[0] in BOTH_SIZES))]
 
 
 def protocols(server: Server, sz: Sizes) -> list[Row]:
     ports: dict[str, int] = {"rabbitmq": server.port, **getattr(server, "protocol_ports", {})}
     if server.name != "streamlet" or not all(p in ports for p, _ in PROTOCOLS):
         return []
-    size, count = sz.small, sz.proto_count
-    streams = {p: f"bench-proto-{p}" for p, _ in PROTOCOLS}
+    rows: list[Row] = []
+    for size, protos in plan(sz):
+        rows += _one_size(server, ports, size, sz.proto_count, protos)
+    return rows
+
+
+def _one_size(server: Server, ports: dict[str, int], size: int, count: int,
+              protos: tuple[tuple[str, str], ...]) -> list[Row]:
+    streams = {p: f"bench-proto-{p}-{size}" for p, _ in protos}
     admin_sync(server.port, create=list(streams.values()), delete=list(streams.values()))
     label = f"{count:,} x {size} B"
     rows: list[Row] = []
     try:
-        for proto, name in PROTOCOLS:
+        for proto, name in protos:
             kind = "publish" if proto == BASELINE else f"{proto}_produce"
             results, sampler = _phase(server, [Job(kind, ports[proto], [streams[proto]],
                                                    {"count": count, "size": size})])
@@ -38,17 +57,15 @@ def protocols(server: Server, sz: Sizes) -> list[Row]:
             if "window" in results[0]:
                 row.extra["window"] = results[0]["window"]
             rows.append(row)
-        for proto, name in PROTOCOLS:
+        for proto, name in protos:
             kind = "consume" if proto == BASELINE else f"{proto}_consume"
-            n = count
             results, sampler = _phase(server, [Job(kind, ports[proto], [streams[BASELINE]],
-                                                   {"count": n, "size": size})])
-            what = f"consume {label}"
-            row = _consume_row(f"{proto}-consume-{size}", f"{name}: {what}", server, size, n,
-                               results, sampler)
+                                                   {"count": count, "size": size})])
+            row = _consume_row(f"{proto}-consume-{size}", f"{name}: consume {label}", server,
+                               size, count, results, sampler)
             row.errors += sum(r.get("errors", 0) for r in results)
             # every message's bytes came back (the RabbitMQ consumer counts chunk data instead)
-            if proto != BASELINE and sum(r["data_bytes"] for r in results) != n * size:
+            if proto != BASELINE and sum(r["data_bytes"] for r in results) != count * size:
                 row.errors += 1
             rows.append(row)
     finally:
@@ -57,8 +74,8 @@ def protocols(server: Server, sz: Sizes) -> list[Row]:
 
 
 def baseline_of(row: Row) -> str | None:
-    """The workload key of the RabbitMQ-protocol row a MEGA or RSIO row compares with."""
+    """The workload key of the RabbitMQ-protocol row a MEGA, RSIO or SBP row compares with."""
     proto, _, rest = row.workload.partition("-")
-    if proto in ("mega", "rsio") and rest:
+    if proto in ("mega", "rsio", "sbp") and rest:
         return f"{BASELINE}-{rest}"
     return None

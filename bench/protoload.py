@@ -7,6 +7,11 @@ Like bench/load.py, the clients cost little per message so the broker is what is
   before each send only the correlation ids (and CONSUME's offsets) are patched in place. A
   slot comes round again only after the window moved past it, so its bytes were answered and
   the transport no longer holds them. Answers are cut by their fixed layouts, not decoded.
+- **SBP** appends ``per_frame`` record batches (one message each, docs/protocols/sbp.md) per
+  APPEND frame, frames pipelined up to ``window`` unanswered batches; the frame is encoded once
+  and only its stream identifier changes. FETCH asks for ``batch_max_bytes`` at a time from the
+  offset after the last one answered. Answers are read with streamlet.sbp.flat (one struct call
+  per result), not the generated object API.
 - **RSIO** appends with every element of demand the broker grants (its ``window``, then one
   more per durable element): one onNext frame encoded once and repeated. A subscription asks
   for ``demand`` elements and more once half were taken, and counts frames by their type byte.
@@ -39,6 +44,18 @@ from streamlet.rsio import (
     iter_frames,
 )
 from streamlet.rsio.codec import read_varint
+from streamlet.sbp import Malformed, Opcode, SbpSplitter, stream_id
+from streamlet.sbp import decode as sbp_decode
+from streamlet.sbp import encode as sbp_encode
+from streamlet.sbp import read as sbp_read
+from streamlet.sbp import write as sbp_write
+from streamlet.sbp.fbs.AppendInfo import AppendInfoT
+from streamlet.sbp.fbs.AppendRequest import AppendRequestT
+from streamlet.sbp.fbs.AppendResponse import AppendResponseT
+from streamlet.sbp.fbs.FetchInfo import FetchInfoT
+from streamlet.sbp.fbs.FetchRequest import FetchRequestT
+from streamlet.sbp.fbs.FetchResponse import FetchResponseT
+from streamlet.sbp.flat import Scalars, root, table_vector
 
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
@@ -212,6 +229,165 @@ class MegaConsumer(_MegaPipeline):
                 pos += 6
             self.answered += 1
         return pos
+
+
+# --- SBP ----------------------------------------------------------------------------------------
+
+#: AppendResult: base_offset (slot 2; -1 in an error's answer); FetchResult: batch_length (2),
+#: base_offset (4; -1 in an error's or an empty answer)
+_APPENDED = Scalars((2, "q", 0), (1, "i", 0))
+_FETCHED = Scalars((2, "i", 0), (4, "q", -1))
+
+
+class _Sbp(_Load):
+    """Response frames cut by SBP's splitter; ``answer`` gets each one's sid, flags, results."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.splitter = SbpSplitter(0)
+        self.ready.set_result(None)  # SBP has no handshake
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            for raw in self.splitter.feed(data):
+                frame = sbp_decode(raw)
+                if frame is None or not frame.is_response:
+                    continue
+                if frame.is_system_error:
+                    self.error(f"SBP system error on opcode {frame.opcode:#06x}")
+                    continue
+                self.answer(frame.stream_id, frame.is_end, bytes(frame.header), frame.payload)
+        except Malformed as e:
+            self.error(f"a malformed answer: {e}")
+        if not self.done.done():
+            self.pump()
+
+    def error(self, why: str) -> None:
+        self.errors += 1
+        if len(self.server_errors) < 5:
+            self.server_errors.append(why)
+        self.finish()
+
+    def answer(self, sid: int, end: bool, header: bytes, payload: bytes | memoryview) -> None:
+        raise NotImplementedError
+
+
+class SbpAppender(_Sbp):
+    """APPEND ``total`` batches of ``size`` bytes to one stream, ``per_frame`` per frame, at most
+    ``window`` unanswered; checks that the offsets answered are 0..total-1 of an empty stream."""
+
+    def __init__(self, stream: str, total: int, size: int, per_frame: int = 100,
+                 window: int = 20_000) -> None:
+        super().__init__()
+        self.total, self.per_frame = total, per_frame
+        self.window = max(window, per_frame)
+        self.sid = stream_id(stream)
+        self.frames = {n: self._frame(n, size) for n in {per_frame, total % per_frame} if n}
+        self.sent = 0
+        self.answered = 0
+        self.confirmed = 0
+        self.offset_sum = 0
+        self.max_offset = -1
+        self.next_sid = 0
+
+    def _frame(self, n: int, size: int) -> tuple[bytes, bytes]:
+        infos = []
+        for i in range(n):
+            info = AppendInfoT()
+            info.streamId, info.requestIndex, info.batchLength = self.sid, i, size
+            infos.append(info)
+        req = AppendRequestT()
+        req.timeoutMs, req.appendRequests = 10_000, infos
+        raw = sbp_encode(Opcode.APPEND, 0, 0, sbp_write(req), body_of(size) * n)
+        return raw[:8], raw[12:]  # the frame around its stream identifier
+
+    def pump(self) -> None:
+        if not self.started or self.transport is None:
+            return
+        while (self.sent < self.total and self.sent - self.answered + self.per_frame <= self.window
+               and not self.paused):
+            n = min(self.per_frame, self.total - self.sent)
+            before, after = self.frames[n]
+            self.next_sid += 1
+            self.transport.writelines([before, _U32.pack(self.next_sid), after])
+            self.sent += n
+
+    def answer(self, sid: int, end: bool, header: bytes, payload: bytes | memoryview) -> None:
+        rows = _APPENDED.rows(header, table_vector(header, root(header), 2))
+        for offset, _ in rows:
+            if offset < 0:
+                self.refused(header)
+                return
+            self.offset_sum += offset
+            if offset > self.max_offset:
+                self.max_offset = offset
+        self.confirmed += len(rows)
+        self.answered += len(rows)
+        if self.answered >= self.total:
+            self.finish()
+
+    def refused(self, header: bytes) -> None:
+        for r in sbp_read(AppendResponseT, header).appendResponses or []:
+            if r.status is not None and r.status.code:
+                self.error(f"SBP APPEND status {r.status.code}: {r.status.message!r}")
+                return
+
+    def offsets_ok(self) -> bool:
+        n = self.confirmed
+        return self.max_offset == n - 1 and self.offset_sum == n * (n - 1) // 2
+
+
+class SbpFetcher(_Sbp):
+    """FETCH a stream from its first offset, ``batch_max_bytes`` at a time, each request from the
+    offset after the last answered, until ``total`` batches came; checks that their offsets
+    follow each other and counts their bytes."""
+
+    def __init__(self, stream: str, total: int, batch_max_bytes: int = 1 << 20) -> None:
+        super().__init__()
+        self.sid = stream_id(stream)
+        self.total, self.max_bytes = total, batch_max_bytes
+        self.records = 0
+        self.data_bytes = 0
+        self.next_offset = 0
+        self.asked = False
+
+    def pump(self) -> None:
+        if not self.started or self.transport is None or self.asked:
+            return
+        info = FetchInfoT()
+        info.streamId, info.requestIndex, info.fetchOffset = self.sid, 0, self.next_offset
+        info.batchMaxBytes = self.max_bytes
+        req = FetchRequestT()
+        req.maxWaitMs, req.minBytes, req.fetchRequests = 1000, 1, [info]
+        self.transport.write(sbp_encode(Opcode.FETCH, 0, 1, sbp_write(req)))
+        self.asked = True
+
+    def answer(self, sid: int, end: bool, header: bytes, payload: bytes | memoryview) -> None:
+        rows = _FETCHED.rows(header, table_vector(header, root(header), 2))
+        size = 0
+        expect = self.next_offset
+        for length, offset in rows:
+            if offset < 0:
+                if length == 0 and not any(r.status and r.status.code for r in
+                                           sbp_read(FetchResponseT, header).fetchResponses or []):
+                    continue  # nothing yet (the long poll's deadline)
+                self.error("SBP FETCH: an error status")
+                return
+            if offset != expect:
+                self.error(f"SBP FETCH: offset {offset}, expected {expect}")
+                return
+            expect += 1
+            size += length
+        if size != len(payload):
+            self.error(f"SBP FETCH: results of {size} bytes, a payload of {len(payload)}")
+            return
+        self.records += expect - self.next_offset
+        self.data_bytes += size
+        self.next_offset = expect
+        if end:
+            self.asked = False
+        if self.records >= self.total:
+            self.finish()
 
 
 # --- RSIO ---------------------------------------------------------------------------------------
@@ -393,6 +569,28 @@ async def mega_consume(port: int, stream: str, p: dict[str, Any], ready: Callabl
             "t1": load.finished or time.monotonic(), "server_errors": load.server_errors}
 
 
+async def sbp_produce(port: int, stream: str, p: dict[str, Any], ready: Callable[[], None],
+                      go: Callable[[], Awaitable[None]]) -> dict[str, Any]:
+    load = SbpAppender(stream, p["count"], p["size"], p.get("per_frame", 100),
+                       p.get("window", 20_000))
+    ok = await _run(load, port, ready, go, p.get("timeout", 600))
+    if ok and not load.errors and not load.offsets_ok():
+        load.errors += 1
+        load.server_errors.append("the offsets answered are not 0..n-1")
+    return {"sent": load.sent, "confirmed": load.confirmed, "errors": load.errors,
+            "complete": ok, "t0": load.started, "t1": load.finished or time.monotonic(),
+            "server_errors": load.server_errors}
+
+
+async def sbp_consume(port: int, stream: str, p: dict[str, Any], ready: Callable[[], None],
+                      go: Callable[[], Awaitable[None]]) -> dict[str, Any]:
+    load = SbpFetcher(stream, p["count"], p.get("batch_max_bytes", 1 << 20))
+    ok = await _run(load, port, ready, go, p.get("timeout", 600))
+    return {"records": load.records, "chunks": 0, "data_bytes": load.data_bytes,
+            "errors": load.errors, "complete": ok, "t0": load.started,
+            "t1": load.finished or time.monotonic(), "server_errors": load.server_errors}
+
+
 async def rsio_produce(port: int, stream: str, p: dict[str, Any], ready: Callable[[], None],
                        go: Callable[[], Awaitable[None]]) -> dict[str, Any]:
     load = RsioAppender(stream, p["count"], p["size"])
@@ -414,4 +612,5 @@ async def rsio_consume(port: int, stream: str, p: dict[str, Any], ready: Callabl
 JOBS: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {
     "mega_produce": mega_produce, "mega_consume": mega_consume,
     "rsio_produce": rsio_produce, "rsio_consume": rsio_consume,
+    "sbp_produce": sbp_produce, "sbp_consume": sbp_consume,
 }

@@ -106,8 +106,17 @@ def targets(rows: list[Row], physical: dict[str, float],
 
 def protocol_lines(rows: list[Row], by: dict[tuple[str, str], Row]) -> list[str]:
     """MEGA's and RSIO's throughput against the RabbitMQ protocol's, all on streamlet (issue
-    13: no target, a comparison)."""
+    13: no target, a comparison); SBP's against issue 14's target, >= the RabbitMQ protocol's
+    at 100 B and 1,000 B (an SBP record batch is a message: msg/s and MB/s say the same)."""
     out = []
+    for size in (100, 1000):
+        pairs = [(by.get((f"sbp-{k}-{size}", "streamlet")),
+                  by.get((f"rabbitmq-{k}-{size}", "streamlet"))) for k in ("produce", "consume")]
+        if all(s and r and r.msg_s for s, r in pairs):
+            got = [s.msg_s / r.msg_s for s, r in pairs]  # type: ignore[union-attr]
+            out.append(f"{'MET ' if min(got) >= 1.0 else 'MISS'} SBP >= RabbitMQ protocol at "
+                       f"{size:,} B (same broker, same run): produce {got[0]:.2f}x, "
+                       f"consume {got[1]:.2f}x")
     for r in rows:
         base = by.get((baseline_of(r) or "", "streamlet"))
         if base is not None and base.msg_s:
@@ -244,7 +253,8 @@ def results_section(rows: list[Row], physical: dict[str, float], meta: dict[str,
     lines = targets(rows, physical, notes)
     if lines:
         issues = ["4"] + (["12"] if any(r.workload.startswith("r3-") for r in rows) else []) \
-            + (["13"] if any(baseline_of(r) for r in rows) else [])
+            + (["13"] if any(baseline_of(r) for r in rows) else []) \
+            + (["14"] if any(r.workload.startswith("sbp-") for r in rows) else [])
         which = f"issue {issues[0]}" if len(issues) == 1 else \
             f"issues {', '.join(issues[:-1])} and {issues[-1]}"
         parts += [f"Targets of {which}:", ""] + [f"- {line}" for line in lines] + [""]

@@ -107,7 +107,7 @@ class Streamlet(Server):
     @classmethod
     def start(cls, root: Path, port: int = 0) -> Streamlet:
         port = port or free_port()
-        others = {"mega": free_port(), "rsio": free_port()}
+        others = {"mega": free_port(), "rsio": free_port(), "sbp": free_port()}
         data = root / "streamlet-data"
         data.mkdir(parents=True, exist_ok=True)
         log = root / "streamlet.log"
@@ -116,7 +116,8 @@ class Streamlet(Server):
             p for p in (str(REPO / "broker_image"), env.get("PYTHONPATH", "")) if p)
         cmd = [sys.executable, "-m", "streamlet", "serve", "--host", "127.0.0.1",
                "--port", str(port), "--data-dir", str(data),
-               "--mega-port", str(others["mega"]), "--rsio-port", str(others["rsio"])]
+               "--mega-port", str(others["mega"]), "--rsio-port", str(others["rsio"]),
+               "--sbp-port", str(others["sbp"])]
         with open(log, "wb") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
                                     cwd=root, start_new_session=True)

@@ -94,6 +94,11 @@ def build_parser() -> Parser:
                        help="serve Prometheus metrics at http://HOST:P/metrics (HOST: "
                             "[listeners.metrics] host, else --host); 0 turns it off (default: "
                             "[listeners.metrics], else 15692, skipped with a warning when taken)")
+    serve.add_argument("--http-port", type=port_number, default=None, metavar="P",
+                       help="serve the management HTTP API (RabbitMQ's /api/ endpoints for "
+                            "streams, docs/operations.md) on HOST:P (HOST: [listeners.http] "
+                            "host, else --host); 0 turns it off (default: [listeners.http], "
+                            "else 15672, skipped with a warning when taken)")
     serve.add_argument("--sbp-port", type=port_number, default=None, metavar="P",
                        help="serve the Streaming Batch Protocol (docs/protocols/sbp.md) on P, on "
                             "loopback unless configured otherwise; 0 turns it off (default: "
@@ -117,6 +122,9 @@ def build_parser() -> Parser:
         "publishing id i, and those up to the sequence stored for the reference are skipped, "
         "so running the same input again stores nothing twice"))
     produce.add_argument("--create", action="store_true", help="create the stream if missing")
+    produce.add_argument("--routing-key", metavar="KEY", help=(
+        "STREAM is a super stream: publish to the partition its binding KEY routes to (the "
+        "Route command, as a super stream producer with key routing does)"))
     _format_option(produce, "each message sent as is (raw), or as an AMQP 1.0 message with the "
                             "input in one data section (amqp), as RabbitMQ's clients send and "
                             "their AMQP decoders expect")
@@ -142,7 +150,8 @@ def build_parser() -> Parser:
                             "a warning)")
     _protocol_option(consume)
 
-    streams = sub.add_parser("streams", help="create, delete and inspect streams", parents=[conn])
+    streams = sub.add_parser("streams", help="create, delete, list and inspect streams",
+                             parents=[conn])
     ssub = streams.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = ssub.add_parser("create", help="create a stream", parents=[conn])
     create.add_argument("name")
@@ -157,6 +166,11 @@ def build_parser() -> Parser:
         "For each stream: leader and replicas, first and last committed offset, messages, size "
         "on disk and segments, retention, stored consumer offsets and publisher sequences. "
         "Exit 1 if a stream does not exist (the others are shown)."))
+    ssub.add_parser("list", help="list streams: messages, size, segments, leader "
+                            "(management API)", parents=[conn, _http_options()], description=(
+        "List the streams the user may see, through the management HTTP API's /api/queues "
+        "(its JSON, with --json): messages, size on disk, segments, publishers, consumers and "
+        "leader. --vhost narrows it to one virtual host."))
     info.add_argument("names", nargs="+")
     info.add_argument("--json", action="store_true",
                       help="one JSON object a stream (every key the broker gave)")
@@ -176,12 +190,14 @@ def build_parser() -> Parser:
                              parents=[conn])
     lsuper.add_argument("name")
     lsuper.add_argument("--keys", help="comma-separated routing keys to route (default: none)")
+    _list_parsers(sub, conn)
     ping = sub.add_parser("ping", help="check that a broker answers", parents=[conn],
                           description=(
         "Connect and log in (PeerProperties, SASL, Tune, Open), as rabbitmq-diagnostics ping "
         "does: exit 0 and one line with the server and the time taken, or exit 1 and why."))
     ping.add_argument("--timeout", type=positive_float, default=10.0,
                       help="seconds to wait for the broker (default 10)")
+    _perf_parser(sub, conn)
     _cluster_parser(sub)
     return parser
 
@@ -205,6 +221,131 @@ def _protocol_option(p: argparse.ArgumentParser) -> None:
         "default port follows it (5552, 5553, 5554, 5555); mega, rsio and sbp take no "
         "--user/--password/--vhost, --reference or --name, and mega's and sbp's --offset is "
         "first or a number"))
+
+
+def _perf_parser(sub: argparse._SubParsersAction[Parser], conn: Parser) -> None:
+    """`perf`: load in the spirit of RabbitMQ's stream-perf-test (streamlet.perf)."""
+    perf = sub.add_parser("perf", help="measure publish and consume rates and latencies",
+                          parents=[conn], description=(
+        "Producers and consumers on the given streams, each on its own connection, in worker "
+        "processes; every message carries its send time. A line a second on stderr (published, "
+        "confirmed and consumed msg/s, latency p50/p99 over that second), then a summary on "
+        "stdout: totals, rates, publish-to-confirm and publish-to-consume latency percentiles "
+        "(consume latency sampled: up to 64 records a chunk). After --time, publishing stops, "
+        "the confirms are awaited and the consumers read what was confirmed. Ctrl-C or SIGTERM "
+        "ends it early with the summary (exit 130 or 143); exit 1 if a connection was lost or "
+        "a publish refused. Speaks only the RabbitMQ Stream protocol, commands RabbitMQ 3.10 "
+        "knows, so the same command measures RabbitMQ."))
+    perf.add_argument("--producers", type=non_negative_int, default=1,
+                      help="producers, each on its own connection (default 1)")
+    perf.add_argument("--consumers", type=non_negative_int, default=1,
+                      help="consumers, each on its own connection (default 1)")
+    which = perf.add_mutually_exclusive_group()
+    which.add_argument("--streams", type=_names, metavar="S1,S2,...",
+                       help="the streams (producer i publishes to stream i mod S, consumer j "
+                            "reads stream j mod S)")
+    which.add_argument("--stream-count", type=positive_int, default=1, metavar="N",
+                       help="N streams perf-stream-1..N (default 1: perf-stream)")
+    perf.add_argument("--rate", type=_rate, default=0, metavar="R",
+                      help="messages a second over all producers (default 0: as fast as the "
+                           "confirm window allows)")
+    perf.add_argument("--size", type=_message_size, default=100, metavar="B",
+                      help="message size in bytes, at least 8 (the send time) (default 100)")
+    perf.add_argument("--batch-size", type=positive_int, default=100, metavar="N",
+                      help="messages per Publish frame (default 100)")
+    perf.add_argument("--confirm-window", type=positive_int, default=20000, metavar="N",
+                      help="unconfirmed messages a producer may have (default 20000)")
+    perf.add_argument("--time", type=positive_float, default=None, metavar="SECONDS",
+                      help="publish for this long, then drain and sum up (default: until "
+                           "Ctrl-C)")
+    perf.add_argument("--offset", choices=("first", "last", "next"), default="next",
+                      help="where consumers start (default next: they subscribe before the "
+                           "producers start, so they read every message of the run)")
+    perf.add_argument("--create", action=argparse.BooleanOptionalAction, default=True,
+                      help="create missing streams (default); --no-create: exit 1 if one is "
+                           "missing")
+    perf.add_argument("--delete-streams", action="store_true",
+                      help="delete the streams at the end")
+    perf.add_argument("--processes", type=positive_int, default=1, metavar="N",
+                      help="worker processes for the producers, and as many for the consumers "
+                           "(default 1 each)")
+    perf.add_argument("--json", action="store_true", help="the summary as one JSON document")
+
+
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one stream name")
+    return names
+
+
+def _message_size(text: str) -> int:
+    size = non_negative_int(text)
+    if size < 8:
+        raise argparse.ArgumentTypeError(f"must be at least 8 (the send time), not {text}")
+    return size
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, not {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, not {text}")
+    return value
+
+
+#: the commands that talk to the management HTTP API, not to the stream port
+HTTP_COMMANDS = ("connections", "publishers", "consumers")
+
+
+def _http_options() -> Parser:
+    p = Parser(add_help=False)
+    g = p.add_argument_group("management API options")
+    # SUPPRESS, as the connection options: given at either level, not undone by the other
+    g.add_argument("--http-port", type=port_number, default=argparse.SUPPRESS, metavar="P",
+                   help="the broker's management API port (serve --http-port; default 15672)")
+    g.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                   help="one JSON object a line, as the management API gives it")
+    return p
+
+
+def _list_parsers(sub: argparse._SubParsersAction[Parser], conn: Parser) -> None:
+    """`connections list|close`, `publishers list`, `consumers list`: the management API's
+    lists (docs/operations.md), filtered by what --user may see."""
+    http = _http_options()
+    cmd = sub.add_parser("connections", help="list or close client connections (management API)",
+                         parents=[conn, http])
+    csub = cmd.add_subparsers(dest="action", required=True, metavar="ACTION")
+    csub.add_parser("list", help="list connections: name, user, vhost, protocol, publishers, "
+                    "consumers, client", parents=[conn, http], description=(
+        "List the client connections --user may see (an administrator: all; another user: its "
+        "own), through GET /api/connections. --vhost narrows it to one virtual host."))
+    close = csub.add_parser("close", help="close a connection by name", parents=[conn, http],
+                            description=(
+        "Close the connection NAME (as `connections list` shows it, e.g. '127.0.0.1:40312 -> "
+        "127.0.0.1:5552') through DELETE /api/connections/NAME: a RabbitMQ Stream client is "
+        "sent a Close. Another user's connection needs an administrator (a user without "
+        "[[permissions]] entries)."))
+    close.add_argument("name")
+    for what, shown in (("publishers", "connection, stream, publisher id, reference"),
+                        ("consumers", "connection, stream, subscription id, credits, offset, "
+                                      "lag, status")):
+        p = sub.add_parser(what, help=f"list stream {what} (management API)",
+                           parents=[conn, http])
+        p.add_argument("--stream", default=argparse.SUPPRESS, help=f"only this stream's {what}")
+        psub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+        lst = psub.add_parser("list", help=f"list {what}: {shown}", parents=[conn, http],
+                              description=(
+            f"List the stream {what} --user may see, through GET /api/stream/{what}. --vhost "
+            "narrows it to one virtual host, --stream to one stream (of --vhost, default /)."))
+        lst.add_argument("--stream", default=argparse.SUPPRESS,
+                         help=f"only this stream's {what}")
+
+
+def is_http_command(args: argparse.Namespace) -> bool:
+    return args.command in HTTP_COMMANDS or (args.command == "streams" and args.action == "list")
 
 
 def _cluster_parser(sub: argparse._SubParsersAction[Parser]) -> None:
@@ -237,6 +378,9 @@ def _cluster_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     up.add_argument("--port", type=int, default=argparse.SUPPRESS,
                     help="node i listens on PORT+i (default 5552)")
     up.add_argument("--data-dir", required=True, help="the cluster's directory (made if missing)")
+    up.add_argument("--sbp-port", type=int, default=None, metavar="P", help=(
+        "node i also serves the Streaming Batch Protocol on P+i (docs/protocols/sbp.md; "
+        "default: off)"))
     up.add_argument("--config", type=Path, help=(
         "TOML configuration given to every broker (docs/configuration.md; no [tls] or "
         "[listeners], and cluster.directory_file is set by up)"))
@@ -321,6 +465,14 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
             if not hasattr(args, "port"):
                 args.port = PROTOCOL_PORTS[args.protocol]
         _credentials(args, parser)
+        if is_http_command(args):
+            args.vhost_filter = getattr(args, "vhost", None)  # given: narrows the list
+            args.http_port = getattr(args, "http_port", 15672)
+            args.json = getattr(args, "json", False)
+            args.stream = getattr(args, "stream", None)
+            if getattr(args, "tls", False) or getattr(args, "sasl_mechanism", "PLAIN") != "PLAIN":
+                parser.error("--tls, --sasl-mechanism: the management API is plain HTTP with "
+                             "--user and --password")
         for key, value in CONNECTION_DEFAULTS.items():
             if not hasattr(args, key):
                 setattr(args, key, value)
@@ -363,6 +515,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cluster_commands.run(args)
         except KeyboardInterrupt:
             return 130
+    if is_http_command(args):
+        from .clitools import mgmt
+
+        return mgmt.run(args)
     from . import commands  # the client side, imported only when used
 
     try:
@@ -386,7 +542,7 @@ def _serve(args: argparse.Namespace) -> int:
                       advertised_host=args.advertised_host, advertised_port=args.advertised_port,
                       fsync=args.fsync, mega_port=args.mega_port,
                       rsio_port=args.rsio_port, sbp_port=args.sbp_port,
-                      metrics_port=args.metrics_port)
+                      metrics_port=args.metrics_port, http_port=args.http_port)
     except ConfigError as e:
         print(f"streamlet: {e}", file=sys.stderr)
         return 2
@@ -394,7 +550,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         run(config)
     except OSError as e:
-        where = e.filename or f"{config.host}:{config.port}"  # the metrics' own address
+        where = e.filename or f"{config.host}:{config.port}"  # metrics' or HTTP's own address
         print(f"streamlet: cannot serve on {where}: {e.strerror}", file=sys.stderr)
         return 1
     except ConfigError as e:  # found when the broker starts, e.g. unreadable TLS certificates

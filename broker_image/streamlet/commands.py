@@ -30,6 +30,16 @@ async def run(args: argparse.Namespace) -> int:
     return stop.exit_code if stop.requested else code
 
 
+async def _partition(client: Client, super_stream: str, key: str) -> str:
+    """The one partition of ``super_stream`` that binding ``key`` routes to."""
+    partitions = await client.route(key, super_stream)
+    if len(partitions) != 1:
+        raise ValueError(f"routing key {key!r} routes to {len(partitions)} partitions of "
+                         f"{super_stream} ({', '.join(partitions) or 'none'}): --routing-key "
+                         "needs exactly one")
+    return partitions[0]
+
+
 def _tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     """--tls: the server's certificate verified (against --ca-cert, else the system's CAs),
     with --cert/--key offered as the client's."""
@@ -49,6 +59,10 @@ def _properties(args: argparse.Namespace) -> dict[str, str]:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    if args.command == "perf":  # its own connections, in worker processes
+        from .perf.run import perf
+
+        return await perf(args)
     if getattr(args, "protocol", "rabbitmq") != "rabbitmq":  # produce|consume over MEGA or RSIO
         from . import other_protocols
 
@@ -79,6 +93,8 @@ async def _run(args: argparse.Namespace) -> int:
                       f"{(time.monotonic() - started) * 1000:.0f} ms".replace("  ", " "))
                 return 0
             if args.command in ("produce", "consume"):
+                if getattr(args, "routing_key", None) is not None:
+                    args.stream = await _partition(client, args.stream, args.routing_key)
                 if args.command == "produce" and args.create:
                     await client.create_stream(args.stream, exists_ok=True)
                 leader = await client.leader(args.stream)

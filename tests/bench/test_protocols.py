@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.protoload import MegaConsumer, MegaProducer, RsioSubscriber
+from bench.protoload import MegaConsumer, MegaProducer, RsioSubscriber, SbpAppender, SbpFetcher
 from bench.report import results_section, table, targets
 from bench.workloads import Row
 from streamlet.mega import ErrorCode, encode_error, encode_success
@@ -52,19 +52,22 @@ def test_quick_protocols_run_counts_are_exact(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(out.read_text())
     rows = {r["workload"]: r for r in data["rows"]}
-    assert set(rows) == {f"{p}-{what}-100" for p in ("rabbitmq", "mega", "rsio")
+    runs = [(p, 100) for p in ("rabbitmq", "mega", "rsio", "sbp")] + [("rabbitmq", 1000),
+                                                                        ("sbp", 1000)]
+    assert set(rows) == {f"{p}-{what}-{size}" for p, size in runs
                          for what in ("produce", "consume")}
     count = data["meta"]["sizes"]["proto_count"]
-    for p in ("rabbitmq", "mega", "rsio"):
-        pub = rows[f"{p}-produce-100"]
-        assert (pub["sent"], pub["confirmed"], pub["errors"]) == (count, count, 0), p
-    assert rows["rabbitmq-consume-100"]["consumed"] == count
-    assert rows["rsio-consume-100"]["consumed"] == count
-    assert rows["mega-consume-100"]["consumed"] == count
+    for p, size in runs:
+        pub = rows[f"{p}-produce-{size}"]
+        assert (pub["sent"], pub["confirmed"], pub["errors"]) == (count, count, 0), (p, size)
+        assert rows[f"{p}-consume-{size}"]["consumed"] == count, (p, size)
     assert all(r["exact"] and r["msg_s"] > 0 for r in rows.values())
-    # each MEGA and RSIO row is compared with the RabbitMQ protocol's
-    assert sum("of the RabbitMQ protocol" in line for line in proc.stdout.splitlines()) == 4
-    assert len([t for t in data["targets"] if "/ rabbitmq-" in t]) == 4
+    # each MEGA, RSIO and SBP row is compared with the RabbitMQ protocol's of its size
+    assert sum("of the RabbitMQ protocol" in line for line in proc.stdout.splitlines()) == 8
+    assert len([t for t in data["targets"] if "/ rabbitmq-" in t]) == 8
+    # issue 14's target, one line per size, met or not
+    sbp = [t for t in data["targets"] if "SBP >= RabbitMQ protocol" in t]
+    assert [t.split(" (")[0].split("at ")[1] for t in sbp] == ["100 B", "1,000 B"], sbp
 
 
 async def test_mega_answers_cut_anywhere() -> None:
@@ -154,3 +157,81 @@ def test_the_report_compares_protocols_with_the_rabbitmq_protocol() -> None:
                "0.05 (50,000 vs 1,000,000 msg/s)" in line for line in lines)
     section = results_section(rows, {}, {}, None)
     assert "Targets of issues 4 and 13:" in section
+
+
+def test_the_report_says_whether_sbp_met_its_target() -> None:
+    def row(key: str, msg_s: float) -> Row:
+        return Row(key, key, "streamlet", 100, 1000, sent=1000, confirmed=1000, seconds=1000 / msg_s)
+    rows = [row("rabbitmq-produce-100", 1000), row("rabbitmq-consume-100", 1000),
+            row("sbp-produce-100", 2000), row("sbp-consume-100", 999),
+            row("rabbitmq-produce-1000", 100), row("rabbitmq-consume-1000", 100),
+            row("sbp-produce-1000", 100), row("sbp-consume-1000", 150)]
+    lines = targets(rows, {})
+    assert "MISS SBP >= RabbitMQ protocol at 100 B (same broker, same run): produce 2.00x, " \
+           "consume 1.00x" in lines  # 0.999 is short of it
+    assert any(line.startswith("MET  SBP >= RabbitMQ protocol at 1,000 B") for line in lines)
+    assert "Targets of issues 4, 13 and 14:" in results_section(rows, {}, {}, None)
+
+
+def _sbp_frame(sid: int, flags: int, header: bytes, payload: bytes = b"") -> bytes:
+    from streamlet.sbp import Opcode
+    from streamlet.sbp import encode as sbp_encode
+    return sbp_encode(Opcode.APPEND, flags, sid, header, payload)
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.sent.append(bytes(data))
+
+    def writelines(self, parts: list[bytes]) -> None:
+        self.sent.append(b"".join(parts))
+
+
+async def test_sbp_appender_reads_answers_cut_anywhere() -> None:
+    from streamlet.sbp import LAST, Flags
+    from streamlet.sbp.flat import append_response
+
+    rng = random.Random(9)
+    app = SbpAppender("s", 250, 10, per_frame=100, window=200)
+    sink = app.transport = _Sink()  # type: ignore[assignment]
+    app.start()
+    assert len(sink.sent) == 2  # the window: 2 frames
+    # frame 1 answered over two frames, out of order; frame 2 at once
+    data = (_sbp_frame(1, Flags.RESPONSE, append_response([(list(range(50, 100)), 0, 50, 1)]))
+            + _sbp_frame(2, LAST, append_response([(list(range(100)), 0, 100, 1)]))
+            + _sbp_frame(1, LAST, append_response([(list(range(50)), 0, 0, 1)])))
+    for piece in cuts(data, rng):
+        app.data_received(piece)
+    assert app.answered == 200 and len(sink.sent) == 3
+    app.data_received(_sbp_frame(3, LAST, append_response([(list(range(50)), 0, 200, 1)])))
+    assert app.done.done() and app.confirmed == 250 and app.offsets_ok() and not app.errors
+
+
+async def test_sbp_fetcher_checks_offsets_and_bytes() -> None:
+    from streamlet.sbp import LAST, Opcode
+    from streamlet.sbp import encode as sbp_encode
+    from streamlet.sbp.flat import fetch_response
+
+    def answer(records: list[tuple[int, bytes]]) -> bytes:
+        return sbp_encode(Opcode.FETCH, LAST, 1, fetch_response([(0, 7, records)]),
+                          b"".join(b for _, b in records))
+
+    rng = random.Random(10)
+    fetch = SbpFetcher("s", 5)
+    sink = fetch.transport = _Sink()  # type: ignore[assignment]
+    fetch.start()
+    for piece in cuts(answer([(0, b"ab"), (1, b"cde"), (2, b"")]), rng):
+        fetch.data_received(piece)
+    assert (fetch.records, fetch.data_bytes, fetch.next_offset) == (3, 5, 3)
+    assert len(sink.sent) == 2  # asked from 3
+    fetch.data_received(answer([(3, b"f"), (4, b"g")]))
+    assert fetch.done.done() and fetch.records == 5 and not fetch.errors
+
+    gap = SbpFetcher("s", 5)
+    gap.transport = _Sink()  # type: ignore[assignment]
+    gap.start()
+    gap.data_received(answer([(0, b"a"), (2, b"b")]))  # offset 1 missing: caught
+    assert gap.errors == 1 and "offset 2, expected 1" in gap.server_errors[0]

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.cli.support import wait_until
 from tests.support.brokers import BrokerProcess, free_port
 
 
@@ -84,6 +85,9 @@ def test_cli_follows_a_stream_to_the_broker_that_holds_it(tmp_path: Path) -> Non
     try:
         cli("streams", *conn(b), "create", "far-away")
         directory.write_text(json.dumps({"streams": {"far-away": f"127.0.0.1:{b.port}"}}))
+        # a broker re-reads the directory file within about a second: wait until a has
+        wait_until(lambda: cli("streams", *conn(a), "info", "far-away", check=False).returncode == 0,
+                   timeout=60)
         sent = cli("produce", *conn(a), "far-away", stdin=b"x\ny\n")
         assert f"far-away is on 127.0.0.1:{b.port}".encode() in sent.stderr
         assert cli("consume", *conn(a), "far-away", "--count", "2").stdout == b"0\tx\n1\ty\n"

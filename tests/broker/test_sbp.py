@@ -291,6 +291,30 @@ async def test_append_answers_every_index_over_frames(broker: SbpBroker) -> None
             assert [o for o, _ in got] == list(range(100))
 
 
+async def test_long_runs_cut_over_chunks_answer_each_batch_with_its_offset(
+        broker: SbpBroker) -> None:
+    """Runs of one frame's batches to one stream are published as one batch each; the core
+    cuts a long run over several chunks (each placed and confirmed on its own): every request
+    index still gets the offset its own bytes are at."""
+    async with await client(broker) as c:
+        for n in ("s-run-a", "s-run-b"):
+            await c.create_stream(n)
+        batches = ([("s-run-a", b"a%d" % i) for i in range(3000)]
+                   + [("s-run-b", b"b%d" % i) for i in range(7)]
+                   + [("s-run-a", b"c%d" % i) for i in range(2000)])
+        got = await c.append_many(batches)
+        assert all(code == 0 for _, code, _ in got)
+        stored = {}
+        for name in ("s-run-a", "s-run-b"):
+            offset = 0
+            while records := await c.fetch(name, offset, batch_max_bytes=20_000):
+                stored.update({(name, o): b for o, b in records})
+                offset = records[-1][0] + 1
+        assert {(name, offset): body for (name, body), (offset, _, _) in
+                zip(batches, got, strict=True)} == stored
+        assert [o for o, _, _ in got[:3000]] == list(range(3000))
+
+
 def _append_header(batches: list[tuple[str, bytes]]) -> Any:
     from streamlet.sbp.fbs.AppendInfo import AppendInfoT
     from streamlet.sbp.fbs.AppendRequest import AppendRequestT

@@ -128,3 +128,16 @@ def test_tls_and_external_from_the_cli(broker_factory: Callable[..., BrokerProce
     assert stderr_line(untrusted.stderr).startswith(f"streamlet: TLS with {b.host}:{tls_port} failed")
     misuse = cli("ping", "--cert", str(d / "client.pem"), check=False)
     assert misuse.returncode == 2 and b"--cert: only with --tls" in misuse.stderr
+
+
+def test_produce_to_a_super_stream_by_routing_key(shared_broker: BrokerProcess) -> None:
+    c = conn(shared_broker)
+    cli("streams", *c, "create-super", "regions", "--binding-keys", "eu,us")
+    cli("produce", *c, "regions", "--routing-key", "us", stdin=b"to us\n")
+    assert cli("consume", *c, "regions-us", "--count", "1").stdout == b"0\tto us\n"
+    assert cli("consume", *c, "regions-eu", "--timeout", "1").stdout == b""
+    nowhere = cli("produce", *c, "regions", "--routing-key", "asia", stdin=b"x\n", check=False)
+    assert nowhere.returncode == 2
+    assert stderr_line(nowhere.stderr) == (
+        "streamlet: routing key 'asia' routes to 0 partitions of regions (none): --routing-key "
+        "needs exactly one")

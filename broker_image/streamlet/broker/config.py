@@ -87,6 +87,10 @@ File format (all keys optional)::
     enabled = true                    # on by default; see MetricsListener
     max_streams = 1000                # streams given per-stream series (the rest: counted only)
     max_consumers = 1000              # named consumers given offset and lag series
+    [listeners.http]                  # the management HTTP API (docs/operations.md), as RabbitMQ's
+    port = 15672                      # or serve --http-port (0: off); RabbitMQ's management port
+    host = "0.0.0.0"                  # default: [server] host
+    enabled = true                    # on by default; see HttpListener
     [listeners.sbp]                   # the Streaming Batch Protocol (docs/protocols/sbp.md)
     port = 5555                       # or serve --sbp-port (0: off); off unless configured
     host = "127.0.0.1"                # no authentication either: as MEGA's
@@ -149,6 +153,8 @@ DEFAULT_METRICS_PORT = 15692
 #: label cardinality caps of /metrics: streams and named consumers given series of their own
 DEFAULT_METRICS_MAX_STREAMS = 1000
 DEFAULT_METRICS_MAX_CONSUMERS = 1000
+#: RabbitMQ's management port (rabbitmq_management), the management API's default
+DEFAULT_HTTP_PORT = 15672
 #: protocols without authentication: served on loopback, or on TLS with client certificates
 #: SBP's largest frame (docs/protocols/sbp.md)
 DEFAULT_SBP_MAX_FRAME = 16 << 20
@@ -213,6 +219,16 @@ class MetricsListener:
 
 
 @dataclass(frozen=True)
+class HttpListener:
+    """The management HTTP API. ``host`` None: [server] host. ``required`` as MetricsListener's:
+    False (nothing configured) lets the broker serve without it when the port is taken."""
+
+    port: int = DEFAULT_HTTP_PORT
+    host: str | None = None
+    required: bool = False
+
+
+@dataclass(frozen=True)
 class Retention:
     max_age_ms: int | None = None
     max_length_bytes: int | None = None
@@ -267,6 +283,8 @@ class BrokerConfig:
     #: [listeners.metrics], serve --metrics-port; None: no metrics endpoint
     metrics: MetricsListener | None = field(default_factory=MetricsListener)
     sbp_max_frame_bytes: int = DEFAULT_SBP_MAX_FRAME  # [listeners.sbp] max_frame_bytes
+    #: [listeners.http], serve --http-port; None: no management API
+    http: HttpListener | None = field(default_factory=HttpListener)
 
     @property
     def listeners(self) -> tuple[Listener, ...]:
@@ -361,10 +379,11 @@ def _int(section: dict[str, Any], key: str, where: str, minimum: int = 0) -> int
 
 def load(path: Path | None = None, mega_port: int | None = None, rsio_port: int | None = None,
          sbp_port: int | None = None, metrics_port: int | None = None,
-         **overrides: Any) -> BrokerConfig:
+         http_port: int | None = None, **overrides: Any) -> BrokerConfig:
     """Build the config: defaults < file < environment < non-None keyword overrides (flags);
     ``mega_port``, ``rsio_port``, ``sbp_port``: serve --mega-port, --rsio-port, --sbp-port
-    (with_port); ``metrics_port``: --metrics-port (with_metrics_port)."""
+    (with_port); ``metrics_port``: --metrics-port (with_metrics_port); ``http_port``:
+    --http-port (with_http_port)."""
     cfg = BrokerConfig()
     if path is not None:
         try:
@@ -390,6 +409,7 @@ def load(path: Path | None = None, mega_port: int | None = None, rsio_port: int 
         flags["data_dir"] = Path(flags["data_dir"])
     cfg = with_port(with_port(replace(cfg, **flags), "mega", mega_port), "rsio", rsio_port)
     cfg = with_metrics_port(with_port(cfg, "sbp", sbp_port), metrics_port)
+    cfg = with_http_port(cfg, http_port)
     _validate(cfg)
     return cfg
 
@@ -500,6 +520,8 @@ def _listeners(section: Any, default_host: str) -> dict[str, Any]:
     changes["rabbitmq_listener"] = bool(rabbitmq.get("enabled", True))
     if "metrics" in section:
         changes["metrics"] = _metrics_listener(section["metrics"])
+    if "http" in section:
+        changes["http"] = _http_listener(section["http"])
     others = []
     mega = section.get("mega", {})
     for key, field_name in (("max_topic_bytes", "mega_max_topic_bytes"),
@@ -517,7 +539,7 @@ def _listeners(section: Any, default_host: str) -> dict[str, Any]:
     if value is not None:
         changes["sbp_max_frame_bytes"] = value
     for protocol, table in section.items():
-        if protocol in ("rabbitmq", "metrics") or not table.get("enabled", True):
+        if protocol in ("rabbitmq", "metrics", "http") or not table.get("enabled", True):
             continue
         where = f"listeners.{protocol}"
         port = _int(table, "port", where, 1)
@@ -547,6 +569,18 @@ def _metrics_listener(table: dict[str, Any]) -> MetricsListener | None:
         port or DEFAULT_METRICS_PORT, str(table["host"]) if "host" in table else None, True,
         DEFAULT_METRICS_MAX_STREAMS if streams is None else streams,
         DEFAULT_METRICS_MAX_CONSUMERS if consumers is None else consumers)
+
+
+def _http_listener(table: dict[str, Any]) -> HttpListener | None:
+    """[listeners.http]: enabled, host, port. Configured, it is required, as metrics'."""
+    extra = set(table) - {"enabled", "host", "port"}
+    if extra:
+        raise ConfigError(f"unknown key(s) in [listeners.http]: {', '.join(sorted(extra))}")
+    port = _int(table, "port", "listeners.http")
+    if not table.get("enabled", True) or port == 0:
+        return None
+    return HttpListener(port or DEFAULT_HTTP_PORT,
+                        str(table["host"]) if "host" in table else None, True)
 
 
 def _users(entries: Any, where: str) -> tuple[User, ...]:
@@ -654,6 +688,15 @@ def with_metrics_port(cfg: BrokerConfig, port: int | None) -> BrokerConfig:
     return replace(cfg, metrics=replace(cfg.metrics or MetricsListener(), port=port, required=True))
 
 
+def with_http_port(cfg: BrokerConfig, port: int | None) -> BrokerConfig:
+    """``serve --http-port``: as ``with_metrics_port``, for the management API."""
+    if port is None:
+        return cfg
+    if port == 0:
+        return replace(cfg, http=None)
+    return replace(cfg, http=replace(cfg.http or HttpListener(), port=port, required=True))
+
+
 def _validate(cfg: BrokerConfig) -> None:
     if not 0 < cfg.port < 65536:
         raise ConfigError(f"port must be in 1..65535, got {cfg.port}")
@@ -712,6 +755,8 @@ def _validate(cfg: BrokerConfig) -> None:
                               f"got {cfg.rsio_split_bytes}")
     if cfg.metrics is not None and not 0 < cfg.metrics.port < 65536:
         raise ConfigError(f"listeners.metrics.port must be in 1..65535, got {cfg.metrics.port}")
+    if cfg.http is not None and not 0 < cfg.http.port < 65536:
+        raise ConfigError(f"listeners.http.port must be in 1..65535, got {cfg.http.port}")
     if any(lst.protocol == "sbp" for lst in cfg.listeners) and not (
             16 <= cfg.sbp_max_frame_bytes <= cfg.frame_limit):
         raise ConfigError(f"listeners.sbp.max_frame_bytes must be in 16..server.frame_limit "

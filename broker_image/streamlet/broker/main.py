@@ -18,6 +18,7 @@ from ..storage.files import files
 from .config import BrokerConfig
 from .mega.connection import MegaConnection
 from .metrics import start_metrics
+from .mgmt import start_management
 from .rabbitmq.connection import Connection
 from .rsio.connection import RsioConnection
 from .sbp.connection import SbpConnection
@@ -59,9 +60,13 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     use_all_descriptors(config.max_open_files)  # the process's, before the streams open
     broker = Broker(config, LISTENERS)
     await broker.start()
+    metrics = management = None
     try:
         metrics = await start_metrics(broker)  # [listeners.metrics]: /metrics on this loop
+        management = await start_management(broker)  # [listeners.http]: /api/ on this loop
     except OSError:
+        if metrics is not None:
+            await metrics.close()
         await broker.stop()
         raise
     stop = asyncio.Event()
@@ -72,8 +77,9 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     if ready is not None:
         ready.set()
     await stop.wait()
-    if metrics is not None:
-        await metrics.close()
+    for server in (metrics, management):
+        if server is not None:
+            await server.close()
     await broker.stop()
 
 

@@ -7,8 +7,10 @@ response-end flag (an APPEND's or a FETCH's answers may come in several).
         offsets = await c.append("events", [b"batch-1", b"batch-2"])
         records = await c.fetch("events", 0, max_wait_ms=1000, min_bytes=1)
 
-Streams are named (their SBP id is streamlet.sbp.stream_id(name)). ``append`` follows a stream
-to its primary when the broker answers NOT_PRIMARY: LIST_RANGES, then the primary's address.
+Streams are named (their SBP id is streamlet.sbp.stream_id(name)). A client does not move by
+itself: an append the broker does not lead is refused NOT_PRIMARY (SbpError), and ``follow``
+asks any broker with LIST_RANGES for the stream's primary and connects there (after a leader
+change too: tests/cluster/test_sbp_failover.py).
 """
 
 from __future__ import annotations

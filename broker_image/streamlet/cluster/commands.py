@@ -80,7 +80,8 @@ def up(args: argparse.Namespace, data_dir: Path) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        specs = plan_nodes(args.nodes, args.host, args.port, data_dir)
+        specs = plan_nodes(args.nodes, args.host, args.port, data_dir,
+                           getattr(args, "sbp_port", None))
         doc = node_config(_user_config(args.config), data_dir / DIRECTORY_FILE)
         dumps(doc)  # refuses what TOML cannot say, before anything starts
     except (PlanError, ValueError) as e:
@@ -103,7 +104,8 @@ def up(args: argparse.Namespace, data_dir: Path) -> int:
         _error(f"cannot lock {data_dir / LOCK_FILE}: {e.strerror}")
         return 2
     try:
-        busy = [why for s in specs if (why := bind_error(s.host, s.port)) is not None]
+        busy = [why for s in specs for p in (s.port, s.sbp_port)
+                if p and (why := bind_error(s.host, p)) is not None]
         if busy:
             for why in busy:
                 _error(why)

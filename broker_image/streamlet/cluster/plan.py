@@ -45,13 +45,15 @@ class NodeSpec:
     data_dir: Path
     log_file: Path
     config_file: Path
+    sbp_port: int | None = None  # cluster up --sbp-port P: P + index
 
     def command(self, log_level: str = "INFO", python: str = sys.executable) -> list[str]:
         """The node's broker: ``python -m streamlet serve`` on its own port and data."""
         return [python, "-m", "streamlet", "serve", "--host", self.host, "--port", str(self.port),
                 "--data-dir", str(self.data_dir), "--config", str(self.config_file),
                 "--advertised-host", self.host, "--advertised-port", str(self.port),
-                "--log-level", log_level]
+                "--log-level", log_level,
+                *(["--sbp-port", str(self.sbp_port)] if self.sbp_port else [])]
 
 
 def check_arguments(nodes: int, port: int) -> None:
@@ -68,13 +70,18 @@ def node_ports(nodes: int, port: int) -> list[int]:
     return [port + i for i in range(nodes)]
 
 
-def plan_nodes(nodes: int, host: str, port: int, data_dir: Path) -> list[NodeSpec]:
-    """The nodes of a cluster in ``data_dir`` (best absolute: the brokers are given it as is)."""
+def plan_nodes(nodes: int, host: str, port: int, data_dir: Path,
+               sbp_port: int | None = None) -> list[NodeSpec]:
+    """The nodes of a cluster in ``data_dir`` (best absolute: the brokers are given it as is);
+    with ``sbp_port``, node i serves SBP on ``sbp_port + i``."""
     check_arguments(nodes, port)
+    if sbp_port is not None:
+        check_arguments(nodes, sbp_port)
     specs = []
     for i, p in enumerate(node_ports(nodes, port)):
         d = data_dir / f"node-{i}"
-        specs.append(NodeSpec(i, host, p, d, d / "broker.log", d / "broker.toml"))
+        specs.append(NodeSpec(i, host, p, d, d / "broker.log", d / "broker.toml",
+                              None if sbp_port is None else sbp_port + i))
     return specs
 
 

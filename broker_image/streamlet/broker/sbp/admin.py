@@ -58,7 +58,7 @@ from ...sbp.fbs.UpdateStreamsResponse import UpdateStreamsResponseT
 from ...sbp.headers import ints, text
 from ..arguments import parse_create_arguments
 from ..directory import Placement
-from .places import RangeFacts, Server, range_of, range_server, server_of
+from .places import RangeFacts, Server, range_of, range_server
 
 if TYPE_CHECKING:
     from .connection import SbpConnection
@@ -89,7 +89,7 @@ def facts(conn: SbpConnection, sid: int) -> RangeFacts | tuple[int, str]:
         if conn.names.ambiguous(sid):
             return ErrorCode.INVALID_REQUEST, f"stream id {sid} names two streams"
         return ErrorCode.STREAM_NOT_FOUND, f"no stream has id {sid}"
-    cfg, port = conn.broker.config, conn.sbp_port()
+    cfg = conn.broker.config
     stream = conn.streams.get(name)
     directory = conn.broker.directory()
     placement = directory.placement("/", name)
@@ -109,8 +109,8 @@ def facts(conn: SbpConnection, sid: int) -> RangeFacts | tuple[int, str]:
             placement = Placement(0, leader)
     primary = (None if placement.leader is None else
                conn.me() if placement.leader == cfg.advertised else
-               server_of(placement.leader, cfg.peers, port))
-    secondaries = tuple(conn.me() if a == cfg.advertised else server_of(a, cfg.peers, port)
+               conn.server_at(placement.leader))
+    secondaries = tuple(conn.me() if a == cfg.advertised else conn.server_at(a)
                         for a in placement.replicas)
     if stream is None:
         return RangeFacts(sid, None, None, False, primary, secondaries)
@@ -149,12 +149,17 @@ def on_heartbeat(conn: SbpConnection, frame: Frame, req: HeartbeatRequestT) -> N
 
 def on_allocate_id(conn: SbpConnection, frame: Frame, req: AllocateIdRequestT) -> None:
     """Server ids are configured (cluster.peers' order, a pod's ordinal), not allocated: the id
-    of the broker at ``host`` is answered, a host that is none of them NOT_SUPPORTED."""
+    of the broker at ``host`` is answered, a host that is none of them NOT_SUPPORTED. ``host``
+    may be a range server's address (host:SBP port), which tells apart brokers sharing a host
+    (``cluster up`` on one machine); a bare host shared by several gives the first."""
     cfg = conn.broker.config
     host = text(req.host)
     t = AllocateIdResponseT()
     hosts = [h for h, _ in cfg.peers]
-    if host in hosts:
+    addrs = [conn.server_at(p).addr for p in cfg.peers]
+    if host in addrs:
+        t.id, t.status = addrs.index(host), status()
+    elif host in hosts:
         t.id, t.status = hosts.index(host), status()
     elif not cfg.peers and host in ("", cfg.advertised[0], cfg.host):
         t.id, t.status = conn.me().server_id, status()
@@ -385,11 +390,11 @@ def on_report_metrics(conn: SbpConnection, frame: Frame, req: Any) -> None:
 def on_describe_pd_cluster(conn: SbpConnection, frame: Frame, req: Any) -> None:
     """Every streamlet broker answers range questions from the stream directory and its own
     members: each is a placement driver node, and the one asked leads for its client."""
-    cfg, port = conn.broker.config, conn.sbp_port()
+    cfg = conn.broker.config
     nodes = []
     me = conn.me()
     for address in cfg.peers or (cfg.advertised,):
-        server = me if address == cfg.advertised else server_of(address, cfg.peers, port)
+        server = me if address == cfg.advertised else conn.server_at(address)
         n = PlacementDriverNodeT()
         n.name, n.advertiseAddr, n.isLeader = f"broker-{server.server_id}", server.addr, server == me
         nodes.append(n)

@@ -1,26 +1,31 @@
 """APPEND: each record batch of a frame becomes one message of its stream (one simple entry, as a
 RabbitMQ Publish of that body stores it), published through a core Publisher as MEGA's PRODUCE
 is; its answer goes out once the core confirms it (written, or on a majority of a replicated
-stream), with the offset it got. Answers are grouped per confirm: one response frame per
-request frame per confirm, the last with the response-end flag, so the batches of one frame
-can be answered out of order and over several frames.
+stream), with the offset it got.
+
+The hot path costs a struct call or two per batch: the request's AppendInfo tables are read by
+streamlet.sbp.flat, the consecutive batches of a frame to one stream go to the core as one
+PublishBatch (a Group: consecutive publishing ids, so consecutive offsets), and the answers are
+written by flat too. Answers are grouped per confirm: one response frame per request frame per
+confirm, the last with the response-end flag, so the batches of one frame can be answered out of
+order and over several frames. Refusals (rare) are answered through the generated object API.
 """
 
 from __future__ import annotations
 
 import struct
 import time
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ...core.batch import PublishBatch
 from ...core.ports import Refusal
 from ...core.streams import Publisher, Stream
-from ...sbp import ErrorCode, Opcode, status
-from ...sbp.fbs.AppendInfo import AppendInfoT
-from ...sbp.fbs.AppendRequest import AppendRequestT
+from ...sbp import ErrorCode, Malformed, Opcode, status
 from ...sbp.fbs.AppendResponse import AppendResponseT
 from ...sbp.fbs.AppendResult import AppendResultT
+from ...sbp.flat import append_infos, append_response
 
 if TYPE_CHECKING:
     from .connection import SbpConnection
@@ -32,6 +37,9 @@ _U64 = struct.Struct(">Q")
 REFUSALS = {Refusal.GONE: (ErrorCode.STREAM_NOT_FOUND, "the stream was deleted"),
             Refusal.MOVED: (ErrorCode.NOT_PRIMARY, "the stream moved to another broker"),
             Refusal.WRITE_FAILED: (ErrorCode.STORAGE_ERROR, "the broker could not write it")}
+
+#: (stream id, request index): what an answer names
+Item = tuple[int, int]
 
 
 def now_ms() -> int:
@@ -47,18 +55,24 @@ class Frame:
 
 
 @dataclass(slots=True)
-class Waiting:
+class Group:
+    """A frame's consecutive batches to one stream, published as one PublishBatch: publishing
+    ids ``first``..``first + len(indexes) - 1``, in request order. The core may cut it into
+    parts (one chunk each); each part is placed (its offset) and confirmed on its own."""
+
     frame: Frame
-    info: AppendInfoT
     stream: Stream
-    offset: int = -1  # from Session.placed
+    stream_id: int
+    first: int
+    indexes: list[int]
+    left: int = 0  # batches not answered yet
+    done: list[tuple[int, int]] = field(default_factory=list)  # answered (from, count)
 
 
-def result(info: AppendInfoT, code: int = ErrorCode.NONE, message: str | None = None,
-           offset: int = -1) -> AppendResultT:
+def refused(item: Item, code: int, message: str) -> AppendResultT:
     r = AppendResultT()
-    r.streamId, r.requestIndex = info.streamId, info.requestIndex
-    r.baseOffset, r.streamAppendTimeMs = offset, now_ms()
+    r.streamId, r.requestIndex = item
+    r.baseOffset, r.streamAppendTimeMs = -1, now_ms()
     r.status = status(code, message)
     return r
 
@@ -70,48 +84,93 @@ class Appends:
     conn: SbpConnection
     publishers: dict[Stream, Publisher] = field(default_factory=dict)
     by_id: dict[int, Publisher] = field(default_factory=dict)
-    waiting: dict[int, Waiting] = field(default_factory=dict)  # publishing id -> batch
+    #: the groups in flight by their first publishing id, and those ids in order (bisect)
+    waiting: dict[int, Group] = field(default_factory=dict)
+    starts: list[int] = field(default_factory=list)
+    #: a part's first publishing id -> its offset (Session.placed, before its confirm)
+    offsets: dict[int, int] = field(default_factory=dict)
     next_publisher: int = 0
     next_id: int = 0
 
-    def start(self, stream_sid: int, req: AppendRequestT, payload: memoryview) -> None:
-        infos: list[AppendInfoT] = list(req.appendRequests or [])
-        lengths = [i.batchLength for i in infos]
-        if any(n < 0 for n in lengths) or sum(lengths) != len(payload):
-            self.conn.system_error(Opcode.APPEND, stream_sid, ErrorCode.INVALID_REQUEST,
-                                   f"batch lengths sum to {sum(lengths)}, the payload has "
+    def start(self, sid: int, header: bytes | memoryview, payload: memoryview) -> None:
+        try:
+            infos = append_infos(header)
+        except Malformed as e:
+            self.conn.system_error(Opcode.APPEND, sid, ErrorCode.INVALID_REQUEST, str(e))
+            return
+        total = 0
+        for _, _, n in infos:
+            if n < 0:
+                total = -1
+                break
+            total += n
+        if total != len(payload):
+            self.conn.system_error(Opcode.APPEND, sid, ErrorCode.INVALID_REQUEST,
+                                   f"batch lengths do not add up to the payload's "
                                    f"{len(payload)} bytes")
             return
-        frame = Frame(stream_sid, len(infos))
+        frame = Frame(sid, len(infos))
         now: list[AppendResultT] = []
-        at = 0
-        for info in infos:
-            data = payload[at : at + info.batchLength]
-            at += info.batchLength
-            got = self.conn.writable_stream(info.streamId)
+        streams: dict[int, Stream | tuple[int, str]] = {}
+        at = i = 0
+        while i < len(infos):  # a run of batches to one stream is one group
+            stream_id = infos[i][0]
+            j, end = i, at
+            while j < len(infos) and infos[j][0] == stream_id:
+                end += infos[j][2]
+                j += 1
+            got = streams.get(stream_id)
+            if got is None:
+                got = streams[stream_id] = self.conn.writable_stream(stream_id)
             if isinstance(got, tuple):
-                now.append(result(info, *got))
-                continue
-            self._publish(frame, info, got, data)
+                now += [refused((stream_id, info[1]), *got) for info in infos[i:j]]
+            else:
+                self._publish(frame, got, stream_id, infos[i:j], payload, at)
+            i, at = j, end
         if now or not infos:
-            self.answer(frame, now)
+            self.answer_refused(frame, now)
 
-    def _publish(self, frame: Frame, info: AppendInfoT, stream: Stream, data: memoryview) -> None:
+    def _publish(self, frame: Frame, stream: Stream, stream_id: int,
+                 infos: list[tuple[int, int, int]], payload: memoryview, at: int) -> None:
         pub = self.publishers.get(stream)
         if pub is None:
             self.next_publisher += 1
             pub = Publisher(self.next_publisher, None, stream, self.conn, wants_offsets=True)
             self.publishers[stream] = self.by_id[pub.id] = pub
             stream.attach_publisher(pub)
-        self.next_id += 1
-        pid = self.next_id
+        n = len(infos)
+        first = self.next_id + 1
+        self.next_id += n
+        parts: list[bytes | memoryview] = []
+        pack = _U32.pack
+        for _, _, length in infos:  # each batch as a simple entry: its size, its bytes
+            parts.append(pack(length))
+            parts.append(payload[at : at + length])
+            at += length
         # Registered first: a refusal answers it during publish.
-        self.waiting[pid] = Waiting(frame, info, stream)
-        stream.publish(pub, PublishBatch(pub.id, 1, _U64.pack(pid),
-                                         _U32.pack(len(data)) + bytes(data), 1, pid, pid, True))
+        self.waiting[first] = Group(frame, stream, stream_id, first, [x[1] for x in infos], n)
+        self.starts.append(first)
+        stream.publish(pub, PublishBatch(pub.id, n, struct.pack(f">{n}Q", *range(first, first + n)),
+                                         b"".join(parts), n, first, first + n - 1, True))
 
-    def answer(self, frame: Frame, results: list[AppendResultT]) -> None:
-        """One response frame with ``results``; the last of its request has the end flag."""
+    def _group(self, pid: int) -> Group | None:
+        i = bisect_right(self.starts, pid) - 1
+        if i < 0:
+            return None
+        g = self.waiting.get(self.starts[i])
+        return g if g is not None and pid < g.first + len(g.indexes) else None
+
+    def _settle(self, g: Group, at: int, count: int) -> None:
+        """Batches ``at``..``at + count - 1`` of ``g`` are answered."""
+        g.left -= count
+        g.done.append((at, count))
+        if g.left <= 0:
+            del self.waiting[g.first]
+            self.starts.remove(g.first)
+
+    # --- answers -------------------------------------------------------------------------------
+
+    def answer_refused(self, frame: Frame, results: list[AppendResultT]) -> None:
         frame.remaining -= len(results)
         header = AppendResponseT()
         header.throttleTimeMs = 0
@@ -119,38 +178,59 @@ class Appends:
         header.appendResponses = results
         self.conn.answer(Opcode.APPEND, frame.stream_id, header, end=frame.remaining <= 0)
 
-    def _answer_all(self, done: list[tuple[Waiting, AppendResultT]]) -> None:
-        by_frame: dict[int, tuple[Frame, list[AppendResultT]]] = {}
-        for w, r in done:
-            by_frame.setdefault(id(w.frame), (w.frame, []))[1].append(r)
-        for frame, results in by_frame.values():
-            self.answer(frame, results)
-        self.conn.maybe_done()
+    def answer_done(self, frame: Frame, runs: list[tuple[list[int], int, int, int]]) -> None:
+        frame.remaining -= sum(len(r[0]) for r in runs)
+        self.conn.answer_raw(Opcode.APPEND, frame.stream_id, append_response(runs),
+                             end=frame.remaining <= 0)
 
     # --- the core's Session port, for the connection -------------------------------------------
 
     def confirmed(self, ids: list[bytes]) -> None:
-        done = []
-        for (pid,) in _U64.iter_unpack(b"".join(ids)):
-            w = self.waiting.pop(pid, None)
-            if w is None:
+        by_frame: dict[int, tuple[Frame, list[tuple[list[int], int, int, int]]]] = {}
+        failed: list[tuple[Group, int, int]] = []
+        ms = now_ms()
+        for blob in ids:
+            first = _U64.unpack_from(blob, 0)[0]
+            count = len(blob) // 8
+            g = self._group(first)
+            if g is None:
                 continue
-            if w.offset < 0:  # confirmed without being placed: a bug, said as one
-                done.append((w, result(w.info, ErrorCode.UNKNOWN, "no offset was given")))
-            else:
-                done.append((w, result(w.info, offset=w.offset)))
-        self._answer_all(done)
+            offset = self.offsets.pop(first, -1)
+            at = first - g.first
+            if offset < 0 or at + count > len(g.indexes):  # a bug, said as one
+                failed.append((g, at, min(count, len(g.indexes) - at)))
+                continue
+            by_frame.setdefault(id(g.frame), (g.frame, []))[1].append(
+                (g.indexes[at : at + count] if at or count < len(g.indexes) else g.indexes,
+                 g.stream_id, offset, ms))
+            self._settle(g, at, count)
+        for frame, rows in by_frame.values():
+            self.answer_done(frame, rows)
+        for g, at, count in failed:
+            self._settle(g, at, count)
+            self.answer_refused(g.frame, [refused((g.stream_id, i), ErrorCode.UNKNOWN,
+                                                  "no offset was given")
+                                          for i in g.indexes[at : at + count]])
+        self.conn.maybe_done()
 
     def placed(self, first_id: int, offset: int) -> None:
-        w = self.waiting.get(first_id)
-        if w is not None:
-            w.offset = offset
+        self.offsets[first_id] = offset
 
     def rejected(self, ids: list[int], why: Refusal) -> None:
         code, message = REFUSALS[why]
-        done = [(w, result(w.info, code, message)) for pid in ids
-                if (w := self.waiting.pop(pid, None)) is not None]
-        self._answer_all(done)
+        by_frame: dict[int, tuple[Frame, list[AppendResultT]]] = {}
+        for pid in ids:
+            g = self._group(pid)
+            if g is None:
+                continue
+            self.offsets.pop(pid, None)
+            at = pid - g.first
+            by_frame.setdefault(id(g.frame), (g.frame, []))[1].append(
+                refused((g.stream_id, g.indexes[at]), code, message))
+            self._settle(g, at, 1)
+        for frame, results in by_frame.values():
+            self.answer_refused(frame, results)
+        self.conn.maybe_done()
 
     def drop(self, stream: Stream, code: ErrorCode, message: str) -> None:
         """The stream is gone or moved: answer what waits on it, forget its publisher."""
@@ -158,9 +238,20 @@ class Appends:
         if pub is not None:
             self.by_id.pop(pub.id, None)
             stream.detach_publisher(pub, confirm_first=False)
-        done = [(w, result(w.info, code, message)) for pid, w in list(self.waiting.items())
-                if w.stream is stream and self.waiting.pop(pid)]
-        self._answer_all(done)
+        by_frame: dict[int, tuple[Frame, list[AppendResultT]]] = {}
+        for g in [g for g in self.waiting.values() if g.stream is stream]:
+            answered = [False] * len(g.indexes)
+            for at, count in g.done:
+                answered[at : at + count] = [True] * count
+            rest = [k for k, done in enumerate(answered) if not done]
+            by_frame.setdefault(id(g.frame), (g.frame, []))[1].extend(
+                refused((g.stream_id, g.indexes[k]), code, message) for k in rest)
+            for k in rest:
+                self.offsets.pop(g.first + k, None)
+            self._settle(g, 0, len(rest))
+        for frame, results in by_frame.values():
+            self.answer_refused(frame, results)
+        self.conn.maybe_done()
 
     def release(self) -> None:
         for pub in self.publishers.values():
@@ -168,3 +259,5 @@ class Appends:
         self.publishers.clear()
         self.by_id.clear()
         self.waiting.clear()
+        self.starts.clear()
+        self.offsets.clear()

@@ -92,9 +92,9 @@ class SbpConnection(FramedConnection):
         if self.going_away and frame.opcode != Opcode.GOAWAY:
             return  # after GOAWAY no new request is taken (HTTP/2's rule)
         opcode = Opcode(frame.opcode)
-        cls = request_class(opcode)
+        cls = None if opcode in RAW else request_class(opcode)
         try:
-            header = None if cls is None else read(cls, frame.header)
+            header = frame.header if cls is None else read(cls, frame.header)
         except Malformed as e:
             self.system_error(opcode, frame.stream_id, ErrorCode.INVALID_REQUEST, str(e))
             return
@@ -138,6 +138,11 @@ class SbpConnection(FramedConnection):
     def answer(self, opcode: int, sid: int, table: Any,
                payload: list[memoryview | bytes] | None = None, end: bool = True) -> None:
         self.send(opcode, LAST if end else Flags.RESPONSE, sid, write(table), payload)
+
+    def answer_raw(self, opcode: int, sid: int, header: bytes,
+                   payload: list[memoryview | bytes] | None = None, end: bool = True) -> None:
+        """``answer`` with a header already written (streamlet.sbp.flat)."""
+        self.send(opcode, LAST if end else Flags.RESPONSE, sid, header, payload)
 
     def system_error(self, opcode: int, sid: int, code: int, message: str) -> None:
         self.send(opcode, LAST | Flags.SYSTEM_ERROR, sid, system_error(code, message))
@@ -199,6 +204,14 @@ class SbpConnection(FramedConnection):
             return ErrorCode.NOT_PRIMARY, f"stream {got.name!r} is not led by this broker (LIST_RANGES)"
         return got
 
+    def server_at(self, address: tuple[str, int]) -> Server:
+        """The range server of the broker advertised at ``address``. Its SBP port is this
+        broker's shifted by the difference of their RabbitMQ ports: a cluster's brokers share
+        their configuration (every pod the same ports: no shift), and ``cluster up
+        --sbp-port`` gives node i SBP port P + i beside RabbitMQ port base + i."""
+        cfg = self.broker.config
+        return server_of(address, cfg.peers, self.sbp_port() + address[1] - cfg.advertised[1])
+
     def me(self) -> Server:
         cfg = self.broker.config
         here = cfg.advertised
@@ -249,14 +262,18 @@ def on_goaway(conn: SbpConnection, frame: Frame, _: GoAwayT) -> None:
     conn.maybe_done()
 
 
-def on_append(conn: SbpConnection, frame: Frame, req: Any) -> None:
-    conn.appends.start(frame.stream_id, req, memoryview(frame.payload))
+def on_append(conn: SbpConnection, frame: Frame, header: memoryview) -> None:
+    conn.appends.start(frame.stream_id, header, memoryview(frame.payload))
 
 
 def on_fetch(conn: SbpConnection, frame: Frame, req: Any) -> None:
     fetch = Fetch(conn, frame.stream_id, req)
     conn.fetches.add(fetch)
     fetch.start()
+
+
+#: opcodes whose handler reads its header itself (streamlet.sbp.flat: the hot path)
+RAW = frozenset({Opcode.APPEND})
 
 
 def _handlers() -> dict[Opcode, Callable[[SbpConnection, Frame, Any], None]]:

@@ -1,0 +1,80 @@
+"""A minimal HTTP/1.x server on the broker's own event loop: no thread, so an answer reads the
+broker's state between two events, never during one.
+
+One request per connection (answered with ``Connection: close``); a request head longer than
+HEAD_LIMIT or slower than REQUEST_TIMEOUT_S closes the connection unanswered. A body (none of
+the broker's pages takes one) is read and dropped, up to BODY_LIMIT, so that the peer is not
+reset before it reads the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+
+from .messages import Request, Response, parse_head, render
+
+log = logging.getLogger("streamlet.broker")
+
+HEAD_LIMIT = 8192
+BODY_LIMIT = 64 << 10
+REQUEST_TIMEOUT_S = 10.0
+
+Answer = Callable[[Request], Response]
+
+
+class HttpServer:
+    """Serves ``answer(request)`` on ``host``:``port``; ``what`` names it in the log."""
+
+    def __init__(self, answer: Answer, what: str) -> None:
+        self.answer = answer
+        self.what = what
+        self._server: asyncio.Server | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        self._server = await asyncio.start_server(self._handle, host, port, limit=HEAD_LIMIT,
+                                                  reuse_address=True)
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            try:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_S)
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError,
+                    ConnectionError):
+                return
+            request = parse_head(head)
+            if request is None:
+                writer.write(render(Response(400, b"bad request\n")))
+            else:
+                await self._drain_body(reader, request)
+                peer = writer.get_extra_info("peername")
+                request = replace(request, peer=peer[0] if isinstance(peer, tuple) else None)
+                writer.write(render(self.answer(request), head_only=request.method == "HEAD"))
+            await writer.drain()
+        except (ConnectionError, TimeoutError, asyncio.IncompleteReadError):
+            pass
+        except Exception:  # a request that fails costs that request only
+            log.exception("%s request failed", self.what)
+        finally:
+            writer.close()
+
+    @staticmethod
+    async def _drain_body(reader: asyncio.StreamReader, request: Request) -> None:
+        length = request.headers.get("content-length", "0")
+        size = int(length) if length.isdigit() else 0
+        if size:
+            await asyncio.wait_for(reader.readexactly(min(size, BODY_LIMIT)), REQUEST_TIMEOUT_S)
