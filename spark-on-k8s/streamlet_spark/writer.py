@@ -19,7 +19,8 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from streamlet.client import Producer
+from streamlet.client import Client, Producer, StreamletError
+from streamlet.protocol import Code
 
 from . import broker
 from .options import Options
@@ -108,8 +109,37 @@ def publish(opts: Options, batches: Iterator[pa.RecordBatch], base: int) -> Publ
     return Published(partition, sent, skipped)
 
 
+def check_target(opts: Options) -> None:
+    """Refuse, where the write is planned, a stream or super stream the broker does not have:
+    a write never creates one, and without this check every task would fail on its executor
+    with a trace of its own. One clear error instead (a ``ValueError``)."""
+    where = f"on {opts.host}:{opts.port}" + (f", vhost {opts.vhost}" if opts.vhost != "/" else "")
+
+    async def missing(client: Client) -> str | None:
+        if opts.stream:
+            if await client.stream_exists(opts.stream):
+                return None
+            return (f"the stream {opts.stream!r} does not exist {where}: a write needs it to "
+                    f"exist; create it first (streamlet streams create {opts.stream})")
+        assert opts.super_stream
+        try:
+            await client.partitions(opts.super_stream)
+        except StreamletError as e:
+            if e.code != Code.STREAM_DOES_NOT_EXIST:
+                raise
+            return (f"the super stream {opts.super_stream!r} does not exist {where}: a write "
+                    f"needs it to exist; create it first (streamlet streams create-super "
+                    f"{opts.super_stream} --partitions N)")
+        return None
+
+    problem = broker.call(opts, missing)
+    if problem:
+        raise ValueError(problem)
+
+
 class StreamletWriter(DataSourceArrowWriter):  # type: ignore[misc]
     def __init__(self, opts: Options) -> None:
+        check_target(opts)
         self.opts = opts
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Published:
@@ -118,6 +148,7 @@ class StreamletWriter(DataSourceArrowWriter):  # type: ignore[misc]
 
 class StreamletStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
     def __init__(self, opts: Options) -> None:
+        check_target(opts)
         self.opts = opts
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Published:

@@ -75,3 +75,13 @@ def create_super_stream(port: int, name: str, partitions: int) -> list[str]:
         finally:
             await client.close()
     return asyncio.run(main())
+
+
+def stream_exists(port: int, stream: str) -> bool:
+    async def main() -> bool:
+        client = await connect("127.0.0.1", port)
+        try:
+            return await client.stream_exists(stream)
+        finally:
+            await client.close()
+    return asyncio.run(main())

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.spark.helpers import body, publish, read_all
+import pytest
+
+from tests.spark.helpers import body, publish, read_all, stream_exists
 from tests.support.brokers import BrokerProcess
 
 
@@ -65,3 +67,38 @@ def test_retried_write_task_publishes_no_duplicates(spark: Any, shared_broker: B
     got = [b for _, b in read_all(port, "w-retry")]
     assert len(got) == n
     assert sorted(got) == sorted(b"r%d" % i for i in range(n))
+
+
+
+def test_write_to_a_missing_stream_is_one_clear_error(spark: Any, shared_broker: BrokerProcess,
+                                                      tmp_path: Path) -> None:
+    """A write never creates its stream: one error naming it and saying to create it, raised
+    where the write is planned (no task runs, so no executor traces), batch and streaming,
+    stream and super stream."""
+    port = shared_broker.port
+    df = spark.createDataFrame([(b"x",)], "value BINARY")
+    rate = spark.readStream.format("rate").load().selectExpr("cast(value as string) as value")
+    cases = [("stream", "w-nosuch", "streamlet streams create w-nosuch"),
+             ("superStream", "w-nosuch-super", "streamlet streams create-super w-nosuch-super")]
+    for option, name, hint in cases:
+        def batch(option: str = option, name: str = name) -> None:
+            (df.write.format("streamlet").option("port", str(port)).option(option, name)
+             .mode("append").save())
+
+        def streaming(option: str = option, name: str = name) -> None:
+            query = (rate.writeStream.format("streamlet").option("port", str(port))
+                     .option(option, name)
+                     .option("checkpointLocation", str(tmp_path / name)).start())
+            try:
+                query.processAllAvailable()
+            finally:
+                query.stop()
+
+        for write in (batch, streaming):
+            with pytest.raises(Exception) as failed:
+                write()
+            text = str(failed.value)
+            assert f"{name!r} does not exist on 127.0.0.1:{port}" in text, text[:3000]
+            assert hint in text
+            assert "in stage" not in text, text[:3000]  # no task ran
+    assert not stream_exists(port, "w-nosuch")
