@@ -43,6 +43,7 @@ def test_permissions_follow_rabbitmq(tmp_path: Path) -> None:
     ('[[permissions]]\nuser = "nobody"\nvhost = "/"\n', "'nobody': no such user in"),
     ('[tls]\ncertfile = "a"\nkeyfile = "b"\nprot = 1\n', r"unknown key\(s\) in \[tls\]: prot"),
     ('[limits]\nmax_conections = 1\n', r"unknown key\(s\) in \[limits\]: max_conections"),
+    ('[listeners.mega]\nport = 5553\nprot = 1\n', r"unknown key\(s\) in \[listeners.mega\]: prot"),
     ('[[vhosts]]\nname = "other"\n', 'must include "/"'),
     ('[tls]\nport = 5551\n', "needs certfile and keyfile"),
     ('[tls]\ncertfile = "a"\nkeyfile = "b"\nverify_peer = true\n', "verify_peer needs a cafile"),

@@ -507,6 +507,12 @@ def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
     return replace(cfg, **changes)
 
 
+#: the further protocols' listeners and their own keys (besides enabled, host, port, tls)
+_LISTENER_KEYS = {"mega": {"max_topic_bytes", "max_payload_bytes"},
+                  "rsio": {"max_element_bytes", "split_bytes", "window"},
+                  "sbp": {"max_frame_bytes"}}
+
+
 def _listeners(section: Any, default_host: str) -> dict[str, Any]:
     """[listeners.rabbitmq] enabled; [listeners.<protocol>] host, port, tls, enabled."""
     if not isinstance(section, dict) or not all(isinstance(v, dict) for v in section.values()):
@@ -539,9 +545,15 @@ def _listeners(section: Any, default_host: str) -> dict[str, Any]:
     if value is not None:
         changes["sbp_max_frame_bytes"] = value
     for protocol, table in section.items():
-        if protocol in ("rabbitmq", "metrics", "http") or not table.get("enabled", True):
+        if protocol in ("rabbitmq", "metrics", "http"):
             continue
         where = f"listeners.{protocol}"
+        # (a protocol the broker does not speak is refused where the listeners are made)
+        extra = set(table) - {"enabled", "host", "port", "tls"} - _LISTENER_KEYS.get(protocol, set())
+        if protocol in _LISTENER_KEYS and extra:
+            raise ConfigError(f"unknown key(s) in [{where}]: {', '.join(sorted(extra))}")
+        if not table.get("enabled", True):
+            continue
         port = _int(table, "port", where, 1)
         if port is None:
             raise ConfigError(f"[{where}] needs a port")
