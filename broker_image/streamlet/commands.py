@@ -9,6 +9,7 @@ import sys
 import time
 
 from .client import Client, StreamletError, connect
+from .client.tls import client_context
 from .clitools.consume import consume
 from .clitools.info import info
 from .clitools.produce import produce
@@ -43,12 +44,7 @@ async def _partition(client: Client, super_stream: str, key: str) -> str:
 def _tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     """--tls: the server's certificate verified (against --ca-cert, else the system's CAs),
     with --cert/--key offered as the client's."""
-    if not args.tls:
-        return None
-    ctx = ssl.create_default_context(cafile=str(args.ca_cert) if args.ca_cert else None)
-    if args.cert is not None:
-        ctx.load_cert_chain(args.cert, args.key)
-    return ctx
+    return client_context(args.ca_cert, args.cert, args.key) if args.tls else None
 
 
 def _properties(args: argparse.Namespace) -> dict[str, str]:

@@ -12,13 +12,12 @@ produce_many and consume_many send a batch of requests in one write.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Iterable
-from types import TracebackType
 
 from ..mega import ErrorCode, MessageType, Response, encode_request
 from ..mega.codec import iter_responses
+from .socket import SocketClient
 
 
 class MegaError(Exception):
@@ -30,32 +29,13 @@ class MegaError(Exception):
         self.code = code
 
 
-class MegaClient:
+class MegaClient(SocketClient):
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
+        super().__init__(reader, writer)
         self._corr = 0
         self._pending: dict[int, tuple[MessageType, asyncio.Future[Response]]] = {}
         self._buf = bytearray()
-        self._task = asyncio.get_running_loop().create_task(self._read())
-
-    @classmethod
-    async def connect(cls, host: str, port: int) -> MegaClient:
-        reader, writer = await asyncio.open_connection(host, port)
-        return cls(reader, writer)
-
-    async def __aenter__(self) -> MegaClient:
-        return self
-
-    async def __aexit__(self, t: type[BaseException] | None, e: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        self._task.cancel()
-        self.writer.close()
-        with contextlib.suppress(OSError):
-            await self.writer.wait_closed()
+        self.start_reading()
 
     def _kind(self, correlation: int) -> MessageType | None:
         got = self._pending.get(correlation)

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
-from types import TracebackType
+from typing import Self
 
 from ..rsio import (
     EXT_OFFSETS,
@@ -39,6 +39,7 @@ from ..rsio import (
     format_publisher,
 )
 from ..rsio.codec import read_varint
+from .socket import SocketClient
 
 #: elements asked for at a time by a subscription (more once half of them were taken)
 DEFAULT_DEMAND = 512
@@ -164,35 +165,26 @@ class _Append:
         self.changed.set()
 
 
-class RsioClient:
+class RsioClient(SocketClient):
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
+        super().__init__(reader, writer)
         self._ids = 0
         self._subs: dict[int, _Subscription | _Append] = {}
         self._buf = bytearray()
         self.hello: asyncio.Future[Hello] = asyncio.get_running_loop().create_future()
         self.goodbye_reason: str | None = None
         self._bye = False
-        self._task = asyncio.get_running_loop().create_task(self._read())
+        self.start_reading()
 
     @classmethod
-    async def connect(cls, host: str, port: int) -> RsioClient:
-        reader, writer = await asyncio.open_connection(host, port)
-        client = cls(reader, writer)
+    async def connect(cls, host: str, port: int) -> Self:
+        client = await super().connect(host, port)
         client.send(Hello(VERSION, (EXT_OFFSETS,)))
         hello = await asyncio.wait_for(client.hello, 30)
         if hello.version != VERSION:
             await client.close()
             raise RsioError(f"the broker speaks version {hello.version}")
         return client
-
-    async def __aenter__(self) -> RsioClient:
-        return self
-
-    async def __aexit__(self, t: type[BaseException] | None, e: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        await self.close()
 
     def send(self, msg: Message) -> None:
         if self._task.done():

@@ -16,9 +16,7 @@ change too: tests/cluster/test_sbp_failover.py).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Iterable
-from types import TracebackType
 from typing import Any
 
 from ..sbp import (
@@ -49,6 +47,7 @@ from ..sbp.fbs.RangeOwner import RangeOwnerT
 from ..sbp.fbs.Stream import StreamT
 from ..sbp.fbs.SystemErrorResponse import SystemErrorResponseT
 from ..sbp.headers import text
+from .socket import SocketClient
 
 #: a response's frames, or the error that ended the connection
 _Item = Frame | BaseException
@@ -72,33 +71,14 @@ def _check(st: Any) -> None:
         raise SbpError(st.code, text(st.message))
 
 
-class SbpClient:
+class SbpClient(SocketClient):
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
+        super().__init__(reader, writer)
         self._sid = 0
         self._pending: dict[int, asyncio.Queue[_Item]] = {}
         #: the broker's GOAWAY, once it came: why it ends the connection
         self.goaway: str | None = None
-        self._task = asyncio.get_running_loop().create_task(self._read())
-
-    @classmethod
-    async def connect(cls, host: str, port: int) -> SbpClient:
-        reader, writer = await asyncio.open_connection(host, port)
-        return cls(reader, writer)
-
-    async def __aenter__(self) -> SbpClient:
-        return self
-
-    async def __aexit__(self, t: type[BaseException] | None, e: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        self._task.cancel()
-        self.writer.close()
-        with contextlib.suppress(OSError):
-            await self.writer.wait_closed()
+        self.start_reading()
 
     async def _read(self) -> None:
         error: BaseException = ConnectionError("the broker closed the connection")

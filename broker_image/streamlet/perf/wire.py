@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..client import Client
 from ..client.connection import Connection
+from ..client.tls import client_context
 
 
 @dataclass(frozen=True)
@@ -29,12 +30,7 @@ class Target:
     mechanism: str = "PLAIN"
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        if not self.tls:
-            return None
-        ctx = ssl.create_default_context(cafile=str(self.ca_cert) if self.ca_cert else None)
-        if self.cert is not None:
-            ctx.load_cert_chain(self.cert, self.key)
-        return ctx
+        return client_context(self.ca_cert, self.cert, self.key) if self.tls else None
 
 
 async def open_connection(target: Target, host: str | None = None, port: int | None = None,
