@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -37,6 +38,22 @@ class HttpServer:
     async def start(self, host: str, port: int) -> None:
         self._server = await asyncio.start_server(self._handle, host, port, limit=HEAD_LIMIT,
                                                   reuse_address=True)
+
+    async def listen(self, host: str, port: int, required: bool, missing: str,
+                     hint: str) -> bool:
+        """Start, as a listener of the broker's configuration: one that was configured
+        (``required``) raises OSError, whose ``filename`` is the address, when it cannot
+        listen; the default one logs that the broker runs with no ``missing``, why, and
+        ``hint`` (False)."""
+        try:
+            await self.start(host, port)
+        except OSError as e:
+            why = os.strerror(e.errno) if e.errno else str(e)  # asyncio's names the address
+            if required:
+                raise OSError(e.errno, f"{why} ({self.what})", f"{host}:{port}") from e
+            log.warning("no %s: cannot listen on %s:%d (%s); %s", missing, host, port, why, hint)
+            return False
+        return True
 
     @property
     def port(self) -> int:

@@ -4,7 +4,6 @@ served by the broker's event loop from what its streams already count (collector
 from __future__ import annotations
 
 import logging
-import os
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
@@ -44,14 +43,8 @@ async def start_metrics(broker: Broker) -> MetricsServer | None:
     host = cfg.host if cfg.host is not None else broker.config.host
     registry = registry_for(broker)
     server = MetricsServer(lambda: generate_latest(registry), CONTENT_TYPE_PLAIN_0_0_4)
-    try:
-        await server.start(host, cfg.port)
-    except OSError as e:
-        why = os.strerror(e.errno) if e.errno else str(e)  # asyncio's strerror names the address
-        if cfg.required:
-            raise OSError(e.errno, f"{why} (metrics)", f"{host}:{cfg.port}") from e
-        log.warning("no metrics endpoint: cannot listen on %s:%d (%s); set "
-                    "[listeners.metrics] port or serve --metrics-port", host, cfg.port, why)
+    if not await server.listen(host, cfg.port, cfg.required, "metrics endpoint",
+                               "set [listeners.metrics] port or serve --metrics-port"):
         return None
     log.info("streamlet metrics at http://%s:%d/metrics", host, server.port)
     return server

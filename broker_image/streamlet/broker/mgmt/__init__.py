@@ -5,7 +5,6 @@ whoami) on [listeners.http] (default port 15672), served by the broker's event l
 from __future__ import annotations
 
 import logging
-import os
 from typing import TYPE_CHECKING
 
 from ..http import HttpServer
@@ -29,14 +28,8 @@ async def start_management(broker: Broker) -> HttpServer | None:
     host = cfg.host if cfg.host is not None else broker.config.host
     api = ManagementApi(broker)
     server = HttpServer(api.answer, "management API")
-    try:
-        await server.start(host, cfg.port)
-    except OSError as e:
-        why = os.strerror(e.errno) if e.errno else str(e)
-        if cfg.required:
-            raise OSError(e.errno, f"{why} (management API)", f"{host}:{cfg.port}") from e
-        log.warning("no management API: cannot listen on %s:%d (%s); set [listeners.http] port "
-                    "or serve --http-port", host, cfg.port, why)
+    if not await server.listen(host, cfg.port, cfg.required, "management API",
+                               "set [listeners.http] port or serve --http-port"):
         return None
     api.port = server.port
     log.info("streamlet management API at http://%s:%d/api/", host, server.port)
