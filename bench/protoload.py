@@ -10,8 +10,8 @@ Like bench/load.py, the clients cost little per message so the broker is what is
 - **SBP** appends ``per_frame`` record batches (one message each, docs/protocols/sbp.md) per
   APPEND frame, frames pipelined up to ``window`` unanswered batches; the frame is encoded once
   and only its stream identifier changes. FETCH asks for ``batch_max_bytes`` at a time from the
-  offset after the last one answered. Answers are read with streamlet.sbp.flat (one struct call
-  per result), not the generated object API.
+  offset after the last one answered. Requests are written and answers read with streamlet.sbp.flat
+  (a column of results per C call), not the generated object API.
 - **RSIO** appends with every element of demand the broker grants (its ``window``, then one
   more per durable element): one onNext frame encoded once and repeated. A subscription asks
   for ``demand`` elements and more once half were taken, and counts frames by their type byte.
@@ -49,13 +49,11 @@ from streamlet.sbp import decode as sbp_decode
 from streamlet.sbp import encode as sbp_encode
 from streamlet.sbp import read as sbp_read
 from streamlet.sbp import write as sbp_write
-from streamlet.sbp.fbs.AppendInfo import AppendInfoT
-from streamlet.sbp.fbs.AppendRequest import AppendRequestT
 from streamlet.sbp.fbs.AppendResponse import AppendResponseT
 from streamlet.sbp.fbs.FetchInfo import FetchInfoT
 from streamlet.sbp.fbs.FetchRequest import FetchRequestT
 from streamlet.sbp.fbs.FetchResponse import FetchResponseT
-from streamlet.sbp.flat import Scalars, root, table_vector
+from streamlet.sbp.flat import Scalars, append_request
 
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
@@ -291,14 +289,8 @@ class SbpAppender(_Sbp):
         self.next_sid = 0
 
     def _frame(self, n: int, size: int) -> tuple[bytes, bytes]:
-        infos = []
-        for i in range(n):
-            info = AppendInfoT()
-            info.streamId, info.requestIndex, info.batchLength = self.sid, i, size
-            infos.append(info)
-        req = AppendRequestT()
-        req.timeoutMs, req.appendRequests = 10_000, infos
-        raw = sbp_encode(Opcode.APPEND, 0, 0, sbp_write(req), body_of(size) * n)
+        header = append_request(10_000, [self.sid] * n, list(range(n)), [size] * n)
+        raw = sbp_encode(Opcode.APPEND, 0, 0, header, body_of(size) * n)
         return raw[:8], raw[12:]  # the frame around its stream identifier
 
     def pump(self) -> None:
@@ -313,16 +305,16 @@ class SbpAppender(_Sbp):
             self.sent += n
 
     def answer(self, sid: int, end: bool, header: bytes, payload: bytes | memoryview) -> None:
-        rows = _APPENDED.rows(header, table_vector(header, root(header), 2))
-        for offset, _ in rows:
-            if offset < 0:
-                self.refused(header)
-                return
-            self.offset_sum += offset
-            if offset > self.max_offset:
-                self.max_offset = offset
-        self.confirmed += len(rows)
-        self.answered += len(rows)
+        offsets, _ = _APPENDED.read(header, 2)
+        if not offsets:
+            return
+        if min(offsets) < 0:
+            self.refused(header)
+            return
+        self.offset_sum += sum(offsets)
+        self.max_offset = max(self.max_offset, max(offsets))
+        self.confirmed += len(offsets)
+        self.answered += len(offsets)
         if self.answered >= self.total:
             self.finish()
 
@@ -363,21 +355,19 @@ class SbpFetcher(_Sbp):
         self.asked = True
 
     def answer(self, sid: int, end: bool, header: bytes, payload: bytes | memoryview) -> None:
-        rows = _FETCHED.rows(header, table_vector(header, root(header), 2))
-        size = 0
-        expect = self.next_offset
-        for length, offset in rows:
-            if offset < 0:
-                if length == 0 and not any(r.status and r.status.code for r in
-                                           sbp_read(FetchResponseT, header).fetchResponses or []):
-                    continue  # nothing yet (the long poll's deadline)
+        lengths, offsets = _FETCHED.read(header, 2)
+        if offsets and min(offsets) < 0:  # an empty answer (the long poll's deadline), or an error
+            if len(offsets) != 1 or lengths[0] or any(
+                    r.status and r.status.code
+                    for r in sbp_read(FetchResponseT, header).fetchResponses or []):
                 self.error("SBP FETCH: an error status")
                 return
-            if offset != expect:
-                self.error(f"SBP FETCH: offset {offset}, expected {expect}")
-                return
-            expect += 1
-            size += length
+            offsets, lengths = [], []
+        expect = self.next_offset + len(offsets)
+        if offsets != list(range(self.next_offset, expect)):
+            self.error(f"SBP FETCH: offsets {offsets[:3]}..., expected from {self.next_offset}")
+            return
+        size = sum(lengths)
         if size != len(payload):
             self.error(f"SBP FETCH: results of {size} bytes, a payload of {len(payload)}")
             return

@@ -8,6 +8,7 @@ import json
 import random
 import subprocess
 import sys
+from array import array
 from pathlib import Path
 
 import pytest
@@ -216,7 +217,9 @@ async def test_sbp_fetcher_checks_offsets_and_bytes() -> None:
     from streamlet.sbp.flat import fetch_response
 
     def answer(records: list[tuple[int, bytes]]) -> bytes:
-        return sbp_encode(Opcode.FETCH, LAST, 1, fetch_response([(0, 7, records)]),
+        runs = [(o, 1) for o, _ in records]
+        return sbp_encode(Opcode.FETCH, LAST, 1, fetch_response(
+            [(0, 7, runs, array("i", [len(b) for _, b in records]))]),
                           b"".join(b for _, b in records))
 
     rng = random.Random(10)
@@ -234,4 +237,4 @@ async def test_sbp_fetcher_checks_offsets_and_bytes() -> None:
     gap.transport = _Sink()  # type: ignore[assignment]
     gap.start()
     gap.data_received(answer([(0, b"a"), (2, b"b")]))  # offset 1 missing: caught
-    assert gap.errors == 1 and "offset 2, expected 1" in gap.server_errors[0]
+    assert gap.errors == 1 and "offsets [0, 2]" in gap.server_errors[0]

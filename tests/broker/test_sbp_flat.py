@@ -6,15 +6,21 @@ refused as Malformed, never another exception."""
 from __future__ import annotations
 
 import random
+from array import array
 
 import pytest
 
-from streamlet.sbp import Malformed, read, write
+from streamlet.sbp import Malformed, flat, read, write
 from streamlet.sbp.fbs.AppendInfo import AppendInfoT
 from streamlet.sbp.fbs.AppendRequest import AppendRequestT
 from streamlet.sbp.fbs.AppendResponse import AppendResponseT
 from streamlet.sbp.fbs.FetchResponse import FetchResponseT
 from streamlet.sbp.flat import append_infos, append_response, fetch_response
+
+
+def _python_columns(buf: bytes) -> list[list[int]]:
+    """AppendInfo's columns read by the Python reader (the C one aside)."""
+    return flat._APPEND_INFO.columns(buf, flat.table_vector(buf, flat.root(buf), 1))
 
 
 def _request(rng: random.Random, n: int) -> tuple[bytes, list[tuple[int, int, int]]]:
@@ -40,6 +46,59 @@ def test_append_infos_read_what_the_generated_builder_writes(n: int) -> None:
     assert append_infos(b"") == []  # an empty header: every field at its default, no batches
 
 
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 100, 1000])
+def test_append_request_reads_back_by_both_readers(n: int) -> None:
+    """flat's AppendRequest: the generated reader reads it; ``append_columns`` reads it through
+    strided views (evenly spaced tables, one vtable), agreeing with the table-at-a-time path."""
+    want = [((1 << 40) + i % 2, i - 5, 100 + i % 3) for i in range(n)]
+    ids, indexes, lengths = (list(c) for c in zip(*want, strict=True)) if n else ([], [], [])
+    header = flat.append_request(777, ids, indexes, lengths)
+    t = read(AppendRequestT, header)
+    assert t.timeoutMs == 777
+    assert [(i.streamId, i.requestIndex, i.batchLength)
+            for i in t.appendRequests or []] == want
+    tables = flat.table_vector(header, flat.root(header), 1)
+    if n > 1:
+        assert flat._APPEND_INFO._uniform(header, tables) is not None  # the strided path
+    assert flat._APPEND_INFO.rows(header, tables) == want
+    assert list(zip(*_python_columns(header), strict=True)) == want
+    assert append_infos(header) == want
+
+
+def test_c_and_python_write_the_same_results() -> None:
+    """The results written in C (``_flat``) and in Python (``_fill_*``) are the same bytes."""
+    if flat.fill_append is flat._fill_append:
+        pytest.skip("the C accelerator was not built (no compiler at install time)")
+    rng = random.Random(15)
+    for _ in range(200):
+        runs = [([rng.randrange(-(1 << 31), 1 << 31) for _ in range(rng.randrange(4))],
+                 rng.randrange(-(1 << 63), 1 << 63), rng.randrange(1 << 62), rng.randrange(1 << 41))
+                for _ in range(rng.randrange(4))]
+        n = sum(len(r[0]) for r in runs)
+        c, py = (flat._frame(flat._APPEND_VT, 40, n)[0] for _ in range(2))
+        _, at, status = flat._frame(flat._APPEND_VT, 40, n)
+        flat.fill_append(c, at, status, runs)
+        flat._fill_append(py, at, status, runs)
+        assert c == py
+        streams: list[tuple[int, int, list[tuple[int, int]], bytes | array[int]]] = []
+        for i in range(rng.randrange(4)):
+            counts = [rng.randrange(3) for _ in range(rng.randrange(3))]
+            firsts = [rng.randrange(1 << 50) for _ in counts]
+            lengths = array("i", [rng.randrange(1 << 20) for _ in range(sum(counts))])
+            streams.append((i, rng.randrange(-(1 << 63), 1 << 63),
+                            list(zip(firsts, counts, strict=True)), lengths))
+        n = sum(len(s[3]) or 1 for s in streams)
+        c, py = (flat._frame(flat._FETCH_VT, 32, n)[0] for _ in range(2))
+        _, at, status = flat._frame(flat._FETCH_VT, 32, n)
+        flat.fill_fetch(c, at, status, streams)
+        flat._fill_fetch(py, at, status, streams)
+        assert c == py
+    with pytest.raises(ValueError):  # runs holding more records than lengths: refused, no write
+        flat.fill_fetch(bytearray(1000), 64, 900, [(0, 1, [(0, 3)], array("i", [1, 2]))])
+    with pytest.raises(ValueError):  # past the buffer
+        flat.fill_append(bytearray(100), 64, 90, [([1, 2], 1, 0, 0)])
+
+
 def test_append_response_reads_back_with_the_generated_reader() -> None:
     runs = [([3, 4, 5], 1 << 62, 10, 1_700_000_000_000), ([0], 7, 1 << 40, 5), ([], 1, 0, 0)]
     t = read(AppendResponseT, append_response(runs))
@@ -52,8 +111,8 @@ def test_append_response_reads_back_with_the_generated_reader() -> None:
 
 
 def test_fetch_response_reads_back_with_the_generated_reader() -> None:
-    t = read(FetchResponseT, fetch_response([(0, 9, [(5, b"abc"), (6, memoryview(b""))]),
-                                             (1, 8, [])]))
+    t = read(FetchResponseT, fetch_response([(0, 9, [(5, 2)], array("i", [3, 0])),
+                                             (1, 8, [], array("i"))]))
     assert [(r.requestIndex, r.streamId, r.batchLength, r.baseOffset, r.status.code)
             for r in t.fetchResponses] == [(0, 9, 3, 5, 0), (0, 9, 0, 6, 0), (1, 8, 0, -1, 0)]
 
@@ -61,8 +120,11 @@ def test_fetch_response_reads_back_with_the_generated_reader() -> None:
 def test_mutated_requests_are_read_or_refused_as_malformed() -> None:
     rng = random.Random(14)
     refused = 0
-    for _ in range(3000):
-        header, _ = _request(rng, rng.randrange(0, 6))
+    for _ in range(10000):
+        header, want = _request(rng, rng.randrange(0, 6))
+        if rng.random() < 0.5:  # flat's own layout: the strided path's checks
+            header = flat.append_request(1, *(list(c) for c in zip(*want, strict=True))) \
+                if want else flat.append_request(1, [], [], [])
         data = bytearray(header)
         for _ in range(rng.randrange(1, 4)):
             if rng.random() < 0.2 and len(data) > 1:
@@ -73,6 +135,38 @@ def test_mutated_requests_are_read_or_refused_as_malformed() -> None:
             rows = append_infos(bytes(data))
         except Malformed:
             refused += 1
+            if flat._read_columns is not None and data:  # the Python reader refuses it too
+                with pytest.raises(Malformed):
+                    _python_columns(bytes(data))
             continue
         assert all(len(r) == 3 and all(isinstance(v, int) for v in r) for r in rows)
+        if flat._read_columns is not None and data:  # C and Python read alike
+            assert list(zip(*_python_columns(bytes(data)), strict=True)) == rows
     assert refused > 100  # the mutations do reach the checks
+
+
+def test_answers_read_alike_in_c_and_python() -> None:
+    """The answers' results (another spec: other slots and widths) read by ``Scalars.read`` in C
+    and by the Python reader, from what flat writes and from mutations of it."""
+    if flat._read_columns is None:
+        pytest.skip("the C accelerator was not built (no compiler at install time)")
+    fetched = flat.Scalars((2, "i", 0), (4, "q", -1), (1, "i", 7))
+    rng = random.Random(16)
+    answers = [fetch_response([(0, 9, [(5, 3)], array("i", [3, 0, 1 << 20])), (1, 8, [], array("i"))]),
+               append_response([([3, 4], 1 << 62, 10, 17)])]
+    read_alike = 0
+    for _ in range(5000):
+        data = bytearray(rng.choice(answers))
+        for _ in range(rng.randrange(0, 3)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        buf = bytes(data)
+        try:
+            want = fetched.columns(buf, flat.table_vector(buf, flat.root(buf), 2))
+        except Malformed:
+            with pytest.raises(Malformed):
+                fetched.read(buf, 2)
+            continue
+        assert fetched.read(buf, 2) == want
+        read_alike += 1
+    assert read_alike > 1000
+    assert fetched.read(answers[0], 2) == [[3, 0, 1 << 20, 0], [5, 6, 7, -1], [0, 0, 0, 1]]

@@ -7,13 +7,20 @@ Reading checks every position it follows (a bad offset is Malformed, never an In
 wrong field); writing lays the buffer out front to back: vtables first, then the root table,
 the vector, the results, and one Status table (code NONE) that every result points to (a
 FlatBuffers buffer is a DAG: shared tables are allowed).
+
+Both sides work a column at a time where they can, so that no Python runs per table: the
+results are evenly spaced tables of one layout, so each field is a strided view of the buffer
+(``memoryview.cast`` and a step), written from or read into an array in one C call. A vector of
+tables that is not laid out that way (another encoder's) is read a table at a time.
 """
 
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
 from collections.abc import Sequence
-from operator import add, itemgetter
+from operator import add, itemgetter, sub
 
 from .frame import Malformed
 
@@ -21,6 +28,8 @@ _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
 _VT = struct.Struct("<HH")
+#: columns map onto the buffer as native integers: FlatBuffers is little-endian
+_NATIVE_LE = sys.byteorder == "little"
 
 
 def _vtable(buf: bytes, table: int) -> tuple[int, int]:
@@ -28,12 +37,16 @@ def _vtable(buf: bytes, table: int) -> tuple[int, int]:
     if table < 0 or table + 4 > len(buf):
         raise Malformed(f"a table at {table} outside the header's {len(buf)} bytes")
     vt = table - _I32.unpack_from(buf, table)[0]
+    return vt, _vtable_size(buf, vt)
+
+
+def _vtable_size(buf: bytes, vt: int) -> int:
     if vt < 0 or vt + 4 > len(buf):
         raise Malformed(f"a vtable at {vt} outside the header's {len(buf)} bytes")
     size = _VT.unpack_from(buf, vt)[0]
     if size < 4 or size & 1 or vt + size > len(buf):
         raise Malformed(f"a vtable of {size} bytes at {vt}")
-    return vt, size
+    return size
 
 
 def _field(buf: bytes, table: int, slot: int) -> int:
@@ -71,18 +84,28 @@ class Scalars:
     """Reads some scalar fields of many tables of one type: one struct call per table, its
     layout worked out once per distinct vtable. ``spec``: (slot, struct code, default)."""
 
-    __slots__ = ("defaults", "spec")
+    __slots__ = ("c_spec", "defaults", "known", "spec")
 
     def __init__(self, *spec: tuple[int, str, int]) -> None:
         assert len(spec) > 1  # itemgetter of one index gives a value, not a tuple
         self.spec = spec
         self.defaults = tuple(d for _, _, d in spec)
+        self.c_spec = tuple((slot, struct.calcsize(code), d) for slot, code, d in spec)
+        #: a vtable's bytes -> its fields' offsets and the size they span (``_uniform``)
+        self.known: dict[bytes, tuple[tuple[int, ...], int]] = {}
+
+    def _offsets(self, buf: bytes, vt: int, vt_size: int) -> list[int]:
+        """Each field's offset in a table of vtable ``vt`` (0: absent), in ``spec``'s order."""
+        out = []
+        for slot, _, _ in self.spec:
+            at = 4 + 2 * slot
+            out.append(_U16.unpack_from(buf, vt + at)[0] if at + 2 <= vt_size else 0)
+        return out
 
     def _layout(self, buf: bytes, vt: int, vt_size: int) -> tuple[struct.Struct, itemgetter[tuple[int, ...]]]:
         present = []
-        for i, (slot, code, _) in enumerate(self.spec):
-            at = 4 + 2 * slot
-            off = _U16.unpack_from(buf, vt + at)[0] if at + 2 <= vt_size else 0
+        for i, ((_, code, _), off) in enumerate(zip(self.spec, self._offsets(buf, vt, vt_size),
+                                                    strict=True)):
             if off:
                 present.append((off, code, i))
         present.sort()
@@ -98,6 +121,70 @@ class Scalars:
         # itemgetter over (soffset, fields..., defaults...): one C call picks them
         pick = itemgetter(*where)
         return struct.Struct("".join(fmt)), pick
+
+    def read(self, header: bytes | memoryview, vector_slot: int) -> list[list[int]]:
+        """``columns`` of the tables in the root table's vector field ``vector_slot``: in C
+        (``_flat.read_columns``) where it was built, the same values and refusals."""
+        if _read_columns is not None:
+            try:
+                return list(_read_columns(header, vector_slot, self.c_spec))
+            except ValueError as e:
+                raise Malformed(str(e)) from None
+        buf = bytes(header)
+        return self.columns(buf, table_vector(buf, root(buf), vector_slot))
+
+    def columns(self, buf: bytes, tables: list[int]) -> list[list[int]]:
+        """The fields of the tables, a list per field in ``spec``'s order: ``rows`` turned
+        round, read a column per C call when the tables are evenly spaced and share one vtable
+        (as streamlet's writers and FlatBuffers' builder lay out tables of one type)."""
+        n = len(tables)
+        got = self._uniform(buf, tables) if n > 1 and _NATIVE_LE else None
+        if got is not None:
+            return got
+        rows = self.rows(buf, tables)
+        return [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in self.spec]
+
+    def _uniform(self, buf: bytes, tables: list[int]) -> list[list[int]] | None:
+        """``columns`` by strided views: None unless the tables are evenly spaced (either way
+        round: FlatBuffers' builder writes back to front) and all of one layout."""
+        n = len(tables)
+        low, stride = tables[0], tables[1] - tables[0]
+        if stride < 0:
+            low, stride = tables[-1], -stride
+        if not stride or stride & 3 or low < 0 or tables != list(
+                range(tables[0], tables[0] + (tables[1] - tables[0]) * n, tables[1] - tables[0])):
+            return None
+        backwards = tables[0] != low
+        mv = memoryview(buf)
+        soffsets = _strided(mv, low, stride, n, "i", 4)
+        if soffsets is None:
+            return None
+        layouts = set()
+        for vt in set(map(sub, range(low, low + stride * n, stride), soffsets)):
+            vt_size = _vtable_size(buf, vt)
+            key = buf[vt : vt + vt_size]
+            got = self.known.get(key)
+            if got is None:
+                if len(self.known) > 64:  # a client writing ever new vtables: no memory leak
+                    self.known.clear()
+                got = self.known[key] = (tuple(self._offsets(buf, vt, vt_size)),
+                                         self._layout(buf, vt, vt_size)[0].size)  # checks overlaps
+            layouts.add(got)
+            if len(layouts) > 1:
+                return None
+        offsets, size = layouts.pop()
+        if low + stride * (n - 1) + size > len(buf):
+            raise Malformed("a table past the end of its header")
+        out = []
+        for (_, code, default), off in zip(self.spec, offsets, strict=True):
+            if not off:
+                out.append([default] * n)
+                continue
+            col = _strided(mv, low + off, stride, n, code, struct.calcsize(code))
+            if col is None:
+                return None
+            out.append(col[::-1] if backwards else col)
+        return out
 
     def rows(self, buf: bytes, tables: list[int]) -> list[tuple[int, ...]]:
         """The fields of each table, in ``spec``'s order (a default where absent)."""
@@ -126,19 +213,67 @@ class Scalars:
         return out
 
 
+def _strided(mv: memoryview, start: int, stride: int, n: int, code: str, size: int
+             ) -> list[int] | None:
+    """The ``n`` integers of type ``code`` at ``start``, ``start + stride``, ...: None where a
+    strided view cannot read them (a stride not a multiple of their size, past the end)."""
+    end = start + stride * (n - 1) + size
+    if stride % size or start < 0 or end > len(mv):
+        return None
+    return mv[start:end].cast(code)[:: stride // size].tolist()  # type: ignore[call-overload, no-any-return]
+
+
 # --- APPEND's request --------------------------------------------------------------------------
 
 #: AppendInfo: stream_id (slot 0, long), request_index (1, int), batch_length (2, int)
 _APPEND_INFO = Scalars((0, "q", 0), (1, "i", 0), (2, "i", 0))
 
 
+def append_columns(header: bytes | memoryview) -> tuple[list[int], list[int], list[int]]:
+    """An AppendRequest's stream ids, request indexes and batch lengths, in request order. An
+    empty header is the table with every field at its default (as headers.read has it): none."""
+    if not header:
+        return [], [], []
+    ids, indexes, lengths = _APPEND_INFO.read(header, 1)
+    return ids, indexes, lengths
+
+
 def append_infos(header: bytes | memoryview) -> list[tuple[int, int, int]]:
-    """An AppendRequest's (stream id, request index, batch length), in request order. An empty
-    header is the table with every field at its default (as headers.read has it): none."""
-    buf = bytes(header)
-    if not buf:
-        return []
-    return _APPEND_INFO.rows(buf, table_vector(buf, root(buf), 1))  # type: ignore[return-value]
+    """``append_columns`` as (stream id, request index, batch length) per batch."""
+    return list(zip(*append_columns(header), strict=True))
+
+
+#: an AppendRequest's root vtable (timeout_ms at 4, the vector at 8) and AppendInfo's at 24 bytes:
+#: soffset, request_index (4), stream_id (8), batch_length (16), padding
+_REQUEST_VT = struct.pack("<HHHH", 8, 12, 4, 8)
+_INFO_VT = struct.pack("<HHHHH2x", 10, 24, 8, 4, 16)
+
+
+def append_request(timeout_ms: int, ids: Sequence[int], indexes: Sequence[int],
+                   lengths: Sequence[int]) -> bytes:
+    """An AppendRequest, laid out as ``append_columns`` reads fastest: evenly spaced AppendInfo
+    tables of one vtable (the generated builder pads them unevenly). Layout: the root offset,
+    the two vtables (at 4 and 12), the root table (24), the vector (36), the tables (8-aligned)."""
+    n = len(ids)
+    first = (40 + 4 * n + 7) & ~7
+    buf = bytearray(first + 24 * n)
+    struct.pack_into("<I8s12siiII", buf, 0, 24, _REQUEST_VT, _INFO_VT, 24 - 4, timeout_ms, 4, n)
+    if not n:
+        return bytes(buf)
+    # element i at 40 + 4i points to the table at first + 24i
+    struct.pack_into(f"<{n}I", buf, 40, *range(first - 40, first - 40 + 20 * n, 20))
+    if not _NATIVE_LE:
+        for i, (sid, idx, length) in enumerate(zip(ids, indexes, lengths, strict=True)):
+            at = first + 24 * i
+            struct.pack_into("<iiqi4x", buf, at, at - 12, idx, sid, length)
+        return bytes(buf)
+    region = memoryview(buf)[first:]
+    ints, longs = region.cast("i"), region.cast("q")
+    ints[0::6] = array("i", range(first - 12, first - 12 + 24 * n, 24))  # the vtable at 12
+    ints[1::6] = array("i", indexes)
+    longs[1::3] = array("q", ids)
+    ints[4::6] = array("i", lengths)
+    return bytes(buf)
 
 
 # --- the answers ---------------------------------------------------------------------------------
@@ -160,9 +295,10 @@ _FETCH_RESULT = struct.Struct("<iiqiIq")
 
 
 def _frame(result_vt: bytes, size: int, n: int) -> tuple[bytearray, int, int]:
-    """The buffer for ``n`` results of ``size`` bytes with all but the results written: root
-    offset, root vtable (at 4), result vtable (16), status vtable (32), root table (40), vector
-    (56), results (8-aligned, at ``first``), the shared Status table (at ``status``)."""
+    """The buffer for ``n`` results of ``size`` bytes with all but the results and the vector's
+    elements written (``fill_*`` write those): root offset, root vtable (at 4), result vtable
+    (16), status vtable (32), root table (40), vector (56), results (8-aligned, at ``first``),
+    the shared Status table (at ``status``)."""
     first = (60 + 4 * n + 7) & ~7
     status = first + size * n
     buf = bytearray(status + 4)
@@ -170,37 +306,64 @@ def _frame(result_vt: bytes, size: int, n: int) -> tuple[bytearray, int, int]:
     buf[16:32] = result_vt
     buf[32:36] = _STATUS_VT
     _ROOT.pack_into(buf, 40, 40 - 4, 0, status - 48, 56 - 52, n)
-    if n:  # element i at 60 + 4i points to the result at first + size * i
-        struct.pack_into(f"<{n}I", buf, 60, *range(first - 60, first - 60 + (size - 4) * n,
-                                                     size - 4))
     _I32.pack_into(buf, status, status - 32)
     return buf, first, status
 
 
-def append_response(runs: list[tuple[list[int], int, int, int]]) -> bytes:
-    """An AppendResponse, every result NONE, from runs of batches with consecutive offsets:
-    (request indexes, stream id, the first's offset, append time ms)."""
-    buf, at, status = _frame(_APPEND_VT, 40, sum(len(r[0]) for r in runs))
+def _elements(buf: bytearray, first: int, size: int, n: int) -> None:
+    """The vector's elements: element i at 60 + 4i points to the result at first + size * i."""
+    if n:
+        struct.pack_into(f"<{n}I", buf, 60, *range(first - 60, first - 60 + (size - 4) * n,
+                                                     size - 4))
+
+
+def _fill_append(buf: bytearray, at: int, status: int,
+                 runs: list[tuple[list[int], int, int, int]]) -> None:
+    _elements(buf, at, 40, sum(len(r[0]) for r in runs))
     pack = _APPEND_RESULT.pack_into
     for indexes, sid, offset, ms in runs:
         for idx in indexes:
             pack(buf, at, at - 16, idx, sid, offset, ms, status - at - 32)
             at += 40
             offset += 1
+
+
+def _fill_fetch(buf: bytearray, at: int, status: int,
+                streams: list[tuple[int, int, list[tuple[int, int]], bytes | array[int]]]) -> None:
+    _elements(buf, at, 32, sum(len(memoryview(s[3]).cast("B")) // 4 or 1 for s in streams))
+    pack = _FETCH_RESULT.pack_into
+    for idx, sid, runs, lengths in streams:
+        sizes = iter(memoryview(lengths).cast("B").cast("i"))
+        if not len(lengths):
+            pack(buf, at, at - 16, idx, sid, 0, status - at - 20, -1)
+            at += 32
+        for first, count in runs:
+            for off in range(first, first + count):
+                pack(buf, at, at - 16, idx, sid, next(sizes), status - at - 20, off)
+                at += 32
+
+
+try:  # in C where a compiler was there at install time: the same results
+    from ._flat import fill_append, fill_fetch
+    from ._flat import read_columns as _read_columns
+except ImportError:
+    fill_append, fill_fetch, _read_columns = _fill_append, _fill_fetch, None
+
+
+def append_response(runs: list[tuple[list[int], int, int, int]]) -> bytes:
+    """An AppendResponse, every result NONE, from runs of batches with consecutive offsets:
+    (request indexes, stream id, the first's offset, append time ms)."""
+    buf, at, status = _frame(_APPEND_VT, 40, sum(len(r[0]) for r in runs))
+    fill_append(buf, at, status, runs)
     return bytes(buf)
 
 
-def fetch_response(streams: Sequence[tuple[int, int, Sequence[tuple[int, bytes | memoryview]]]]
+def fetch_response(streams: list[tuple[int, int, list[tuple[int, int]], bytes | array[int]]]
                    ) -> bytes:
-    """A FetchResponse, every result NONE: per (request index, stream id, its (offset, batch)
-    records) a result per record, or one empty result (length 0, offset -1) if it has none."""
-    buf, at, status = _frame(_FETCH_VT, 32, sum(len(r) or 1 for _, _, r in streams))
-    pack = _FETCH_RESULT.pack_into
-    for idx, sid, records in streams:
-        if not records:
-            pack(buf, at, at - 16, idx, sid, 0, status - at - 20, -1)
-            at += 32
-        for off, body in records:
-            pack(buf, at, at - 16, idx, sid, len(body), status - at - 20, off)
-            at += 32
+    """A FetchResponse, every result NONE: per (request index, stream id, its records' offsets
+    as runs of (first, count), their lengths as native int32) a result per record, or one empty
+    result (length 0, offset -1) if it has none."""
+    n = sum(len(memoryview(lengths).cast("B")) // 4 or 1 for _, _, _, lengths in streams)
+    buf, at, status = _frame(_FETCH_VT, 32, n)
+    fill_fetch(buf, at, status, streams)
     return bytes(buf)

@@ -1,0 +1,322 @@
+/* streamlet.sbp._flat: the results of SBP's APPEND and FETCH answers written in C, the one
+ * per-record-batch loop of their hot path (flat.py lays out the rest of the buffer).
+ *
+ * fill_append(buf, at, status, runs): per run (request indexes, stream id, first offset, append
+ * time ms), an AppendResult of 40 bytes per index from byte `at`, offsets counting up.
+ * fill_fetch(buf, at, status, streams): per stream (request index, stream id, runs of offsets
+ * [(first, count)], lengths as native int32), a FetchResult of 32 bytes per record, or one
+ * empty result (length 0, offset -1) for a stream without records.
+ * Every result's status field points to the shared Status table at `status`; the results'
+ * vector (its elements from byte 60, as flat._frame lays it out) points to each.
+ * read_columns(buf, vector_slot, fields): a vector of tables of scalar fields (APPEND's
+ * AppendInfo, the answers' results), a list per field, every position checked as flat.py's
+ * reader checks it (ValueError where it raises Malformed). flat.py has the same functions in Python; both must give identical results
+ * (tests/broker/test_sbp_flat.py). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline void le32(unsigned char *p, uint32_t v) {
+    p[0] = v; p[1] = v >> 8; p[2] = v >> 16; p[3] = v >> 24;
+}
+
+static inline void le64(unsigned char *p, uint64_t v) {
+    le32(p, (uint32_t)v);
+    le32(p + 4, (uint32_t)(v >> 32));
+}
+
+static inline uint32_t rd32(const unsigned char *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+static inline uint16_t rd16(const unsigned char *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+static PyObject *bad(const char *why, long long at) {
+    PyErr_Format(PyExc_ValueError, "%s at %lld", why, at);
+    return NULL;
+}
+
+/* The vtable of the table at `t`: its position, or -1 with an error set. */
+static long long vtable(const unsigned char *p, long long len, long long t, long long *size) {
+    if (t < 0 || t + 4 > len) {
+        bad("a table outside the header", t);
+        return -1;
+    }
+    long long vt = t - (int32_t)rd32(p + t);
+    if (vt < 0 || vt + 4 > len) {
+        bad("a vtable outside the header", vt);
+        return -1;
+    }
+    *size = rd16(p + vt);
+    if (*size < 4 || (*size & 1) || vt + *size > len) {
+        bad("a bad vtable size", vt);
+        return -1;
+    }
+    return vt;
+}
+
+static inline long long slot(const unsigned char *p, long long vt, long long size, int k) {
+    long long at = 4 + 2 * k;
+    return at + 2 <= size ? rd16(p + vt + at) : 0;
+}
+
+#define MAX_FIELDS 8
+
+/* read_columns(buf, vector_slot, fields): the tables of the vector in field `vector_slot` of
+ * the root table, read as flat.Scalars reads them: `fields` is a tuple of (slot, width 4 or 8,
+ * default); the result a list per field, the table's values in vector order. */
+static PyObject *read_columns(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    int vslot;
+    PyObject *spec;
+    if (!PyArg_ParseTuple(args, "y*iO!", &view, &vslot, &PyTuple_Type, &spec))
+        return NULL;
+    const unsigned char *p = view.buf;
+    long long len = view.len, size;
+    Py_ssize_t nf = PyTuple_GET_SIZE(spec);
+    int slots[MAX_FIELDS], widths[MAX_FIELDS];
+    long long defaults[MAX_FIELDS], offs[MAX_FIELDS];
+    PyObject *cols[MAX_FIELDS] = {NULL}, *result = NULL;
+    if (nf < 1 || nf > MAX_FIELDS || vslot < 0) {
+        PyErr_SetString(PyExc_TypeError, "1 to 8 fields, a vector slot >= 0");
+        goto done;
+    }
+    for (Py_ssize_t f = 0; f < nf; f++) {
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(spec, f), "iiL", &slots[f], &widths[f],
+                              &defaults[f]))
+            goto done;
+        if ((widths[f] != 4 && widths[f] != 8) || slots[f] < 0) {
+            PyErr_SetString(PyExc_TypeError, "a field is (slot >= 0, width 4 or 8, default)");
+            goto done;
+        }
+    }
+    if (len < 8) {
+        bad("a short extended header", len);
+        goto done;
+    }
+    long long root = rd32(p), vt = vtable(p, len, root, &size);
+    if (vt < 0)
+        goto done;
+    long long off = slot(p, vt, size, vslot), n = 0, vec = 0;
+    if (off) {
+        long long at = root + off;
+        if (at + 4 > len) {
+            bad("a vector offset outside the header", at);
+            goto done;
+        }
+        vec = at + rd32(p + at);
+        if (vec + 4 > len) {
+            bad("a vector outside the header", vec);
+            goto done;
+        }
+        n = rd32(p + vec);
+        if (vec + 4 + 4 * n > len) {
+            bad("a vector longer than the header", vec);
+            goto done;
+        }
+    }
+    for (Py_ssize_t f = 0; f < nf; f++)
+        if (!(cols[f] = PyList_New(n)))
+            goto done;
+    long long last_vt = LLONG_MIN, end = 4; /* no layout yet */
+    for (long long i = 0; i < n; i++) {
+        long long e = vec + 4 + 4 * i, t = e + rd32(p + e);
+        if (t + 4 > len) {
+            bad("a table outside the header", t);
+            goto done;
+        }
+        long long tvt = t - (int32_t)rd32(p + t);
+        if (tvt != last_vt) { /* a new layout: checked as flat.Scalars._layout does */
+            long long tsize;
+            tvt = vtable(p, len, t, &tsize);
+            if (tvt < 0)
+                goto done;
+            int order[MAX_FIELDS];
+            for (Py_ssize_t f = 0; f < nf; f++) {
+                offs[f] = slot(p, tvt, tsize, slots[f]);
+                order[f] = (int)f;
+            }
+            for (Py_ssize_t x = 1; x < nf; x++) /* by offset: present fields must not overlap */
+                for (Py_ssize_t y = x; y > 0 && offs[order[y]] < offs[order[y - 1]]; y--) {
+                    int z = order[y]; order[y] = order[y - 1]; order[y - 1] = z;
+                }
+            end = 4; /* nor the soffset */
+            for (Py_ssize_t x = 0; x < nf; x++) {
+                long long o = offs[order[x]];
+                if (!o)
+                    continue;
+                if (o < end) {
+                    bad("overlapping fields in a table", t);
+                    goto done;
+                }
+                end = o + widths[order[x]];
+            }
+            last_vt = tvt;
+        }
+        if (t + end > len) {
+            bad("a table past the end of its header", t);
+            goto done;
+        }
+        for (Py_ssize_t f = 0; f < nf; f++) {
+            long long v = defaults[f];
+            if (offs[f]) {
+                const unsigned char *q = p + t + offs[f];
+                v = widths[f] == 8 ? (long long)(int64_t)(rd32(q) | ((uint64_t)rd32(q + 4) << 32))
+                                   : (long long)(int32_t)rd32(q);
+            }
+            PyObject *o = PyLong_FromLongLong(v);
+            if (!o)
+                goto done;
+            PyList_SET_ITEM(cols[f], i, o);
+        }
+    }
+    if (!(result = PyTuple_New(nf)))
+        goto done;
+    for (Py_ssize_t f = 0; f < nf; f++) {
+        PyTuple_SET_ITEM(result, f, cols[f]);
+        cols[f] = NULL;
+    }
+done:
+    for (int f = 0; f < MAX_FIELDS; f++)
+        Py_XDECREF(cols[f]);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* The vector's element for the result at `at` (the first at `first`, `size` bytes each). */
+static inline void element(unsigned char *p, Py_ssize_t first, Py_ssize_t at, Py_ssize_t size) {
+    Py_ssize_t e = 60 + 4 * ((at - first) / size);
+    le32(p + e, (uint32_t)(at - e));
+}
+
+static int room(Py_buffer *view, Py_ssize_t at, Py_ssize_t size) {
+    if (at < 64 || size > view->len - at) {
+        PyErr_SetString(PyExc_ValueError, "the results do not fit the buffer");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *fill_append(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t at, status;
+    PyObject *runs;
+    if (!PyArg_ParseTuple(args, "w*nnO!", &view, &at, &status, &PyList_Type, &runs))
+        return NULL;
+    unsigned char *p = view.buf;
+    PyObject *result = NULL;
+    const Py_ssize_t base = at; /* the first result */
+    for (Py_ssize_t r = 0; r < PyList_GET_SIZE(runs); r++) {
+        PyObject *indexes;
+        long long sid, offset, ms;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(runs, r), "O!LLL", &PyList_Type, &indexes, &sid,
+                              &offset, &ms))
+            goto done;
+        Py_ssize_t n = PyList_GET_SIZE(indexes);
+        if (!room(&view, at, 40 * n))
+            goto done;
+        for (Py_ssize_t i = 0; i < n; i++, at += 40, offset++) {
+            long idx = PyLong_AsLong(PyList_GET_ITEM(indexes, i));
+            if (idx == -1 && PyErr_Occurred())
+                goto done;
+            unsigned char *t = p + at;
+            element(p, base, at, 40);
+            le32(t, (uint32_t)(at - 16));               /* soffset: the vtable at 16 */
+            le32(t + 4, (uint32_t)idx);
+            le64(t + 8, (uint64_t)sid);
+            le64(t + 16, (uint64_t)offset);
+            le64(t + 24, (uint64_t)ms);
+            le32(t + 32, (uint32_t)(status - at - 32)); /* uoffset from the field itself */
+            le32(t + 36, 0);
+        }
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyObject *fill_fetch(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t at, status;
+    PyObject *streams;
+    if (!PyArg_ParseTuple(args, "w*nnO!", &view, &at, &status, &PyList_Type, &streams))
+        return NULL;
+    unsigned char *p = view.buf;
+    PyObject *result = NULL;
+    const Py_ssize_t base = at; /* the first result */
+    for (Py_ssize_t s = 0; s < PyList_GET_SIZE(streams); s++) {
+        long idx;
+        long long sid;
+        PyObject *runs;
+        Py_buffer lengths;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(streams, s), "lLO!y*", &idx, &sid, &PyList_Type,
+                              &runs, &lengths))
+            goto done;
+        const int32_t *len = lengths.buf;
+        Py_ssize_t count = lengths.len / 4, k = 0;
+        int ok = 1;
+        if (count == 0) { /* no records: one empty result */
+            if ((ok = room(&view, at, 32))) {
+                unsigned char *t = p + at;
+                element(p, base, at, 32);
+                le32(t, (uint32_t)(at - 16));
+                le32(t + 4, (uint32_t)idx);
+                le64(t + 8, (uint64_t)sid);
+                le32(t + 16, 0);
+                le32(t + 20, (uint32_t)(status - at - 20));
+                le64(t + 24, (uint64_t)-1);
+                at += 32;
+            }
+        } else if ((ok = room(&view, at, 32 * count))) {
+            for (Py_ssize_t r = 0; ok && r < PyList_GET_SIZE(runs); r++) {
+                long long first, n;
+                if (!PyArg_ParseTuple(PyList_GET_ITEM(runs, r), "LL", &first, &n)) {
+                    ok = 0;
+                    break;
+                }
+                if (n < 0 || n > count - k) {
+                    PyErr_SetString(PyExc_ValueError, "the runs hold more records than lengths");
+                    ok = 0;
+                    break;
+                }
+                for (long long i = 0; i < n; i++, k++, at += 32) {
+                    unsigned char *t = p + at;
+                    element(p, base, at, 32);
+                    le32(t, (uint32_t)(at - 16));
+                    le32(t + 4, (uint32_t)idx);
+                    le64(t + 8, (uint64_t)sid);
+                    le32(t + 16, (uint32_t)len[k]);
+                    le32(t + 20, (uint32_t)(status - at - 20));
+                    le64(t + 24, (uint64_t)(first + i));
+                }
+            }
+            if (ok && k != count) {
+                PyErr_SetString(PyExc_ValueError, "the runs hold fewer records than lengths");
+                ok = 0;
+            }
+        }
+        PyBuffer_Release(&lengths);
+        if (!ok)
+            goto done;
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"fill_append", fill_append, METH_VARARGS, "Write an APPEND answer's results."},
+    {"fill_fetch", fill_fetch, METH_VARARGS, "Write a FETCH answer's results."},
+    {"read_columns", read_columns, METH_VARARGS, "Read a vector of scalar tables by column."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_flat", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__flat(void) { return PyModule_Create(&module); }

@@ -1,0 +1,141 @@
+/* streamlet.storage._entries: a chunk's simple entries cut out in bulk, the one per-record loop
+ * of SBP's FETCH (each record batch is one simple entry; its answer lists every entry's length
+ * and sends the bodies without their headers).
+ *
+ * cut_simple(data, offset, start, max_bytes, size, taken) walks the simple entries of a chunk's
+ * data section whose first entry has offset `offset`, skips those before `start`, and takes the
+ * rest while the bytes taken stay within `max_bytes` (`size` already taken before; the first
+ * entry of a read is always taken, `taken` says whether one was). It returns
+ *   (first, count, lengths, bodies, size, stop, pos, offset)
+ * `first` the offset of the first entry taken (-1: none), `lengths` their sizes as native int32,
+ * `bodies` their bodies joined, `stop` 0 (the data ended), 1 (max_bytes reached) or 2 (a
+ * sub-entry batch at byte `pos`, offset `offset`: for the general reader).
+ *
+ * join_simple(payload, lengths) is the other way: the bodies of `payload`, `lengths` (a list of
+ * ints) long, each behind its simple entry header; a chunk's data section as is.
+ * entries.py has the same functions in Python; both must give identical results
+ * (tests/storage/test_entries.py checks that). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline uint32_t be32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static PyObject *cut_simple(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    long long offset, start, max_bytes, size;
+    int taken;
+    if (!PyArg_ParseTuple(args, "y*LLLLp", &view, &offset, &start, &max_bytes, &size, &taken))
+        return NULL;
+    const unsigned char *p = view.buf;
+    Py_ssize_t end = view.len, pos = 0;
+    PyObject *lengths = NULL, *bodies = NULL, *result = NULL;
+    /* pass 1: where the cut starts and ends, and how much it holds */
+    long long first = -1, count = 0, total = 0;
+    Py_ssize_t from = -1;
+    int stop = 0;
+    while (pos < end) {
+        if (p[pos] & 0x80) {
+            stop = 2;
+            break;
+        }
+        if (end - pos < 4) {
+            PyErr_SetString(PyExc_ValueError, "truncated entry header");
+            goto done;
+        }
+        Py_ssize_t n = (Py_ssize_t)be32(p + pos);
+        if (n > end - pos - 4) {
+            PyErr_SetString(PyExc_ValueError, "truncated entry");
+            goto done;
+        }
+        if (offset >= start) {
+            if ((taken || count) && size + n > max_bytes) {
+                stop = 1;
+                break;
+            }
+            if (from < 0) {
+                from = pos;
+                first = offset;
+            }
+            count += 1;
+            total += n;
+            size += n;
+        }
+        offset += 1;
+        pos += 4 + n;
+    }
+    /* pass 2: the lengths and the bodies */
+    lengths = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * 4);
+    bodies = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (lengths == NULL || bodies == NULL)
+        goto done;
+    int32_t *out_len = (int32_t *)PyBytes_AS_STRING(lengths);
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(bodies);
+    Py_ssize_t at = from;
+    for (long long i = 0; i < count; i++) {
+        uint32_t n = be32(p + at);
+        memcpy(out_len + i, &n, 4);
+        memcpy(out, p + at + 4, n);
+        out += n;
+        at += 4 + (Py_ssize_t)n;
+    }
+    result = Py_BuildValue("(LLOOLinL)", first, count, lengths, bodies, size, stop, pos, offset);
+done:
+    Py_XDECREF(lengths);
+    Py_XDECREF(bodies);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyObject *join_simple(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    PyObject *lengths, *out = NULL;
+    if (!PyArg_ParseTuple(args, "y*O!", &view, &PyList_Type, &lengths))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(lengths), pos = 0;
+    if (n > (PY_SSIZE_T_MAX - view.len) / 4) {
+        PyErr_SetString(PyExc_ValueError, "too many entries");
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, view.len + 4 * n);
+    if (out == NULL)
+        goto done;
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long size = PyLong_AsLongLong(PyList_GET_ITEM(lengths, i));
+        if (size == -1 && PyErr_Occurred())
+            goto fail;
+        if (size < 0 || size >= 0x80000000LL || size > view.len - pos) {
+            PyErr_Format(PyExc_ValueError, "entry %zd: %lld bytes, %zd left", i, size,
+                         view.len - pos);
+            goto fail;
+        }
+        o[0] = size >> 24; o[1] = size >> 16; o[2] = size >> 8; o[3] = size;
+        memcpy(o + 4, (const unsigned char *)view.buf + pos, size);
+        o += 4 + size;
+        pos += size;
+    }
+    if (pos != view.len) {
+        PyErr_Format(PyExc_ValueError, "%zd bytes left after the entries", view.len - pos);
+        goto fail;
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"cut_simple", cut_simple, METH_VARARGS, "Cut a chunk's simple entries out in bulk."},
+    {"join_simple", join_simple, METH_VARARGS, "Join bodies as simple entries."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_entries", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__entries(void) { return PyModule_Create(&module); }

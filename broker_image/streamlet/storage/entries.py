@@ -1,0 +1,97 @@
+"""A chunk's simple entries cut out and joined in bulk, for protocols whose records come and go
+without entry headers (SBP: one record batch per simple entry; its APPEND gives the batches'
+lengths and their bytes joined, its FETCH answer the same). Written in C (``_entries.c``) where
+a compiler was there at install time; this module's Python gives the same results."""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from itertools import accumulate, chain
+from typing import NamedTuple
+
+from .chunk import ChunkError
+
+_U32 = struct.Struct(">I")
+
+END, FULL, BATCH = 0, 1, 2
+
+
+class Cut(NamedTuple):
+    first: int  # the offset of the first entry taken, -1 if none
+    n: int  # entries taken
+    lengths: bytes  # ``count`` native int32: array("i").frombytes reads them
+    bodies: bytes
+    size: int  # bytes taken, those before the call included
+    stop: int  # END (the data ended), FULL (max_bytes reached), BATCH (a sub-entry batch)
+    pos: int  # where the walk stopped: at BATCH, the sub-entry batch's byte
+    offset: int  # and its offset
+
+
+def _cut_python(data: bytes | memoryview, offset: int, start: int, max_bytes: int, size: int,
+                taken: bool) -> tuple[int, int, bytes, bytes, int, int, int, int]:
+    lengths: array[int] = array("i")
+    bodies: list[bytes | memoryview] = []
+    first, pos, end, stop = -1, 0, len(data), END
+    mv = memoryview(data)
+    u32 = _U32.unpack_from
+    while pos < end:
+        if mv[pos] & 0x80:
+            stop = BATCH
+            break
+        if end - pos < 4:
+            raise ValueError("truncated entry header")
+        n = u32(mv, pos)[0]
+        if n > end - pos - 4:
+            raise ValueError("truncated entry")
+        if offset >= start:
+            if (taken or lengths) and size + n > max_bytes:
+                stop = FULL
+                break
+            if first < 0:
+                first = offset
+            lengths.append(n)
+            bodies.append(mv[pos + 4 : pos + 4 + n])
+            size += n
+        offset += 1
+        pos += 4 + n
+    return first, len(lengths), lengths.tobytes(), b"".join(bodies), size, stop, pos, offset
+
+
+def _join_python(payload: bytes | memoryview, lengths: list[int]) -> bytes:
+    if any(n < 0 or n >= 0x80000000 for n in lengths) or sum(lengths) != len(payload):
+        raise ValueError(f"entries of {sum(lengths)} bytes in a payload of {len(payload)}")
+    mv = memoryview(payload)
+    ends = list(accumulate(lengths))
+    bodies = map(mv.__getitem__, map(slice, chain((0,), ends), ends))
+    return b"".join(chain.from_iterable(zip(map(_U32.pack, lengths), bodies, strict=False)))
+
+
+try:
+    from ._entries import cut_simple as _cut_c
+    from ._entries import join_simple as _join_c
+except ImportError:  # no compiler at install time: the Python path gives the same results
+    _cut_c = _join_c = None
+
+
+def join_simple(payload: bytes | memoryview, lengths: list[int], python: bool = False) -> bytes:
+    """The bodies of ``payload``, ``lengths`` long, each as a simple entry (its size, its
+    bytes): a chunk's data section. Raises ChunkError unless the lengths add up to the payload."""
+    join = _join_python if python or _join_c is None else _join_c
+    try:
+        return join(payload, lengths)
+    except ValueError as e:
+        raise ChunkError(str(e)) from None
+
+
+def cut_simple(data: bytes | memoryview, offset: int, start: int, max_bytes: int, size: int = 0,
+               taken: bool = False, python: bool = False) -> Cut:
+    """The simple entries of ``data`` (a chunk's data section, its first entry at ``offset``)
+    from offset ``start``, while ``size`` plus their bytes stay within ``max_bytes`` (the first
+    entry of a read is always taken: ``taken`` says whether an earlier call took one). Stops at
+    a sub-entry batch (BATCH) for the general reader. Raises ChunkError on a truncated entry."""
+    cut = _cut_python if python or _cut_c is None else _cut_c
+    try:
+        return Cut(*cut(data, offset, start, max_bytes, size, taken))
+    except ValueError as e:
+        raise ChunkError(str(e)) from None

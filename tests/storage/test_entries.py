@@ -1,0 +1,79 @@
+"""storage.entries.cut_simple, in C and in Python: the same cut of random chunks (simple entries,
+a sub-entry batch where the general reader takes over, truncations), and the read rule it
+implements (skip before ``start``, stop within ``max_bytes``, the first entry always taken)."""
+
+from __future__ import annotations
+
+import random
+import struct
+from array import array
+
+import pytest
+
+from streamlet.storage import entries
+from streamlet.storage.chunk import ChunkError, simple_entry
+from streamlet.storage.entries import BATCH, END, FULL, cut_simple, join_simple
+
+SUB_BATCH = struct.pack(">BHII", 0x80, 2, 9, 9) + b"x" * 9  # two records, uncompressed
+
+
+def _chunk(rng: random.Random) -> bytes:
+    parts = [simple_entry(rng.randbytes(rng.choice((0, 1, 5, 100, rng.randrange(3000)))))
+             for _ in range(rng.randrange(0, 12))]
+    if parts and rng.random() < 0.3:
+        parts.insert(rng.randrange(len(parts)), SUB_BATCH)
+    return b"".join(parts)
+
+
+def test_c_and_python_cut_alike() -> None:
+    if entries._cut_c is None:
+        pytest.skip("the C accelerator was not built (no compiler at install time)")
+    rng = random.Random(4)
+    errors = 0
+    for _ in range(4000):
+        data = bytearray(_chunk(rng))
+        if data and rng.random() < 0.15:
+            del data[rng.randrange(len(data)):]  # truncated
+        args = (bytes(data), 10, 10 + rng.randrange(-2, 6), rng.choice((0, 50, 1000, 1 << 30)),
+                rng.choice((0, 40)), rng.random() < 0.5)
+        try:
+            want = cut_simple(*args, python=True)
+        except ChunkError as e:
+            with pytest.raises(ChunkError, match=str(e)):
+                cut_simple(*args)
+            errors += 1
+            continue
+        assert cut_simple(*args) == want
+    assert errors > 50  # the truncations reach the checks
+
+
+@pytest.mark.parametrize("python", [True, False])
+def test_the_read_rule(python: bool) -> None:
+    data = b"".join(simple_entry(b"a" * n) for n in (10, 20, 30, 40))
+    cut = cut_simple(data, 100, 101, 55, python=python)  # skips 100, takes 101 and 102 (50 B)
+    assert (cut.first, cut.n, cut.bodies, cut.size, cut.stop) == (
+        101, 2, b"a" * 50, 50, FULL)
+    assert array("i", cut.lengths).tolist() == [20, 30]
+    big = cut_simple(data, 100, 103, 5, python=python)  # the first entry of a read: always
+    assert (big.first, big.n, big.size, big.stop) == (103, 1, 40, END)
+    after = cut_simple(data, 100, 103, 5, size=10, taken=True, python=python)  # not the first
+    assert (after.first, after.n, after.stop) == (-1, 0, FULL)
+    none = cut_simple(data, 100, 200, 1000, python=python)
+    assert (none.first, none.n, none.bodies, none.stop, none.offset) == (-1, 0, b"", END, 104)
+    mixed = cut_simple(simple_entry(b"z") + SUB_BATCH + simple_entry(b"y"), 0, 0, 100,
+                       python=python)
+    assert (mixed.n, mixed.bodies, mixed.stop, mixed.pos, mixed.offset) == (
+        1, b"z", BATCH, 5, 1)
+
+
+@pytest.mark.parametrize("python", [True, False])
+def test_join_simple(python: bool) -> None:
+    assert join_simple(b"abcdef", [1, 0, 5], python=python) == (
+        simple_entry(b"a") + simple_entry(b"") + simple_entry(b"bcdef"))
+    assert join_simple(b"", [], python=python) == b""
+    for lengths in ([1, 2], [7], [-1, 7], [3, 3, 1]):  # not adding up to the payload: refused
+        with pytest.raises(ChunkError):
+            join_simple(b"abcdef", lengths, python=python)
+    data = join_simple(b"x" * 300, [100, 200], python=python)
+    cut = cut_simple(data, 0, 0, 1 << 20, python=python)  # the way back
+    assert (cut.n, cut.bodies, array("i", cut.lengths).tolist()) == (2, b"x" * 300, [100, 200])
