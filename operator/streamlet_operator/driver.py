@@ -106,7 +106,7 @@ class Driver:
         if streams:
             members = await self._members(broker)
             up = await self._replication(broker, members, streams, pods, request.ordinals)
-        await self._drain(broker, members, every, up, request)
+        await self._drain(body, broker, members, every, up, request)
         await self._roll(body, broker, members, streams, pods, up, request.ordinals)
 
     async def _replication(self, broker: BrokerModel, members: Members,
@@ -186,14 +186,19 @@ class Driver:
 
     # --- the drain ----------------------------------------------------------------------------
 
-    async def _drain(self, broker: BrokerModel, members: Members | None,
+    async def _drain(self, body: dict[str, Any], broker: BrokerModel, members: Members | None,
                      every: list[dict[str, Any]], up: set[int] | None,
                      request: drain.Request) -> None:
         """The transfers drain.progress asks for, and the Broker's Drained condition (absent
         while no pod is drained; an Event when a drain starts, completes and ends)."""
-        body = await self.runtime.kube.get("Broker", self.namespace, self.broker_name)
-        if body is None:
+        if not request.ordinals and not request.problems and get_condition(
+                (body.get("status") or {}).get("conditions"), drain.DRAINED) is None:
+            return  # the usual tick: nothing drained, nothing to clear
+        # Read again: the roll, the Broker reconciler and the transfers write its status too.
+        fresh = await self.runtime.kube.get("Broker", self.namespace, self.broker_name)
+        if fresh is None:
             return
+        body = fresh
         current = list((body.get("status") or {}).get("conditions") or [])
         had = get_condition(current, drain.DRAINED)
         if not request.ordinals and not request.problems:
