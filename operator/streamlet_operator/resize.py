@@ -125,7 +125,11 @@ async def _event(runtime: Runtime, body: dict[str, Any], kind: str, reason: str,
         await runtime.kube.create({
             "apiVersion": "v1", "kind": "Event", "type": kind, "reason": reason,
             "message": message,
-            "metadata": {"namespace": meta.get("namespace"), "generateName": f"{meta['name']}."},
+            # Named after the reason and generation: two passes seeing the change at once (the
+            # change handler and the timer, each from a body without the new condition) post
+            # one Event, the second create refused as a duplicate.
+            "metadata": {"namespace": meta.get("namespace"),
+                         "name": f"{meta['name']}.{reason.lower()}.{meta.get('generation', 0)}"},
             "involvedObject": {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Broker",
                                "name": meta["name"], "namespace": meta.get("namespace"),
                                "uid": meta.get("uid", "")},
@@ -133,5 +137,7 @@ async def _event(runtime: Runtime, body: dict[str, Any], kind: str, reason: str,
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         })
     except ApiError as e:
+        if e.status == 409:  # posted by a pass that saw the same change
+            return
         log.warning("%s/%s: event %s not posted: %s", meta.get("namespace"), meta["name"],
                     reason, e)
