@@ -15,11 +15,13 @@ Each tick (handlers/replication.py runs it every ``SETTINGS.replication_interval
 - otherwise the members' tails give who is in sync and the phase, and a member pod that
   missed probes and answers again (restarted: it may hold an older epoch's role) is assigned
   its role in the current epoch again; so is every member once when the driver starts;
+- then the drain (drain.py decides): the leaderships on drained pods are transferred to
+  in-sync members elsewhere, and the Broker's Drained condition says what is left;
 - then the roll (any Broker, replicated Streams or not): pods made from an older pod template
   are deleted one at a time, each once its leaderships were transferred (a planned transfer)
   and no stream would lose its quorum (rolling.py decides; the Broker's Rolling condition).
 
-The decisions are failover.py's and rolling.py's (pure); this module makes the calls.
+The decisions are failover.py's, drain.py's and rolling.py's (pure); this module makes the calls.
 """
 
 from __future__ import annotations
@@ -35,11 +37,11 @@ from streamlet.protocol.constants import Role
 from streamlet.replication.election import Decision, transfer, transfer_ready
 from streamlet.replication.model import NO_LEADER, Tail
 
-from . import failover, names, rolling
+from . import drain, failover, names, rolling
 from .brokers import BrokerUnavailable
 from .builders.directory import Placed
 from .builders.statefulset import TEMPLATE_HASH
-from .conditions import get_condition, set_condition
+from .conditions import get_condition, remove_condition, set_condition
 from .constants import GROUP, VERSION
 from .directory import sync_directory
 from .failover import Replication, Step
@@ -92,22 +94,26 @@ class Driver:
         if body is None or body["metadata"].get("deletionTimestamp"):
             return
         broker = BrokerModel.from_body(body)
-        streams = [s for s in await self.runtime.kube.list("Stream", self.namespace)
-                   if replicated(s, broker.name) and not s["metadata"].get("deletionTimestamp")]
+        every = [s for s in await self.runtime.kube.list("Stream", self.namespace)
+                 if not s["metadata"].get("deletionTimestamp")]
+        streams = [s for s in every if replicated(s, broker.name)]
         pods = await self._pods(broker)
+        request = drain.requested(_annotations(body),
+                                  {o: _annotations(pod) for o, pod in pods.items()})
         self.seen = {}
         up = None
         members = None
         if streams:
             members = await self._members(broker)
-            up = await self._replication(broker, members, streams, pods)
-        await self._roll(body, broker, members, streams, pods, up)
+            up = await self._replication(broker, members, streams, pods, request.ordinals)
+        await self._drain(body, broker, members, every, up, request)
+        await self._roll(body, broker, members, streams, pods, up, request.ordinals)
 
     async def _replication(self, broker: BrokerModel, members: Members,
-                           streams: list[dict[str, Any]], pods: dict[int, dict[str, Any]]
-                           ) -> set[int]:
+                           streams: list[dict[str, Any]], pods: dict[int, dict[str, Any]],
+                           drained: frozenset[int] = frozenset()) -> set[int]:
         """Probes, elections and observations of the replicated streams; the pods that
-        answered."""
+        answered. An election avoids ``drained`` pods as it does pods being deleted."""
         probed = range(max([broker.replicas] + [m + 1 for s in streams for m in _members_of(s)]))
         answers = await asyncio.gather(*(members.probe(p) for p in probed))
         up = set()
@@ -123,7 +129,7 @@ class Driver:
                              if pod["metadata"].get("deletionTimestamp"))
         for obj in streams:
             try:
-                await self._drive(broker, members, obj, up, back, draining)
+                await self._drive(broker, members, obj, up, back, draining, drained)
             except Exception:  # one stream's trouble does not stop the others'
                 log.exception("%s/%s: placement driver step failed", self.namespace,
                               obj["metadata"]["name"])
@@ -152,7 +158,8 @@ class Driver:
         return result
 
     async def _drive(self, broker: BrokerModel, members: Members, obj: dict[str, Any],
-                     up: set[int], back: set[int], draining: frozenset[int]) -> None:
+                     up: set[int], back: set[int], draining: frozenset[int],
+                     drained: frozenset[int] = frozenset()) -> None:
         name = obj["metadata"]["name"]
         status = obj.get("status") or {}
         record = Replication.from_status(status)
@@ -166,7 +173,7 @@ class Driver:
             await self._unannotate(name)
         step = failover.next_step(record, self.misses, up, preferred is not None, draining)
         if step is not Step.NONE:
-            await self.elect(broker, members, obj, record, up, preferred, draining)
+            await self.elect(broker, members, obj, record, up, preferred, draining | drained)
             return
         if record.leader is None:  # no majority answers: nobody in sync, nothing to observe
             self.seen[name] = rolling.StreamState(name, record.members, None, frozenset())
@@ -177,11 +184,86 @@ class Driver:
             await self._reassign(members, obj, record, returning)
         await self._observe(broker, obj, record, up)
 
+    # --- the drain ----------------------------------------------------------------------------
+
+    async def _drain(self, body: dict[str, Any], broker: BrokerModel, members: Members | None,
+                     every: list[dict[str, Any]], up: set[int] | None,
+                     request: drain.Request) -> None:
+        """The transfers drain.progress asks for, and the Broker's Drained condition (absent
+        while no pod is drained; an Event when a drain starts, completes and ends)."""
+        if not request.ordinals and not request.problems and get_condition(
+                (body.get("status") or {}).get("conditions"), drain.DRAINED) is None:
+            return  # the usual tick: nothing drained, nothing to clear
+        # Read again: the roll, the Broker reconciler and the transfers write its status too.
+        fresh = await self.runtime.kube.get("Broker", self.namespace, self.broker_name)
+        if fresh is None:
+            return
+        body = fresh
+        current = list((body.get("status") or {}).get("conditions") or [])
+        had = get_condition(current, drain.DRAINED)
+        if not request.ordinals and not request.problems:
+            if had is not None:
+                await self._broker_conditions(remove_condition(current, drain.DRAINED))
+                await self._event(body, "Normal", drain.DRAIN_ENDED,
+                                  "no pod is drained: every pod takes streams again",
+                                  involved="Broker")
+            return
+        placed = [p for p in (self._placed(s, broker) for s in every) if p is not None]
+        result = drain.progress(request.ordinals, placed, broker.replicas, broker.name)
+        if members is not None and up is not None:
+            by_name = {s["metadata"]["name"]: s for s in every}
+            for name, target in result.transfers:
+                log.info("%s/%s: drain: moving %s's leadership to pod %d", self.namespace,
+                         broker.name, name, target)
+                try:
+                    await self.transfer(broker, members, by_name[name], target, up)
+                except Exception:
+                    log.exception("%s/%s: transfer to pod %d failed", self.namespace, name,
+                                  target)
+        message = "; ".join((result.message, *request.problems))
+        wanted = set_condition(current, drain.DRAINED, result.complete, result.reason, message)
+        if wanted == current:
+            return
+        await self._broker_conditions(wanted)
+        if had is None:
+            await self._event(body, "Normal", drain.DRAIN_STARTED,
+                              f"draining {drain.pod_names(broker.name, request.ordinals)}: "
+                              + message, involved="Broker")
+        if result.complete and (had or {}).get("status") != "True":
+            await self._event(body, "Normal", drain.DRAIN_COMPLETE, message,
+                              involved="Broker")
+
+    def _placed(self, obj: dict[str, Any], broker: BrokerModel) -> drain.Placed | None:
+        """A Stream of this Broker as the drain sees it (None: another Broker's, or not
+        created on a pod yet)."""
+        name = obj["metadata"]["name"]
+        status = obj.get("status") or {}
+        applied = status.get("applied") or {}
+        if applied.get("broker") != broker.name:
+            return None
+        if replicated(obj, broker.name):
+            seen = self.seen.get(name)
+            if seen is not None:
+                return drain.Placed(name, seen.members, True, seen.leader, seen.in_sync)
+            record = Replication.from_status(status)
+            members = record.members if record else tuple(range(broker.replicas))
+            return drain.Placed(name, members, True, record.leader if record else None, None)
+        pods = {int(p["ordinal"]) for p in status.get("placement") or ()}
+        move = status.get("move") or {}
+        if move.get("from") is not None:  # the old pod holds it until the move ends
+            pods.add(int(move["from"]))
+        return drain.Placed(name, tuple(sorted(pods)))
+
+    async def _broker_conditions(self, conditions: list[dict[str, Any]]) -> None:
+        await self.runtime.kube.patch("Broker", self.namespace, self.broker_name,
+                                      {"status": {"conditions": conditions}},
+                                      subresource="status")
+
     # --- the roll -----------------------------------------------------------------------------
 
     async def _roll(self, body: dict[str, Any], broker: BrokerModel, members: Members | None,
                     streams: list[dict[str, Any]], pods: dict[int, dict[str, Any]],
-                    up: set[int] | None) -> None:
+                    up: set[int] | None, drained: frozenset[int] = frozenset()) -> None:
         """One step of the roll of pods made from an older template (rolling.next_step),
         and the Broker's Rolling condition saying where it stands."""
         sts = await self.runtime.kube.get("StatefulSet", broker.namespace, broker.name)
@@ -196,7 +278,8 @@ class Driver:
         rolling_now = get_condition((body.get("status") or {}).get("conditions"),
                                     rolling.ROLLING)
         step = rolling.next_step(states, revision, seen, up, int(sts["spec"].get("replicas") or 0),
-                                 in_progress=(rolling_now or {}).get("status") == "True")
+                                 in_progress=(rolling_now or {}).get("status") == "True",
+                                 avoid=drained)
         await self._rolling_condition(body, step)
         if step.action is rolling.Action.TRANSFER and members is not None:
             assert up is not None
@@ -450,7 +533,8 @@ class Driver:
         await self.runtime.kube.patch("Stream", self.namespace, name, {
             "metadata": {"annotations": {failover.FORCE_LEADER: None}}})
 
-    async def _event(self, obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
+    async def _event(self, obj: dict[str, Any], kind: str, reason: str, message: str,
+                     involved: str = "Stream") -> None:
         meta = obj["metadata"]
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         try:
@@ -458,7 +542,7 @@ class Driver:
                 "apiVersion": "v1", "kind": "Event", "type": kind, "reason": reason,
                 "message": message,
                 "metadata": {"namespace": self.namespace, "generateName": f"{meta['name']}."},
-                "involvedObject": {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Stream",
+                "involvedObject": {"apiVersion": f"{GROUP}/{VERSION}", "kind": involved,
                                    "name": meta["name"], "namespace": self.namespace,
                                    "uid": meta.get("uid", "")},
                 "source": {"component": "streamlet-operator"},

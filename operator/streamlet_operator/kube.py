@@ -20,6 +20,8 @@ KINDS: dict[str, tuple[str, str]] = {
     "Service": ("api/v1", "services"),
     "Pod": ("api/v1", "pods"),
     "Event": ("api/v1", "events"),
+    "PersistentVolumeClaim": ("api/v1", "persistentvolumeclaims"),
+    "StorageClass": ("apis/storage.k8s.io/v1", "storageclasses"),
     "StatefulSet": ("apis/apps/v1", "statefulsets"),
     "PodDisruptionBudget": ("apis/policy/v1", "poddisruptionbudgets"),
     "Broker": ("apis/streamlet.dev/v1alpha1", "brokers"),
@@ -31,7 +33,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "CustomResourceDefinition": ("apis/apiextensions.k8s.io/v1", "customresourcedefinitions"),
 }
 #: Kinds without a namespace: their URLs have no namespaces/<ns> part (callers pass "").
-CLUSTER_SCOPED = frozenset({"CustomResourceDefinition"})
+CLUSTER_SCOPED = frozenset({"CustomResourceDefinition", "StorageClass"})
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
@@ -177,9 +179,14 @@ class Kube:
             content_type="application/merge-patch+json")
         return result
 
-    async def delete(self, kind: str, namespace: str, name: str) -> bool:
+    async def delete(self, kind: str, namespace: str, name: str,
+                     propagation: str | None = None) -> bool:
+        """Delete an object; ``propagation``: its dependents' fate ("Orphan": they stay)."""
+        url = self._url(kind, namespace, name)
+        if propagation:
+            url += "?" + urlencode({"propagationPolicy": propagation})
         try:
-            await self._call("DELETE", self._url(kind, namespace, name))
+            await self._call("DELETE", url)
         except ApiError as e:
             if e.status == 404:
                 return False

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 
 def stream_counts(placements: Iterable[Iterable[int]], replicas: int) -> list[int]:
@@ -15,8 +15,10 @@ def stream_counts(placements: Iterable[Iterable[int]], replicas: int) -> list[in
     return counts
 
 
-def place(counts: list[int], weight: int = 1) -> int:
-    """The pod ordinal for a new stream: the one holding fewest streams, lowest on a tie.
+def place(counts: list[int], weight: int = 1, avoid: Collection[int] = ()) -> int:
+    """The pod ordinal for a new stream: the one holding fewest streams, lowest on a tie,
+    among those not in ``avoid`` (drained, drain.py); among all when every pod is drained (a
+    Stream created then is placed rather than refused; the Drained condition names it).
 
     ``weight`` is how many broker streams the new resource holds (a super stream's partitions
     all go on one pod); it does not change the choice, only what callers add afterwards.
@@ -24,7 +26,8 @@ def place(counts: list[int], weight: int = 1) -> int:
     if not counts:
         raise ValueError("a broker with no pods has nowhere to place a stream")
     del weight
-    return min(range(len(counts)), key=lambda i: (counts[i], i))
+    allowed = [i for i in range(len(counts)) if i not in avoid] or list(range(len(counts)))
+    return min(allowed, key=lambda i: (counts[i], i))
 
 
 def blocked_scale_down(

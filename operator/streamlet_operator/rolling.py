@@ -101,12 +101,13 @@ def roll_order(candidates: Iterable[int], streams: Sequence[StreamState]) -> lis
 
 
 def transfer_target(stream: StreamState, pod: int, stale: Iterable[int],
-                    led: Mapping[int, int]) -> int | None:
+                    led: Mapping[int, int], avoid: Collection[int] = ()) -> int | None:
     """Where ``stream``'s leadership goes before ``pod`` stops: an in-sync member on another
-    pod, one already rolled (not in ``stale``) first, then the one leading the fewest streams,
-    then the lowest ordinal. None: no such member."""
+    pod not in ``avoid`` (drained, drain.py), one already rolled (not in ``stale``) first, then
+    the one leading the fewest streams, then the lowest ordinal. None: no such member."""
     old = set(stale)
-    options = [m for m in stream.members if m != pod and m in (stream.in_sync or ())]
+    options = [m for m in stream.members
+               if m != pod and m not in avoid and m in (stream.in_sync or ())]
     if not options:
         return None
     return min(options, key=lambda m: (m in old, led.get(m, 0), m))
@@ -118,13 +119,14 @@ def _members(streams: Iterable[StreamState]) -> list[StreamMembers]:
 
 def next_step(pods: Sequence[PodState], revision: str | None,
               streams: Sequence[StreamState], answering: Collection[int] | None = None,
-              replicas: int = 0, in_progress: bool = False) -> Step:
+              replicas: int = 0, in_progress: bool = False,
+              avoid: Collection[int] = ()) -> Step:
     """What the roll does this tick (the module's docstring gives the rule). ``answering``:
     the pods whose brokers answered this tick's probe (None: not probed, no replicated
     streams); a pod that does not answer is down, whatever its Pod says. ``replicas``: the
     StatefulSet's; a pod below it with no Pod object (deleted, not made again yet) is down.
     ``in_progress``: a roll was going on (the Rolling condition): it ends once every pod is
-    back, the last one rolled included."""
+    back, the last one rolled included. ``avoid``: drained pods, never given a leadership."""
     stale = outdated(pods, revision)
     count = max(replicas, len(pods))
     done = f"{count - len(stale)} of {count} pods updated"
@@ -154,7 +156,7 @@ def next_step(pods: Sequence[PodState], revision: str | None,
     transfers = []
     for s in sorted(streams, key=lambda s: s.name):
         if s.leader == pod:
-            target = transfer_target(s, pod, stale, led)
+            target = transfer_target(s, pod, stale, led, avoid)
             if target is not None:  # none: a stream with no other member in sync (reported)
                 transfers.append((s.name, target))
                 led[target] = led.get(target, 0) + 1

@@ -105,8 +105,9 @@ def test_rbac_is_least_privilege(chart: helm_python.Chart) -> None:
     for rule in rules:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
         assert "deletecollection" not in rule["verbs"]
+    # ... and the StatefulSet, its pods orphaned, to make it again with larger volumes
     assert {key for key, verbs in granted.items() if "delete" in verbs} == schedules | {
-        ("", "pods")}
+        ("", "pods"), ("apps", "statefulsets")}
     for key in schedules:
         assert granted[key] == {"get", "create", "patch", "delete"}
     assert granted[("batch", "jobs")] == {"list"}  # the last run's outcome
@@ -114,7 +115,10 @@ def test_rbac_is_least_privilege(chart: helm_python.Chart) -> None:
         "get", "list", "watch"}  # kopf's discovery; the Spark operator's CRD
     assert granted[("", "secrets")] == {"get", "create", "patch"}
     assert granted[("streamlet.dev", "streams/status")] == {"get", "patch", "update"}
-    assert granted[("apps", "statefulsets")] == {"get", "create", "patch"}
+    assert granted[("apps", "statefulsets")] == {"get", "create", "patch", "delete"}
+    # growing storage: the PVCs patched when their StorageClass allows expansion
+    assert granted[("", "persistentvolumeclaims")] == {"get", "patch"}
+    assert granted[("storage.k8s.io", "storageclasses")] == {"get", "list"}
     # a pod's IP for the directory (advertise PodIP); pods being deleted (placement driver);
     # the roll deletes one pod at a time
     assert granted[("", "pods")] == {"get", "list", "delete"}

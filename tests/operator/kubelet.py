@@ -13,7 +13,7 @@ import contextlib
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from streamlet.client import connect
 from streamlet_operator import names
@@ -107,11 +107,30 @@ class Kubelet:
             if ns == namespace and broker == name and ordinal >= replicas:
                 self.launcher.stop(address)
                 del self.pods.pods[(ns, broker, ordinal)]
+        await self.claims(namespace, sts)
         await self.kube.patch("StatefulSet", namespace, name, {"status": {
             "replicas": replicas, "readyReplicas": replicas, "availableReplicas": replicas,
             "observedGeneration": sts["metadata"].get("generation", 1)}}, subresource="status")
         await self.sync_directory(namespace, name)
         return [self.pods.pods[(namespace, name, o)] for o in range(replicas)]
+
+    async def claims(self, namespace: str, sts: dict[str, Any]) -> None:
+        """The StatefulSet controller's PVCs: one per volumeClaimTemplate and pod, made once
+        (never changed from the template again), bound at the size asked for."""
+        for vct in sts["spec"].get("volumeClaimTemplates") or []:
+            for ordinal in range(int(sts["spec"]["replicas"])):
+                claim = f"{vct['metadata']['name']}-{sts['metadata']['name']}-{ordinal}"
+                if await self.kube.get("PersistentVolumeClaim", namespace, claim) is not None:
+                    continue
+                spec = vct.get("spec") or {}
+                await self.kube.create({
+                    "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": claim, "namespace": namespace,
+                                 "labels": dict(vct["metadata"].get("labels") or {})},
+                    "spec": spec})
+                await self.kube.patch("PersistentVolumeClaim", namespace, claim, {"status": {
+                    "phase": "Bound", "capacity": dict(spec["resources"]["requests"])}},
+                    subresource="status")
 
     async def sync_directory(self, namespace: str, name: str) -> str | None:
         """Write the directory ConfigMap's content to the pods' file, replacing it in one step

@@ -189,8 +189,9 @@ class _Api:
     async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return self.broker if kind == "Broker" else None
 
-    async def list(self, kind: str, namespace: str) -> list[dict[str, Any]]:
-        return []
+    async def list(self, kind: str, namespace: str,
+                   labels: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        return []  # no Pods either: none drained
 
     async def apply(self, obj: dict[str, Any], immutable: tuple[str, ...] = ()) -> dict[str, Any]:
         return obj

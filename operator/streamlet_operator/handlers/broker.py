@@ -18,6 +18,7 @@ from ..failover import Replication
 from ..metrics import instrumented
 from ..model import MOVE_STREAMS, BrokerModel
 from ..placement import blocked_scale_down, effective_replicas, members_held
+from ..resize import reconcile_storage
 from ..runtime import Runtime
 from ..settings import SETTINGS
 from .common import Logger, placements, runtime_of, write_status
@@ -102,6 +103,8 @@ async def reconcile_broker(body: dict[str, Any], runtime: Runtime, index: Any,
         conditions, "UsersConfigured", users_problem is None,
         "UsersSecretNotFound" if users_problem else "UsersApplied", users_problem or "", gen)
 
+    # Before the apply: a StatefulSet replaced for larger volumes is made again by it.
+    conditions = await reconcile_storage(runtime, broker, body, conditions)
     # Before the StatefulSet: its pods mount the directory (optional, but better there at start).
     await sync_directory(runtime, broker)
     for manifest in build_all(broker, replicas, users):

@@ -8,12 +8,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
-from .. import names
+from .. import drain, names
 from ..brokers import BrokerSession, BrokerUnavailable
 from ..builders.directory import Placed
 from ..constants import GROUP, VERSION
@@ -74,21 +75,36 @@ def _failure(exc: BaseException) -> tuple[str, str]:
     return "BrokerRefused", f"{getattr(code, 'name', code)}: {exc}"
 
 
+async def _drained(runtime: Runtime, broker: dict[str, Any]) -> frozenset[int]:
+    """The Broker's drained pods (drain.py): its annotation, and its Pods' (listed each pass
+    that needs them: a Pod annotation is the drain's usual switch, and not watched here)."""
+    meta = broker["metadata"]
+    pods = await runtime.kube.list("Pod", meta.get("namespace") or "default",
+                                   labels=names.selector(meta["name"]))
+    prefix = f"{meta['name']}-"
+    by_ordinal = {int(p["metadata"]["name"].removeprefix(prefix)):
+                  dict(p["metadata"].get("annotations") or {}) for p in pods
+                  if p["metadata"]["name"].removeprefix(prefix).isdigit()}
+    return drain.requested(dict(meta.get("annotations") or {}), by_ordinal).ordinals
+
+
 async def _choose_pod(runtime: Runtime, index: Any, stream: StreamModel,
-                      broker: BrokerModel) -> int:
+                      broker: BrokerModel, drained: frozenset[int] = frozenset()) -> int:
     async with runtime.placement_lock:
         held = placements(index, runtime, stream.namespace, broker.name)
         held.pop(stream.name, None)
-        ordinal = place(stream_counts(held.values(), broker.replicas), stream.partitions)
+        ordinal = place(stream_counts(held.values(), broker.replicas), stream.partitions,
+                        avoid=drained)
         # A super stream's partitions live with it on one pod: each counts as a stream.
         runtime.recent[(stream.namespace, broker.name)][stream.name] = [ordinal] * stream.partitions
         return ordinal
 
 
 async def _start_move(runtime: Runtime, index: Any, plan: StreamPlan, source: int,
-                      status: StreamStatus, gen: int) -> tuple[StreamStatus, dict[str, Any]]:
-    """Start moving the stream off pod ``source`` (being removed); return the new status and
-    the fields written (``move`` among them).
+                      status: StreamStatus, gen: int, drained: frozenset[int] = frozenset()
+                      ) -> tuple[StreamStatus, dict[str, Any]]:
+    """Start moving the stream off pod ``source`` (being removed, or drained); return the new
+    status and the fields written (``move`` among them). The new pod is not a drained one.
 
     Copy, then record the new placement and the move in progress (``status.move``), then name
     the new pod in the directory: the old pod seals its stream when it reads that, and
@@ -99,7 +115,8 @@ async def _start_move(runtime: Runtime, index: Any, plan: StreamPlan, source: in
     async with runtime.placement_lock:
         held = placements(index, runtime, stream.namespace, broker.name)
         held.pop(stream.name, None)
-        target = place(stream_counts(held.values(), broker.replicas), stream.partitions)
+        target = place(stream_counts(held.values(), broker.replicas), stream.partitions,
+                       avoid=drained | {source})
     partitions = stream.partition_names
     async with _session(runtime, broker, source) as old, _session(runtime, broker, target) as new:
         if not await _create(new, stream, arguments):
@@ -183,14 +200,21 @@ async def _reconcile_on_broker(body: dict[str, Any], runtime: Runtime, index: An
         result = report(plan, status, None, gen, datetime.now(UTC))
         return result.status.to_status(body.get("status")), []
 
+    assert broker_body is not None
+    drained = await _drained(runtime, broker_body)
+    if plan.move is MoveStep.NONE and drain.must_move(
+            plan.ordinal, drained, created=plan.created, replicas=target.replicas or 1,
+            moving=status.move is not None, pods=broker.replicas):
+        plan = replace(plan, move=MoveStep.START)  # off a drained pod, whatever the policy
     ordinal = plan.ordinal
     if ordinal is None:
-        ordinal = await _choose_pod(runtime, index, target.stream, broker)
+        ordinal = await _choose_pod(runtime, index, target.stream, broker, drained)
     move, finished, copied = status.move, None, 0
     created, stats, failure = False, None, None
     try:
         if plan.move is MoveStep.START:
-            status, written = await _start_move(runtime, index, plan, ordinal, status, gen)
+            status, written = await _start_move(runtime, index, plan, ordinal, status, gen,
+                                                drained)
             # The pass's status is written as a change from this: a field set back to what it
             # was before the move (phase Ready, no move) must be written too.
             body["status"] = {**(body.get("status") or {}), **written}
