@@ -199,6 +199,9 @@ DENY = ("", "", "")
     pytest.param({"permissions": [{"user": "cert-only", "write": ""}]}, {"app": "p"}, ("/",),
                  {("cert-only", "/", ".*", "", ".*")}, 0,
                  id="a user no Secret defines: still a valid config"),
+    pytest.param({"permissions": [{"user": "streamlet-operator", "write": ""}]},
+                 {"streamlet-operator": "p"}, ("/",), set(), 1,
+                 id="never the operator's own user"),
 ])
 def test_vhosts_and_permissions_as_the_broker_reads_them(
         tmp_path: Path, spec: dict[str, Any], users: dict[str, str], vhosts: tuple[str, ...],
@@ -213,6 +216,15 @@ def test_vhosts_and_permissions_as_the_broker_reads_them(
     assert len(plan_access(model).problems) == problems
     loaded = {u.name for u in cfg.users}
     assert set(users) | {p[0] for p in permissions} <= loaded
+
+
+def test_followers_replicate_as_the_operator_whatever_the_other_users_are_called(
+        tmp_path: Path) -> None:
+    """The broker's replication user is the first one; "app" sorts before the operator's and
+    may be restricted."""
+    model = broker(permissions=[{"user": "app", "read": "^mine$"}])
+    path = _mounted(tmp_path, model, {"app": "p", "streamlet-operator": "q", "aaa": "r"})
+    assert broker_config.load(path).replication_credentials == ("streamlet-operator", "q")
 
 
 def test_a_user_only_permissions_name_has_a_password_nobody_knows() -> None:

@@ -58,6 +58,10 @@ def plan_access(broker: BrokerModel) -> Access:
     kept: dict[tuple[str, str], Permission] = {}
     restricted: list[str] = []
     for p in broker.permissions:
+        if p.user == names.OPERATOR_USER:  # it creates, moves and replicates every stream
+            problems.append(f"permissions of {p.user!r}: the operator's own user is never "
+                            "restricted (left out)")
+            continue
         restricted.append(p.user)
         if p.vhost not in vhosts:
             problems.append(f"permission of {p.user!r} on vhost {p.vhost!r}: no such vhost in "

@@ -15,9 +15,11 @@ from .configmap import unknown_users
 
 
 def render_users(users: dict[str, str]) -> str:
-    """`[[users]]` tables: the file the broker's ``server.users_file`` names."""
+    """`[[users]]` tables: the file the broker's ``server.users_file`` names. The operator's
+    user first: followers log in to their leaders as the first user (the broker's default
+    cluster.replication_user), which must not be one spec.permissions restricts."""
     out = []
-    for user in sorted(users):
+    for user in sorted(users, key=lambda u: (u != names.OPERATOR_USER, u)):
         out += ["[[users]]", f"name = {toml_string(user)}", f"password = {toml_string(users[user])}",
                 "loopback_only = false", ""]
     return "\n".join(out)
