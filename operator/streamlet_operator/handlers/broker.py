@@ -131,7 +131,8 @@ async def reconcile_broker(body: dict[str, Any], runtime: Runtime, index: Any,
         "UsersSecretNotFound" if users_problem else "UsersApplied", users_problem or "", gen)
     exporters, export_permissions = await _export_users(runtime, broker)
     users.update(exporters)
-    # Export users' permissions are the operator's own: after the spec's, never fixed up.
+    # After the spec's: for the same user and vhost the broker keeps the last entry, so an
+    # export user stays read-only whatever spec.permissions says of it.
     broker = replace(broker, permissions=(*broker.permissions, *export_permissions))
     conditions = _access_condition(conditions, broker, users, gen)
 
