@@ -8,12 +8,19 @@ as 127.0.0.1:port) or, where no broker can run, another admin.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import os
+import ssl
+import tempfile
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from . import names
-from .model import StreamStats
+from .model import BrokerModel, StreamStats
+
+CA_KEY = "ca.crt"  # cert-manager's key for the issuing CA in a kubernetes.io/tls Secret
 
 Address = tuple[str, int]
 #: (namespace, broker name, pod ordinal, stream port) -> where the operator reaches that pod.
@@ -24,6 +31,59 @@ CONNECT_TIMEOUT = 5.0
 
 def pod_dns_address(namespace: str, broker: str, ordinal: int, port: int) -> Address:
     return names.pod_dns(broker, ordinal, namespace), port
+
+
+@dataclass(frozen=True)
+class ClientTls:
+    """How the operator connects to a Broker's TLS listener: the CA it trusts (PEM; None: the
+    system's) and the client certificate it presents (PEM; None: none, as without verifyPeer).
+    The server's name is checked: the pod's DNS name must be in its certificate."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+    def context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cadata=self.ca) if self.ca else (
+            ssl.create_default_context())
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        if self.cert and self.key:
+            # load_cert_chain reads files only: a private directory, gone once loaded
+            with tempfile.TemporaryDirectory(prefix="streamlet-tls-") as d:
+                cert, key = os.path.join(d, "tls.crt"), os.path.join(d, "tls.key")
+                for path, text in ((cert, self.cert), (key, self.key)):
+                    with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+                        f.write(text)
+                ctx.load_cert_chain(cert, key)
+        return ctx
+
+
+def _pem(secret: dict[str, Any] | None, key: str) -> str | None:
+    value = ((secret or {}).get("data") or {}).get(key)
+    return base64.b64decode(value).decode() if value else None
+
+
+def operator_tls(broker: BrokerModel, secrets: dict[str, dict[str, Any] | None]
+                 ) -> ClientTls | None:
+    """How the operator connects to the Broker's pods, from the Secrets spec.tls names (by
+    name; None: not found). None: plaintext on spec.port, as when TLS is off, and as when
+    the plain listener is on but no CA is known (a Secret made by hand, without ca.crt, and
+    no caSecretName): the operator could not verify the brokers, so it keeps to what worked
+    before. TLS only, without a CA: the system's CAs (a publicly trusted certificate)."""
+    tls = broker.tls
+    if tls is None:
+        return None
+    ca = _pem(secrets.get(tls.ca_secret or tls.secret), CA_KEY)
+    if ca is None and tls.plain_listener:
+        return None
+    cert = key = None
+    if tls.operator_client_secret:
+        client = secrets.get(tls.operator_client_secret)
+        if client is None:
+            raise BrokerUnavailable(f"spec.tls.operatorClientSecret "
+                                    f"{tls.operator_client_secret!r} not found")
+        cert, key = _pem(client, "tls.crt"), _pem(client, "tls.key")
+    return ClientTls(ca, cert, key)
 
 
 class BrokerUnavailable(Exception):
@@ -71,8 +131,8 @@ class BrokerSession(Protocol):
 
 
 class BrokerAdmin(Protocol):
-    def session(self, address: Address, user: str,
-                password: str) -> contextlib.AbstractAsyncContextManager[BrokerSession]: ...
+    def session(self, address: Address, user: str, password: str, tls: ClientTls | None = None
+                ) -> contextlib.AbstractAsyncContextManager[BrokerSession]: ...
 
 
 def _code_name(exc: BaseException) -> str:
@@ -185,6 +245,9 @@ class _ClientSession:
         )
 
 
+_Key = tuple[Address, str, str, ClientTls | None]
+
+
 class ClientBrokerAdmin:
     """BrokerAdmin over streamlet.client (the RabbitMQ Stream protocol).
 
@@ -194,23 +257,30 @@ class ClientBrokerAdmin:
     """
 
     def __init__(self) -> None:
-        self._clients: dict[tuple[Address, str, str], Any] = {}
-        self._locks: dict[tuple[Address, str, str], asyncio.Lock] = {}
+        self._clients: dict[_Key, Any] = {}
+        self._locks: dict[_Key, asyncio.Lock] = {}
 
-    async def _client(self, address: Address, user: str, password: str) -> Any:
+    async def _client(self, address: Address, user: str, password: str,
+                      tls: ClientTls | None) -> Any:
         from streamlet.client import connect  # imported late: the operator image has it, tests too
 
-        key = (address, user, password)
+        # the TLS settings are in the key: a renewed certificate makes a new connection
+        key = (address, user, password, tls)
         async with self._locks.setdefault(key, asyncio.Lock()):
             client = self._clients.get(key)
             if client is not None and not client.closed:
                 return client
             host, port = address
             try:
+                context = tls.context() if tls is not None else None
+            except (OSError, ssl.SSLError, ValueError) as e:
+                raise BrokerUnavailable(f"the operator's TLS settings for {host}:{port} do not "
+                                        f"load: {e}") from e
+            try:
                 client = await asyncio.wait_for(
-                    connect(host, port, user=user, password=password, vhost="/"),
+                    connect(host, port, user=user, password=password, vhost="/", ssl=context),
                     CONNECT_TIMEOUT)
-            except (OSError, TimeoutError) as e:
+            except (OSError, TimeoutError) as e:  # ssl.SSLError too: an OSError
                 raise BrokerUnavailable(f"cannot reach {host}:{port}: {e}") from e
             except Exception as e:  # authentication and handshake failures
                 raise BrokerUnavailable(f"{host}:{port} refused the operator: {e}") from e
@@ -218,17 +288,17 @@ class ClientBrokerAdmin:
             return client
 
     @contextlib.asynccontextmanager
-    async def session(self, address: Address, user: str,
-                      password: str) -> AsyncIterator[BrokerSession]:
-        client = await self._client(address, user, password)
+    async def session(self, address: Address, user: str, password: str,
+                      tls: ClientTls | None = None) -> AsyncIterator[BrokerSession]:
+        client = await self._client(address, user, password, tls)
         try:
             yield _ClientSession(client)
         except BaseException as e:
             if client.closed or isinstance(e, OSError | TimeoutError | asyncio.CancelledError):
-                await self._drop((address, user, password), client)
+                await self._drop((address, user, password, tls), client)
             raise
 
-    async def _drop(self, key: tuple[Address, str, str], client: Any) -> None:
+    async def _drop(self, key: _Key, client: Any) -> None:
         if self._clients.get(key) is client:
             del self._clients[key]
         with contextlib.suppress(Exception):

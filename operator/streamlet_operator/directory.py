@@ -20,7 +20,7 @@ async def pod_address(runtime: Runtime, broker: BrokerModel, ordinal: int) -> st
     """``host:port`` that pod ``ordinal`` advertises to clients; None while it is unknown."""
     if runtime.advertised is not None:
         return await runtime.advertised(broker, ordinal)
-    port = broker.advertise.port or broker.port
+    port = broker.advertise.port or broker.client_port  # TLS only: the TLS port
     host = advertised_host(broker, ordinal)
     if host is None:  # PodIP: the pod's status has it once the pod runs
         pod = await runtime.kube.get("Pod", broker.namespace, names.pod(broker.name, ordinal))

@@ -575,11 +575,10 @@ class _PodSession:
         self._cm: Any = None
 
     async def __aenter__(self) -> Any:
-        address = self.runtime.resolve(self.broker.namespace, self.broker.name, self.pod,
-                                       self.broker.port)
+        address, tls = await self.runtime.broker_address(self.broker, self.pod)
         user, password = await self.runtime.broker_credentials(self.broker.namespace,
                                                                self.broker.name)
-        self._cm = self.runtime.admin.session(address, user, password)
+        self._cm = self.runtime.admin.session(address, user, password, tls)
         return await self._cm.__aenter__()
 
     async def __aexit__(self, *exc: Any) -> Any:

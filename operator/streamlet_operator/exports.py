@@ -1,6 +1,12 @@
 """A Stream's scheduled export: keep the CronJob (or ScheduledSparkApplication) that
 builders/export.py makes, remove it when ``spec.export`` goes, and report the last run.
 
+Each export runs as a user of its own, which may only read its stream: its name and random
+password are kept in a Secret (``<stream>-export-user``, made here once), which the Broker's
+reconciler adds to the broker's users with that permission (handlers/broker.py), and which
+goes with the export (deleted here) or the Stream (its owner; the Broker's reconciler also
+drops the users of Streams that are gone).
+
 Runs at the end of every Stream reconciliation (change handler and timer), so the status
 follows the runs without watching Jobs. The ``ExportReady`` condition records which kind was
 made (its reason), so a Stream without an export costs no API call at all.
@@ -9,12 +15,15 @@ made (its reason), so a Stream without an export costs no API call at all.
 from __future__ import annotations
 
 import logging
+import secrets
 from typing import Any
 
 from .builders.export import (
     build_export_cronjob,
+    build_export_user_secret,
     build_scheduled_spark_application,
     export_name,
+    export_secret_name,
     labels,
     status_from_jobs,
     status_from_scheduled_app,
@@ -47,6 +56,8 @@ async def reconcile_export(body: dict[str, Any], kube: Kube, status: dict[str, A
         if old is not None or status.get("export"):
             try:
                 await _remove(kube, body, kinds=("CronJob", "ScheduledSparkApplication"))
+                await kube.delete("Secret", body["metadata"].get("namespace") or "default",
+                                  export_secret_name(StreamModel.from_body(body)))
             except (ApiError, OSError, TimeoutError) as e:  # the condition stays: retried
                 log.warning("%s: export not removed: %s", where, e)
                 return _set(status, conditions, old, False, FAILED, f"not removed: {e}",
@@ -69,6 +80,7 @@ async def reconcile_export(body: dict[str, Any], kube: Kube, status: dict[str, A
                        if k != kind and old is not None and old.get("reason") == reason)
         if others:
             await _remove(kube, body, kinds=others)
+        await ensure_export_user(kube, body)
         applied = await kube.apply(obj)
         if spark:
             last = status_from_scheduled_app(applied)
@@ -85,6 +97,19 @@ async def reconcile_export(body: dict[str, Any], kube: Kube, status: dict[str, A
     schedule = obj["spec"]["schedule"]
     return _set(status, conditions, old, True, SCHEDULED[kind],
                 f"{kind} {obj['metadata']['name']} on schedule {schedule!r}", generation)
+
+
+async def ensure_export_user(kube: Kube, body: dict[str, Any]) -> None:
+    """The export user's Secret, made once with a random password (kept afterwards: the
+    broker's users file has it, and a running export job uses it)."""
+    stream = StreamModel.from_body(body)
+    if await kube.get("Secret", stream.namespace, export_secret_name(stream)) is not None:
+        return
+    try:
+        await kube.create(build_export_user_secret(body, secrets.token_urlsafe(24)))
+    except ApiError as e:
+        if e.status != 409:  # 409: made meanwhile by another pass, which is as good
+            raise
 
 
 def _set(status: dict[str, Any], conditions: list[dict[str, Any]], old: dict[str, Any] | None,

@@ -37,6 +37,56 @@ class Retention:
 
 
 @dataclass(frozen=True)
+class Permission:
+    """One of ``spec.permissions``: the broker config's [[permissions]] entry, field for field
+    (regular expressions over stream names, searched as RabbitMQ does; "" denies all)."""
+
+    user: str
+    vhost: str = "/"
+    configure: str = ".*"
+    write: str = ".*"
+    read: str = ".*"
+
+    @classmethod
+    def parse(cls, doc: Mapping[str, Any]) -> Permission:
+        return cls(user=str(doc.get("user") or ""), vhost=str(doc.get("vhost") or "/"),
+                   configure=str(doc.get("configure", ".*")), write=str(doc.get("write", ".*")),
+                   read=str(doc.get("read", ".*")))
+
+
+@dataclass(frozen=True)
+class Tls:
+    """``spec.tls``: the broker's certificate, the CA of client certificates, the listeners."""
+
+    secret: str
+    port: int = DEFAULT_TLS_PORT
+    #: a Secret whose ``ca.crt`` is the CA; None: the ``ca.crt`` of ``secret`` (cert-manager's)
+    ca_secret: str | None = None
+    #: require a client certificate signed by the CA (the broker's [tls] verify_peer)
+    verify_peer: bool = False
+    #: False: TLS only, no plaintext listener ([listeners.rabbitmq] enabled = false)
+    plain_listener: bool = True
+    #: a kubernetes.io/tls Secret with the certificate the operator presents to the brokers
+    operator_client_secret: str | None = None
+
+    @classmethod
+    def parse(cls, doc: Mapping[str, Any] | None) -> Tls | None:
+        if not doc or not doc.get("secretName"):
+            return None
+        return cls(secret=str(doc["secretName"]), port=int(doc.get("port") or DEFAULT_TLS_PORT),
+                   ca_secret=doc.get("caSecretName") or None,
+                   verify_peer=bool(doc.get("verifyPeer", False)),
+                   plain_listener=bool(doc.get("plainListener", True)),
+                   operator_client_secret=doc.get("operatorClientSecret") or None)
+
+    @property
+    def cafile_wanted(self) -> bool:
+        """Whether the broker gets a CA file: asked for (caSecretName) or needed (verifyPeer).
+        Not otherwise: a kubernetes.io/tls Secret made by hand may have no ca.crt."""
+        return self.verify_peer or self.ca_secret is not None
+
+
+@dataclass(frozen=True)
 class Advertise:
     mode: str = "PodDNS"
     cluster_domain: str = "cluster.local"
@@ -58,9 +108,12 @@ class BrokerModel:
     storage_size: str = "10Gi"
     storage_class: str | None = None
     port: int = DEFAULT_PORT
-    tls_secret: str | None = None
-    tls_port: int = DEFAULT_TLS_PORT
+    tls: Tls | None = None
     users_secret: str | None = None
+    #: spec.vhosts besides "/" (which the broker always has)
+    vhosts: tuple[str, ...] = ()
+    #: spec.permissions, then the operator's own (export users': handlers/broker.py adds them)
+    permissions: tuple[Permission, ...] = ()
     retention: Retention = Retention("7D", 0, 500_000_000)
     advertise: Advertise = Advertise()
     pod_template: dict[str, Any] = field(default_factory=dict)
@@ -72,7 +125,6 @@ class BrokerModel:
         meta = body.get("metadata", {})
         spec = body.get("spec") or {}
         storage = spec.get("storage") or {}
-        tls = spec.get("tls") or {}
         ret = spec.get("retention") or {}
         adv = spec.get("advertise") or {}
         return cls(
@@ -88,9 +140,10 @@ class BrokerModel:
             storage_size=storage.get("size") or "10Gi",
             storage_class=storage.get("storageClassName"),
             port=int(spec.get("port") or DEFAULT_PORT),
-            tls_secret=tls.get("secretName"),
-            tls_port=int(tls.get("port") or DEFAULT_TLS_PORT),
+            tls=Tls.parse(spec.get("tls")),
             users_secret=spec.get("usersSecret"),
+            vhosts=tuple(dict.fromkeys(str(v) for v in spec.get("vhosts") or () if v != "/")),
+            permissions=tuple(Permission.parse(p) for p in spec.get("permissions") or ()),
             retention=Retention(
                 max_age=ret.get("maxAge", "7D"),
                 max_length_bytes=int(ret.get("maxLengthBytes", 0)),
@@ -105,6 +158,25 @@ class BrokerModel:
             pod_template=dict(spec.get("podTemplate") or {}),
             default_replicas=int((spec.get("streams") or {}).get("defaultReplicas") or 1),
         )
+
+    @property
+    def tls_secret(self) -> str | None:
+        return self.tls.secret if self.tls else None
+
+    @property
+    def tls_port(self) -> int:
+        return self.tls.port if self.tls else DEFAULT_TLS_PORT
+
+    @property
+    def plain_listener(self) -> bool:
+        """Whether the pods listen in plaintext on spec.port (else on the TLS port only)."""
+        return self.tls is None or self.tls.plain_listener
+
+    @property
+    def client_port(self) -> int:
+        """The port clients are given (Services, status, the stream directory): the plain one,
+        or the TLS one when that is the only listener."""
+        return self.port if self.plain_listener else self.tls_port
 
 
 @dataclass(frozen=True)

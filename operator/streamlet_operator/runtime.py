@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from . import names
-from .brokers import AddressResolver, BrokerAdmin, ClientBrokerAdmin, pod_dns_address
+from .brokers import (
+    AddressResolver,
+    BrokerAdmin,
+    ClientBrokerAdmin,
+    ClientTls,
+    operator_tls,
+    pod_dns_address,
+)
 from .kube import ApiError, Kube
 from .model import BrokerModel
 
@@ -53,6 +60,25 @@ class Runtime:
         if self.credentials is not None:
             return await self.credentials(namespace, broker)
         return names.OPERATOR_USER, await operator_password(self.kube, namespace, broker)
+
+    async def broker_tls(self, broker: BrokerModel) -> ClientTls | None:
+        """How the operator connects to the Broker's pods (brokers.operator_tls): None for
+        plaintext on spec.port, else TLS on spec.tls.port. Read on each use: a renewed
+        certificate is used from the next connection on."""
+        tls = broker.tls
+        if tls is None:
+            return None
+        wanted = {tls.secret, tls.ca_secret, tls.operator_client_secret} - {None}
+        found = {name: await self.kube.get("Secret", broker.namespace, name)
+                 for name in sorted(n for n in wanted if n)}
+        return operator_tls(broker, found)
+
+    async def broker_address(self, broker: BrokerModel, ordinal: int
+                             ) -> tuple[tuple[str, int], ClientTls | None]:
+        """Where the operator reaches pod ``ordinal`` (the TLS port when it uses TLS), and how."""
+        tls = await self.broker_tls(broker)
+        port = broker.tls_port if tls is not None else broker.port
+        return self.resolve(broker.namespace, broker.name, ordinal, port), tls
 
 
 async def operator_password(kube: Kube, namespace: str, broker: str) -> str:

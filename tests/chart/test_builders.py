@@ -13,12 +13,14 @@ from streamlet.broker import config as broker_config
 from streamlet.broker.directory import parse as parse_directory
 from streamlet_operator import names
 from streamlet_operator.builders import build_all, render_config, render_users
+from streamlet_operator.builders.configmap import plan_access, unknown_users
 from streamlet_operator.builders.directory import (
     Placed,
     advertised_host,
     build_directory_configmap,
     render_directory,
 )
+from streamlet_operator.builders.secret import broker_users
 from streamlet_operator.builders.statefulset import (
     PRE_STOP,
     TEMPLATE_HASH,
@@ -36,6 +38,10 @@ def broker(**spec: Any) -> BrokerModel:
 
 SPECS: dict[str, dict[str, Any]] = {
     "defaults": {},
+    "mtls-only-and-permissions": {
+        "tls": {"secretName": "events-tls", "caSecretName": "ca", "verifyPeer": True,
+                "plainListener": False, "operatorClientSecret": "events-operator-tls"},
+        "vhosts": ["team-a"], "permissions": [{"user": "app", "vhost": "team-a", "write": ""}]},
     "tls-and-resources": {"tls": {"secretName": "events-tls"}, "port": 6000,
                           "resources": {"requests": {"cpu": "1", "memory": "1Gi"},
                                         "limits": {"memory": 2147483648}},
@@ -148,7 +154,7 @@ def test_a_change_of_the_pod_count_does_not_roll_the_pods() -> None:
     """A restarted broker comes back fenced in its replicated streams, and nothing assigns it
     again yet: a scale must not restart the pods (a change of configuration still does)."""
     def hash_of(replicas: int, **spec: Any) -> str:
-        sts = build_statefulset(broker(replicas=replicas, **spec), replicas, {"u": "p"})
+        sts = build_statefulset(broker(replicas=replicas, **spec), replicas)
         return str(sts["spec"]["template"]["metadata"]["annotations"]["streamlet.dev/config-hash"])
     assert hash_of(2) == hash_of(3) != hash_of(3, port=6000)
 
@@ -159,6 +165,122 @@ def test_tls_config_is_what_the_broker_reads(tmp_path: Path) -> None:
     assert cfg.tls is not None and cfg.tls.port == 5671
     assert str(cfg.tls.certfile) == "/etc/streamlet/tls/tls.crt"
     assert str(cfg.tls.keyfile) == "/etc/streamlet/tls/tls.key"
+
+
+def _access(cfg: broker_config.BrokerConfig) -> tuple[tuple[str, ...], set[tuple[str, ...]]]:
+    return cfg.vhosts, {(p.user, p.vhost, p.configure, p.write, p.read) for p in cfg.permissions}
+
+
+DENY = ("", "", "")
+
+
+@pytest.mark.parametrize(("spec", "users", "vhosts", "permissions", "problems"), [
+    pytest.param({}, {"app": "p"}, ("/",), set(), 0, id="none: every user has full access"),
+    pytest.param({"vhosts": ["/", "team-a", "team-b", "team-a"]}, {"app": "p"},
+                 ("/", "team-a", "team-b"), set(), 0, id="vhosts, '/' always first, once each"),
+    pytest.param({"vhosts": ["team-a"],
+                  "permissions": [{"user": "app", "vhost": "team-a", "configure": "^app-",
+                                   "write": "^app-", "read": ".*"},
+                                  {"user": "app", "configure": "", "write": "", "read": "^pub$"},
+                                  {"user": "ro"}]},
+                 {"app": "p", "ro": "q"}, ("/", "team-a"),
+                 {("app", "team-a", "^app-", "^app-", ".*"), ("app", "/", "", "", "^pub$"),
+                  ("ro", "/", ".*", ".*", ".*")}, 0, id="permissions, the broker's defaults"),
+    pytest.param({"permissions": [{"user": "app", "read": "(unclosed"}]}, {"app": "p"}, ("/",),
+                 {("app", "/", ".*", ".*", "")}, 1, id="a bad regex denies instead"),
+    pytest.param({"permissions": [{"user": "app", "vhost": "nowhere"}]}, {"app": "p"}, ("/",),
+                 {("app", "/", *DENY)}, 1, id="unknown vhost: dropped, the user kept restricted"),
+    pytest.param({"permissions": [{"user": "app", "vhost": "nowhere"}, {"user": "app"}]},
+                 {"app": "p"}, ("/",), {("app", "/", ".*", ".*", ".*")}, 1,
+                 id="unknown vhost: dropped, the user's other permission kept"),
+    pytest.param({"permissions": [{"user": "app", "read": "a"}, {"user": "app", "read": "b"}]},
+                 {"app": "p"}, ("/",), {("app", "/", ".*", ".*", "b")}, 1,
+                 id="twice: the last one"),
+    pytest.param({"permissions": [{"user": "cert-only", "write": ""}]}, {"app": "p"}, ("/",),
+                 {("cert-only", "/", ".*", "", ".*")}, 0,
+                 id="a user no Secret defines: still a valid config"),
+    pytest.param({"permissions": [{"user": "streamlet-operator", "write": ""}]},
+                 {"streamlet-operator": "p"}, ("/",), set(), 1,
+                 id="never the operator's own user"),
+])
+def test_vhosts_and_permissions_as_the_broker_reads_them(
+        tmp_path: Path, spec: dict[str, Any], users: dict[str, str], vhosts: tuple[str, ...],
+        permissions: set[tuple[str, ...]], problems: int) -> None:
+    model = broker(**spec)
+    secret = next(m for m in build_all(model, 1, users) if m["kind"] == "Secret")
+    users_text = base64.b64decode(secret["data"][names.USERS_KEY]).decode()
+    path = _mounted(tmp_path, model, {})
+    (tmp_path / "users.toml").write_text(users_text)  # the Secret as built, not render_users
+    cfg = broker_config.load(path)  # the broker's loader and its validation: no ConfigError
+    assert _access(cfg) == (vhosts, permissions)
+    assert len(plan_access(model).problems) == problems
+    loaded = {u.name for u in cfg.users}
+    assert set(users) | {p[0] for p in permissions} <= loaded
+
+
+def test_followers_replicate_as_the_operator_whatever_the_other_users_are_called(
+        tmp_path: Path) -> None:
+    """The broker's replication user is the first one; "app" sorts before the operator's and
+    may be restricted."""
+    model = broker(permissions=[{"user": "app", "read": "^mine$"}])
+    path = _mounted(tmp_path, model, {"app": "p", "streamlet-operator": "q", "aaa": "r"})
+    assert broker_config.load(path).replication_credentials == ("streamlet-operator", "q")
+
+
+def test_a_user_only_permissions_name_has_a_password_nobody_knows() -> None:
+    model = broker(permissions=[{"user": "cert-only"}])
+    assert unknown_users(model, {"app": "p"}) == ["cert-only"]
+    assert unknown_users(model, {"cert-only": "p"}) == []
+    a = broker_users(model, {"app": "p"})
+    assert a == broker_users(model, {"app": "p"}), "stable: the Secret does not churn"
+    assert a["cert-only"] != broker_users(model, {"app": "other"})["cert-only"]
+    assert len(a["cert-only"]) == 64
+
+
+TLS = {"secretName": "events-tls", "port": 5671}
+
+
+@pytest.mark.parametrize(("tls", "cafile", "verify", "plain"), [
+    pytest.param({}, None, False, True, id="server side only"),
+    pytest.param({"verifyPeer": True}, "/etc/streamlet/tls/ca.crt", True, True,
+                 id="mTLS: the CA of the same Secret (cert-manager's ca.crt)"),
+    pytest.param({"caSecretName": "clients-ca"}, "/etc/streamlet/tls-ca/ca.crt", False, True,
+                 id="a CA of its own, certificates optional (EXTERNAL when given)"),
+    pytest.param({"plainListener": False}, None, False, False, id="TLS only"),
+    pytest.param({"plainListener": False, "verifyPeer": True, "caSecretName": "ca"},
+                 "/etc/streamlet/tls-ca/ca.crt", True, False, id="TLS only and mTLS"),
+])
+def test_tls_modes(tmp_path: Path, tls: dict[str, Any], cafile: str | None, verify: bool,
+                   plain: bool) -> None:
+    model = broker(tls={**TLS, **tls}, advertise={"port": 30671} if not plain else {})
+    cfg = broker_config.load(_mounted(tmp_path, model, {"u": "p"}))
+    assert cfg.tls is not None and cfg.tls.port == 5671
+    assert (str(cfg.tls.cafile) if cfg.tls.cafile else None) == cafile
+    assert cfg.tls.verify_peer is verify
+    assert [(lst.port, lst.tls) for lst in cfg.listeners if lst.protocol == "rabbitmq"] == (
+        [(5552, False)] if plain else []) + [(5671, True)]
+    if not plain:
+        assert cfg.tls.advertised_port == 30671  # advertise.port is the TLS clients' then
+    manifests = {m["kind"] + "/" + m["metadata"]["name"]: m for m in build_all(model, 1, {})}
+    pod = manifests["StatefulSet/events"]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ("stream" in ports) is plain and ports["stream-tls"] == 5671
+    probe = "stream" if plain else "stream-tls"
+    assert container["readinessProbe"]["tcpSocket"]["port"] == probe
+    assert container["livenessProbe"]["tcpSocket"]["port"] == probe
+    for service in ("Service/events", "Service/events-headless"):
+        names_ = {p["name"] for p in manifests[service]["spec"]["ports"]}
+        assert ("stream" in names_) is plain and "stream-tls" in names_
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["tls"]["secret"] == {"secretName": "events-tls"}
+    if cafile and cafile.startswith("/etc/streamlet/tls-ca"):
+        assert mounts["tls-ca"] == "/etc/streamlet/tls-ca"
+        assert volumes["tls-ca"]["secret"]["secretName"] == tls["caSecretName"]
+    else:
+        assert "tls-ca" not in volumes
+    assert model.client_port == (5552 if plain else 5671)
 
 
 def test_users_secret_carries_the_users_file() -> None:
@@ -247,17 +369,27 @@ def test_pre_stop_waits_for_endpoints_and_sigterm_drains() -> None:
     assert container["lifecycle"]["preStop"]["exec"]["command"] == PRE_STOP == ["sleep", "5"]
 
 
-def test_users_change_rolls_pods() -> None:
-    def annotations(users: dict[str, str]) -> Any:
-        return build_statefulset(broker(), 1, users)["spec"]["template"]["metadata"]["annotations"]
-    assert annotations({"a": "1"}) == annotations({"a": "1"}) != annotations({"a": "2"})
+def test_users_and_certificates_do_not_roll_pods_permissions_do() -> None:
+    """The broker reloads its users file and its certificate files (no restart); the config,
+    which holds vhosts and permissions, it reads at start only."""
+    def manifests(users: dict[str, str], **spec: Any) -> dict[str, Any]:
+        return {m["kind"]: m for m in build_all(broker(**spec), 1, users)}
+
+    def template(users: dict[str, str], **spec: Any) -> Any:
+        return manifests(users, **spec)["StatefulSet"]["spec"]["template"]
+
+    tls = {"secretName": "events-tls", "verifyPeer": True}
+    assert manifests({"a": "1"})["Secret"] != manifests({"a": "2"})["Secret"]
+    assert template({"a": "1"}) == template({"a": "2"}) == template({"a": "1", "b": "3"})
+    assert template({"a": "1"}, tls=tls) == template({"a": "2"}, tls=tls)
+    assert template({"a": "1"}) != template({"a": "1"}, permissions=[{"user": "a", "read": "x"}])
 
 
 def test_the_operator_rolls_the_pods_and_any_template_change_shows_in_the_hash() -> None:
     """OnDelete: the StatefulSet controller only makes a deleted pod again; the operator rolls
     (rolling.py), comparing each pod's template hash with the StatefulSet's."""
     def template(model: BrokerModel, replicas: int = 1) -> Any:
-        sts = build_statefulset(model, replicas, {"u": "p"})
+        sts = build_statefulset(model, replicas)
         assert sts["spec"]["updateStrategy"] == {"type": "OnDelete", "rollingUpdate": None}
         return sts["spec"]["template"]
 

@@ -99,21 +99,21 @@ def test_rbac_is_least_privilege(chart: helm_python.Chart) -> None:
     rules = by_kind(render(chart), "ClusterRole")["rules"]
     granted = {(g, r): set(rule["verbs"]) for rule in rules
                for g in rule["apiGroups"] for r in rule["resources"]}
-    # Deleting only an export schedule (spec.export removed) and a pod to roll it (OnDelete);
-    # never collections.
+    # Deleting only an export schedule and its user's Secret (spec.export removed) and a pod
+    # to roll it (OnDelete); never collections.
     schedules = {("batch", "cronjobs"), ("sparkoperator.k8s.io", "scheduledsparkapplications")}
     for rule in rules:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
         assert "deletecollection" not in rule["verbs"]
     # ... and the StatefulSet, its pods orphaned, to make it again with larger volumes
     assert {key for key, verbs in granted.items() if "delete" in verbs} == schedules | {
-        ("", "pods"), ("apps", "statefulsets")}
+        ("", "pods"), ("apps", "statefulsets"), ("", "secrets")}
     for key in schedules:
         assert granted[key] == {"get", "create", "patch", "delete"}
     assert granted[("batch", "jobs")] == {"list"}  # the last run's outcome
     assert granted[("apiextensions.k8s.io", "customresourcedefinitions")] == {
         "get", "list", "watch"}  # kopf's discovery; the Spark operator's CRD
-    assert granted[("", "secrets")] == {"get", "create", "patch"}
+    assert granted[("", "secrets")] == {"get", "list", "create", "patch", "delete"}
     assert granted[("streamlet.dev", "streams/status")] == {"get", "patch", "update"}
     assert granted[("apps", "statefulsets")] == {"get", "create", "patch", "delete"}
     # growing storage: the PVCs patched when their StorageClass allows expansion

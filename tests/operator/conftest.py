@@ -24,6 +24,7 @@ from streamlet_operator.brokers import (  # noqa: E402
     Address,
     BrokerSession,
     ClientBrokerAdmin,
+    ClientTls,
 )
 from streamlet_operator.kube import Kube  # noqa: E402
 from streamlet_operator.model import BrokerModel  # noqa: E402
@@ -85,9 +86,9 @@ class RecordingAdmin(ClientBrokerAdmin):
         self.creates: list[tuple[Address, str, dict[str, str]]] = []
 
     @contextlib.asynccontextmanager
-    async def session(self, address: Address, user: str,
-                      password: str) -> AsyncIterator[Any]:
-        async with super().session(address, user, password) as session:
+    async def session(self, address: Address, user: str, password: str,
+                      tls: ClientTls | None = None) -> AsyncIterator[Any]:
+        async with super().session(address, user, password, tls) as session:
             yield _RecordingSession(session, address, self.creates)
 
 

@@ -66,7 +66,8 @@ def test_cronjob_runs_spark_submit_in_cluster_mode() -> None:
     assert cmd[cmd.index("--host") + 1] == "main.shop.svc"
     assert cmd[cmd.index("--reference") + 1] == "export-orders"
     secret = {e["name"]: e for e in container["env"]}["STREAMLET_PASSWORD"]
-    assert secret["valueFrom"]["secretKeyRef"] == {"name": "main-operator", "key": "password"}
+    # the export's own read-only user, never the operator's (tests/chart/test_security.py)
+    assert secret["valueFrom"]["secretKeyRef"] == {"name": "orders-export-user", "key": "password"}
 
 
 def test_super_stream_export() -> None:

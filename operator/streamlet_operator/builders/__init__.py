@@ -17,7 +17,7 @@ def build_all(broker: BrokerModel, replicas: int, users: dict[str, str]) -> list
         build_users_secret(broker, users),
         build_headless_service(broker),
         build_client_service(broker),
-        build_statefulset(broker, replicas, users),
+        build_statefulset(broker, replicas),
         build_pdb(broker),
     ]
 

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import names
-from ..model import BrokerModel
+from ..model import BrokerModel, Permission
 from .common import metadata, toml_string
 
 DATA_DIR = "/var/lib/streamlet"
 TLS_DIR = "/etc/streamlet/tls"
+#: spec.tls.caSecretName's ca.crt (without it, the CA is TLS_DIR's ca.crt)
+TLS_CA_DIR = "/etc/streamlet/tls-ca"
+CA_KEY = "ca.crt"
 USERS_DIR = "/etc/streamlet/users"
 # Where the stream directory ConfigMap is mounted (builders/directory.py).
 DIRECTORY_FILE = f"/etc/streamlet/directory/{names.DIRECTORY_KEY}"
@@ -21,6 +27,69 @@ def peers(broker: BrokerModel, pods: int) -> list[str]:
     without ``advertise.port`` this is what the pod advertises to clients."""
     return [f"{names.pod_dns(broker.name, i, broker.namespace, broker.advertise.cluster_domain)}"
             f":{broker.port}" for i in range(pods)]
+
+
+@dataclass(frozen=True)
+class Access:
+    """The vhosts and permissions the broker's config gets, and what was wrong with the spec."""
+
+    vhosts: tuple[str, ...]
+    permissions: tuple[Permission, ...]
+    problems: tuple[str, ...] = ()
+
+
+def _regex_problem(pattern: str) -> str | None:
+    try:
+        re.compile(pattern)  # the broker's own engine (Python's re), not the API server's CEL
+    except re.error as e:
+        return str(e)
+    return None
+
+
+def plan_access(broker: BrokerModel) -> Access:
+    """spec.vhosts and spec.permissions made into a config the broker accepts, whatever the
+    spec says: the broker refuses to start on a bad entry, and a crash-looping pod serves no
+    one. Every fix fails closed: a bad regular expression becomes "" (denies all), a
+    permission on an unknown vhost is dropped, and a user left with no permission at all gets
+    a deny-all one on "/" (a user without any entry would have full access). Each fix is a
+    problem, for the Broker's AccessConfigured condition."""
+    vhosts = ("/", *broker.vhosts)
+    problems: list[str] = []
+    kept: dict[tuple[str, str], Permission] = {}
+    restricted: list[str] = []
+    for p in broker.permissions:
+        if p.user == names.OPERATOR_USER:  # it creates, moves and replicates every stream
+            problems.append(f"permissions of {p.user!r}: the operator's own user is never "
+                            "restricted (left out)")
+            continue
+        restricted.append(p.user)
+        if p.vhost not in vhosts:
+            problems.append(f"permission of {p.user!r} on vhost {p.vhost!r}: no such vhost in "
+                            "spec.vhosts (left out)")
+            continue
+        fixed = p
+        for kind in ("configure", "write", "read"):
+            error = _regex_problem(getattr(p, kind))
+            if error is not None:
+                problems.append(f"permission of {p.user!r} on {p.vhost!r}: {kind} "
+                                f"{getattr(p, kind)!r} is not a regular expression ({error}); "
+                                "it denies everything instead")
+                fixed = replace(fixed, **{kind: ""})
+        if (p.user, p.vhost) in kept:
+            problems.append(f"permissions of {p.user!r} on {p.vhost!r} given twice (the last one "
+                            "counts)")
+        kept[(p.user, p.vhost)] = fixed
+    for user in dict.fromkeys(restricted):
+        if not any(u == user for u, _ in kept):
+            kept[(user, "/")] = Permission(user, "/", "", "", "")
+    return Access(vhosts, tuple(kept.values()), tuple(problems))
+
+
+def unknown_users(broker: BrokerModel, users: Collection[str]) -> list[str]:
+    """Users spec.permissions names that the users Secret does not define (builders/secret.py
+    renders them without a usable password: a client certificate naming them is their only way
+    in)."""
+    return sorted({p.user for p in broker.permissions} - set(users))
 
 
 def render_config(broker: BrokerModel, pods: int | None = None) -> str:
@@ -60,15 +129,31 @@ def render_config(broker: BrokerModel, pods: int | None = None) -> str:
         f"max_segment_size_bytes = {r.max_segment_size_bytes or 500_000_000}",
         "",
     ]
-    if broker.tls_secret:
+    access = plan_access(broker)
+    for vhost in access.vhosts:
+        lines += ["[[vhosts]]", f"name = {toml_string(vhost)}", ""]
+    for p in access.permissions:
+        lines += ["[[permissions]]", f"user = {toml_string(p.user)}",
+                  f"vhost = {toml_string(p.vhost)}", f"configure = {toml_string(p.configure)}",
+                  f"write = {toml_string(p.write)}", f"read = {toml_string(p.read)}", ""]
+    tls = broker.tls
+    if tls is not None:
         lines += [
             "[tls]",
-            f"port = {broker.tls_port}",
+            f"port = {tls.port}",
             # The keys of a kubernetes.io/tls Secret, mounted at TLS_DIR.
             f"certfile = {toml_string(TLS_DIR + '/tls.crt')}",
             f"keyfile = {toml_string(TLS_DIR + '/tls.key')}",
-            "",
         ]
+        if tls.cafile_wanted:
+            ca_dir = TLS_CA_DIR if tls.ca_secret else TLS_DIR
+            lines.append(f"cafile = {toml_string(ca_dir + '/' + CA_KEY)}")
+        lines.append(f"verify_peer = {'true' if tls.verify_peer else 'false'}")
+        if not tls.plain_listener and broker.advertise.port:  # advertise.port is the clients'
+            lines.append(f"advertised_port = {broker.advertise.port}")
+        lines.append("")
+        if not tls.plain_listener:
+            lines += ["[listeners.rabbitmq]", "enabled = false", ""]
     return "\n".join(lines)
 
 

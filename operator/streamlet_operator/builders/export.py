@@ -8,12 +8,14 @@ spark-on-k8s/jobs/export_parquet.py: its progress is a stored offset (consumer r
 
 from __future__ import annotations
 
+import base64
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from .. import names
 from ..constants import API_VERSION
-from ..model import DEFAULT_PORT, StreamModel
+from ..model import DEFAULT_PORT, Permission, StreamModel
 
 SPARK_OPERATOR_API = "sparkoperator.k8s.io/v1beta2"
 DEFAULT_IMAGE = "streamlet-spark:0.1.0"
@@ -56,6 +58,42 @@ def export_reference(stream: StreamModel) -> str:
     return f"export-{stream.name}"
 
 
+def export_user(stream: StreamModel) -> str:
+    """The broker user an export runs as: its own, not the operator's (read-only)."""
+    return f"streamlet-export-{stream.name}"
+
+
+def export_secret_name(stream: StreamModel) -> str:
+    """The Secret holding the export user's name and password (keys ``user``, ``password``)."""
+    return f"{export_name(stream)}-user"
+
+
+#: The labels that find a Broker's export user Secrets (handlers/broker.py adds those users).
+EXPORT_USER_COMPONENT = "export-user"
+BROKER_LABEL = "streamlet.dev/broker"
+
+
+def export_permission(stream: StreamModel) -> Permission:
+    """Read the stream (its partitions) and nothing else: configure and write match no name,
+    read only these names, whole and regex-escaped (RabbitMQ's patterns search, so anchored)."""
+    alternatives = "|".join(re.escape(n) for n in dict.fromkeys([stream.stream,
+                                                                   *stream.partition_names]))
+    return Permission(export_user(stream), "/", configure="", write="",
+                      read=f"^(?:{alternatives})$")
+
+
+def build_export_user_secret(body: dict[str, Any], password: str) -> dict[str, Any]:
+    """The export user's Secret, owned by the Stream (deleting it removes the user)."""
+    stream = StreamModel.from_body(body)
+    meta = _metadata(body, stream)
+    meta["name"] = export_secret_name(stream)
+    meta["labels"] = {**labels(stream), "app.kubernetes.io/component": EXPORT_USER_COMPONENT,
+                      BROKER_LABEL: stream.broker}
+    data = {"user": export_user(stream), "password": password}
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": meta,
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
+
+
 def labels(stream: StreamModel) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "streamlet-export",
@@ -88,22 +126,21 @@ def job_arguments(stream: StreamModel, export: ExportSpec, port: int = DEFAULT_P
 
 
 def _credentials_env(stream: StreamModel) -> list[dict[str, Any]]:
-    return [
-        {"name": "STREAMLET_USER", "value": names.OPERATOR_USER},
-        {"name": "STREAMLET_PASSWORD", "valueFrom": {"secretKeyRef": {
-            "name": names.operator_secret(stream.broker), "key": "password"}}},
-    ]
+    secret = export_secret_name(stream)
+    return [{"name": f"STREAMLET_{key.upper()}",
+             "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+            for key in ("user", "password")]
 
 
 def spark_submit_command(stream: StreamModel, export: ExportSpec, port: int = DEFAULT_PORT,
                          service_account: str = SERVICE_ACCOUNT, master: str = MASTER) -> list[str]:
     """spark-submit in cluster mode: the driver runs in its own pod, which makes executors."""
-    secret = names.operator_secret(stream.broker)
+    secret = export_secret_name(stream)
     conf = {
         "spark.kubernetes.namespace": stream.namespace,
         "spark.kubernetes.container.image": export.image,
         "spark.kubernetes.authenticate.driver.serviceAccountName": service_account,
-        "spark.kubernetes.driverEnv.STREAMLET_USER": names.OPERATOR_USER,
+        "spark.kubernetes.driver.secretKeyRef.STREAMLET_USER": f"{secret}:user",
         "spark.kubernetes.driver.secretKeyRef.STREAMLET_PASSWORD": f"{secret}:password",
         "spark.kubernetes.driver.label.streamlet.dev/stream": stream.name,
         "spark.kubernetes.submission.waitAppCompletion": "true",

@@ -11,8 +11,10 @@ from .statefulset import METRICS_PORT
 
 
 def _ports(broker: BrokerModel) -> list[dict[str, Any]]:
-    ports = [{"name": "stream", "port": broker.port, "targetPort": "stream", "protocol": "TCP"}]
-    if broker.tls_secret:
+    # TLS only: no plaintext port anywhere, so no client is sent to one
+    ports = [{"name": "stream", "port": broker.port, "targetPort": "stream", "protocol": "TCP"}
+             ] if broker.plain_listener else []
+    if broker.tls is not None:
         ports.append({"name": "stream-tls", "port": broker.tls_port, "targetPort": "stream-tls",
                       "protocol": "TCP"})
     return ports

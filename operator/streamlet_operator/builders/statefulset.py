@@ -10,8 +10,7 @@ from typing import Any
 from .. import names
 from ..model import BrokerModel
 from .common import metadata
-from .configmap import DATA_DIR, DIRECTORY_FILE, TLS_DIR, USERS_DIR, render_config
-from .secret import render_users
+from .configmap import DATA_DIR, DIRECTORY_FILE, TLS_CA_DIR, TLS_DIR, USERS_DIR, render_config
 
 CONFIG_DIR = "/etc/streamlet/config"
 DIRECTORY_DIR = DIRECTORY_FILE.rsplit("/", 1)[0]
@@ -54,8 +53,9 @@ def _container(broker: BrokerModel) -> dict[str, Any]:
     ]
     if broker.advertise.port:
         env.append({"name": "STREAMLET_ADVERTISED_PORT", "value": str(broker.advertise.port)})
-    ports = [{"name": "stream", "containerPort": broker.port, "protocol": "TCP"},
-             {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
+    ports = [{"name": "stream", "containerPort": broker.port, "protocol": "TCP"}
+             ] if broker.plain_listener else []
+    ports.append({"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"})
     mounts = [
         {"name": "data", "mountPath": DATA_DIR},
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
@@ -63,9 +63,13 @@ def _container(broker: BrokerModel) -> dict[str, Any]:
         # A whole-directory mount (no subPath): the kubelet updates it when the ConfigMap changes.
         {"name": "directory", "mountPath": DIRECTORY_DIR, "readOnly": True},
     ]
-    if broker.tls_secret:
+    if broker.tls is not None:
         ports.append({"name": "stream-tls", "containerPort": broker.tls_port, "protocol": "TCP"})
         mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
+        if broker.tls.ca_secret:
+            mounts.append({"name": "tls-ca", "mountPath": TLS_CA_DIR, "readOnly": True})
+    # TLS only: the probes connect to the TLS port (a TCP connect; no handshake needed)
+    probe_port = "stream" if broker.plain_listener else "stream-tls"
     container: dict[str, Any] = {
         "name": "broker",
         "image": broker.image,
@@ -74,9 +78,9 @@ def _container(broker: BrokerModel) -> dict[str, Any]:
         "env": env,
         "ports": ports,
         "volumeMounts": mounts,
-        "readinessProbe": {"tcpSocket": {"port": "stream"}, "periodSeconds": 5,
+        "readinessProbe": {"tcpSocket": {"port": probe_port}, "periodSeconds": 5,
                            "failureThreshold": 2},
-        "livenessProbe": {"tcpSocket": {"port": "stream"}, "initialDelaySeconds": 15,
+        "livenessProbe": {"tcpSocket": {"port": probe_port}, "initialDelaySeconds": 15,
                           "periodSeconds": 10, "failureThreshold": 6},
         "lifecycle": {"preStop": {"exec": {"command": list(PRE_STOP)}}},
         "securityContext": {
@@ -100,8 +104,14 @@ def _volumes(broker: BrokerModel) -> list[dict[str, Any]]:
         {"name": "directory", "configMap": {"name": names.directory_configmap(broker.name),
                                             "optional": True}},
     ]
-    if broker.tls_secret:
-        volumes.append({"name": "tls", "secret": {"secretName": broker.tls_secret}})
+    if broker.tls is not None:
+        # Whole-directory Secret mounts: the kubelet swaps in a renewed certificate, and the
+        # broker reloads its certificate files when they change (no restart).
+        volumes.append({"name": "tls", "secret": {"secretName": broker.tls.secret}})
+        if broker.tls.ca_secret:
+            volumes.append({"name": "tls-ca", "secret": {"secretName": broker.tls.ca_secret,
+                                                          "items": [{"key": "ca.crt",
+                                                                     "path": "ca.crt"}]}})
     return volumes
 
 
@@ -129,13 +139,21 @@ def _merge_named(base: list[dict[str, Any]], override: list[dict[str, Any]]) -> 
     return out
 
 
-def config_hash(broker: BrokerModel, users: dict[str, str] | None = None) -> str:
-    """What rolls the pods. Not the pod count (cluster.peers, rendered here for one pod): a
-    restarted broker comes back fenced in every replicated stream it is a member of, and until
-    the operator drives elections nothing assigns it again, so a scale must not restart the
-    pods. A pod keeps the peers it started with until it restarts for another reason."""
-    text = render_config(broker, 1) + (render_users(users) if users is not None else "")
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def config_hash(broker: BrokerModel) -> str:
+    """What rolls the pods: the rendered config (the broker reads it once, at start), which
+    holds the vhosts and permissions too, so a permissions change (an export's user too)
+    rolls the pods, one at a time (rolling.py).
+
+    Not the users nor the certificates: the broker reloads its users file and its certificate
+    files when their content changes (it polls them; SIGHUP too), and the kubelet updates
+    the Secret volumes in place, so a password or a renewed certificate rolls nothing. Only
+    Secret names are in the template (the volumes), never their content.
+
+    Not the pod count (cluster.peers, rendered here for one pod): a restarted broker comes
+    back fenced in every replicated stream it is a member of, and until the operator drives
+    elections nothing assigns it again, so a scale must not restart the pods. A pod keeps the
+    peers it started with until it restarts for another reason."""
+    return hashlib.sha256(render_config(broker, 1).encode()).hexdigest()[:16]
 
 
 #: The pod template's hash, on the template and so on every pod made from it: a pod whose
@@ -165,15 +183,13 @@ def _spread(broker: BrokerModel) -> dict[str, Any]:
     }
 
 
-def build_statefulset(broker: BrokerModel, replicas: int,
-                      users: dict[str, str] | None = None) -> dict[str, Any]:
+def build_statefulset(broker: BrokerModel, replicas: int) -> dict[str, Any]:
     """``replicas`` may exceed spec.replicas while pods to be removed still hold streams."""
     pod_meta: dict[str, Any] = {
         "labels": names.labels(broker.name),
-        # A new config or user list rolls the pods: the broker reads them once, at start.
-        # (The stream directory is not hashed: the broker re-reads it while running.)
-        # (Not the pod count: config_hash says why.)
-        "annotations": {"streamlet.dev/config-hash": config_hash(broker, users)},
+        # A new config rolls the pods: the broker reads it once, at start. (Not the users,
+        # the certificates, the stream directory nor the pod count: config_hash says why.)
+        "annotations": {"streamlet.dev/config-hash": config_hash(broker)},
     }
     pod_spec: dict[str, Any] = {
         "terminationGracePeriodSeconds": 30,

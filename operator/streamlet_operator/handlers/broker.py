@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import base64
 import logging
+from dataclasses import replace
 from typing import Any
 
 import kopf
 
 from .. import names
 from ..builders import build_all
+from ..builders.configmap import plan_access, unknown_users
+from ..builders.export import BROKER_LABEL, EXPORT_USER_COMPONENT, export_permission
 from ..builders.statefulset import IMMUTABLE_SPEC_FIELDS
 from ..conditions import set_condition
 from ..constants import GROUP, VERSION
 from ..directory import sync_directory
 from ..failover import Replication
 from ..metrics import instrumented
-from ..model import MOVE_STREAMS, BrokerModel
+from ..model import MOVE_STREAMS, BrokerModel, Permission, StreamModel
 from ..placement import blocked_scale_down, effective_replicas, members_held
 from ..resize import reconcile_storage
 from ..runtime import Runtime
@@ -40,6 +43,31 @@ async def _users(runtime: Runtime, broker: BrokerModel) -> tuple[dict[str, str],
         if name != user:
             users[name] = base64.b64decode(value).decode()
     return users, None
+
+
+async def _export_users(runtime: Runtime, broker: BrokerModel
+                        ) -> tuple[dict[str, str], list[Permission]]:
+    """The export users of the Broker's Streams (exports.py makes their Secrets) and the
+    read-only permission of each. A Secret whose Stream is gone, has no export or names
+    another Broker now is deleted (its owner reference does it too, on a real cluster)."""
+    users: dict[str, str] = {}
+    permissions: list[Permission] = []
+    found = await runtime.kube.list("Secret", broker.namespace, labels={
+        "app.kubernetes.io/component": EXPORT_USER_COMPONENT, BROKER_LABEL: broker.name})
+    for secret in found:
+        stream_name = (secret["metadata"].get("labels") or {}).get("streamlet.dev/stream", "")
+        body = await runtime.kube.get("Stream", broker.namespace, stream_name) if stream_name else None
+        stream = StreamModel.from_body(body) if body else None
+        data = secret.get("data") or {}
+        if (stream is None or not (body or {}).get("spec", {}).get("export")
+                or stream.broker != broker.name or "user" not in data or "password" not in data
+                or (body or {}).get("metadata", {}).get("deletionTimestamp")):
+            await runtime.kube.delete("Secret", broker.namespace, secret["metadata"]["name"])
+            continue
+        permission = export_permission(stream)
+        users[permission.user] = base64.b64decode(data["password"]).decode()
+        permissions.append(permission)
+    return users, permissions
 
 
 async def _replicated_members(runtime: Runtime, broker: BrokerModel) -> dict[str, list[int]]:
@@ -102,6 +130,12 @@ async def reconcile_broker(body: dict[str, Any], runtime: Runtime, index: Any,
     conditions = set_condition(
         conditions, "UsersConfigured", users_problem is None,
         "UsersSecretNotFound" if users_problem else "UsersApplied", users_problem or "", gen)
+    exporters, export_permissions = await _export_users(runtime, broker)
+    users.update(exporters)
+    # After the spec's: for the same user and vhost the broker keeps the last entry, so an
+    # export user stays read-only whatever spec.permissions says of it.
+    broker = replace(broker, permissions=(*broker.permissions, *export_permissions))
+    conditions = _access_condition(conditions, broker, users, gen)
 
     # Before the apply: a StatefulSet replaced for larger volumes is made again by it.
     conditions = await reconcile_storage(runtime, broker, body, conditions)
@@ -122,20 +156,39 @@ async def reconcile_broker(body: dict[str, Any], runtime: Runtime, index: Any,
     for ordinals in held.values():
         for o in ordinals:
             per_pod[names.pod(broker.name, o)] = per_pod.get(names.pod(broker.name, o), 0) + 1
-    port = broker.advertise.port or broker.port
+    port = broker.advertise.port or broker.client_port
     status.update({
         "observedGeneration": gen,
         "phase": "Ready" if is_ready and not (blocked or kept) else (
             "ScaleDownBlocked" if blocked or kept else "Progressing"),
         "replicas": replicas,
         "readyReplicas": ready,
-        "clientService": f"{names.client_service(broker.name)}.{broker.namespace}.svc:{broker.port}",
+        "clientService": (f"{names.client_service(broker.name)}.{broker.namespace}.svc:"
+                          f"{broker.client_port}"),
         "endpoints": [f"{names.pod_dns(broker.name, i, broker.namespace)}:{port}"
                       for i in range(replicas)],
         "streams": per_pod,
         "conditions": conditions,
     })
     return status
+
+
+def _access_condition(conditions: list[dict[str, Any]], broker: BrokerModel,
+                      users: dict[str, str], gen: int) -> list[dict[str, Any]]:
+    """AccessConfigured: False with what the config does instead when spec.vhosts and
+    spec.permissions could not be applied as written (configmap.plan_access says what)."""
+    problems = list(plan_access(broker).problems)
+    unknown = unknown_users(broker, users)
+    if unknown:
+        problems.append(f"permissions name users that neither the operator nor "
+                        f"spec.usersSecret define: {', '.join(unknown)} (they exist without a "
+                        "password: only a client certificate naming them logs them in)")
+    reason = ("AccessApplied" if not problems else
+              "InvalidPermissions" if plan_access(broker).problems else "UnknownUsers")
+    if problems:
+        log.warning("%s/%s: %s", broker.namespace, broker.name, "; ".join(problems))
+    return set_condition(conditions, "AccessConfigured", not problems, reason,
+                         "; ".join(problems), gen)
 
 
 async def _run(body: kopf.Body, memo: Any, patch: kopf.Patch, logger: Logger,

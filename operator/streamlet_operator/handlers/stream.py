@@ -60,9 +60,9 @@ def stream_placements(*, namespace: str | None, name: str, spec: kopf.Spec,
 @contextlib.asynccontextmanager
 async def _session(runtime: Runtime, broker: BrokerModel,
                    ordinal: int) -> AsyncIterator[BrokerSession]:
-    address = runtime.resolve(broker.namespace, broker.name, ordinal, broker.port)
+    address, tls = await runtime.broker_address(broker, ordinal)
     user, password = await runtime.broker_credentials(broker.namespace, broker.name)
-    async with runtime.admin.session(address, user, password) as session:
+    async with runtime.admin.session(address, user, password, tls) as session:
         yield session
 
 
