@@ -18,10 +18,10 @@ from tests.chart.test_chart import chart_crd_schemas, render
 
 helm_python.disable_logging()
 
-NAMESPACED = {"rbac": {"scope": "namespace"}}
-TEAMS = {"rbac": {"scope": "namespace"}, "operator": {"watchNamespaces": ["team-a", "team-b"],
+NAMESPACED: dict[str, Any] = {"rbac": {"scope": "namespace"}}
+TEAMS: dict[str, Any] = {"rbac": {"scope": "namespace"}, "operator": {"watchNamespaces": ["team-a", "team-b"],
                                                      "replicas": 2}}
-VALUE_SETS = {"namespace": NAMESPACED, "namespace-teams": TEAMS,
+VALUE_SETS: dict[str, dict[str, Any]] = {"namespace": NAMESPACED, "namespace-teams": TEAMS,
               "cluster-two-replicas": {"operator": {"replicas": 2}},
               "cluster-teams": {"operator": {"watchNamespaces": ["team-a"]}}}
 
