@@ -6,7 +6,7 @@
 #   spark-on-k8s/submit.sh aggregate --stream orders
 #
 # Environment: K8S_API (default https://kubernetes.default.svc:443, as from inside a pod),
-# NAMESPACE (default streamlet), IMAGE (default streamlet-spark:0.1.0), SERVICE_ACCOUNT
+# NAMESPACE (default streamlet), IMAGE (default ghcr.io/streamlet/spark:0.1.0), SERVICE_ACCOUNT
 # (default streamlet-spark, see manifests/rbac.yaml), BROKER (the broker's Service, default
 # streamlet), BROKER_SECRET (a Secret whose key "password" is the broker user's password;
 # default <BROKER>-operator), STREAMLET_USER (default streamlet-operator), EXECUTORS (1).
@@ -22,7 +22,9 @@ esac
 
 K8S_API="${K8S_API:-https://kubernetes.default.svc:443}"
 NAMESPACE="${NAMESPACE:-streamlet}"
-IMAGE="${IMAGE:-streamlet-spark:0.1.0}"
+IMAGE="${IMAGE:-ghcr.io/streamlet/spark:0.1.0}"
+# The driver and executor pod templates: the "restricted" Pod Security Standard.
+TEMPLATES="$(cd "$(dirname "$0")" && pwd)/pod-templates"
 SERVICE_ACCOUNT="${SERVICE_ACCOUNT:-streamlet-spark}"
 BROKER="${BROKER:-streamlet}"
 BROKER_SECRET="${BROKER_SECRET:-${BROKER}-operator}"
@@ -40,5 +42,9 @@ exec "$SPARK_SUBMIT" \
   --conf "spark.kubernetes.driverEnv.STREAMLET_HOST=${BROKER}.${NAMESPACE}.svc" \
   --conf "spark.kubernetes.driverEnv.STREAMLET_USER=${STREAMLET_USER}" \
   --conf "spark.kubernetes.driver.secretKeyRef.STREAMLET_PASSWORD=${BROKER_SECRET}:password" \
+  --conf "spark.kubernetes.driver.podTemplateFile=${TEMPLATES}/driver.yaml" \
+  --conf "spark.kubernetes.driver.podTemplateContainerName=spark-kubernetes-driver" \
+  --conf "spark.kubernetes.executor.podTemplateFile=${TEMPLATES}/executor.yaml" \
+  --conf "spark.kubernetes.executor.podTemplateContainerName=spark-kubernetes-executor" \
   --conf "spark.executor.instances=${EXECUTORS}" \
   "local:///opt/streamlet/jobs/${file}" "$@"

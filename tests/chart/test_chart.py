@@ -3,6 +3,7 @@ own schemas, the optional Broker by its CRD's schema."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +35,21 @@ def render(chart: helm_python.Chart, values: dict[str, Any] | None = None) -> li
     return docs
 
 
+def chart_crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    """(apiVersion, kind) -> schema of every CRD the chart installs (its crds/)."""
+    schemas = {}
+    for path in sorted((CHART / "crds").glob("*.yaml")):
+        for crd in yaml.safe_load_all(path.read_text()):
+            for version in crd["spec"]["versions"]:
+                key = (f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])
+                schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
+                # every object has these, whatever its schema says
+                schema["properties"].update(apiVersion={"type": "string"},
+                                            kind={"type": "string"})
+                schemas[key] = schema
+    return schemas
+
+
 def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     [doc] = [d for d in docs if d["kind"] == kind]
     return doc
@@ -61,9 +77,12 @@ def test_every_manifest_is_valid(chart: helm_python.Chart, values: dict[str, Any
                                  version: str) -> None:
     docs = render(chart, values)
     assert docs
+    custom = chart_crd_schemas()
     for doc in docs:
         if doc["apiVersion"].startswith("streamlet.dev/"):
             validate(doc, crd_schema(doc["kind"]))
+        elif (doc["apiVersion"], doc["kind"]) in custom:  # kopf's peering objects
+            validate(doc, custom[(doc["apiVersion"], doc["kind"])])
         else:
             kubernetes_validate.validate(doc, version, strict=True)
 
@@ -79,14 +98,18 @@ def test_lint_is_clean(values: dict[str, Any]) -> None:
 def test_default_install(chart: helm_python.Chart) -> None:
     docs = render(chart)
     assert sorted(d["kind"] for d in docs) == [
-        "ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+        "ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
+        "ServiceAccount"]
     deployment = by_kind(docs, "Deployment")
     assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    # peering: a new pod waits while the old one acts, so a rolling update is safe
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["image"] == "ghcr.io/streamlet/operator:0.1.0"
-    assert container["args"] == ["--liveness=http://0.0.0.0:8080/healthz"]
+    peering = by_kind(docs, "ClusterKopfPeering")["metadata"]["name"]
+    assert container["args"] == ["--liveness=http://0.0.0.0:8080/healthz",
+                                 f"--peering={peering}"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["serviceAccountName"] == by_kind(docs, "ServiceAccount")["metadata"]["name"]
@@ -113,6 +136,8 @@ def test_rbac_is_least_privilege(chart: helm_python.Chart) -> None:
     assert granted[("batch", "jobs")] == {"list"}  # the last run's outcome
     assert granted[("apiextensions.k8s.io", "customresourcedefinitions")] == {
         "get", "list", "watch"}  # kopf's discovery; the Spark operator's CRD
+    assert granted[("kopf.dev", "clusterkopfpeerings")] == {"list", "watch", "patch"}
+    assert ("", "namespaces") not in granted  # kopf lists none when watching all
     assert granted[("", "secrets")] == {"get", "list", "create", "patch", "delete"}
     assert granted[("streamlet.dev", "streams/status")] == {"get", "patch", "update"}
     assert granted[("apps", "statefulsets")] == {"get", "create", "patch", "delete"}
@@ -127,7 +152,7 @@ def test_rbac_is_least_privilege(chart: helm_python.Chart) -> None:
 def test_watch_namespaces_and_broker(chart: helm_python.Chart) -> None:
     docs = render(chart, VALUE_SETS["everything"])
     args = by_kind(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[1:] == ["--namespace=team-a", "--namespace=team-b", "--verbose"]
+    assert args[2:] == ["--namespace=team-a", "--namespace=team-b", "--verbose"]
     broker = by_kind(docs, "Broker")
     assert broker["metadata"] == {**broker["metadata"], "name": "streamlet",
                                   "namespace": "streamlet-system"}
@@ -137,9 +162,9 @@ def test_watch_namespaces_and_broker(chart: helm_python.Chart) -> None:
 
 def test_metrics_can_be_turned_off(chart: helm_python.Chart) -> None:
     docs = render(chart, VALUE_SETS["minimal"])
-    assert [d["kind"] for d in docs] == ["Deployment"]
-    env = {e["name"]: e["value"] for e in
-           docs[0]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert sorted(d["kind"] for d in docs) == ["ClusterKopfPeering", "Deployment"]
+    env = {e["name"]: e.get("value") for e in
+           by_kind(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["STREAMLET_OPERATOR_METRICS_PORT"] == "0"
 
 

@@ -31,3 +31,76 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/name: streamlet-operator
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+
+{{/* The namespaces the operator watches, as JSON (an empty list: every namespace):
+operator.watchNamespaces, or with rbac.scope=namespace and none named, the release's own. */}}
+{{- define "streamlet.watchNamespaces" -}}
+{{- if .Values.operator.watchNamespaces -}}
+{{- toJson .Values.operator.watchNamespaces -}}
+{{- else if eq .Values.rbac.scope "namespace" -}}
+{{- list .Release.Namespace | toJson -}}
+{{- else -}}
+[]
+{{- end -}}
+{{- end -}}
+
+{{/* The kopf peering object the operator's replicas share (one per watched namespace, or one
+for the cluster). */}}
+{{- define "streamlet.peeringName" -}}
+{{- include "streamlet.operatorName" . -}}
+{{- end -}}
+
+{{/* What the operator does in a namespace it watches (a ClusterRole's rules with
+rbac.scope=cluster, each watched namespace's Role's with rbac.scope=namespace). Every verb is
+one the operator (streamlet_operator/kube.py's callers, and kopf for its own resources) uses. */}}
+{{- define "streamlet.namespacedRules" -}}
+# Its own resources: watched, annotated (kopf's progress), finalized, with status.
+- apiGroups: [streamlet.dev]
+  resources: [brokers, streams]
+  verbs: [get, list, watch, patch, update]
+- apiGroups: [streamlet.dev]
+  resources: [brokers/status, streams/status]
+  verbs: [get, patch, update]
+# What a Broker is made of.
+- apiGroups: [""]
+  resources: [configmaps, services]
+  verbs: [get, create, patch]
+# Secrets: the users file it renders, the operator's own password, and the export users' (one
+# per Stream export, listed by label and deleted with it); never watched.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, list, create, patch, delete]
+# PodIP advertising: the stream directory names a pod by its IP, read from its status; the
+# placement driver lists a Broker's pods for those being deleted (leadership moves first)
+# and rolls them (updateStrategy OnDelete): it deletes one pod at a time, once its
+# leaderships moved and no stream would lose its quorum; the StatefulSet makes it again.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, delete]
+# The StatefulSet; deleted with its pods orphaned (they keep running) to make it again with
+# larger volumes, and the PVCs' requests raised (growing storage).
+- apiGroups: [apps]
+  resources: [statefulsets]
+  verbs: [get, create, patch, delete]
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [get, patch]
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [get, create, patch]
+# Stream.spec.export: the schedule (a CronJob, or a ScheduledSparkApplication with the
+# Spark operator installed) and the Jobs of its runs, listed for the last outcome.
+- apiGroups: [batch]
+  resources: [cronjobs]
+  verbs: [get, create, patch, delete]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [list]
+- apiGroups: [sparkoperator.k8s.io]
+  resources: [scheduledsparkapplications]
+  verbs: [get, create, patch, delete]
+# Events about the resources it handles.
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end -}}

@@ -9,6 +9,7 @@ spark-on-k8s/jobs/export_parquet.py: its progress is a stored offset (consumer r
 from __future__ import annotations
 
 import base64
+import copy
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -18,13 +19,21 @@ from ..constants import API_VERSION
 from ..model import DEFAULT_PORT, Permission, StreamModel
 
 SPARK_OPERATOR_API = "sparkoperator.k8s.io/v1beta2"
-DEFAULT_IMAGE = "streamlet-spark:0.1.0"
+DEFAULT_IMAGE = "ghcr.io/streamlet/spark:0.1.0"
 SERVICE_ACCOUNT = "streamlet-spark"
 MASTER = "k8s://https://kubernetes.default.svc:443"
 JOB_FILE = "local:///opt/streamlet/jobs/export_parquet.py"
 SPARK_SUBMIT = "/opt/spark/bin/spark-submit"
 SPARK_VERSION = "4.3.0"  # the PySpark the image installs (the data source needs >= 4.2)
 FORMATS = ("parquet",)
+#: The "restricted" Pod Security Standard for every pod of an export: spark-submit's, the
+#: driver's and the executors' (the image's user is spark, uid 185: spark-on-k8s/Dockerfile).
+#: spark-on-k8s/pod-templates/ carries the same for spark-submit, baked into the image here:
+POD_TEMPLATES = "/opt/streamlet/pod-templates"
+POD_SECURITY_CONTEXT: dict[str, Any] = {"runAsNonRoot": True, "runAsUser": 185,
+                                        "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {"allowPrivilegeEscalation": False,
+                                              "capabilities": {"drop": ["ALL"]}}
 
 
 @dataclass(frozen=True)
@@ -144,6 +153,11 @@ def spark_submit_command(stream: StreamModel, export: ExportSpec, port: int = DE
         "spark.kubernetes.driver.secretKeyRef.STREAMLET_PASSWORD": f"{secret}:password",
         "spark.kubernetes.driver.label.streamlet.dev/stream": stream.name,
         "spark.kubernetes.submission.waitAppCompletion": "true",
+        # the driver's and executors' security contexts (Spark sets none of its own)
+        "spark.kubernetes.driver.podTemplateFile": f"{POD_TEMPLATES}/driver.yaml",
+        "spark.kubernetes.driver.podTemplateContainerName": "spark-kubernetes-driver",
+        "spark.kubernetes.executor.podTemplateFile": f"{POD_TEMPLATES}/executor.yaml",
+        "spark.kubernetes.executor.podTemplateContainerName": "spark-kubernetes-executor",
         "spark.executor.instances": "1",
     }
     args = [SPARK_SUBMIT, "--master", master, "--deploy-mode", "cluster",
@@ -165,7 +179,7 @@ def build_export_cronjob(body: dict[str, Any], port: int = DEFAULT_PORT,
         "spec": {
             "serviceAccountName": service_account,
             "restartPolicy": "Never",
-            "securityContext": {"runAsNonRoot": True, "runAsUser": 185},
+            "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
             "containers": [{
                 "name": "spark-submit",
                 "image": export.image,
@@ -173,8 +187,7 @@ def build_export_cronjob(body: dict[str, Any], port: int = DEFAULT_PORT,
                 "env": _credentials_env(stream),
                 "resources": {"requests": {"cpu": "100m", "memory": "512Mi"},
                               "limits": {"memory": "1Gi"}},
-                "securityContext": {"allowPrivilegeEscalation": False,
-                                    "capabilities": {"drop": ["ALL"]}},
+                "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
             }],
         },
     }
@@ -192,6 +205,12 @@ def build_export_cronjob(body: dict[str, Any], port: int = DEFAULT_PORT,
                             "spec": {"backoffLimit": 2, "template": pod}},
         },
     }
+
+
+def _security_contexts() -> dict[str, Any]:
+    """A Spark operator driver's or executor's pod and container security contexts."""
+    return {"podSecurityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
+            "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT)}
 
 
 def build_scheduled_spark_application(body: dict[str, Any], port: int = DEFAULT_PORT,
@@ -214,8 +233,9 @@ def build_scheduled_spark_application(body: dict[str, Any], port: int = DEFAULT_
         "sparkVersion": SPARK_VERSION,
         "restartPolicy": {"type": "Never"},
         "driver": {"cores": 1, "memory": "1g", "serviceAccount": service_account,
-                   "labels": labels(stream), "env": env},
-        "executor": {"cores": 1, "instances": 1, "memory": "1g", "labels": labels(stream)},
+                   "labels": labels(stream), "env": env, **_security_contexts()},
+        "executor": {"cores": 1, "instances": 1, "memory": "1g", "labels": labels(stream),
+                     **_security_contexts()},
     }
     return {
         "apiVersion": SPARK_OPERATOR_API,

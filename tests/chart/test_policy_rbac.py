@@ -1,0 +1,179 @@
+"""The chart's least privilege: rbac.scope=namespace (Roles in the watched namespaces, almost
+nothing cluster-wide), the operator watching only those, and the replicas' kopf peering."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import helm_python
+import kubernetes_validate
+import pytest
+import yaml
+
+from streamlet_operator.exports import SPARK_CRD
+from tests.chart.conftest import CHART, KUBE_VERSIONS
+from tests.chart.schema import validate
+from tests.chart.test_chart import chart_crd_schemas, render
+
+helm_python.disable_logging()
+
+NAMESPACED: dict[str, Any] = {"rbac": {"scope": "namespace"}}
+TEAMS: dict[str, Any] = {"rbac": {"scope": "namespace"}, "operator": {"watchNamespaces": ["team-a", "team-b"],
+                                                     "replicas": 2}}
+VALUE_SETS: dict[str, dict[str, Any]] = {"namespace": NAMESPACED, "namespace-teams": TEAMS,
+              "cluster-two-replicas": {"operator": {"replicas": 2}},
+              "cluster-teams": {"operator": {"watchNamespaces": ["team-a"]}}}
+
+
+@pytest.fixture(scope="module")
+def chart() -> Iterator[helm_python.Chart]:
+    loaded = helm_python.Chart.load(CHART)
+    yield loaded
+    loaded.close()
+
+
+def _kinds(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def _grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    granted: dict[tuple[str, str], set[str]] = {}
+    for rule in rules:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                granted.setdefault((group, resource), set()).update(rule["verbs"])
+    return granted
+
+
+def _args(docs: list[dict[str, Any]]) -> list[str]:
+    [deployment] = _kinds(docs, "Deployment")
+    args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+@pytest.mark.parametrize("version", KUBE_VERSIONS)
+def test_every_manifest_is_valid(chart: helm_python.Chart, values: dict[str, Any],
+                                 version: str) -> None:
+    custom = chart_crd_schemas()
+    for doc in render(chart, values):
+        if (doc["apiVersion"], doc["kind"]) in custom:
+            validate(doc, custom[(doc["apiVersion"], doc["kind"])])
+        else:
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_lint_is_clean(values: dict[str, Any]) -> None:
+    result = helm_python.lint(CHART, values, strict=True, kube_version="1.30.0", quiet=True)
+    assert result["errors"] == []
+    assert [m for m in result["messages"] if m["severity"] >= 2] == []
+
+
+@pytest.mark.parametrize("version", KUBE_VERSIONS)
+def test_kopf_peering_crds_are_valid_for_kubernetes(version: str) -> None:
+    crds = list(yaml.safe_load_all((CHART / "crds" / "kopf.dev_peerings.yaml").read_text()))
+    assert {(c["spec"]["names"]["kind"], c["spec"]["scope"]) for c in crds} == {
+        ("ClusterKopfPeering", "Cluster"), ("KopfPeering", "Namespaced")}
+    for crd in crds:
+        kubernetes_validate.validate(crd, version, strict=True)
+        assert crd["spec"]["group"] == "kopf.dev"  # where kopf looks first
+        # kopf patches the status through the object: a status subresource would drop it
+        assert "subresources" not in crd["spec"]["versions"][0]
+
+
+def test_namespace_scope_defaults_to_the_release_namespace(chart: helm_python.Chart) -> None:
+    docs = render(chart, NAMESPACED)
+    [role] = _kinds(docs, "Role")
+    [binding] = _kinds(docs, "RoleBinding")
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "streamlet-system"
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    [sa] = _kinds(docs, "ServiceAccount")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                    "namespace": "streamlet-system"}]
+    assert "--namespace=streamlet-system" in _args(docs)
+    [peering] = _kinds(docs, "KopfPeering")
+    assert peering["metadata"]["namespace"] == "streamlet-system"
+    assert f"--peering={peering['metadata']['name']}" in _args(docs)
+    assert not _kinds(docs, "ClusterKopfPeering")
+
+
+def test_namespace_scope_grants_roles_in_the_watched_namespaces(chart: helm_python.Chart) -> None:
+    docs = render(chart, TEAMS)
+    roles = {r["metadata"]["namespace"]: r for r in _kinds(docs, "Role")}
+    bindings = {b["metadata"]["namespace"] for b in _kinds(docs, "RoleBinding")}
+    assert set(roles) == bindings == {"team-a", "team-b"}
+    assert [a for a in _args(docs) if a.startswith("--namespace")] == [
+        "--namespace=team-a", "--namespace=team-b"]
+    assert {p["metadata"]["namespace"] for p in _kinds(docs, "KopfPeering")} == {
+        "team-a", "team-b"}
+    for role in roles.values():
+        granted = _grants(role["rules"])
+        assert granted[("kopf.dev", "kopfpeerings")] == {"list", "watch", "patch"}
+        assert granted[("", "secrets")] == {"get", "create", "patch"}  # never list or watch
+        assert granted[("streamlet.dev", "brokers")] == {"get", "list", "watch", "patch",
+                                                          "update"}
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+            assert "deletecollection" not in rule["verbs"]
+    # cluster-wide: one CRD read by name, nothing else
+    [cluster_role] = _kinds(docs, "ClusterRole")
+    assert cluster_role["rules"] == [{
+        "apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+        "resourceNames": ["scheduledsparkapplications.sparkoperator.k8s.io"], "verbs": ["get"]}]
+    [cluster_binding] = _kinds(docs, "ClusterRoleBinding")
+    assert cluster_binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
+
+
+def test_the_spark_crd_the_namespaced_role_names_is_the_one_the_operator_reads() -> None:
+    assert SPARK_CRD == "scheduledsparkapplications.sparkoperator.k8s.io"
+
+
+def test_both_scopes_grant_the_same_in_a_namespace(chart: helm_python.Chart) -> None:
+    """The namespaced Role is the ClusterRole's rules minus what is cluster-scoped."""
+    [cluster_role] = _kinds(render(chart), "ClusterRole")
+    [role] = _kinds(render(chart, NAMESPACED), "Role")
+    cluster = _grants(cluster_role["rules"])
+    del cluster[("apiextensions.k8s.io", "customresourcedefinitions")]
+    cluster[("kopf.dev", "kopfpeerings")] = cluster.pop(("kopf.dev", "clusterkopfpeerings"))
+    assert _grants(role["rules"]) == cluster
+
+
+def test_cluster_scope_with_named_namespaces_peers_in_them(chart: helm_python.Chart) -> None:
+    docs = render(chart, VALUE_SETS["cluster-teams"])
+    [cluster_role] = _kinds(docs, "ClusterRole")
+    granted = _grants(cluster_role["rules"])
+    assert granted[("kopf.dev", "kopfpeerings")] == {"list", "watch", "patch"}
+    assert ("kopf.dev", "clusterkopfpeerings") not in granted
+    assert [p["metadata"]["namespace"] for p in _kinds(docs, "KopfPeering")] == ["team-a"]
+    assert not _kinds(docs, "Role")
+
+
+def test_two_replicas_peer(chart: helm_python.Chart) -> None:
+    docs = render(chart, VALUE_SETS["cluster-two-replicas"])
+    [deployment] = _kinds(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    [peering] = _kinds(docs, "ClusterKopfPeering")
+    assert f"--peering={peering['metadata']['name']}" in _args(docs)
+    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    # kopf names each replica in the peering status by its pod
+    assert {"name": "POD_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in env
+
+
+def test_rbac_off_renders_no_role(chart: helm_python.Chart) -> None:
+    docs = render(chart, {"rbac": {"create": False, "scope": "namespace"}})
+    assert not [d for d in docs if d["kind"] in (
+        "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")]
+    assert _kinds(docs, "KopfPeering")  # the operator still needs its peering object
+
+
+@pytest.mark.parametrize("values", [
+    {"rbac": {"scope": "everywhere"}},
+    {"operator": {"replicas": 0}},
+    {"operator": {"image": {"tag": "latest"}}},
+], ids=["bad-scope", "zero-replicas", "latest-tag"])
+def test_values_schema_refuses(chart: helm_python.Chart, values: dict[str, Any]) -> None:
+    with pytest.raises(helm_python.HelmError):
+        render(chart, values)
