@@ -134,7 +134,11 @@ class Case:
 
 
 STREAM = {"broker": "events"}
-STORAGE = "storage is immutable (a StatefulSet's volumeClaimTemplates cannot change)"
+STORAGE = "storage.storageClassName is immutable (a volume keeps its class)"
+VHOSTS = 'every permissions[].vhost must be "/" or one of spec.vhosts'
+TLS_ONLY = ("tls.plainListener false (TLS only) needs streams.defaultReplicas 1: the brokers' "
+            "replication links are plaintext")
+CLIENT_CERT = "tls.verifyPeer needs tls.operatorClientSecret (the operator's client certificate)"
 TEMPLATE = "advertise.hostTemplate is required with mode Template"
 SUPER_REPLICAS = ("replicas above 1 is for single streams only (a super stream's partitions "
                   "have one copy each)")
@@ -161,12 +165,20 @@ def _stream_immutability(name: str, value: Any, other: Any) -> dict[str, Case]:
 
 
 CASES: dict[str, Case] = {
-    # Broker: storage (defaulted, so a removed storage comes back as the default and differs)
+    # Broker: storage (defaulted, so a removed storage comes back as the default). The size may
+    # change here: the operator grows volumes and refuses a shrink (StorageResized), as CEL
+    # without Kubernetes' quantity library cannot compare "50Gi" with "60Gi".
     "broker-create": Case("Broker", {}),
     "broker-storage-kept": Case("Broker", {"storage": {"size": "50Gi"}}, {"storage": {"size": "50Gi"}}),
     "broker-storage-grown": Case("Broker", {"storage": {"size": "60Gi"}},
-                                 {"storage": {"size": "50Gi"}}, _refuses(STORAGE)),
-    "broker-storage-removed": Case("Broker", {}, {"storage": {"size": "50Gi"}}, _refuses(STORAGE)),
+                                 {"storage": {"size": "50Gi"}}),
+    "broker-storage-removed": Case("Broker", {}, {"storage": {"size": "50Gi"}}),
+    "broker-storage-class-changed": Case(
+        "Broker", {"storage": {"size": "50Gi", "storageClassName": "slow"}},
+        {"storage": {"size": "50Gi", "storageClassName": "fast"}}, _refuses(STORAGE)),
+    "broker-storage-class-kept-size-grown": Case(
+        "Broker", {"storage": {"size": "60Gi", "storageClassName": "fast"}},
+        {"storage": {"size": "50Gi", "storageClassName": "fast"}}),
     "broker-storage-class-removed": Case(
         "Broker", {"storage": {"size": "50Gi"}},
         {"storage": {"size": "50Gi", "storageClassName": "fast"}}, _refuses(STORAGE)),
@@ -181,6 +193,27 @@ CASES: dict[str, Case] = {
     "broker-advertise-template-without-host": Case("Broker", {"advertise": {"mode": "Template"}},
                                                    refused=_refuses(TEMPLATE)),
     "broker-advertise-pod-ip": Case("Broker", {"advertise": {"mode": "PodIP"}}),
+    # Broker: permissions name "/" or a declared vhost
+    "broker-permissions-default-vhost": Case("Broker", {"permissions": [{"user": "app"}]}),
+    "broker-permissions-declared-vhost": Case("Broker", {
+        "vhosts": ["team-a"], "permissions": [{"user": "app", "vhost": "team-a"}]}),
+    "broker-permissions-unknown-vhost": Case("Broker", {
+        "vhosts": ["team-a"], "permissions": [{"user": "app", "vhost": "team-b"}]},
+        refused=_refuses(VHOSTS)),
+    "broker-permissions-no-vhosts": Case("Broker", {"permissions": [{"user": "a", "vhost": "x"}]},
+                                         refused=_refuses(VHOSTS)),
+    # Broker: TLS only keeps streams unreplicated; mutual TLS needs the operator's certificate
+    "broker-tls-only": Case("Broker", {"tls": {"secretName": "t", "plainListener": False}}),
+    "broker-tls-only-replicated": Case("Broker", {
+        "tls": {"secretName": "t", "plainListener": False}, "streams": {"defaultReplicas": 3}},
+        refused=_refuses(TLS_ONLY)),
+    "broker-tls-beside-plain-replicated": Case("Broker", {
+        "tls": {"secretName": "t"}, "streams": {"defaultReplicas": 3}}),
+    "broker-mtls": Case("Broker", {"tls": {"secretName": "t", "verifyPeer": True,
+                                           "operatorClientSecret": "op"}}),
+    "broker-mtls-without-client-cert": Case("Broker", {"tls": {"secretName": "t",
+                                                               "verifyPeer": True}},
+                                            refused=_refuses(CLIENT_CERT)),
     # Stream: required or defaulted immutable fields
     "stream-create": Case("Stream", dict(STREAM)),
     "stream-broker-changed": Case("Stream", {"broker": "other"}, dict(STREAM),
