@@ -112,17 +112,20 @@ def test_namespace_scope_grants_roles_in_the_watched_namespaces(chart: helm_pyth
     for role in roles.values():
         granted = _grants(role["rules"])
         assert granted[("kopf.dev", "kopfpeerings")] == {"list", "watch", "patch"}
-        assert granted[("", "secrets")] == {"get", "create", "patch"}  # never list or watch
+        # never watched; listed (by label) and deleted: the export users' Secrets
+        assert granted[("", "secrets")] == {"get", "list", "create", "patch", "delete"}
         assert granted[("streamlet.dev", "brokers")] == {"get", "list", "watch", "patch",
                                                           "update"}
         for rule in role["rules"]:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"]
             assert "deletecollection" not in rule["verbs"]
-    # cluster-wide: one CRD read by name, nothing else
+    # cluster-wide: one CRD read by name, and StorageClasses read (growing storage)
     [cluster_role] = _kinds(docs, "ClusterRole")
-    assert cluster_role["rules"] == [{
-        "apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-        "resourceNames": ["scheduledsparkapplications.sparkoperator.k8s.io"], "verbs": ["get"]}]
+    assert cluster_role["rules"] == [
+        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+         "resourceNames": ["scheduledsparkapplications.sparkoperator.k8s.io"], "verbs": ["get"]},
+        {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"],
+         "verbs": ["get", "list"]}]
     [cluster_binding] = _kinds(docs, "ClusterRoleBinding")
     assert cluster_binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
 
@@ -137,6 +140,7 @@ def test_both_scopes_grant_the_same_in_a_namespace(chart: helm_python.Chart) -> 
     [role] = _kinds(render(chart, NAMESPACED), "Role")
     cluster = _grants(cluster_role["rules"])
     del cluster[("apiextensions.k8s.io", "customresourcedefinitions")]
+    del cluster[("storage.k8s.io", "storageclasses")]
     cluster[("kopf.dev", "kopfpeerings")] = cluster.pop(("kopf.dev", "clusterkopfpeerings"))
     assert _grants(role["rules"]) == cluster
 
