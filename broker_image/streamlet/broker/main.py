@@ -20,6 +20,7 @@ from .mega.connection import MegaConnection
 from .metrics import start_metrics
 from .mgmt import start_management
 from .rabbitmq.connection import Connection
+from .reload import Reloader
 from .rsio.connection import RsioConnection
 from .sbp.connection import SbpConnection
 from .server import Broker, ConnectionFactory
@@ -56,7 +57,8 @@ def use_all_descriptors(max_open_files: int) -> int:
 
 
 async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> None:
-    """Run a broker until SIGINT or SIGTERM."""
+    """Run a broker until SIGINT or SIGTERM; SIGHUP reloads the users file and the TLS
+    certificate (reload.py), as their change does within [server] reload_interval."""
     use_all_descriptors(config.max_open_files)  # the process's, before the streams open
     broker = Broker(config, LISTENERS)
     await broker.start()
@@ -74,9 +76,14 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+    reloader = Reloader(broker)
+    reloading = asyncio.create_task(reloader.run())
+    with contextlib.suppress(NotImplementedError):
+        loop.add_signal_handler(signal.SIGHUP, reloader.hangup)
     if ready is not None:
         ready.set()
     await stop.wait()
+    reloading.cancel()
     for server in (metrics, management):
         if server is not None:
             await server.close()
