@@ -29,7 +29,6 @@ import hashlib
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -71,20 +70,28 @@ def changed_parts(parts: Mapping[Part, tuple[Path, ...]], before: Mapping[Path, 
             if any(before.get(p) != now.get(p) for p in paths)]
 
 
-def check_users(cfg: BrokerConfig, users: tuple[User, ...]) -> list[str]:
+def replication_in_use(cfg: BrokerConfig) -> tuple[str, str] | None:
+    """The (user, password) this broker's links to other brokers log in with, taken at its
+    start (replication and forwarding keep them); None: no cluster, no such links."""
+    return cfg.replication_credentials if cfg.peers or cfg.directory_file else None
+
+
+def check_users(cfg: BrokerConfig, users: tuple[User, ...],
+                replication: tuple[str, str] | None) -> list[str]:
     """Raise ConfigError if ``users`` cannot replace ``cfg.users``; else return the warnings
-    to log. Refused: no user at all; losing cluster.replication_user; and, in a cluster,
-    changing the credentials followers log in to leaders with (each broker took them at its
-    start, so a new password there needs the brokers restarted)."""
+    to log. Refused: no user at all; losing cluster.replication_user; and no longer accepting
+    ``replication``, the credentials the brokers' links log in to each other with (each
+    broker took them at its start, so removing that user or changing its password needs the
+    brokers restarted). Which user comes first may change: links keep the one they have."""
     if not users:
         raise ConfigError("no user left: at least one [[users]] entry is needed")
     names = {u.name for u in users}
     if cfg.replication_user is not None and cfg.replication_user not in names:
         raise ConfigError(f"cluster.replication_user {cfg.replication_user!r} would be removed")
-    if (cfg.peers or cfg.directory_file) and (
-            replace(cfg, users=users).replication_credentials != cfg.replication_credentials):
-        raise ConfigError("the replication user's name or password would change; brokers "
-                          "take it at their start, so this needs a restart")
+    if replication is not None and replication not in {(u.name, u.password) for u in users}:
+        raise ConfigError(f"user {replication[0]!r} would be removed or its password changed, "
+                          "but the brokers log in to each other as it (taken at their start): "
+                          "that needs the brokers restarted")
     dormant = sorted({p.user for p in cfg.permissions} - names)
     return [f"[[permissions]] of user {name!r}, not in the users any more, stay in force "
             "(should it come back); the broker will not start with this configuration "
@@ -97,6 +104,7 @@ class Reloader:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.parts = watched(broker.config)
+        self.replication = replication_in_use(broker.config)
         self.seen = self._fingerprints()
         now = time.time()  # what is in force was loaded at the start
         for part in self.parts:
@@ -145,7 +153,7 @@ class Reloader:
         assert cfg.users_file is not None
         try:
             users = combine_users(cfg.config_users, cfg.users_file)
-            warnings = check_users(cfg, users)
+            warnings = check_users(cfg, users, self.replication)
         except ConfigError as e:
             log.error("users not reloaded, the old ones stay in force: %s", e)
             return False
