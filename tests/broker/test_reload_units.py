@@ -23,6 +23,7 @@ from streamlet.broker.reload import (
     changed_parts,
     check_users,
     fingerprint,
+    fingerprints,
     replication_in_use,
     watched,
 )
@@ -160,3 +161,11 @@ def test_server_tls_keeps_its_certificate_when_the_new_one_does_not_load(tmp_pat
     tls.reload()
     assert tls.current is not first and isinstance(tls.current, ssl.SSLContext)
     assert tls.listening is first  # the listeners keep theirs; its callback hands over
+
+
+def test_fingerprints_of_every_watched_file(tmp_path: Path) -> None:
+    users = tmp_path / "users.toml"
+    users.write_text("")
+    cfg = BrokerConfig(users_file=users, tls=TlsConfig(tmp_path / "c", tmp_path / "k"))
+    assert fingerprints(cfg) == {users: fingerprint(users), tmp_path / "c": None,
+                                 tmp_path / "k": None}

@@ -20,7 +20,7 @@ from .mega.connection import MegaConnection
 from .metrics import start_metrics
 from .mgmt import start_management
 from .rabbitmq.connection import Connection
-from .reload import Reloader
+from .reload import Reloader, fingerprints
 from .rsio.connection import RsioConnection
 from .sbp.connection import SbpConnection
 from .server import Broker, ConnectionFactory
@@ -60,6 +60,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     """Run a broker until SIGINT or SIGTERM; SIGHUP reloads the users file and the TLS
     certificate (reload.py), as their change does within [server] reload_interval."""
     use_all_descriptors(config.max_open_files)  # the process's, before the streams open
+    seen = fingerprints(config)  # before the streams load: a change meanwhile is reloaded
     broker = Broker(config, LISTENERS)
     await broker.start()
     metrics = management = None
@@ -76,7 +77,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    reloader = Reloader(broker)
+    reloader = Reloader(broker, seen)
     reloading = asyncio.create_task(reloader.run())
     with contextlib.suppress(NotImplementedError):
         loop.add_signal_handler(signal.SIGHUP, reloader.hangup)

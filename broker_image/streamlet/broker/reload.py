@@ -63,6 +63,11 @@ def fingerprint(path: Path) -> Fingerprint:
         return None
 
 
+def fingerprints(cfg: BrokerConfig) -> dict[Path, Fingerprint]:
+    """Every watched file's fingerprint now."""
+    return {p: fingerprint(p) for paths in watched(cfg).values() for p in paths}
+
+
 def changed_parts(parts: Mapping[Part, tuple[Path, ...]], before: Mapping[Path, Fingerprint],
                   now: Mapping[Path, Fingerprint]) -> list[Part]:
     """The parts one of whose files has another fingerprint now (in ``parts``' order)."""
@@ -99,25 +104,24 @@ def check_users(cfg: BrokerConfig, users: tuple[User, ...],
 
 
 class Reloader:
-    """Watches the files of ``watched(broker.config)`` and applies their changes to ``broker``."""
+    """Watches the files of ``watched(broker.config)`` and applies their changes to ``broker``.
+    ``seen``: the files' fingerprints from before the broker loaded its streams (which can take
+    a while), so that a change meanwhile is not missed; default: now."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, seen: dict[Path, Fingerprint] | None = None) -> None:
         self.broker = broker
         self.parts = watched(broker.config)
         self.replication = replication_in_use(broker.config)
-        self.seen = self._fingerprints()
+        self.seen = fingerprints(broker.config) if seen is None else seen
         now = time.time()  # what is in force was loaded at the start
         for part in self.parts:
             broker.reloaded_at[part] = now
             broker.reload_failures[part] += 0
 
-    def _fingerprints(self) -> dict[Path, Fingerprint]:
-        return {p: fingerprint(p) for paths in self.parts.values() for p in paths}
-
     def check(self, force: bool = False) -> list[Part]:
         """Reload the parts whose files changed since the last check (every part: ``force``);
         return those reloaded. A failed reload is not retried until a file changes again."""
-        now = self._fingerprints()
+        now = fingerprints(self.broker.config)
         parts = list(self.parts) if force else changed_parts(self.parts, self.seen, now)
         self.seen = now
         for part in parts:
