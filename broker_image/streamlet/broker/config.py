@@ -16,6 +16,8 @@ File format (all keys optional)::
     frame_timeout = 60                # seconds a frame may take from its first byte to its last
     cluster_name = "streamlet"
     users_file = "users.toml"         # more [[users]] entries, in a file of their own
+    reload_interval = 5               # seconds between checks of users_file and [tls]'s files
+                                      # (reloaded when changed, and at once on SIGHUP; 0: SIGHUP only)
 
     [cluster]
     directory_file = "streams.json"   # where streams held by other brokers live (directory.py)
@@ -138,6 +140,10 @@ DEFAULT_MAX_PARTITIONS = 1_000
 #: does not fit waits (reading paused) until others complete theirs.
 DEFAULT_MAX_BUFFERED_BYTES = 256 << 20
 DEFAULT_MAX_OPEN_FILES = 1024
+#: Seconds between checks of the users file and the certificate files for a change (reload.py).
+#: A Kubernetes Secret volume is itself updated a minute or so after the Secret, so a few
+#: seconds more cost nothing, and reading three small files that often costs nothing either.
+DEFAULT_RELOAD_INTERVAL = 5.0
 DEFAULT_SEGMENT_BYTES = 500_000_000
 MAX_SEGMENT_BYTES = 3_000_000_000
 FSYNC_POLICIES = ("never", "interval", "chunk")
@@ -262,6 +268,11 @@ class BrokerConfig:
     max_partitions: int = DEFAULT_MAX_PARTITIONS
     max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
     users_file: Path | None = None
+    #: the main config file's own [[users]] (users_file's are added to them): a reload of the
+    #: users file starts again from these
+    config_users: tuple[User, ...] = ()
+    #: seconds between checks of users_file and [tls]'s files for a change; 0: on SIGHUP only
+    reload_interval: float = DEFAULT_RELOAD_INTERVAL
     directory_file: Path | None = None
     #: this broker's id in replicated streams' member sets (the pod ordinal); None: not set
     member: int | None = None
@@ -439,7 +450,7 @@ def absolute_paths(doc: dict[str, Any], base: Path) -> dict[str, Any]:
 _SECTION_KEYS = {
     "server": {"host", "port", "data_dir", "advertised_host", "advertised_port", "frame_max",
                "frame_limit", "heartbeat", "handshake_timeout", "request_timeout",
-               "frame_timeout", "cluster_name", "users_file"},
+               "frame_timeout", "cluster_name", "users_file", "reload_interval"},
     "storage": {"fsync", "max_open_files"},
     "retention": {"max_age", "max_length_bytes", "max_segment_size_bytes"},
     "cluster": {"directory_file", "member", "replication_user", "peers", "resume_roles"},
@@ -483,10 +494,13 @@ def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
         max_len = _int(ret, "max_length_bytes", "retention") or None
         seg = _int(ret, "max_segment_size_bytes", "retention", 1) or DEFAULT_SEGMENT_BYTES
         changes["retention"] = Retention(max_age, max_len, seg)
+    if "reload_interval" in server:
+        changes["reload_interval"] = _reload_interval(server["reload_interval"])
     users = _users(doc.get("users", []), "[[users]]") if "users" in doc else None
     if server.get("users_file"):
         changes["users_file"] = path = Path(str(server["users_file"]))
-        users = _check_unique((*(users or ()), *_read_users_file(path)))
+        changes["config_users"] = users or ()
+        users = combine_users(changes["config_users"], path)
     if users is not None:
         changes["users"] = users
     cluster = doc.get("cluster", {})
@@ -620,6 +634,18 @@ def _read_users_file(path: Path) -> tuple[User, ...]:
     if extra:
         raise ConfigError(f"users file {path} may hold only [[users]], not {', '.join(sorted(extra))}")
     return _users(doc.get("users", []), f"[[users]] in {path}")
+
+
+def combine_users(config_users: tuple[User, ...], users_file: Path) -> tuple[User, ...]:
+    """The broker's users: the main config's [[users]], then the users file's (read now)."""
+    return _check_unique((*config_users, *_read_users_file(users_file)))
+
+
+def _reload_interval(value: Any) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 86400:
+        raise ConfigError("server.reload_interval must be a number of seconds in 0..86400 "
+                          f"(0: reload on SIGHUP only), got {value!r}")
+    return float(value)
 
 
 def _check_unique(users: tuple[User, ...]) -> tuple[User, ...]:

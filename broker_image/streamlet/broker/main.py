@@ -20,6 +20,7 @@ from .mega.connection import MegaConnection
 from .metrics import start_metrics
 from .mgmt import start_management
 from .rabbitmq.connection import Connection
+from .reload import Reloader, fingerprints
 from .rsio.connection import RsioConnection
 from .sbp.connection import SbpConnection
 from .server import Broker, ConnectionFactory
@@ -56,8 +57,10 @@ def use_all_descriptors(max_open_files: int) -> int:
 
 
 async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> None:
-    """Run a broker until SIGINT or SIGTERM."""
+    """Run a broker until SIGINT or SIGTERM; SIGHUP reloads the users file and the TLS
+    certificate (reload.py), as their change does within [server] reload_interval."""
     use_all_descriptors(config.max_open_files)  # the process's, before the streams open
+    seen = fingerprints(config)  # before the streams load: a change meanwhile is reloaded
     broker = Broker(config, LISTENERS)
     await broker.start()
     metrics = management = None
@@ -74,9 +77,14 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+    reloader = Reloader(broker, seen)
+    reloading = asyncio.create_task(reloader.run())
+    with contextlib.suppress(NotImplementedError):
+        loop.add_signal_handler(signal.SIGHUP, reloader.hangup)
     if ready is not None:
         ready.set()
     await stop.wait()
+    reloading.cancel()
     for server in (metrics, management):
         if server is not None:
             await server.close()

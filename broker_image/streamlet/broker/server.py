@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Protocol
 
 from ..core.settings import StreamSettings
@@ -18,13 +20,13 @@ from .access import AccessControl
 from .arguments import parse_create_arguments
 from .budget import FrameBudget
 from .clock import LoopClock
-from .config import BrokerConfig, ConfigError
+from .config import BrokerConfig, ConfigError, User
 from .directory import CHECK_INTERVAL_S, EMPTY, Directory, DirectoryFile, seal_changes
 from .memory import TRIM_INTERVAL_S, return_free_memory
 from .replication.create import Cluster
 from .replication.forward import Forwarder
 from .replication.members import Members
-from .tls import server_context
+from .tls import ServerTls
 
 log = logging.getLogger("streamlet.broker")
 
@@ -74,7 +76,12 @@ class Broker:
         self.protocol_names: dict[type, str] = {}
         self.frame_budget = FrameBudget(config.frame_budget)
         self.closed_connections = 0  # since memory was last given back
-        self.ssl_context = server_context(config.tls) if config.tls is not None else None
+        #: the TLS listeners' certificate, replaceable while they listen (reload.py)
+        self.tls = ServerTls(config.tls) if config.tls is not None else None
+        #: reload.py's outcomes, for the metrics: failed reloads by what ("users", "tls"), and
+        #: when each was last applied (time.time(); absent: never reloaded since the start)
+        self.reload_failures: Counter[str] = Counter()
+        self.reloaded_at: dict[str, float] = {}
         self._servers: list[asyncio.Server] = []
         self._retention_task: asyncio.Task[None] | None = None
         self._trim_task: asyncio.Task[None] | None = None
@@ -91,7 +98,7 @@ class Broker:
             server = await loop.create_server(
                 lambda f=factory, t=tls, p=listener.protocol: self._connection(f, t, p),
                 listener.host, listener.port,
-                ssl=self.ssl_context if tls else None, reuse_address=True, backlog=1024)
+                ssl=self.tls.listening if tls and self.tls else None, reuse_address=True, backlog=1024)
             self._servers.append(server)
             for sock in server.sockets:
                 log.info("streamlet listening for %s%s on %s", listener.protocol,
@@ -177,6 +184,14 @@ class Broker:
                 self.directory()
             except Exception:  # never let the timer die: the next tick tries again
                 log.exception("stream directory check failed")
+
+    def set_users(self, users: tuple[User, ...]) -> list[Client]:
+        """Authenticate with ``users`` from now on (the RabbitMQ handshake and the management
+        API read ``config.users`` at each login); return the open connections of the users no
+        longer there, for the caller to close."""
+        gone = {u.name for u in self.config.users} - {u.name for u in users}
+        self.config = replace(self.config, users=users)
+        return [c for c in self.connections if c.user is not None and c.user in gone]
 
     def user_connections(self, user: str) -> int:
         return sum(1 for c in self.connections if c.user == user)

@@ -61,6 +61,7 @@ class BrokerCollector:
         yield from self._streams(streams)
         yield self._latency()
         yield from self._disk()
+        yield from self._reloads()
 
     def _clients(self, streams: list[tuple[str, str, Stream]]) -> Iterator[Metric]:
         protocols = sorted(set(self.broker.protocols) | {self.protocol(c) for c in
@@ -174,3 +175,18 @@ class BrokerCollector:
         total.add_metric([], st.f_blocks * st.f_frsize)
         yield free
         yield total
+
+    def _reloads(self) -> Iterator[Metric]:
+        """The users file's and the TLS certificate's reloads (broker/reload.py), by ``what``."""
+        failures = CounterMetricFamily(PREFIX + "reload_failures", "Reloads of a changed users "
+                                       "file or TLS certificate that failed (the old one stays "
+                                       "in force)", labels=["what"])
+        for what, count in sorted(self.broker.reload_failures.items()):
+            failures.add_metric([what], count)
+        last = GaugeMetricFamily(PREFIX + "reload_last_success_timestamp_seconds", "When the "
+                                 "users file or TLS certificate in force was loaded (Unix time)",
+                                 labels=["what"])
+        for what, at in sorted(self.broker.reloaded_at.items()):
+            last.add_metric([what], at)
+        yield failures
+        yield last

@@ -1,0 +1,171 @@
+"""reload.py's decisions as tables, [server] reload_interval, and ServerTls keeping its
+certificate when a new one does not load (in memory: no broker process)."""
+
+from __future__ import annotations
+
+import shutil
+import ssl
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from streamlet.broker.config import (
+    DEFAULT_RELOAD_INTERVAL,
+    BrokerConfig,
+    ConfigError,
+    Permission,
+    TlsConfig,
+    User,
+    load,
+)
+from streamlet.broker.reload import (
+    changed_parts,
+    check_users,
+    fingerprint,
+    fingerprints,
+    replication_in_use,
+    watched,
+)
+from streamlet.broker.tls import ServerTls
+from tests.broker.test_access import _make_certs
+
+U, C, K, A = Path("/u/users.toml"), Path("/t/tls.crt"), Path("/t/tls.key"), Path("/t/ca.crt")
+PARTS = {"users": (U,), "tls": (C, K, A)}
+
+
+@pytest.mark.parametrize(("before", "now", "expected"), [
+    ({U: "1", C: "2", K: "3", A: "4"}, {U: "1", C: "2", K: "3", A: "4"}, []),
+    ({U: "1", C: "2", K: "3", A: "4"}, {U: "9", C: "2", K: "3", A: "4"}, ["users"]),
+    ({U: "1", C: "2", K: "3", A: "4"}, {U: "1", C: "2", K: "9", A: "4"}, ["tls"]),
+    ({U: "1", C: "2", K: "3", A: "4"}, {U: "1", C: "2", K: "3", A: "9"}, ["tls"]),
+    ({U: "1", C: "2", K: "3", A: "4"}, {U: "9", C: "9", K: "9", A: "4"}, ["users", "tls"]),
+    # a file gone (unreadable) is a change, and so is its coming back
+    ({U: "1", C: "2", K: "3", A: "4"}, {U: None, C: "2", K: "3", A: "4"}, ["users"]),
+    ({U: None, C: "2", K: "3", A: "4"}, {U: "1", C: "2", K: "3", A: "4"}, ["users"]),
+    ({U: None, C: "2", K: "3", A: "4"}, {U: None, C: "2", K: "3", A: "4"}, []),
+])
+def test_changed_parts(before: dict[Path, str | None], now: dict[Path, str | None],
+                       expected: list[str]) -> None:
+    assert changed_parts(PARTS, before, now) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("cfg", "expected"), [
+    (BrokerConfig(), {}),
+    (BrokerConfig(users_file=U), {"users": (U,)}),
+    (BrokerConfig(tls=TlsConfig(C, K)), {"tls": (C, K)}),
+    (BrokerConfig(users_file=U, tls=TlsConfig(C, K, cafile=A)), {"users": (U,), "tls": (C, K, A)}),
+])
+def test_watched(cfg: BrokerConfig, expected: dict[str, tuple[Path, ...]]) -> None:
+    assert watched(cfg) == expected
+
+
+def test_fingerprint_follows_a_symlink_swap(tmp_path: Path) -> None:
+    (tmp_path / "v1").mkdir()
+    (tmp_path / "v2").mkdir()
+    (tmp_path / "v1" / "f").write_text("one")
+    (tmp_path / "v2" / "f").write_text("two")
+    (tmp_path / "..data").symlink_to("v1")
+    (tmp_path / "f").symlink_to("..data/f")
+    first = fingerprint(tmp_path / "f")
+    (tmp_path / "tmp").symlink_to("v2")
+    (tmp_path / "tmp").replace(tmp_path / "..data")
+    assert first is not None and fingerprint(tmp_path / "f") not in (first, None)
+    assert fingerprint(tmp_path / "missing") is None
+
+
+ADMIN, APP = User("admin", "a"), User("app", "b")
+BASE = BrokerConfig(users=(ADMIN, APP))
+CLUSTER = replace(BASE, peers=(("b-0", 5552), ("b-1", 5552)), member=0)
+LINKS = "the brokers log in to each other as it"
+
+
+@pytest.mark.parametrize(("cfg", "users", "error"), [
+    (BASE, (ADMIN,), None),
+    (BASE, (), "no user left"),
+    (replace(BASE, replication_user="app"), (ADMIN,), "replication_user 'app' would be removed"),
+    # alone (no cluster), the first user may go: nothing logs in with it
+    (BASE, (APP,), None),
+    (CLUSTER, (ADMIN, User("app", "new")), None),
+    (CLUSTER, (User("admin", "new"), APP), LINKS),
+    (CLUSTER, (APP,), LINKS),
+    # another user first (the operator sorts its users file): the links keep theirs, still valid
+    (CLUSTER, (User("aaa", "x"), APP, ADMIN), None),
+    (replace(BASE, directory_file=Path("/d.json")), (APP,), LINKS),
+    (replace(CLUSTER, replication_user="app"), (ADMIN, APP, User("c", "c")), None),
+    (replace(CLUSTER, replication_user="app"), (User("app", "other"), ADMIN), LINKS),
+])
+def test_check_users(cfg: BrokerConfig, users: tuple[User, ...], error: str | None) -> None:
+    replication = replication_in_use(cfg)
+    if error is None:
+        assert check_users(cfg, users, replication) == []
+    else:
+        with pytest.raises(ConfigError, match=error):
+            check_users(cfg, users, replication)
+
+
+def test_check_users_warns_of_dormant_permissions() -> None:
+    cfg = replace(BASE, permissions=(Permission("app", "/"),))
+    warnings = check_users(cfg, (ADMIN,), None)
+    assert len(warnings) == 1 and "'app'" in warnings[0] and "stay in force" in warnings[0]
+    assert check_users(cfg, (ADMIN, APP), None) == []
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("", DEFAULT_RELOAD_INTERVAL),
+    ("reload_interval = 0", 0.0),
+    ("reload_interval = 2.5", 2.5),
+    ("reload_interval = 30", 30.0),
+    ("reload_interval = -1", "reload_interval must be a number of seconds in 0..86400"),
+    ('reload_interval = "5"', "reload_interval must be a number of seconds"),
+    ("reload_interval = true", "reload_interval must be a number of seconds"),
+    ("reload_interval = 100000", "reload_interval must be a number of seconds"),
+])
+def test_reload_interval(tmp_path: Path, text: str, expected: float | str) -> None:
+    path = tmp_path / "b.toml"
+    path.write_text(f"[server]\n{text}\n")
+    if isinstance(expected, str):
+        with pytest.raises(ConfigError, match=expected):
+            load(path)
+    else:
+        assert load(path).reload_interval == expected
+
+
+def test_config_users_are_kept_apart_from_the_users_file(tmp_path: Path) -> None:
+    (tmp_path / "users.toml").write_text('[[users]]\nname = "f"\npassword = "p"\n')
+    path = tmp_path / "b.toml"
+    path.write_text('[server]\nusers_file = "users.toml"\n[[users]]\nname = "m"\npassword = "q"\n')
+    cfg = load(path)
+    assert [u.name for u in cfg.config_users] == ["m"]
+    assert [u.name for u in cfg.users] == ["m", "f"]
+
+
+def test_server_tls_keeps_its_certificate_when_the_new_one_does_not_load(tmp_path: Path) -> None:
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is needed to make test certificates")
+    _make_certs(tmp_path)
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    shutil.copy(tmp_path / "server.pem", cert)
+    shutil.copy(tmp_path / "server.key", key)
+    tls = ServerTls(TlsConfig(cert, key))
+    first = tls.current
+    assert tls.listening is first and first.sni_callback is not None
+    shutil.copy(tmp_path / "client.key", key)  # not the certificate's key
+    with pytest.raises(ConfigError, match="cannot load certificates"):
+        tls.reload()
+    cert.write_text("not a certificate")
+    with pytest.raises(ConfigError):
+        tls.reload()
+    assert tls.current is first
+    shutil.copy(tmp_path / "client.pem", cert)
+    tls.reload()
+    assert tls.current is not first and isinstance(tls.current, ssl.SSLContext)
+    assert tls.listening is first  # the listeners keep theirs; its callback hands over
+
+
+def test_fingerprints_of_every_watched_file(tmp_path: Path) -> None:
+    users = tmp_path / "users.toml"
+    users.write_text("")
+    cfg = BrokerConfig(users_file=users, tls=TlsConfig(tmp_path / "c", tmp_path / "k"))
+    assert fingerprints(cfg) == {users: fingerprint(users), tmp_path / "c": None,
+                                 tmp_path / "k": None}
