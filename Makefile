@@ -14,7 +14,7 @@ SBP_PORT ?= 5555
 .PHONY: up test test-fast lint bench soak clean help
 
 # The in-memory tests: no broker process, no cluster emulator, no Spark (seconds).
-FAST_TESTS := tests/unit tests/core tests/rabbitmq tests/storage tests/protocol tests/replication tests/client/test_client_units.py tests/operator/test_placement.py tests/operator/test_plan.py tests/operator/test_failover.py tests/operator/test_rolling.py tests/operator/test_drain_units.py tests/operator/test_resize_units.py tests/cluster/test_units.py tests/broker/test_mgmt_units.py tests/cli/test_perf_units.py
+FAST_TESTS := tests/unit tests/core tests/rabbitmq tests/storage tests/protocol tests/replication tests/client/test_client_units.py tests/operator/test_placement.py tests/operator/test_plan.py tests/operator/test_failover.py tests/operator/test_rolling.py tests/operator/test_drain_units.py tests/operator/test_resize_units.py tests/cluster/test_units.py tests/broker/test_mgmt_units.py tests/broker/test_reload_units.py tests/cli/test_perf_units.py
 
 help:
 	@echo "make up     - install and serve a broker on $(HOST):$(PORT) (MEGA on 127.0.0.1:$(MEGA_PORT), Reactive Streams IO on 127.0.0.1:$(RSIO_PORT), SBP on 127.0.0.1:$(SBP_PORT)), data in ./$(DATA) (Ctrl-C stops)"

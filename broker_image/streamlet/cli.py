@@ -73,7 +73,9 @@ def build_parser() -> Parser:
 
     serve = sub.add_parser("serve", help="run a broker", description=(
         "Run a broker. Settings come from defaults, then --config FILE (TOML, see "
-        "docs/configuration.md), then environment (STREAMLET_ADVERTISED_HOST/PORT), then flags."))
+        "docs/configuration.md), then environment (STREAMLET_ADVERTISED_HOST/PORT), then flags. "
+        "The users file and the TLS certificate are reloaded when their content changes "
+        "([server] reload_interval) and on SIGHUP; the rest of the configuration at restart."))
     serve.add_argument("--host", default=argparse.SUPPRESS,
                        help="listen address (default 127.0.0.1)")
     serve.add_argument("--port", type=port_number, default=argparse.SUPPRESS,
