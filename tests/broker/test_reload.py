@@ -294,13 +294,19 @@ def certs(tmp_path: Path) -> Path:
     return d
 
 
-async def test_certificate_rotated_without_a_restart(
-        broker_factory: Callable[..., BrokerProcess], tmp_path: Path, certs: Path) -> None:
+def _tls_setup(tmp_path: Path, certs: Path) -> Setup:
+    """A user ``app`` and the certificate ``server`` (to be rotated), both in Secret volumes."""
     s = Setup(tmp_path)
     s.users.write({"users.toml": users_toml(("app", "app-pw"))})
     s.certs = SecretVolume(tmp_path / "tls")
     s.certs.write(_tls_files(certs, "server"))
     s.ca = certs / "ca.pem"
+    return s
+
+
+async def test_certificate_rotated_without_a_restart(
+        broker_factory: Callable[..., BrokerProcess], tmp_path: Path, certs: Path) -> None:
+    s = _tls_setup(tmp_path, certs)
     sbp_port = free_port()  # another protocol's listener on [tls]'s certificate
     b = broker_factory(config=s.config(tmp_path, reload_interval=0.2, tls=True, extra=f'''
 [listeners.sbp]
@@ -341,11 +347,7 @@ async def _peer_is(port: int, ctx: ssl.SSLContext, der: bytes) -> bool:
 
 async def test_a_broken_certificate_keeps_the_old_one(
         broker_factory: Callable[..., BrokerProcess], tmp_path: Path, certs: Path) -> None:
-    s = Setup(tmp_path)
-    s.users.write({"users.toml": users_toml(("app", "app-pw"))})
-    s.certs = SecretVolume(tmp_path / "tls")
-    s.certs.write(_tls_files(certs, "server"))
-    s.ca = certs / "ca.pem"
+    s = _tls_setup(tmp_path, certs)
     b = broker_factory(config=s.config(tmp_path, reload_interval=0.2, tls=True))
     ctx = _client_context(certs, with_cert=False)
     first = _der(certs / "server.pem")
@@ -369,11 +371,7 @@ async def test_a_broken_certificate_keeps_the_old_one(
 
 async def test_sighup_reloads_the_certificate(
         broker_factory: Callable[..., BrokerProcess], tmp_path: Path, certs: Path) -> None:
-    s = Setup(tmp_path)
-    s.users.write({"users.toml": users_toml(("app", "app-pw"))})
-    s.certs = SecretVolume(tmp_path / "tls")
-    s.certs.write(_tls_files(certs, "server"))
-    s.ca = certs / "ca.pem"
+    s = _tls_setup(tmp_path, certs)
     b = broker_factory(config=s.config(tmp_path, reload_interval=0, tls=True))
     ctx = _client_context(certs, with_cert=False)
     s.certs.write(_tls_files(certs, "server2"))

@@ -68,6 +68,12 @@ VALUE_SETS = {
     },
     "minimal": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "x"},
                 "operator": {"metrics": {"enabled": False}}},
+    # least privilege (test_policy_rbac.py): namespaced RBAC, named namespaces, two replicas
+    "rbac-namespace": {"rbac": {"scope": "namespace"}},
+    "rbac-namespace-teams": {"rbac": {"scope": "namespace"}, "operator": {
+        "watchNamespaces": ["team-a", "team-b"], "replicas": 2}},
+    "rbac-cluster-two-replicas": {"operator": {"replicas": 2}},
+    "rbac-cluster-teams": {"operator": {"watchNamespaces": ["team-a"]}},
 }
 
 

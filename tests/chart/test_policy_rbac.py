@@ -13,14 +13,14 @@ import yaml
 
 from streamlet_operator.exports import SPARK_CRD
 from tests.chart.conftest import CHART, KUBE_VERSIONS
-from tests.chart.schema import validate
-from tests.chart.test_chart import chart_crd_schemas, render
+from tests.chart.test_chart import render
 
 helm_python.disable_logging()
 
 NAMESPACED: dict[str, Any] = {"rbac": {"scope": "namespace"}}
 TEAMS: dict[str, Any] = {"rbac": {"scope": "namespace"}, "operator": {"watchNamespaces": ["team-a", "team-b"],
                                                      "replicas": 2}}
+#: (test_chart.py renders, validates and lints the chart with each of these too)
 VALUE_SETS: dict[str, dict[str, Any]] = {"namespace": NAMESPACED, "namespace-teams": TEAMS,
               "cluster-two-replicas": {"operator": {"replicas": 2}},
               "cluster-teams": {"operator": {"watchNamespaces": ["team-a"]}}}
@@ -50,25 +50,6 @@ def _args(docs: list[dict[str, Any]]) -> list[str]:
     [deployment] = _kinds(docs, "Deployment")
     args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     return args
-
-
-@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
-@pytest.mark.parametrize("version", KUBE_VERSIONS)
-def test_every_manifest_is_valid(chart: helm_python.Chart, values: dict[str, Any],
-                                 version: str) -> None:
-    custom = chart_crd_schemas()
-    for doc in render(chart, values):
-        if (doc["apiVersion"], doc["kind"]) in custom:
-            validate(doc, custom[(doc["apiVersion"], doc["kind"])])
-        else:
-            kubernetes_validate.validate(doc, version, strict=True)
-
-
-@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
-def test_lint_is_clean(values: dict[str, Any]) -> None:
-    result = helm_python.lint(CHART, values, strict=True, kube_version="1.30.0", quiet=True)
-    assert result["errors"] == []
-    assert [m for m in result["messages"] if m["severity"] >= 2] == []
 
 
 @pytest.mark.parametrize("version", KUBE_VERSIONS)

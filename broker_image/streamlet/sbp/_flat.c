@@ -239,6 +239,20 @@ done:
     return result;
 }
 
+/* A FetchResult of 32 bytes at `at`: soffset (the vtable at 16), request_index, stream_id,
+ * batch_length, the status uoffset, base_offset; and its vector element. */
+static void fetch_result(unsigned char *p, Py_ssize_t base, Py_ssize_t at, Py_ssize_t status,
+                         long idx, long long sid, int32_t length, long long offset) {
+    unsigned char *t = p + at;
+    element(p, base, at, 32);
+    le32(t, (uint32_t)(at - 16));
+    le32(t + 4, (uint32_t)idx);
+    le64(t + 8, (uint64_t)sid);
+    le32(t + 16, (uint32_t)length);
+    le32(t + 20, (uint32_t)(status - at - 20));
+    le64(t + 24, (uint64_t)offset);
+}
+
 static PyObject *fill_fetch(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t at, status;
@@ -261,14 +275,7 @@ static PyObject *fill_fetch(PyObject *self, PyObject *args) {
         int ok = 1;
         if (count == 0) { /* no records: one empty result */
             if ((ok = room(&view, at, 32))) {
-                unsigned char *t = p + at;
-                element(p, base, at, 32);
-                le32(t, (uint32_t)(at - 16));
-                le32(t + 4, (uint32_t)idx);
-                le64(t + 8, (uint64_t)sid);
-                le32(t + 16, 0);
-                le32(t + 20, (uint32_t)(status - at - 20));
-                le64(t + 24, (uint64_t)-1);
+                fetch_result(p, base, at, status, idx, sid, 0, -1);
                 at += 32;
             }
         } else if ((ok = room(&view, at, 32 * count))) {
@@ -284,14 +291,7 @@ static PyObject *fill_fetch(PyObject *self, PyObject *args) {
                     break;
                 }
                 for (long long i = 0; i < n; i++, k++, at += 32) {
-                    unsigned char *t = p + at;
-                    element(p, base, at, 32);
-                    le32(t, (uint32_t)(at - 16));
-                    le32(t + 4, (uint32_t)idx);
-                    le64(t + 8, (uint64_t)sid);
-                    le32(t + 16, (uint32_t)len[k]);
-                    le32(t + 20, (uint32_t)(status - at - 20));
-                    le64(t + 24, (uint64_t)(first + i));
+                    fetch_result(p, base, at, status, idx, sid, len[k], first + i);
                 }
             }
             if (ok && k != count) {
