@@ -294,19 +294,19 @@ def certs(tmp_path: Path) -> Path:
     return d
 
 
-def _tls_setup(tmp_path: Path, certs: Path) -> Setup:
+def _tls_setup(tmp_path: Path, certs: Path) -> tuple[Setup, SecretVolume]:
     """A user ``app`` and the certificate ``server`` (to be rotated), both in Secret volumes."""
     s = Setup(tmp_path)
     s.users.write({"users.toml": users_toml(("app", "app-pw"))})
-    s.certs = SecretVolume(tmp_path / "tls")
-    s.certs.write(_tls_files(certs, "server"))
+    s.certs = volume = SecretVolume(tmp_path / "tls")
+    volume.write(_tls_files(certs, "server"))
     s.ca = certs / "ca.pem"
-    return s
+    return s, volume
 
 
 async def test_certificate_rotated_without_a_restart(
         broker_factory: Callable[..., BrokerProcess], tmp_path: Path, certs: Path) -> None:
-    s = _tls_setup(tmp_path, certs)
+    s, tls = _tls_setup(tmp_path, certs)
     sbp_port = free_port()  # another protocol's listener on [tls]'s certificate
     b = broker_factory(config=s.config(tmp_path, reload_interval=0.2, tls=True, extra=f'''
 [listeners.sbp]
@@ -322,7 +322,7 @@ tls = true
     assert await asyncio.to_thread(peer_certificate, sbp_port, ctx) == first
     old = await connect(b.host, s.tls_port, user="admin", password="admin-pw", ssl=ctx)
     try:
-        s.certs.write(_tls_files(certs, "server2"))  # cert-manager renewed the Secret
+        tls.write(_tls_files(certs, "server2"))  # cert-manager renewed the Secret
         await eventually(lambda: _peer_is(s.tls_port, ctx, second), WAIT_S,
                          "the new certificate shown")
         assert await asyncio.to_thread(peer_certificate, sbp_port, ctx) == second
@@ -347,7 +347,7 @@ async def _peer_is(port: int, ctx: ssl.SSLContext, der: bytes) -> bool:
 
 async def test_a_broken_certificate_keeps_the_old_one(
         broker_factory: Callable[..., BrokerProcess], tmp_path: Path, certs: Path) -> None:
-    s = _tls_setup(tmp_path, certs)
+    s, tls = _tls_setup(tmp_path, certs)
     b = broker_factory(config=s.config(tmp_path, reload_interval=0.2, tls=True))
     ctx = _client_context(certs, with_cert=False)
     first = _der(certs / "server.pem")
@@ -357,24 +357,24 @@ async def test_a_broken_certificate_keeps_the_old_one(
     for broken in (mismatched, garbage, {**good, "tls.key": b""}):
         failures = value(await scrape(s.metrics_port), "streamlet_reload_failures_total",
                          what="tls") or 0
-        s.certs.write(broken)
+        tls.write(broken)
         await eventually(partial(_failures_above, s.metrics_port, "tls", failures), WAIT_S,
                          "the failed reload counted")
         assert await asyncio.to_thread(peer_certificate, s.tls_port, ctx) == first
         assert await login_code(s.tls_port, "app", "app-pw", ssl=ctx) == Code.OK
     assert b.alive()
     assert "TLS certificate not reloaded, the old one stays in force" in b.log_text()
-    s.certs.write(good)
+    tls.write(good)
     await eventually(lambda: _peer_is(s.tls_port, ctx, _der(certs / "server2.pem")), WAIT_S,
                      "the good certificate taken")
 
 
 async def test_sighup_reloads_the_certificate(
         broker_factory: Callable[..., BrokerProcess], tmp_path: Path, certs: Path) -> None:
-    s = _tls_setup(tmp_path, certs)
+    s, tls = _tls_setup(tmp_path, certs)
     b = broker_factory(config=s.config(tmp_path, reload_interval=0, tls=True))
     ctx = _client_context(certs, with_cert=False)
-    s.certs.write(_tls_files(certs, "server2"))
+    tls.write(_tls_files(certs, "server2"))
     assert await asyncio.to_thread(peer_certificate, s.tls_port, ctx) == _der(certs / "server.pem")
     os.kill(b.pid, signal.SIGHUP)
     await eventually(lambda: _peer_is(s.tls_port, ctx, _der(certs / "server2.pem")), WAIT_S,

@@ -55,7 +55,7 @@ def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return doc
 
 
-VALUE_SETS = {
+VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "everything": {
         "broker": {"create": True, "spec": {"replicas": 3, "usersSecret": "app-users",
