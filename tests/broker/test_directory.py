@@ -54,10 +54,13 @@ async def test_a_client_of_broker_a_uses_a_stream_on_broker_b(
 
     client_a = await connect(a.host, a.port)
     try:
-        meta = await client_a.metadata(["far", "stale", "nowhere"])
-        brokers = {x.reference: (x.host, x.port) for x in meta.brokers}
-        codes = {m.stream: (m.code, brokers.get(m.leader)) for m in meta.streams}
-        assert codes["far"] == (Code.OK, ("127.0.0.1", b.port))
+        async def far_on_b() -> dict[str, Any] | None:
+            # the broker looks at the file's stat at most once a second: poll, never assume
+            meta = await client_a.metadata(["far", "stale", "nowhere"])
+            brokers = {x.reference: (x.host, x.port) for x in meta.brokers}
+            codes = {m.stream: (m.code, brokers.get(m.leader)) for m in meta.streams}
+            return codes if codes["far"] == (Code.OK, ("127.0.0.1", b.port)) else None
+        codes = await eventually(far_on_b, timeout=15.0, what="broker A reads the directory")
         assert codes["stale"][0] == codes["nowhere"][0] == Code.STREAM_DOES_NOT_EXIST
         assert await client_a.partitions("inv") == ["inv-0", "inv-1"]
         assert await client_a.route("1", "inv") == ["inv-1"]
