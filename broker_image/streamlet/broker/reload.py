@@ -16,7 +16,7 @@ open connections of a user no longer there are closed (a RabbitMQ Stream client 
 Close saying why), as RabbitMQ closes a deleted user's connections; a user whose password,
 loopback_only or max_connections changed keeps its open connections (the new values apply
 from its next login). Permissions are checked per operation (create, delete, declare
-publisher, subscribe, offsets, metadata...): an open connection's next such operation sees
+publisher, subscribe, offsets, stats): an open connection's next such operation sees
 the new permissions, but what it already holds stays (a declared publisher keeps
 publishing, a subscription keeps delivering, the vhost it opened stays open), as in RabbitMQ.
 A [[permissions]] entry of the main config naming a removed user stays in force, dormant:
