@@ -14,7 +14,7 @@ import socket
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 
@@ -245,6 +245,112 @@ async def test_sighup_reloads_at_once_with_polling_off(
     await eventually(lambda: logs_in(b.port, "bob", "bob-pw"), WAIT_S, "bob after SIGHUP")
     assert b.alive()
     assert await login_code(b.port, "alice", "alice-pw") == Code.AUTHENTICATION_FAILURE
+
+
+# --- permissions in the users file ---------------------------------------------------------------
+
+
+def reader_toml(write: str = "", vhost: str = "/", read: str = "^x$") -> bytes:
+    """The users file giving "reader" a password and, in the same file, its permission."""
+    return users_toml(("reader", "reader-pw")) + (
+        f'[[permissions]]\nuser = "reader"\nvhost = "{vhost}"\nconfigure = ""\n'
+        f'write = "{write}"\nread = "{read}"\n').encode()
+
+
+async def _code(call: Awaitable[object]) -> int:
+    try:
+        result = await call
+    except StreamletError as e:
+        return int(e.code)
+    close = getattr(result, "close", None)
+    if close is not None:
+        await close()
+    return int(Code.OK)
+
+
+async def reader_rights(port: int) -> tuple[int, int, int, int] | None:
+    """What "reader" may do on a fresh login: (subscribe x, subscribe y, publish x, create);
+    None while it cannot log in yet."""
+    try:
+        client = await connect("127.0.0.1", port, user="reader", password="reader-pw", timeout=10)
+    except StreamletError as e:
+        assert e.code == Code.AUTHENTICATION_FAILURE
+        return None
+    async with client:
+        return (await _code(client.consumer("x")), await _code(client.consumer("y")),
+                await _code(client.producer("x")), await _code(client.create_stream("z")))
+
+
+READ_X_ONLY = (Code.OK, Code.ACCESS_REFUSED, Code.ACCESS_REFUSED, Code.ACCESS_REFUSED)
+READ_WRITE_X = (Code.OK, Code.ACCESS_REFUSED, Code.OK, Code.ACCESS_REFUSED)
+
+
+async def _rights_are(port: int, expected: tuple[int, int, int, int]) -> bool:
+    return await reader_rights(port) == expected
+
+
+async def test_a_user_added_with_its_permission_is_restricted_from_its_first_login(
+        broker_factory: Callable[..., BrokerProcess], tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    s.users.write({"users.toml": users_toml(("alice", "alice-pw"))})
+    b = broker_factory(config=s.config(tmp_path, reload_interval=0.2))
+    pid = b.pid
+    async with await connect(b.host, b.port, user="admin", password="admin-pw") as admin:
+        await admin.create_stream("x")
+        await admin.create_stream("y")
+    # the password and the permission arrive together; every login attempt until the reload
+    # fails, and the first that succeeds is already restricted: no window of full access
+    s.users.write({"users.toml": reader_toml()})
+    first = await eventually(lambda: reader_rights(b.port), WAIT_S, "reader can log in")
+    assert first == READ_X_ONLY
+    assert b.pid == pid and b.alive()
+    # the permission changed in the file (write on x granted): applied without a restart,
+    # also to a connection opened before, at its next operation
+    async with await connect(b.host, b.port, user="reader", password="reader-pw") as before:
+        assert await _code(before.producer("x")) == Code.ACCESS_REFUSED
+        s.users.write({"users.toml": reader_toml(write="^x$")})
+        await eventually(lambda: _rights_are(b.port, READ_WRITE_X), WAIT_S, "write on x granted")
+        assert await _code(before.producer("x")) == Code.OK
+    assert b.pid == pid
+    samples = await scrape(s.metrics_port)
+    assert value(samples, "streamlet_reload_failures_total", what="users") == 0
+
+
+ADMIN_PERMISSION = '''
+[[permissions]]
+user = "admin"
+vhost = "/"
+'''
+
+
+async def test_a_bad_permission_in_the_users_file_keeps_the_old_users_and_permissions(
+        broker_factory: Callable[..., BrokerProcess], tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    s.users.write({"users.toml": reader_toml()})
+    b = broker_factory(config=s.config(tmp_path, reload_interval=0.2, extra=ADMIN_PERMISSION))
+    async with await connect(b.host, b.port, user="admin", password="admin-pw") as admin:
+        await admin.create_stream("x")
+        await admin.create_stream("y")
+    assert await reader_rights(b.port) == READ_X_ONLY  # loaded at the start
+    newcomer = users_toml(("newcomer", "newcomer-pw"))
+    granted = reader_toml(write="^x$") + newcomer
+    for broken in (reader_toml(write="^x$", vhost="nope") + newcomer,  # vhosts: main config only
+                   reader_toml(write="(") + newcomer,  # not a regular expression
+                   granted + ADMIN_PERMISSION.encode(),  # the main config has admin's already
+                   granted + b'[[permissions]]\nuser = "ghost"\nvhost = "/"\n'):  # no such user
+        failures = value(await scrape(s.metrics_port), "streamlet_reload_failures_total",
+                         what="users") or 0
+        s.users.write({"users.toml": broken})
+        await eventually(partial(_failures_above, s.metrics_port, "users", failures), WAIT_S,
+                         "the failed reload counted")
+        # neither the file's new user nor its new permission was taken
+        assert await reader_rights(b.port) == READ_X_ONLY
+        assert await login_code(b.port, "newcomer", "newcomer-pw") == Code.AUTHENTICATION_FAILURE
+    assert b.alive()
+    assert "users not reloaded, the old ones stay in force" in b.log_text()
+    s.users.write({"users.toml": granted})
+    await eventually(lambda: _rights_are(b.port, READ_WRITE_X), WAIT_S, "the good file taken")
+    assert await login_code(b.port, "newcomer", "newcomer-pw") == Code.OK
 
 
 # --- TLS ---------------------------------------------------------------------------------------

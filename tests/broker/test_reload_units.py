@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import ssl
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ from streamlet.broker.config import (
     Permission,
     TlsConfig,
     User,
+    UsersFile,
+    combine_users,
     load,
 )
 from streamlet.broker.reload import (
@@ -105,10 +108,67 @@ def test_check_users(cfg: BrokerConfig, users: tuple[User, ...], error: str | No
 
 
 def test_check_users_warns_of_dormant_permissions() -> None:
-    cfg = replace(BASE, permissions=(Permission("app", "/"),))
+    cfg = replace(BASE, config_permissions=(Permission("app", "/"),))
     warnings = check_users(cfg, (ADMIN,), None)
     assert len(warnings) == 1 and "'app'" in warnings[0] and "stay in force" in warnings[0]
     assert check_users(cfg, (ADMIN, APP), None) == []
+
+
+ALICE_TOML = '[[users]]\nname = "alice"\npassword = "a"\n'
+MAIN_PERM = Permission("admin", "/", "", "", "^admin$")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # users only, as before
+    (ALICE_TOML, UsersFile((User("alice", "a"),))),
+    # a permission for a user of the file, on the main config's vhosts
+    (ALICE_TOML + '[[permissions]]\nuser = "alice"\nvhost = "t"\nconfigure = ""\nwrite = ""\n'
+     'read = "^x$"\n', UsersFile((User("alice", "a"),), (Permission("alice", "t", "", "", "^x$"),))),
+    # the fields default as the main config's do
+    (ALICE_TOML + '[[permissions]]\nuser = "alice"\nvhost = "/"\n',
+     UsersFile((User("alice", "a"),), (Permission("alice", "/"),))),
+    # a main config user may be restricted from the file
+    ('[[permissions]]\nuser = "m"\nvhost = "t"\nread = ""\n',
+     UsersFile((), (Permission("m", "t", ".*", ".*", ""),))),
+    ('[[permissions]]\nuser = "nobody"\nvhost = "/"\n', "'nobody' in .*: no such user"),
+    (ALICE_TOML + '[[permissions]]\nuser = "alice"\nvhost = "nope"\n', "unknown vhost 'nope'"),
+    (ALICE_TOML + '[[permissions]]\nuser = "alice"\nvhost = "/"\nread = "("\n',
+     "not a regular expression"),
+    (ALICE_TOML + '[[permissions]]\nuser = "alice"\n', "needs a user and a vhost"),
+    (ALICE_TOML + '[[permissions]]\nuser = "alice"\nvhost = "/"\n' * 2, "given twice"),
+    # the main config has (admin, "/") already: which would win is not guessed
+    ('[[permissions]]\nuser = "admin"\nvhost = "/"\n', "admin on vhost '/' are given twice"),
+    (ALICE_TOML + '[[vhosts]]\nname = "x"\n', "only \\[\\[users\\]\\] and \\[\\[permissions"),
+    ('permissions = "all"\n' + ALICE_TOML, "must be a list of tables"),
+])
+def test_users_file_permissions(tmp_path: Path, text: str, expected: UsersFile | str) -> None:
+    path = tmp_path / "users.toml"
+    path.write_text(text)
+    config_users = (User("admin", "p"), User("m", "q"))
+    call = partial(combine_users, config_users, (MAIN_PERM,), ("/", "t"), path)
+    if isinstance(expected, str):
+        with pytest.raises(ConfigError, match=expected):
+            call()
+    else:
+        assert call() == ((*config_users, *expected.users), (MAIN_PERM, *expected.permissions))
+
+
+def test_users_file_permissions_at_start(tmp_path: Path) -> None:
+    """load() reads them after the main config's [[vhosts]] and keeps the main config's apart."""
+    (tmp_path / "users.toml").write_text(
+        '[[users]]\nname = "f"\npassword = "p"\n'
+        '[[permissions]]\nuser = "f"\nvhost = "t"\nwrite = ""\n')
+    path = tmp_path / "b.toml"
+    path.write_text('[server]\nusers_file = "users.toml"\n[[users]]\nname = "m"\npassword = "q"\n'
+                    '[[vhosts]]\nname = "/"\n[[vhosts]]\nname = "t"\n'
+                    '[[permissions]]\nuser = "m"\nvhost = "/"\n')
+    cfg = load(path)
+    assert cfg.config_permissions == (Permission("m", "/"),)
+    assert cfg.permissions == (Permission("m", "/"), Permission("f", "t", ".*", "", ".*"))
+    (tmp_path / "users.toml").write_text(
+        '[[users]]\nname = "f"\npassword = "p"\n[[permissions]]\nuser = "f"\nvhost = "u"\n')
+    with pytest.raises(ConfigError, match="unknown vhost 'u'"):
+        load(path)
 
 
 @pytest.mark.parametrize(("text", "expected"), [

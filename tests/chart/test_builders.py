@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +14,13 @@ from streamlet.broker import config as broker_config
 from streamlet.broker.directory import parse as parse_directory
 from streamlet_operator import names
 from streamlet_operator.builders import build_all, render_config, render_users
-from streamlet_operator.builders.configmap import plan_access, unknown_users
 from streamlet_operator.builders.directory import (
     Placed,
     advertised_host,
     build_directory_configmap,
     render_directory,
 )
-from streamlet_operator.builders.secret import broker_users
+from streamlet_operator.builders.secret import broker_users, plan_access, unknown_users
 from streamlet_operator.builders.statefulset import (
     PRE_STOP,
     TEMPLATE_HASH,
@@ -213,6 +213,7 @@ def test_vhosts_and_permissions_as_the_broker_reads_them(
     (tmp_path / "users.toml").write_text(users_text)  # the Secret as built, not render_users
     cfg = broker_config.load(path)  # the broker's loader and its validation: no ConfigError
     assert _access(cfg) == (vhosts, permissions)
+    assert cfg.config_permissions == (), "every permission is in the users file (reloaded)"
     assert len(plan_access(model).problems) == problems
     loaded = {u.name for u in cfg.users}
     assert set(users) | {p[0] for p in permissions} <= loaded
@@ -369,20 +370,53 @@ def test_pre_stop_waits_for_endpoints_and_sigterm_drains() -> None:
     assert container["lifecycle"]["preStop"]["exec"]["command"] == PRE_STOP == ["sleep", "5"]
 
 
-def test_users_and_certificates_do_not_roll_pods_permissions_do() -> None:
-    """The broker reloads its users file and its certificate files (no restart); the config,
-    which holds vhosts and permissions, it reads at start only."""
+TLS_PEER = {"secretName": "events-tls", "verifyPeer": True}
+READ_X = [{"user": "a", "read": "x"}]
+
+
+@pytest.mark.parametrize(("users", "spec", "secret_changes", "rolls"), [
+    pytest.param({"a": "2"}, {}, True, False, id="a password"),
+    pytest.param({"a": "1", "b": "3"}, {}, True, False, id="a user added"),
+    pytest.param({"a": "1"}, {"tls": TLS_PEER}, False, True, id="TLS turned on (the config)"),
+    pytest.param({"a": "1"}, {"permissions": READ_X}, True, False, id="a first permission"),
+    pytest.param({"a": "1"}, {"permissions": [{"user": "a", "read": "("}]}, True, False,
+                 id="a bad permission (denies all)"),
+    pytest.param({"a": "1"}, {"permissions": [{"user": "new"}]}, True, False,
+                 id="a permission of a user no Secret defines"),
+    pytest.param({"a": "1"}, {"vhosts": ["team-a"]}, False, True, id="a vhost"),
+])
+def test_users_and_permissions_do_not_roll_pods_vhosts_do(
+        users: dict[str, str], spec: dict[str, Any], secret_changes: bool, rolls: bool) -> None:
+    """The broker reloads its users file, which holds users and permissions together (no
+    restart); the config, which holds the vhosts, it reads at start only."""
     def manifests(users: dict[str, str], **spec: Any) -> dict[str, Any]:
         return {m["kind"]: m for m in build_all(broker(**spec), 1, users)}
 
-    def template(users: dict[str, str], **spec: Any) -> Any:
-        return manifests(users, **spec)["StatefulSet"]["spec"]["template"]
+    before, after = manifests({"a": "1"}), manifests(users, **spec)
+    assert (before["Secret"] != after["Secret"]) == secret_changes
+    assert (before["StatefulSet"]["spec"]["template"]
+            != after["StatefulSet"]["spec"]["template"]) == rolls
+    assert (before["ConfigMap"] != after["ConfigMap"]) == rolls
 
-    tls = {"secretName": "events-tls", "verifyPeer": True}
-    assert manifests({"a": "1"})["Secret"] != manifests({"a": "2"})["Secret"]
-    assert template({"a": "1"}) == template({"a": "2"}) == template({"a": "1", "b": "3"})
-    assert template({"a": "1"}, tls=tls) == template({"a": "2"}, tls=tls)
-    assert template({"a": "1"}) != template({"a": "1"}, permissions=[{"user": "a", "read": "x"}])
+
+def test_with_tls_a_password_does_not_roll_pods() -> None:
+    def template(users: dict[str, str]) -> Any:
+        sts = next(m for m in build_all(broker(tls=TLS_PEER), 1, users) if m["kind"] == "StatefulSet")
+        return sts["spec"]["template"]
+    assert template({"a": "1"}) == template({"a": "2"})
+
+
+def test_permissions_land_in_the_users_secret_not_the_config() -> None:
+    model = broker(vhosts=["team-a"], permissions=[
+        {"user": "app", "vhost": "team-a", "configure": "", "write": "^w$", "read": "^r$"}])
+    found = {m["kind"]: m for m in build_all(model, 1, {"app": "p", "streamlet-operator": "q"})}
+    users_text = base64.b64decode(found["Secret"]["data"][names.USERS_KEY]).decode()
+    config_text = found["ConfigMap"]["data"][names.CONFIG_KEY]
+    assert tomllib.loads(users_text)["permissions"] == [
+        {"user": "app", "vhost": "team-a", "configure": "", "write": "^w$", "read": "^r$"}]
+    assert [u["name"] for u in tomllib.loads(users_text)["users"]] == ["streamlet-operator", "app"]
+    assert "permissions" not in tomllib.loads(config_text)
+    assert tomllib.loads(config_text)["vhosts"] == [{"name": "/"}, {"name": "team-a"}]
 
 
 def test_the_operator_rolls_the_pods_and_any_template_change_shows_in_the_hash() -> None:

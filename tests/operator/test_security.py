@@ -1,7 +1,8 @@
 """Authorization and TLS with the real operator: a Broker with permissions, TLS only and mutual
 TLS comes up from what the operator rendered, the operator creates a Stream over TLS with its
 client certificate, a restricted user reads but cannot write, and an export's own user reads
-its stream only. Users Secret changes do not roll the pods; permission changes do.
+its stream only. Neither users nor permissions changes roll the pods (both are in the users
+Secret, which the broker reloads); a vhost change does (the config, read at start).
 
 The "pod" here is a real broker started from the operator's own ConfigMap, users Secret and
 TLS Secret (the paths and ports moved to this machine), which tests/operator/kubelet.py's
@@ -165,13 +166,15 @@ async def test_mtls_only_broker_with_permissions_and_an_export_user(
     export_password = base64.b64decode(secret["data"]["password"]).decode()
 
     async def export_user_configured() -> bool:
-        cm = await kube.get("ConfigMap", namespace, "b-config") or {}
         users = await kube.get("Secret", namespace, "b-users") or {}
         users_text = base64.b64decode((users.get("data") or {}).get(names.USERS_KEY, "")).decode()
-        return ("streamlet-export-events" in (cm.get("data") or {}).get(names.CONFIG_KEY, "")
-                and export_password in users_text)
+        # its password and its read-only permission, together in the file the broker reloads
+        return (export_password in users_text
+                and 'user = "streamlet-export-events"' in users_text)
 
-    await eventually(export_user_configured, timeout=60, what="the export user in the config")
+    await eventually(export_user_configured, timeout=60, what="the export user in the users Secret")
+    config_text = await _config_text(kube, namespace)
+    assert "[[permissions]]" not in config_text, "permissions are in the users Secret only"
     await pod.prepare(kube, namespace, "b")
     assert pod.config["listeners"]["rabbitmq"] == {"enabled": False}
     assert pod.config["tls"]["verify_peer"] is True
@@ -219,8 +222,8 @@ async def test_mtls_only_broker_with_permissions_and_an_export_user(
             with pytest.raises(Exception, match="ACCESS_REFUSED"):
                 await c.producer("events")
 
-        # The export goes: so do its Secret and its user (and its permission: a config
-        # change, which rolls the pods).
+        # The export goes: so do its Secret, its user and its permission, from the users
+        # Secret only: the config is unchanged, so the pods do not roll.
         before = await _template_hash(kube, namespace)
         await kube.patch("Stream", namespace, "events", {"spec": {"export": None}})
         await eventually(lambda: _missing(kube, "Secret", namespace, "events-export-user"),
@@ -232,8 +235,10 @@ async def test_mtls_only_broker_with_permissions_and_an_export_user(
                 users["data"][names.USERS_KEY]).decode()
 
         await eventually(user_gone, timeout=60, what="the export user out of the users Secret")
-        await eventually(lambda: _hash_differs(kube, namespace, before), timeout=60,
-                         what="the permission's removal in the pod template")
+        # the ConfigMap is applied before the users Secret in a pass, and the pod template's
+        # config hash is the config's: the same config, the same template
+        assert await _config_text(kube, namespace) == config_text
+        assert await _template_hash(kube, namespace) == before, "a permission change rolled the pods"
         # Deleted while its pod runs: the finalizer deletes it on the broker, over TLS too.
         await kube.delete("Stream", namespace, "events")
         await eventually(lambda: _missing(kube, "Stream", namespace, "events"), timeout=60,
@@ -255,7 +260,12 @@ async def _hash_differs(kube: Kube, namespace: str, before: str) -> bool:
     return await _template_hash(kube, namespace) != before
 
 
-async def test_a_users_change_does_not_roll_the_pods_a_permissions_change_does(
+async def _config_text(kube: Kube, namespace: str) -> str:
+    cm = await kube.get("ConfigMap", namespace, "b-config") or {}
+    return str((cm.get("data") or {}).get(names.CONFIG_KEY, ""))
+
+
+async def test_neither_a_users_nor_a_permissions_change_rolls_the_pods_a_vhost_change_does(
         kube: Kube, namespace: str) -> None:
     await kube.create(_users_secret(namespace, {"app": "one"}))
     await kube.create(broker_body(namespace, usersSecret="app-users"))
@@ -273,8 +283,9 @@ async def test_a_users_change_does_not_roll_the_pods_a_permissions_change_does(
     assert '"one"' not in await users_text()
     assert await _template_hash(kube, namespace) == before, "a users change rolled the pods"
 
-    # A permission naming a user no Secret defines, and a bad regex: a condition, and a config
-    # the broker takes (a new one: the config is read at start, so this one rolls).
+    # A permission naming a user no Secret defines, and a bad regex: a condition, and a users
+    # file the broker takes (and reloads: no roll).
+    config_text = await _config_text(kube, namespace)
     await kube.patch("Broker", namespace, "b", {"spec": {"permissions": [
         {"user": "app", "read": "(unclosed"}, {"user": "ghost", "write": ""}]}})
 
@@ -287,8 +298,17 @@ async def test_a_users_change_does_not_roll_the_pods_a_permissions_change_does(
     assert cond["reason"] == "InvalidPermissions"
     await eventually(lambda: _contains(users_text, '"ghost"'), timeout=60,
                      what="the permission's user defined (no usable password)")
+    text = await users_text()
+    assert '[[permissions]]\nuser = "app"\nvhost = "/"\nconfigure = ".*"\nwrite = ".*"\nread = ""' in text
+    # the ConfigMap is applied before the users Secret: this pass's config is the old one
+    assert await _config_text(kube, namespace) == config_text
+    assert await _template_hash(kube, namespace) == before, "a permissions change rolled the pods"
+
+    # A vhost: in the config, read at start, so it rolls the pods.
+    await kube.patch("Broker", namespace, "b", {"spec": {"vhosts": ["team-a"]}})
     await eventually(lambda: _hash_differs(kube, namespace, before), timeout=60,
-                     what="the permissions in the pod template")
+                     what="the vhost in the pod template")
+    assert 'name = "team-a"' in await _config_text(kube, namespace)
 
 
 async def _contains(text: Any, part: str) -> bool:

@@ -15,7 +15,7 @@ File format (all keys optional)::
     request_timeout = 60              # seconds a client has to answer a ConsumerUpdate
     frame_timeout = 60                # seconds a frame may take from its first byte to its last
     cluster_name = "streamlet"
-    users_file = "users.toml"         # more [[users]] entries, in a file of their own
+    users_file = "users.toml"         # more [[users]] and [[permissions]], in a file of their own
     reload_interval = 5               # seconds between checks of users_file and [tls]'s files
                                       # (reloaded when changed, and at once on SIGHUP; 0: SIGHUP only)
 
@@ -46,8 +46,8 @@ File format (all keys optional)::
     [[vhosts]]                        # default: only "/"
     name = "/"
 
-    [[permissions]]                   # a user with no entry here may use every vhost fully
-    user = "app"
+    [[permissions]]                   # a user with no entry here (nor in users_file) may use
+    user = "app"                      # every vhost fully; users_file may hold more entries
     vhost = "/"
     configure = "^app-"               # regular expressions on stream names, as RabbitMQ's
     write = "^app-"                   # ("" denies everything)
@@ -271,6 +271,8 @@ class BrokerConfig:
     #: the main config file's own [[users]] (users_file's are added to them): a reload of the
     #: users file starts again from these
     config_users: tuple[User, ...] = ()
+    #: the main config file's own [[permissions]] (``permissions`` adds users_file's to them)
+    config_permissions: tuple[Permission, ...] = ()
     #: seconds between checks of users_file and [tls]'s files for a change; 0: on SIGHUP only
     reload_interval: float = DEFAULT_RELOAD_INTERVAL
     directory_file: Path | None = None
@@ -496,11 +498,15 @@ def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
         changes["retention"] = Retention(max_age, max_len, seg)
     if "reload_interval" in server:
         changes["reload_interval"] = _reload_interval(server["reload_interval"])
+    access = _apply_access(doc)
     users = _users(doc.get("users", []), "[[users]]") if "users" in doc else None
+    changes["config_permissions"] = access.get("permissions", ())
     if server.get("users_file"):
         changes["users_file"] = path = Path(str(server["users_file"]))
         changes["config_users"] = users or ()
-        users = combine_users(changes["config_users"], path)
+        users, access["permissions"] = combine_users(
+            changes["config_users"], changes["config_permissions"],
+            access.get("vhosts", cfg.vhosts), path)
     if users is not None:
         changes["users"] = users
     cluster = doc.get("cluster", {})
@@ -516,7 +522,7 @@ def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
         if not isinstance(cluster["resume_roles"], bool):
             raise ConfigError(f"cluster.resume_roles must be true or false, got {cluster['resume_roles']!r}")
         changes["resume_roles"] = cluster["resume_roles"]
-    changes.update(_apply_access(doc))
+    changes.update(access)
     changes.update(_listeners(doc.get("listeners", {}), str(changes.get("host", cfg.host))))
     return replace(cfg, **changes)
 
@@ -622,23 +628,53 @@ def _users(entries: Any, where: str) -> tuple[User, ...]:
     return tuple(users)
 
 
-def _read_users_file(path: Path) -> tuple[User, ...]:
-    """``server.users_file``: a TOML file of ``[[users]]`` tables only (e.g. from a Secret)."""
+@dataclass(frozen=True)
+class UsersFile:
+    """What ``server.users_file`` holds: users and, optionally, their permissions."""
+
+    users: tuple[User, ...] = ()
+    permissions: tuple[Permission, ...] = ()
+
+
+def _read_users_file(path: Path) -> UsersFile:
+    """``server.users_file``: a TOML file of ``[[users]]`` and ``[[permissions]]`` tables only
+    (e.g. from a Secret). Its permissions are reloaded with its users, so a user it adds is
+    never known without them."""
     try:
         doc = tomllib.loads(path.read_text())
     except OSError as e:
         raise ConfigError(f"cannot read users file {path}: {e.strerror}") from e
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"users file {path} is not valid TOML: {e}") from e
-    extra = set(doc) - {"users"}
+    extra = set(doc) - {"users", "permissions"}
     if extra:
-        raise ConfigError(f"users file {path} may hold only [[users]], not {', '.join(sorted(extra))}")
-    return _users(doc.get("users", []), f"[[users]] in {path}")
+        raise ConfigError(f"users file {path} may hold only [[users]] and [[permissions]], "
+                          f"not {', '.join(sorted(extra))}")
+    return UsersFile(_users(doc.get("users", []), f"[[users]] in {path}"),
+                     _permissions(doc.get("permissions", []), f"[[permissions]] in {path}"))
 
 
-def combine_users(config_users: tuple[User, ...], users_file: Path) -> tuple[User, ...]:
-    """The broker's users: the main config's [[users]], then the users file's (read now)."""
-    return _check_unique((*config_users, *_read_users_file(users_file)))
+def combine_users(config_users: tuple[User, ...], config_permissions: tuple[Permission, ...],
+                  vhosts: tuple[str, ...], users_file: Path
+                  ) -> tuple[tuple[User, ...], tuple[Permission, ...]]:
+    """The broker's users and permissions: the main config's, then the users file's (read
+    now). The file's permissions must name a user of either and one of ``vhosts`` (vhosts are
+    the main config's only), and no (user, vhost) may have two entries: one of them would be
+    silently ignored."""
+    read = _read_users_file(users_file)
+    users = _check_unique((*config_users, *read.users))
+    names = {u.name for u in users}
+    seen = {(p.user, p.vhost) for p in config_permissions}
+    for p in read.permissions:
+        if p.user not in names:
+            raise ConfigError(f"permissions for {p.user!r} in {users_file}: no such user in [[users]]")
+        if p.vhost not in vhosts:
+            raise ConfigError(f"permissions for {p.user} in {users_file}: unknown vhost {p.vhost!r}")
+        if (p.user, p.vhost) in seen:
+            raise ConfigError(f"permissions for {p.user} on vhost {p.vhost!r} are given twice "
+                              f"(users file {users_file})")
+        seen.add((p.user, p.vhost))
+    return users, (*config_permissions, *read.permissions)
 
 
 def _reload_interval(value: Any) -> float:
@@ -657,6 +693,23 @@ def _check_unique(users: tuple[User, ...]) -> tuple[User, ...]:
     return users
 
 
+def _permissions(entries: Any, where: str) -> tuple[Permission, ...]:
+    if not isinstance(entries, list) or not all(isinstance(p, dict) for p in entries):
+        raise ConfigError(f"{where} must be a list of tables")
+    perms = []
+    for p in entries:
+        if not p.get("user") or not p.get("vhost"):
+            raise ConfigError(f"every {where} entry needs a user and a vhost")
+        kinds = {k: str(p.get(k, ".*")) for k in ("configure", "write", "read")}
+        for k, rx in kinds.items():
+            try:
+                re.compile(rx)
+            except re.error as e:
+                raise ConfigError(f"permissions for {p['user']}: {k} = {rx!r} is not a regular expression: {e}") from e
+        perms.append(Permission(str(p["user"]), str(p["vhost"]), **kinds))
+    return tuple(perms)
+
+
 def _apply_access(doc: dict[str, Any]) -> dict[str, Any]:
     """[[vhosts]], [[permissions]], [tls] and [limits]."""
     changes: dict[str, Any] = {}
@@ -665,17 +718,7 @@ def _apply_access(doc: dict[str, Any]) -> dict[str, Any]:
         if not all(names):
             raise ConfigError("every [[vhosts]] entry needs a name")
         changes["vhosts"] = tuple(dict.fromkeys(names))
-    perms = []
-    for p in doc.get("permissions", []):
-        if not p.get("user") or not p.get("vhost"):
-            raise ConfigError("every [[permissions]] entry needs a user and a vhost")
-        kinds = {k: str(p.get(k, ".*")) for k in ("configure", "write", "read")}
-        for k, rx in kinds.items():
-            try:
-                re.compile(rx)
-            except re.error as e:
-                raise ConfigError(f"permissions for {p['user']}: {k} = {rx!r} is not a regular expression: {e}") from e
-        perms.append(Permission(str(p["user"]), str(p["vhost"]), **kinds))
+    perms = _permissions(doc.get("permissions", []), "[[permissions]]")
     if perms:
         changes["permissions"] = tuple(perms)
     tls = doc.get("tls")

@@ -9,14 +9,20 @@ untouched; hashing what the path resolves to sees every such change.
 A change is applied whole or not at all: a users file or certificate that does not load
 keeps the old one in force, is logged and counted (``streamlet_reload_failures_total``).
 
-Users: new logins (RabbitMQ Stream SASL and the management API's Basic) use the new table at
-once. The open connections of a user no longer there are closed (a RabbitMQ Stream client
-is sent a Close saying why), as RabbitMQ closes a deleted user's connections; a user whose
-password, loopback_only or max_connections changed keeps its open connections (the new
-values apply from its next login). A [[permissions]] entry of the main config naming a
-removed user stays in force, dormant: the user can no longer log in, and if it comes back it
-comes back with those restrictions, never with full access (a warning is logged, since a
-restart with that config would be refused until the entry goes).
+Users: the users file's [[users]] and its [[permissions]] are swapped in together, in one
+step, so a user the file adds is never known without the permissions the file gives it. New
+logins (RabbitMQ Stream SASL and the management API's Basic) use the new table at once. The
+open connections of a user no longer there are closed (a RabbitMQ Stream client is sent a
+Close saying why), as RabbitMQ closes a deleted user's connections; a user whose password,
+loopback_only or max_connections changed keeps its open connections (the new values apply
+from its next login). Permissions are checked per operation (create, delete, declare
+publisher, subscribe, offsets, stats): an open connection's next such operation sees
+the new permissions, but what it already holds stays (a declared publisher keeps
+publishing, a subscription keeps delivering, the vhost it opened stays open), as in RabbitMQ.
+A [[permissions]] entry of the main config naming a removed user stays in force, dormant:
+the user can no longer log in, and if it comes back it comes back with those restrictions,
+never with full access (a warning is logged, since a restart with that config would be
+refused until the entry goes).
 
 TLS: new handshakes use the new certificate, key and CA, on every listener with TLS; open
 TLS connections keep theirs.
@@ -97,7 +103,7 @@ def check_users(cfg: BrokerConfig, users: tuple[User, ...],
         raise ConfigError(f"user {replication[0]!r} would be removed or its password changed, "
                           "but the brokers log in to each other as it (taken at their start): "
                           "that needs the brokers restarted")
-    dormant = sorted({p.user for p in cfg.permissions} - names)
+    dormant = sorted({p.user for p in cfg.config_permissions} - names)
     return [f"[[permissions]] of user {name!r}, not in the users any more, stay in force "
             "(should it come back); the broker will not start with this configuration "
             "until the entry is removed" for name in dormant]
@@ -156,7 +162,8 @@ class Reloader:
         cfg = self.broker.config
         assert cfg.users_file is not None
         try:
-            users = combine_users(cfg.config_users, cfg.users_file)
+            users, permissions = combine_users(cfg.config_users, cfg.config_permissions,
+                                               cfg.vhosts, cfg.users_file)
             warnings = check_users(cfg, users, self.replication)
         except ConfigError as e:
             log.error("users not reloaded, the old ones stay in force: %s", e)
@@ -165,10 +172,13 @@ class Reloader:
             log.warning("users reloaded: %s", warning)
         before = {u.name for u in cfg.users}
         after = {u.name for u in users}
-        gone = self.broker.set_users(users)
-        log.info("users reloaded from %s: %d users (added: %s; removed: %s)", cfg.users_file,
-                 len(users), ", ".join(sorted(after - before)) or "none",
-                 ", ".join(sorted(before - after)) or "none")
+        changed = sorted({p.user for p in set(cfg.permissions) ^ set(permissions)})
+        gone = self.broker.set_users(users, permissions)
+        log.info("users reloaded from %s: %d users (added: %s; removed: %s), %d permissions "
+                 "(changed for: %s)", cfg.users_file, len(users),
+                 ", ".join(sorted(after - before)) or "none",
+                 ", ".join(sorted(before - after)) or "none", len(permissions),
+                 ", ".join(changed) or "none")
         for conn in gone:
             log.info("closing a connection of removed user %s", conn.user)
             close(conn, f"user {conn.user} was removed")

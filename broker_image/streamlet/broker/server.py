@@ -20,7 +20,7 @@ from .access import AccessControl
 from .arguments import parse_create_arguments
 from .budget import FrameBudget
 from .clock import LoopClock
-from .config import BrokerConfig, ConfigError, User
+from .config import BrokerConfig, ConfigError, Permission, User
 from .directory import CHECK_INTERVAL_S, EMPTY, Directory, DirectoryFile, seal_changes
 from .memory import TRIM_INTERVAL_S, return_free_memory
 from .replication.create import Cluster
@@ -185,12 +185,16 @@ class Broker:
             except Exception:  # never let the timer die: the next tick tries again
                 log.exception("stream directory check failed")
 
-    def set_users(self, users: tuple[User, ...]) -> list[Client]:
-        """Authenticate with ``users`` from now on (the RabbitMQ handshake and the management
-        API read ``config.users`` at each login); return the open connections of the users no
-        longer there, for the caller to close."""
+    def set_users(self, users: tuple[User, ...], permissions: tuple[Permission, ...]
+                  ) -> list[Client]:
+        """Authenticate with ``users`` and authorise with ``permissions`` from now on (the
+        RabbitMQ handshake and the management API read ``config.users`` at each login, every
+        checked operation asks ``access``); both change in one step, with no await between, so
+        no login sees a new user without its permissions. Return the open connections of the
+        users no longer there, for the caller to close."""
         gone = {u.name for u in self.config.users} - {u.name for u in users}
-        self.config = replace(self.config, users=users)
+        self.config = replace(self.config, users=users, permissions=permissions)
+        self.access = AccessControl(self.config)
         return [c for c in self.connections if c.user is not None and c.user in gone]
 
     def user_connections(self, user: str) -> int:

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Collection
-from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import names
-from ..model import BrokerModel, Permission
+from ..model import BrokerModel
 from .common import metadata, toml_string
 
 DATA_DIR = "/var/lib/streamlet"
@@ -29,72 +26,17 @@ def peers(broker: BrokerModel, pods: int) -> list[str]:
             f":{broker.port}" for i in range(pods)]
 
 
-@dataclass(frozen=True)
-class Access:
-    """The vhosts and permissions the broker's config gets, and what was wrong with the spec."""
-
-    vhosts: tuple[str, ...]
-    permissions: tuple[Permission, ...]
-    problems: tuple[str, ...] = ()
-
-
-def _regex_problem(pattern: str) -> str | None:
-    try:
-        re.compile(pattern)  # the broker's own engine (Python's re), not the API server's CEL
-    except re.error as e:
-        return str(e)
-    return None
-
-
-def plan_access(broker: BrokerModel) -> Access:
-    """spec.vhosts and spec.permissions made into a config the broker accepts, whatever the
-    spec says: the broker refuses to start on a bad entry, and a crash-looping pod serves no
-    one. Every fix fails closed: a bad regular expression becomes "" (denies all), a
-    permission on an unknown vhost is dropped, and a user left with no permission at all gets
-    a deny-all one on "/" (a user without any entry would have full access). Each fix is a
-    problem, for the Broker's AccessConfigured condition."""
-    vhosts = ("/", *broker.vhosts)
-    problems: list[str] = []
-    kept: dict[tuple[str, str], Permission] = {}
-    restricted: list[str] = []
-    for p in broker.permissions:
-        if p.user == names.OPERATOR_USER:  # it creates, moves and replicates every stream
-            problems.append(f"permissions of {p.user!r}: the operator's own user is never "
-                            "restricted (left out)")
-            continue
-        restricted.append(p.user)
-        if p.vhost not in vhosts:
-            problems.append(f"permission of {p.user!r} on vhost {p.vhost!r}: no such vhost in "
-                            "spec.vhosts (left out)")
-            continue
-        fixed = p
-        for kind in ("configure", "write", "read"):
-            error = _regex_problem(getattr(p, kind))
-            if error is not None:
-                problems.append(f"permission of {p.user!r} on {p.vhost!r}: {kind} "
-                                f"{getattr(p, kind)!r} is not a regular expression ({error}); "
-                                "it denies everything instead")
-                fixed = replace(fixed, **{kind: ""})
-        if (p.user, p.vhost) in kept:
-            problems.append(f"permissions of {p.user!r} on {p.vhost!r} given twice (the last one "
-                            "counts)")
-        kept[(p.user, p.vhost)] = fixed
-    for user in dict.fromkeys(restricted):
-        if not any(u == user for u, _ in kept):
-            kept[(user, "/")] = Permission(user, "/", "", "", "")
-    return Access(vhosts, tuple(kept.values()), tuple(problems))
-
-
-def unknown_users(broker: BrokerModel, users: Collection[str]) -> list[str]:
-    """Users spec.permissions names that the users Secret does not define (builders/secret.py
-    renders them without a usable password: a client certificate naming them is their only way
-    in)."""
-    return sorted({p.user for p in broker.permissions} - set(users))
+def vhosts(broker: BrokerModel) -> tuple[str, ...]:
+    """The broker's vhosts: "/" (which it always has), then spec.vhosts, once each. They stay
+    in the config (read at start: a vhost change rolls the pods); the permissions on them are
+    in the users Secret (builders/secret.py), which the broker reloads."""
+    return tuple(dict.fromkeys(("/", *broker.vhosts)))
 
 
 def render_config(broker: BrokerModel, pods: int | None = None) -> str:
     """The broker's TOML for a StatefulSet of ``pods`` pods (default ``spec.replicas``). Users
-    come from a Secret, mounted as the file ``users_file`` names.
+    and their permissions come from a Secret, mounted as the file ``users_file`` names (the
+    broker reloads it: builders/secret.py); the vhosts are here.
 
     The advertised host is per pod, so it is not here: each pod sets STREAMLET_ADVERTISED_HOST.
     So is the member id: ``member = "auto"`` is the ordinal the pod's hostname ends in. Every
@@ -129,13 +71,8 @@ def render_config(broker: BrokerModel, pods: int | None = None) -> str:
         f"max_segment_size_bytes = {r.max_segment_size_bytes or 500_000_000}",
         "",
     ]
-    access = plan_access(broker)
-    for vhost in access.vhosts:
+    for vhost in vhosts(broker):
         lines += ["[[vhosts]]", f"name = {toml_string(vhost)}", ""]
-    for p in access.permissions:
-        lines += ["[[permissions]]", f"user = {toml_string(p.user)}",
-                  f"vhost = {toml_string(p.vhost)}", f"configure = {toml_string(p.configure)}",
-                  f"write = {toml_string(p.write)}", f"read = {toml_string(p.read)}", ""]
     tls = broker.tls
     if tls is not None:
         lines += [

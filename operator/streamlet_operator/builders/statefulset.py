@@ -141,13 +141,14 @@ def _merge_named(base: list[dict[str, Any]], override: list[dict[str, Any]]) -> 
 
 def config_hash(broker: BrokerModel) -> str:
     """What rolls the pods: the rendered config (the broker reads it once, at start), which
-    holds the vhosts and permissions too, so a permissions change (an export's user too)
-    rolls the pods, one at a time (rolling.py).
+    holds the vhosts too, so a vhost change rolls the pods, one at a time (rolling.py).
 
-    Not the users nor the certificates: the broker reloads its users file and its certificate
-    files when their content changes (it polls them; SIGHUP too), and the kubelet updates
-    the Secret volumes in place, so a password or a renewed certificate rolls nothing. Only
-    Secret names are in the template (the volumes), never their content.
+    Not the users, their permissions nor the certificates: the broker reloads its users file
+    (users and permissions, in one swap: builders/secret.py) and its certificate files when
+    their content changes (it polls them; SIGHUP too), and the kubelet updates the Secret
+    volumes in place, so a password, a permission (an export user's too) or a renewed
+    certificate rolls nothing. Only Secret names are in the template (the volumes), never
+    their content.
 
     Not the pod count (cluster.peers, rendered here for one pod): a restarted broker comes
     back fenced in every replicated stream it is a member of, and until the operator drives

@@ -11,8 +11,8 @@ import kopf
 
 from .. import names
 from ..builders import build_all
-from ..builders.configmap import plan_access, unknown_users
 from ..builders.export import BROKER_LABEL, EXPORT_USER_COMPONENT, export_permission
+from ..builders.secret import plan_access, unknown_users
 from ..builders.statefulset import IMMUTABLE_SPEC_FIELDS
 from ..conditions import set_condition
 from ..constants import GROUP, VERSION
@@ -132,7 +132,7 @@ async def reconcile_broker(body: dict[str, Any], runtime: Runtime, index: Any,
         "UsersSecretNotFound" if users_problem else "UsersApplied", users_problem or "", gen)
     exporters, export_permissions = await _export_users(runtime, broker)
     users.update(exporters)
-    # After the spec's: for the same user and vhost the broker keeps the last entry, so an
+    # After the spec's: for the same user and vhost plan_access keeps the last entry, so an
     # export user stays read-only whatever spec.permissions says of it.
     broker = replace(broker, permissions=(*broker.permissions, *export_permissions))
     conditions = _access_condition(conditions, broker, users, gen)
@@ -176,7 +176,7 @@ async def reconcile_broker(body: dict[str, Any], runtime: Runtime, index: Any,
 def _access_condition(conditions: list[dict[str, Any]], broker: BrokerModel,
                       users: dict[str, str], gen: int) -> list[dict[str, Any]]:
     """AccessConfigured: False with what the config does instead when spec.vhosts and
-    spec.permissions could not be applied as written (configmap.plan_access says what)."""
+    spec.permissions could not be applied as written (secret.plan_access says what)."""
     problems = list(plan_access(broker).problems)
     unknown = unknown_users(broker, users)
     if unknown:
