@@ -23,7 +23,6 @@ from streamlet_operator.builders.export import (
     status_from_jobs,
     status_from_scheduled_app,
 )
-
 from streamlet_operator.model import BrokerModel
 from tests.chart.pod_security import pod_templates, violations
 
