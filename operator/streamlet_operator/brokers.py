@@ -73,8 +73,8 @@ def operator_tls(broker: BrokerModel, secrets: dict[str, dict[str, Any] | None]
     tls = broker.tls
     if tls is None:
         return None
-    ca = _pem(secrets.get(tls.ca_secret or tls.secret), CA_KEY)
-    if ca is None and tls.plain_listener:
+    ca = _pem(secrets.get(tls.ca_source), CA_KEY)
+    if not tls.clients_use_tls(ca is not None):
         return None
     cert = key = None
     if tls.operator_client_secret:

@@ -18,10 +18,14 @@ import logging
 import secrets
 from typing import Any
 
+from .brokers import CA_KEY
 from .builders.export import (
+    ExportConnection,
+    ExportSpec,
     build_export_cronjob,
     build_export_user_secret,
     build_scheduled_spark_application,
+    export_connection,
     export_name,
     export_secret_name,
     labels,
@@ -30,7 +34,7 @@ from .builders.export import (
 )
 from .conditions import get_condition, remove_condition, set_condition
 from .kube import ApiError, Kube
-from .model import StreamModel
+from .model import BrokerModel, StreamModel
 
 CONDITION = "ExportReady"
 SPARK_CRD = "scheduledsparkapplications.sparkoperator.k8s.io"
@@ -70,7 +74,7 @@ async def reconcile_export(body: dict[str, Any], kube: Kube, status: dict[str, A
         spark = await spark_operator_installed(kube)
         build = build_scheduled_spark_application if spark else build_export_cronjob
         try:
-            obj = build(body)
+            obj = build(body, await _connection(kube, body))
         except ValueError as e:  # the user's spec: say so, leave any running schedule alone
             return _set(status, conditions, old, False, INVALID, str(e), generation, warn=True)
         assert obj is not None
@@ -97,6 +101,20 @@ async def reconcile_export(body: dict[str, Any], kube: Kube, status: dict[str, A
     schedule = obj["spec"]["schedule"]
     return _set(status, conditions, old, True, SCHEDULED[kind],
                 f"{kind} {obj['metadata']['name']} on schedule {schedule!r}", generation)
+
+
+async def _connection(kube: Kube, body: dict[str, Any]) -> ExportConnection:
+    """How the export reaches its Broker (builders.export.export_connection): the port, and
+    TLS when the Broker has it; a CA is known when its source Secret has ``ca.crt``."""
+    export, stream = ExportSpec.from_stream(body), StreamModel.from_body(body)
+    assert export is not None
+    found = await kube.get("Broker", stream.namespace, stream.broker)
+    broker = BrokerModel.from_body(found) if found is not None else None
+    ca_known = False
+    if broker is not None and broker.tls is not None:
+        secret = await kube.get("Secret", stream.namespace, broker.tls.ca_source)
+        ca_known = bool(((secret or {}).get("data") or {}).get(CA_KEY))
+    return export_connection(export, broker, ca_known)
 
 
 async def ensure_export_user(kube: Kube, body: dict[str, Any]) -> None:

@@ -80,6 +80,17 @@ class Tls:
                    operator_client_secret=doc.get("operatorClientSecret") or None)
 
     @property
+    def ca_source(self) -> str:
+        """The Secret whose ``ca.crt`` is the CA: caSecretName, else the TLS Secret."""
+        return self.ca_secret or self.secret
+
+    def clients_use_tls(self, ca_known: bool) -> bool:
+        """Whether the operator's clients (its own connections, exports) use TLS: not when
+        the plain listener is on and no CA is known to verify the brokers with (what worked
+        before stays); TLS only, without a CA, with the system's CAs."""
+        return ca_known or not self.plain_listener
+
+    @property
     def cafile_wanted(self) -> bool:
         """Whether the broker gets a CA file: asked for (caSecretName) or needed (verifyPeer).
         Not otherwise: a kubernetes.io/tls Secret made by hand may have no ca.crt."""

@@ -6,6 +6,11 @@ offset) up to the stream's end when the run starts, writes the rows into one fol
 is exported twice), and then stores the end as the reference's offset in the stream.
 
     spark-submit export_parquet.py --host streamlet --stream events --destination s3a://b/events
+
+Over TLS (``--tls``, with ``--ca-cert``, and ``--cert``/``--key`` for mutual TLS), as the CLI.
+The files may come as PEM text in the environment instead (``STREAMLET_TLS_CA``,
+``STREAMLET_TLS_CERT``, ``STREAMLET_TLS_KEY``: how the operator hands over one key of a
+Secret, as it does the password); they are written to a private folder for the run.
 """
 
 from __future__ import annotations
@@ -16,10 +21,16 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from streamlet.client import OffsetSpec, connect
+from streamlet.client import Client, OffsetSpec
+
+#: PEM text in the environment, and the option naming the file it is written to.
+TLS_ENV = {"STREAMLET_TLS_CA": "ca_cert", "STREAMLET_TLS_CERT": "cert",
+           "STREAMLET_TLS_KEY": "key"}
 
 
 @dataclass(frozen=True)
@@ -33,6 +44,10 @@ class ExportConfig:
     format: str = "raw"
     user: str = "guest"
     password: str = "guest"
+    tls: bool = False
+    ca_cert: str | None = None  # PEM file paths, as the data source's options
+    cert: str | None = None
+    key: str | None = None
 
     @property
     def ref(self) -> str:
@@ -46,12 +61,26 @@ class ExportConfig:
         else:
             assert self.super_stream
             opts["superStream"] = self.super_stream
+        if self.tls:
+            opts["tls"] = "true"
+            for name, path in (("caCert", self.ca_cert), ("clientCert", self.cert),
+                               ("clientKey", self.key)):
+                if path:
+                    opts[name] = path
         return opts
+
+
+async def _connect(cfg: ExportConfig) -> Client:
+    """A connection as the data source makes them (the same options, TLS included)."""
+    from streamlet_spark.broker import open_client
+    from streamlet_spark.options import parse_options
+
+    return await open_client(parse_options(cfg.source_options()))
 
 
 async def _plan(cfg: ExportConfig) -> tuple[dict[str, int], dict[str, int]]:
     """Per partition stream: where this run starts (after the stored offset) and ends."""
-    client = await connect(cfg.host, cfg.port, user=cfg.user, password=cfg.password)
+    client = await _connect(cfg)
     try:
         streams = ([cfg.stream] if cfg.stream else
                    await client.partitions(cfg.super_stream or ""))
@@ -67,7 +96,7 @@ async def _plan(cfg: ExportConfig) -> tuple[dict[str, int], dict[str, int]]:
 
 
 async def _store(cfg: ExportConfig, ends: dict[str, int]) -> None:
-    client = await connect(cfg.host, cfg.port, user=cfg.user, password=cfg.password)
+    client = await _connect(cfg)
     try:
         for s, end in ends.items():
             await client.store_offset(cfg.ref, s, end - 1)
@@ -101,10 +130,17 @@ def export(spark: Any, cfg: ExportConfig) -> int:
     return count
 
 
-def parse_args(argv: list[str]) -> ExportConfig:
+def parse_args(argv: list[str], pem_dir: Path | None = None) -> ExportConfig:
+    """The job's configuration; PEM text in the environment (TLS_ENV) is written into
+    ``pem_dir`` (needed only then) and used unless the flag names a file."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--host", default=os.environ.get("STREAMLET_HOST", "127.0.0.1"))
-    p.add_argument("--port", type=int, default=int(os.environ.get("STREAMLET_PORT", "5552")))
+    p.add_argument("--port", type=int, default=None,
+                   help="default: $STREAMLET_PORT, else 5551 with --tls, else 5552")
+    p.add_argument("--tls", action="store_true", help="connect with TLS")
+    p.add_argument("--ca-cert", help="with --tls: trust the CAs in this PEM file")
+    p.add_argument("--cert", help="with --tls: a client certificate (PEM)")
+    p.add_argument("--key", help="with --cert: its private key (PEM)")
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--stream")
     target.add_argument("--super-stream")
@@ -112,10 +148,26 @@ def parse_args(argv: list[str]) -> ExportConfig:
     p.add_argument("--reference", help="consumer reference holding the progress")
     p.add_argument("--format", choices=("raw", "amqp"), default="raw")
     a = p.parse_args(argv)
-    return ExportConfig(host=a.host, port=a.port, destination=a.destination, stream=a.stream,
+    for env, dest in TLS_ENV.items():
+        text = os.environ.get(env)
+        if text and getattr(a, dest) is None:
+            if pem_dir is None:
+                p.error(f"${env}: no folder to write it to")
+            path = pem_dir / dest
+            with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+                f.write(text)
+            setattr(a, dest, str(path))
+    given = [f"--{d.replace('_', '-')}" for d in TLS_ENV.values() if getattr(a, d)]
+    if given and not a.tls:
+        p.error(f"{', '.join(given)}: only with --tls")
+    if a.key and not a.cert:
+        p.error("--key: only with --cert")
+    port = a.port or int(os.environ.get("STREAMLET_PORT") or (5551 if a.tls else 5552))
+    return ExportConfig(host=a.host, port=port, destination=a.destination, stream=a.stream,
                         super_stream=a.super_stream, reference=a.reference, format=a.format,
                         user=os.environ.get("STREAMLET_USER", "guest"),
-                        password=os.environ.get("STREAMLET_PASSWORD", "guest"))
+                        password=os.environ.get("STREAMLET_PASSWORD", "guest"),
+                        tls=a.tls, ca_cert=a.ca_cert, cert=a.cert, key=a.key)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,14 +175,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from streamlet_spark import StreamletDataSource
 
-    cfg = parse_args(sys.argv[1:] if argv is None else argv)
-    spark = SparkSession.builder.appName(f"streamlet-export-{cfg.ref}").getOrCreate()
-    spark.dataSource.register(StreamletDataSource)
-    try:
-        n = export(spark, cfg)
-        print(json.dumps({"exported": n, "reference": cfg.ref}))
-    finally:
-        spark.stop()
+    with tempfile.TemporaryDirectory(prefix="streamlet-export-") as pem_dir:
+        cfg = parse_args(sys.argv[1:] if argv is None else argv, Path(pem_dir))
+        spark = SparkSession.builder.appName(f"streamlet-export-{cfg.ref}").getOrCreate()
+        spark.dataSource.register(StreamletDataSource)
+        try:
+            n = export(spark, cfg)
+            print(json.dumps({"exported": n, "reference": cfg.ref}))
+        finally:
+            spark.stop()
     return 0
 
 

@@ -20,7 +20,7 @@ T = TypeVar("T")
 
 async def open_client(opts: Options) -> Client:
     return await connect(opts.host, opts.port, user=opts.user, password=opts.password,
-                         vhost=opts.vhost, timeout=opts.timeout,
+                         vhost=opts.vhost, timeout=opts.timeout, ssl=opts.ssl_context(),
                          connection_name="streamlet-spark")
 
 

@@ -20,8 +20,11 @@ from streamlet_operator.builders import build_all
 from streamlet_operator.builders.export import (
     CONTAINER_SECURITY_CONTEXT,
     DEFAULT_IMAGE,
+    PLAIN,
     POD_SECURITY_CONTEXT,
     POD_TEMPLATES,
+    ExportConnection,
+    ExportTls,
     build_export_cronjob,
     build_scheduled_spark_application,
     spark_submit_command,
@@ -206,14 +209,18 @@ def _builder_pods() -> dict[str, Pod]:
         for manifest in build_all(broker(**spec), 3, {"app": "x"}):
             for i, pod in enumerate(pod_templates(manifest)):
                 pods[f"broker-{name}-{manifest['kind']}-{i}"] = pod
+    # plaintext, and mutual TLS (the CA and the client certificate handed to the driver)
+    mtls = ExportConnection(5551, ExportTls("broker-tls", "orders-export-client"))
     for name, body in STREAMS.items():
-        cronjob = build_export_cronjob(body)
-        assert cronjob is not None
-        [pods[f"export-cronjob-{name}"]] = pod_templates(cronjob)
-        app = build_scheduled_spark_application(body)
-        assert app is not None
-        driver, executor = _spark_app_pods(app)
-        pods[f"spark-app-driver-{name}"], pods[f"spark-app-executor-{name}"] = driver, executor
+        for how, connection in (("", PLAIN), ("-mtls", mtls)):
+            cronjob = build_export_cronjob(body, connection)
+            assert cronjob is not None
+            [pods[f"export-cronjob-{name}{how}"]] = pod_templates(cronjob)
+            app = build_scheduled_spark_application(body, connection)
+            assert app is not None
+            driver, executor = _spark_app_pods(app)
+            pods[f"spark-app-driver-{name}{how}"] = driver
+            pods[f"spark-app-executor-{name}{how}"] = executor
     for role in ("driver", "executor"):
         doc = _template_file(role)
         pods[f"spark-template-{role}"] = (doc["metadata"], doc["spec"])

@@ -18,6 +18,7 @@ from streamlet_operator.builders.export import (
     ExportSpec,
     build_export_cronjob,
     build_export_user_secret,
+    export_connection,
     export_permission,
     export_secret_name,
     spark_submit_command,
@@ -106,6 +107,15 @@ def test_the_cert_manager_example_fits_together() -> None:
             if not c["spec"].get("isCA")} == {"streamlet-ca"}
     # and what the brokers are told parses
     assert "verify_peer = true" in render_config(model)
+    # the Stream's export: over TLS with a client certificate of its own, issued by the CA
+    (stream_doc,) = [o for o in objs if o["kind"] == "Stream"]
+    validate(stream_doc, crd_schema("Stream"))
+    export = ExportSpec.from_stream(stream_doc)
+    assert export is not None
+    connection = export_connection(export, model, ca_known=True)
+    assert connection.port == model.tls.port and connection.tls is not None
+    own = certificates[connection.tls.client_secret or ""]
+    assert own is not client and "client auth" in own["spec"]["usages"]
 
 
 def _secret(**data: str) -> dict[str, Any]:

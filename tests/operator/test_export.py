@@ -19,7 +19,7 @@ from streamlet_operator.builders.export import (
 from streamlet_operator.exports import SPARK_CRD
 from streamlet_operator.kube import Kube
 from tests.operator.harness import eventually
-from tests.operator.test_broker import condition
+from tests.operator.test_broker import broker_body, condition
 from tests.operator.test_stream import gone, stream_body
 
 EXPORT = {"schedule": "*/15 * * * *", "destination": "s3a://lake/orders", "format": "parquet"}
@@ -128,6 +128,31 @@ async def test_invalid_export_is_a_condition_and_a_warning(kube: Kube, namespace
     await kube.patch("Stream", namespace, "orders", {"spec": {"export": {"format": "parquet"}}})
     await export_condition(kube, namespace, "orders", "CronJobScheduled", "True")
     await exists(kube, "CronJob", namespace, "orders-export")
+
+
+async def test_export_to_a_mutual_tls_only_broker(kube: Kube, namespace: str) -> None:
+    """The export follows its Broker: TLS only with verifyPeer needs the export's own client
+    certificate (an ExportInvalid until it has one), then runs over TLS on the TLS port with
+    the CA source's ca.crt. The Broker's CA is cert-manager's: ca.crt in the TLS Secret."""
+    await kube.create({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                       "metadata": {"name": "b-tls", "namespace": namespace},
+                       "data": {"tls.crt": "eA==", "tls.key": "eA==", "ca.crt": "eA=="}})
+    await kube.create(broker_body(namespace, port=6000, tls={
+        "secretName": "b-tls", "port": 6001, "verifyPeer": True, "plainListener": False,
+        "operatorClientSecret": "b-operator"}))
+    await kube.create(stream_body(namespace, "orders", export=EXPORT))
+    stream = await export_condition(kube, namespace, "orders", "ExportInvalid", "False")
+    assert "spec.export.tlsClientSecret" in condition(stream, "ExportReady")["message"]
+
+    await kube.patch("Stream", namespace, "orders",
+                     {"spec": {"export": {"tlsClientSecret": "orders-export-client"}}})
+    await export_condition(kube, namespace, "orders", "CronJobScheduled", "True")
+    cronjob = await exists(kube, "CronJob", namespace, "orders-export")
+    cmd = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert cmd[cmd.index("--port") + 1] == "6001" and "--tls" in cmd
+    assert "spark.kubernetes.driver.secretKeyRef.STREAMLET_TLS_CA=b-tls:ca.crt" in cmd
+    assert ("spark.kubernetes.driver.secretKeyRef.STREAMLET_TLS_KEY=orders-export-client:tls.key"
+            in cmd)
 
 
 async def test_job_outcomes_reach_the_status(kube: Kube, namespace: str) -> None:

@@ -13,11 +13,18 @@ import kubernetes_validate
 import pytest
 
 from streamlet_operator.builders.export import (
+    PLAIN,
+    ExportConnection,
+    ExportSpec,
+    ExportTls,
     build_export_cronjob,
     build_scheduled_spark_application,
+    export_connection,
     status_from_jobs,
     status_from_scheduled_app,
 )
+from streamlet_operator.model import BrokerModel
+from tests.chart.pod_security import pod_templates, violations
 
 ROOT = Path(__file__).resolve().parents[2]
 SSA_SCHEMA = json.loads(
@@ -138,3 +145,142 @@ def test_spark_rbac_manifest_is_valid(version: str) -> None:
     assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding"]
     for doc in docs:
         kubernetes_validate.validate(doc, version, strict=True)
+
+
+# --- over TLS ----------------------------------------------------------------------------------
+
+def _broker(spec_port: int | None = None, **tls: Any) -> BrokerModel:
+    spec: dict[str, Any] = {"port": spec_port} if spec_port else {}
+    if tls:
+        spec["tls"] = {"secretName": "main-tls", **tls}
+    return BrokerModel.from_body({"metadata": {"name": "main", "namespace": "shop"},
+                                  "spec": spec})
+
+
+EXPORT = ExportSpec("@hourly", "/x")
+OWN_CERT = ExportSpec("@hourly", "/x", tls_client_secret="orders-export-client")
+
+
+@pytest.mark.parametrize(("export", "broker", "ca_known", "expected"), [
+    # no Broker (yet), no TLS: plaintext, on spec.port (not 5552 whatever it says)
+    (EXPORT, None, False, PLAIN),
+    (EXPORT, _broker(), False, PLAIN),
+    (EXPORT, _broker(6000), False, ExportConnection(6000)),
+    # the plain listener on and no CA known: plaintext, as the operator itself
+    (EXPORT, _broker(6000, port=6551), False, ExportConnection(6000)),
+    # a CA known: TLS on the TLS port, trusting the CA source's ca.crt
+    (EXPORT, _broker(verifyPeer=False), True, ExportConnection(5551, ExportTls("main-tls"))),
+    (EXPORT, _broker(port=6551, caSecretName="main-ca"), True,
+     ExportConnection(6551, ExportTls("main-ca"))),
+    # TLS only without a CA: TLS all the same, with the system's CAs
+    (EXPORT, _broker(plainListener=False), False, ExportConnection(5551, ExportTls())),
+    # mutual TLS: the export's own client certificate (never operatorClientSecret)
+    (OWN_CERT, _broker(verifyPeer=True, operatorClientSecret="op"), True,
+     ExportConnection(5551, ExportTls("main-tls", "orders-export-client"))),
+    (EXPORT, _broker(verifyPeer=True, operatorClientSecret="op"), True,
+     "requires client certificates .*spec.export.tlsClientSecret"),
+    # a client certificate without verifyPeer is offered anyway (harmless; EXTERNAL could use it)
+    (OWN_CERT, _broker(plainListener=False), True,
+     ExportConnection(5551, ExportTls("main-tls", "orders-export-client"))),
+    (OWN_CERT, _broker(verifyPeer=False), False, PLAIN),
+])
+def test_export_connection(export: ExportSpec, broker: BrokerModel | None, ca_known: bool,
+                           expected: ExportConnection | str) -> None:
+    if isinstance(expected, str):
+        with pytest.raises(ValueError, match=expected):
+            export_connection(export, broker, ca_known)
+    else:
+        assert export_connection(export, broker, ca_known) == expected
+
+
+def test_tlsclientsecret_is_read_from_the_stream() -> None:
+    body = with_spec(export={**STREAM["spec"]["export"], "tlsClientSecret": "mine"})
+    spec = ExportSpec.from_stream(body)
+    assert spec is not None and spec.tls_client_secret == "mine"
+
+
+MTLS = ExportConnection(5551, ExportTls("main-tls", "orders-export-client"))
+SYSTEM_CAS = ExportConnection(5551, ExportTls())
+TLS_KEYS = {"STREAMLET_TLS_CA": ("main-tls", "ca.crt"),
+            "STREAMLET_TLS_CERT": ("orders-export-client", "tls.crt"),
+            "STREAMLET_TLS_KEY": ("orders-export-client", "tls.key")}
+
+
+def _secret_refs(obj: Any) -> list[tuple[str, str]]:
+    """Every (Secret, key) a rendered object hands a pod: env secretKeyRefs, and spark-submit's
+    ``spark.kubernetes.*.secretKeyRef.*`` confs."""
+    found: list[tuple[str, str]] = []
+    if isinstance(obj, dict):
+        ref = obj.get("secretKeyRef")
+        if isinstance(ref, dict):
+            found.append((ref["name"], ref["key"]))
+        for value in obj.values():
+            found += _secret_refs(value)
+    elif isinstance(obj, list):
+        for value in obj:
+            found += _secret_refs(value)
+    elif isinstance(obj, str) and ".secretKeyRef." in obj:
+        secret, key = obj.split("=", 1)[1].split(":")
+        found.append((secret, key))
+    return found
+
+
+def _mounted_secrets(obj: Any) -> list[Any]:
+    """Volumes and secret mounts anywhere in a rendered object (spark.kubernetes.*.secrets.*
+    confs, the Spark operator's secrets fields, pod volumes)."""
+    text = json.dumps(obj)
+    return [k for k in ("volumes", "volumeMounts", '"secrets"', ".secrets.") if k in text]
+
+
+@pytest.mark.parametrize("version", KUBE_VERSIONS)
+def test_cronjob_over_mutual_tls(version: str) -> None:
+    cronjob = build_export_cronjob(STREAM, MTLS)
+    assert cronjob is not None
+    kubernetes_validate.validate(cronjob, version, strict=True)
+    pod = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    cmd = pod["containers"][0]["command"]
+    assert cmd[cmd.index("--port") + 1] == "5551" and "--tls" in cmd
+    for name, (secret, key) in TLS_KEYS.items():
+        assert f"spark.kubernetes.driver.secretKeyRef.{name}={secret}:{key}" in cmd
+    # the spark-submit pod launches the driver only: no TLS key in its own environment
+    assert {e["name"] for e in pod["containers"][0]["env"]} == {"STREAMLET_USER",
+                                                                 "STREAMLET_PASSWORD"}
+    [(meta, spec)] = pod_templates(cronjob)
+    assert violations(spec, meta) == []
+
+
+def test_spark_application_over_mutual_tls() -> None:
+    app = build_scheduled_spark_application(STREAM, MTLS)
+    assert app is not None
+    jsonschema.validate(app, SSA_SCHEMA)
+    template = app["spec"]["template"]
+    assert template["arguments"][template["arguments"].index("--port") + 1] == "5551"
+    assert "--tls" in template["arguments"]
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in template["driver"]["env"]}
+    assert {n: (r["name"], r["key"]) for n, r in env.items() if "TLS" in n} == TLS_KEYS
+    assert "env" not in template["executor"]  # the executors get it with the source's options
+
+
+def test_system_cas_hand_over_no_ca() -> None:
+    cronjob = build_export_cronjob(STREAM, SYSTEM_CAS)
+    app = build_scheduled_spark_application(STREAM, SYSTEM_CAS)
+    assert cronjob is not None and app is not None
+    assert "--tls" in app["spec"]["template"]["arguments"]
+    assert not [r for r in _secret_refs([cronjob, app]) if r[1] != "user" and r[1] != "password"]
+
+
+@pytest.mark.parametrize("build", [build_export_cronjob, build_scheduled_spark_application])
+def test_the_brokers_private_key_never_reaches_an_export(build: Any) -> None:
+    """The CA may be the brokers' own TLS Secret (cert-manager's ca.crt): only that key is
+    handed over, never the Secret mounted whole (its tls.key is the brokers' private key)."""
+    obj = build(STREAM, MTLS)
+    refs = _secret_refs(obj)
+    assert ("main-tls", "ca.crt") in refs
+    assert [key for secret, key in refs if secret == "main-tls"] == ["ca.crt"] * refs.count(
+        ("main-tls", "ca.crt"))
+    assert _mounted_secrets(obj) == []  # keys one by one, no Secret volume at all
+    # and the check sees a mount: a Secret volume, or spark-submit's secrets conf
+    assert _mounted_secrets({"volumes": [{"secret": {"secretName": "main-tls"}}]})
+    assert _mounted_secrets(["spark.kubernetes.driver.secrets.main-tls=/etc/tls"])
+    assert ("main-tls", "tls.key") in _secret_refs(
+        ["spark.kubernetes.driver.secretKeyRef.K=main-tls:tls.key"])

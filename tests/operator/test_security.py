@@ -159,8 +159,10 @@ async def test_mtls_only_broker_with_permissions_and_an_export_user(
              "operatorClientSecret": "b-operator-client"},
         permissions=[{"user": "reader", "configure": "", "write": "", "read": ".*"}]))
     # An export on a Stream made before the pod runs: its user is in the pod's first config.
+    # verifyPeer: the export needs a client certificate of its own (else ExportInvalid).
     await kube.create(stream_body(namespace, "events", export={
-        "schedule": "0 * * * *", "destination": "s3a://lake/events"}))
+        "schedule": "0 * * * *", "destination": "s3a://lake/events",
+        "tlsClientSecret": "events-export-client"}))
     secret = await eventually(lambda: kube.get("Secret", namespace, "events-export-user"),
                               what="the export user's Secret")
     export_password = base64.b64decode(secret["data"]["password"]).decode()

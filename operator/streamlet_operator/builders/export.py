@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import names
 from ..constants import API_VERSION
-from ..model import DEFAULT_PORT, Permission, StreamModel
+from ..model import DEFAULT_PORT, BrokerModel, Permission, StreamModel
 
 SPARK_OPERATOR_API = "sparkoperator.k8s.io/v1beta2"
 DEFAULT_IMAGE = "ghcr.io/streamlet/spark:0.1.0"
@@ -42,6 +42,9 @@ class ExportSpec:
     destination: str
     format: str = "parquet"
     image: str = DEFAULT_IMAGE
+    #: a kubernetes.io/tls Secret: the client certificate the export presents to a Broker
+    #: with spec.tls.verifyPeer (its own: the operator's would let an export pod be the operator)
+    tls_client_secret: str | None = None
 
     @classmethod
     def from_stream(cls, body: dict[str, Any]) -> ExportSpec | None:
@@ -55,7 +58,50 @@ class ExportSpec:
         fmt = (export.get("format") or "parquet").lower()
         if fmt not in FORMATS:
             raise ValueError(f"spec.export.format {fmt!r} is not supported ({', '.join(FORMATS)})")
-        return cls(schedule, destination, fmt, export.get("image") or DEFAULT_IMAGE)
+        return cls(schedule, destination, fmt, export.get("image") or DEFAULT_IMAGE,
+                   export.get("tlsClientSecret") or None)
+
+
+@dataclass(frozen=True)
+class ExportTls:
+    """What an export's driver needs for TLS, as Secret keys handed over one by one in its
+    environment (as the password is): ``ca.crt`` of ``ca_secret`` (None: the system's CAs),
+    ``tls.crt``/``tls.key`` of ``client_secret`` (None: no client certificate). Never a
+    whole Secret mounted: the CA's may be the brokers' own TLS Secret, with their key."""
+
+    ca_secret: str | None = None
+    client_secret: str | None = None
+
+
+@dataclass(frozen=True)
+class ExportConnection:
+    """Where the export job connects: the plain port, or the TLS port with ``tls``."""
+
+    port: int = DEFAULT_PORT
+    tls: ExportTls | None = None
+
+
+#: Plaintext to the default port: a Broker without TLS on spec.port 5552.
+PLAIN = ExportConnection()
+
+
+def export_connection(export: ExportSpec, broker: BrokerModel | None,
+                      ca_known: bool) -> ExportConnection:
+    """The export's connection to ``broker`` (None: not found yet, the default port),
+    ``ca_known`` telling whether the CA source Secret has a ``ca.crt``. The operator's rule
+    (model.Tls.clients_use_tls): TLS on the TLS port unless the plain listener is on and no CA
+    is known. Raises ValueError when the broker requires a client certificate the export lacks."""
+    if broker is None:
+        return PLAIN
+    tls = broker.tls
+    if tls is None or not tls.clients_use_tls(ca_known):
+        return ExportConnection(broker.port)
+    if tls.verify_peer and export.tls_client_secret is None:
+        raise ValueError(f"Broker {broker.name} requires client certificates (spec.tls."
+                         f"verifyPeer): set spec.export.tlsClientSecret to a kubernetes.io/tls "
+                         f"Secret with the export's")
+    return ExportConnection(tls.port, ExportTls(tls.ca_source if ca_known else None,
+                                                export.tls_client_secret))
 
 
 def export_name(stream: StreamModel) -> str:
@@ -125,32 +171,52 @@ def _metadata(body: dict[str, Any], stream: StreamModel) -> dict[str, Any]:
     return meta
 
 
-def job_arguments(stream: StreamModel, export: ExportSpec, port: int = DEFAULT_PORT) -> list[str]:
+def job_arguments(stream: StreamModel, export: ExportSpec,
+                  connection: ExportConnection = PLAIN) -> list[str]:
     """The export job's own arguments (after the application file)."""
     host = f"{names.client_service(stream.broker)}.{stream.namespace}.svc"
     target = (["--super-stream", stream.stream] if stream.partitions > 1
               else ["--stream", stream.stream])
-    return ["--host", host, "--port", str(port), *target, "--destination", export.destination,
-            "--reference", export_reference(stream)]
+    tls = ["--tls"] if connection.tls is not None else []
+    return ["--host", host, "--port", str(connection.port), *tls, *target,
+            "--destination", export.destination, "--reference", export_reference(stream)]
+
+
+def driver_secret_keys(stream: StreamModel, connection: ExportConnection
+                       ) -> dict[str, tuple[str, str]]:
+    """The driver's environment from Secrets: variable -> (Secret, key). The job reads the
+    TLS ones as PEM text (spark-on-k8s/jobs/export_parquet.py); the executors get it from the
+    driver with the data source's options, as they get the password."""
+    secret = export_secret_name(stream)
+    keys = {"STREAMLET_USER": (secret, "user"), "STREAMLET_PASSWORD": (secret, "password")}
+    tls = connection.tls
+    if tls is not None and tls.ca_secret is not None:
+        keys["STREAMLET_TLS_CA"] = (tls.ca_secret, "ca.crt")
+    if tls is not None and tls.client_secret is not None:
+        keys["STREAMLET_TLS_CERT"] = (tls.client_secret, "tls.crt")
+        keys["STREAMLET_TLS_KEY"] = (tls.client_secret, "tls.key")
+    return keys
+
+
+def _secret_env(keys: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
+    return [{"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+            for name, (secret, key) in keys.items()]
 
 
 def _credentials_env(stream: StreamModel) -> list[dict[str, Any]]:
-    secret = export_secret_name(stream)
-    return [{"name": f"STREAMLET_{key.upper()}",
-             "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
-            for key in ("user", "password")]
+    return _secret_env(driver_secret_keys(stream, PLAIN))
 
 
-def spark_submit_command(stream: StreamModel, export: ExportSpec, port: int = DEFAULT_PORT,
+def spark_submit_command(stream: StreamModel, export: ExportSpec,
+                         connection: ExportConnection = PLAIN,
                          service_account: str = SERVICE_ACCOUNT, master: str = MASTER) -> list[str]:
     """spark-submit in cluster mode: the driver runs in its own pod, which makes executors."""
-    secret = export_secret_name(stream)
     conf = {
         "spark.kubernetes.namespace": stream.namespace,
         "spark.kubernetes.container.image": export.image,
         "spark.kubernetes.authenticate.driver.serviceAccountName": service_account,
-        "spark.kubernetes.driver.secretKeyRef.STREAMLET_USER": f"{secret}:user",
-        "spark.kubernetes.driver.secretKeyRef.STREAMLET_PASSWORD": f"{secret}:password",
+        **{f"spark.kubernetes.driver.secretKeyRef.{name}": f"{secret}:{key}"
+           for name, (secret, key) in driver_secret_keys(stream, connection).items()},
         "spark.kubernetes.driver.label.streamlet.dev/stream": stream.name,
         "spark.kubernetes.submission.waitAppCompletion": "true",
         # the driver's and executors' security contexts (Spark sets none of its own)
@@ -164,12 +230,14 @@ def spark_submit_command(stream: StreamModel, export: ExportSpec, port: int = DE
             "--name", export_name(stream)]
     for key, value in conf.items():
         args += ["--conf", f"{key}={value}"]
-    return [*args, JOB_FILE, *job_arguments(stream, export, port)]
+    return [*args, JOB_FILE, *job_arguments(stream, export, connection)]
 
 
-def build_export_cronjob(body: dict[str, Any], port: int = DEFAULT_PORT,
+def build_export_cronjob(body: dict[str, Any],
+                         connection: ExportConnection = PLAIN,
                          service_account: str = SERVICE_ACCOUNT) -> dict[str, Any] | None:
-    """The CronJob for the Stream resource ``body``, or None without ``spec.export``."""
+    """The CronJob for the Stream resource ``body``, or None without ``spec.export``. The
+    spark-submit pod only launches the driver: the TLS keys go to the driver, not to it."""
     export = ExportSpec.from_stream(body)
     if export is None:
         return None
@@ -183,7 +251,7 @@ def build_export_cronjob(body: dict[str, Any], port: int = DEFAULT_PORT,
             "containers": [{
                 "name": "spark-submit",
                 "image": export.image,
-                "command": spark_submit_command(stream, export, port, service_account),
+                "command": spark_submit_command(stream, export, connection, service_account),
                 "env": _credentials_env(stream),
                 "resources": {"requests": {"cpu": "100m", "memory": "512Mi"},
                               "limits": {"memory": "1Gi"}},
@@ -213,7 +281,8 @@ def _security_contexts() -> dict[str, Any]:
             "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT)}
 
 
-def build_scheduled_spark_application(body: dict[str, Any], port: int = DEFAULT_PORT,
+def build_scheduled_spark_application(body: dict[str, Any],
+                                      connection: ExportConnection = PLAIN,
                                       service_account: str = SERVICE_ACCOUNT
                                       ) -> dict[str, Any] | None:
     """The same schedule as a ScheduledSparkApplication (kubeflow Spark operator)."""
@@ -221,7 +290,7 @@ def build_scheduled_spark_application(body: dict[str, Any], port: int = DEFAULT_
     if export is None:
         return None
     stream = StreamModel.from_body(body)
-    env = _credentials_env(stream)
+    env = _secret_env(driver_secret_keys(stream, connection))
     template = {
         "type": "Python",
         "pythonVersion": "3",
@@ -229,7 +298,7 @@ def build_scheduled_spark_application(body: dict[str, Any], port: int = DEFAULT_
         "image": export.image,
         "imagePullPolicy": "IfNotPresent",
         "mainApplicationFile": JOB_FILE,
-        "arguments": job_arguments(stream, export, port),
+        "arguments": job_arguments(stream, export, connection),
         "sparkVersion": SPARK_VERSION,
         "restartPolicy": {"type": "Never"},
         "driver": {"cores": 1, "memory": "1g", "serviceAccount": service_account,
