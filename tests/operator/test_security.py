@@ -12,8 +12,6 @@ launcher does not do: it runs brokers with a minimal config of its own.
 from __future__ import annotations
 
 import base64
-import shutil
-import subprocess
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,31 +32,14 @@ from tests.operator.kubelet import Kubelet
 from tests.operator.test_broker import broker_body, condition
 from tests.operator.test_stream import stream_body
 from tests.support.brokers import BrokerProcess, free_port
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+from tests.support.certs import make_certs
 
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One CA (what cert-manager's CA Issuer does): the brokers' certificate (127.0.0.1, as
     the test's pods are reached), the operator's client certificate and a reader's."""
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command is needed to make test certificates")
-    d = tmp_path_factory.mktemp("certs")
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
-             "-subj", "/CN=test-ca", cwd=d)
-    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for name, cn in (("server", "localhost"), ("operator", "streamlet-operator"),
-                     ("reader", "reader")):
-        _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj",
-                 f"/CN={cn}", cwd=d)
-        extra = ["-extfile", "san.ext"] if name == "server" else []
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", *extra, cwd=d)
-    return d
+    return make_certs(tmp_path_factory.mktemp("certs"), clients=("operator", "reader"))
 
 
 def _b64(text: str) -> str:
