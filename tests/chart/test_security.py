@@ -99,6 +99,8 @@ def test_the_cert_manager_example_fits_together() -> None:
     assert f"*.{model.name}-headless.{ns}.svc" in server["spec"]["dnsNames"]
     assert f"*.{model.name}-headless.{ns}.svc.cluster.local" in server["spec"]["dnsNames"]
     assert "server auth" in server["spec"]["usages"]
+    # the brokers present it to each other on their replication links (mutual TLS)
+    assert "client auth" in server["spec"]["usages"]
     client = certificates[model.tls.operator_client_secret or ""]
     assert client["spec"]["commonName"] == "streamlet-operator"
     assert "client auth" in client["spec"]["usages"]
