@@ -28,8 +28,8 @@ def client_context(cfg: TlsConfig) -> ssl.SSLContext:
     """How this broker connects to the other brokers' TLS listeners: their certificates are
     checked against [tls] cafile (the system's CAs without one) and must name the host they
     are reached at (cluster.peers, a leader's address); this broker's own certificate is
-    presented, which their verify_peer asks for (one certificate serves both ends, so it
-    needs no clientAuth-only usage)."""
+    presented, which their verify_peer asks for (one certificate serves both ends: with
+    extended key usages it needs clientAuth as well as serverAuth)."""
     try:
         ctx = ssl.create_default_context(
             ssl.Purpose.SERVER_AUTH, cafile=str(cfg.cafile) if cfg.cafile is not None else None)
