@@ -528,14 +528,14 @@ def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
         changes["replication_user"] = str(cluster["replication_user"])
     if "peers" in cluster:
         changes["peers"] = _peers(cluster["peers"])
-    if "resume_roles" in cluster:
-        if not isinstance(cluster["resume_roles"], bool):
-            raise ConfigError(f"cluster.resume_roles must be true or false, got {cluster['resume_roles']!r}")
-        changes["resume_roles"] = cluster["resume_roles"]
     if "tls" in cluster:
         if not isinstance(cluster["tls"], bool):
             raise ConfigError(f"cluster.tls must be true or false, got {cluster['tls']!r}")
         changes["cluster_tls"] = cluster["tls"]
+    if "resume_roles" in cluster:
+        if not isinstance(cluster["resume_roles"], bool):
+            raise ConfigError(f"cluster.resume_roles must be true or false, got {cluster['resume_roles']!r}")
+        changes["resume_roles"] = cluster["resume_roles"]
     changes.update(_apply_access(doc))
     changes.update(_listeners(doc.get("listeners", {}), str(changes.get("host", cfg.host))))
     return replace(cfg, **changes)
