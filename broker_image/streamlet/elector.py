@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,14 +52,18 @@ Address = tuple[str, int]
 
 class Members:
     """Requests to member brokers by member id (``address(member)`` gives host and port;
-    ``peer_address(member)``, where followers reach a leader, when that differs)."""
+    ``peer_address(member)``, where followers reach a leader, when that differs: e.g. its TLS
+    port when the brokers replicate over TLS); ``tls``: requests over TLS."""
 
     def __init__(self, address: Callable[[int], Address],
                  credentials: tuple[str, str] = ("guest", "guest"),
                  connection_name: str = "placement driver",
-                 peer_address: Callable[[int], Address] | None = None) -> None:
+                 peer_address: Callable[[int], Address] | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.address = address
         self.credentials = credentials
+        #: TLS to the members (their certificates must name the host ``address`` gives)
+        self.tls = tls
         self.connection_name = connection_name
         self.peer_address = peer_address or address
 
@@ -112,13 +117,13 @@ class Members:
         user, password = self.credentials
         try:
             async with asyncio.timeout(PROBE_TIMEOUT_S if probe else REQUEST_TIMEOUT_S):
-                client = await connect(host, port, user, password, heartbeat=0,
+                client = await connect(host, port, user, password, heartbeat=0, ssl=self.tls,
                                        connection_name=self.connection_name)
                 try:
                     return True if probe else await client.request(make, ok=tuple(Code))
                 finally:
                     await client.close()
-        except (TimeoutError, OSError, ConnectionError) as e:
+        except (TimeoutError, OSError, ConnectionError) as e:  # ssl.SSLError is an OSError
             log.debug("member %d unreachable: %s", member, e)
             return None
         except Exception as e:  # a refused login, a closed connection: unreachable for now

@@ -47,7 +47,7 @@ from .directory import sync_directory
 from .failover import Replication, Step
 from .kube import ApiError
 from .model import BrokerModel
-from .runtime import Runtime
+from .runtime import Runtime, operator_port
 
 log = logging.getLogger(__name__)
 
@@ -137,10 +137,17 @@ class Driver:
         return up
 
     async def _members(self, broker: BrokerModel) -> Members:
+        """The brokers, as the operator's other sessions reach them (runtime.broker_address:
+        TLS on spec.tls.port when it uses TLS); Assign names a leader by the address its
+        followers reach it at (the TLS port when the brokers replicate over TLS)."""
         credentials = await self.runtime.broker_credentials(broker.namespace, broker.name)
-        resolve = self.runtime.resolve
-        return _Members(lambda m: resolve(broker.namespace, broker.name, m, broker.port),
-                        credentials, connection_name="streamlet operator")
+        tls = await self.runtime.broker_tls(broker)
+        resolve, ns, name = self.runtime.resolve, broker.namespace, broker.name
+        port = operator_port(broker, tls)
+        return _Members(lambda m: resolve(ns, name, m, port), credentials,
+                        connection_name="streamlet operator",
+                        peer_address=lambda m: resolve(ns, name, m, broker.peer_port),
+                        tls=tls.context() if tls is not None else None)
 
     async def _pods(self, broker: BrokerModel) -> dict[int, dict[str, Any]]:
         """The Broker's Pod objects by ordinal: those being deleted (a drain, a roll, a

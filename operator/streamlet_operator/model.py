@@ -92,9 +92,11 @@ class Tls:
 
     @property
     def cafile_wanted(self) -> bool:
-        """Whether the broker gets a CA file: asked for (caSecretName) or needed (verifyPeer).
-        Not otherwise: a kubernetes.io/tls Secret made by hand may have no ca.crt."""
-        return self.verify_peer or self.ca_secret is not None
+        """Whether the broker gets a CA file: asked for (caSecretName) or needed (verifyPeer;
+        TLS only, where the brokers replicate over TLS and check each other's certificates
+        against it). Not otherwise: a kubernetes.io/tls Secret made by hand may have no
+        ca.crt."""
+        return self.verify_peer or self.ca_secret is not None or not self.plain_listener
 
 
 @dataclass(frozen=True)
@@ -182,6 +184,18 @@ class BrokerModel:
     def plain_listener(self) -> bool:
         """Whether the pods listen in plaintext on spec.port (else on the TLS port only)."""
         return self.tls is None or self.tls.plain_listener
+
+    @property
+    def replication_tls(self) -> bool:
+        """Whether the brokers' links to each other use TLS (the rendered [cluster] tls): when
+        TLS is the only listener, there is no plaintext port to reach."""
+        return not self.plain_listener
+
+    @property
+    def peer_port(self) -> int:
+        """Where the brokers reach each other (cluster.peers, a leader's address in Assign):
+        the stream port, or the TLS port when they replicate over TLS."""
+        return self.tls_port if self.replication_tls else self.port
 
     @property
     def client_port(self) -> int:

@@ -77,8 +77,12 @@ class Runtime:
                              ) -> tuple[tuple[str, int], ClientTls | None]:
         """Where the operator reaches pod ``ordinal`` (the TLS port when it uses TLS), and how."""
         tls = await self.broker_tls(broker)
-        port = broker.tls_port if tls is not None else broker.port
-        return self.resolve(broker.namespace, broker.name, ordinal, port), tls
+        return self.resolve(broker.namespace, broker.name, ordinal, operator_port(broker, tls)), tls
+
+
+def operator_port(broker: BrokerModel, tls: ClientTls | None) -> int:
+    """The port the operator reaches a pod on: the TLS one when it connects with TLS."""
+    return broker.tls_port if tls is not None else broker.port
 
 
 async def operator_password(kube: Kube, namespace: str, broker: str) -> str:

@@ -13,6 +13,7 @@ import pytest
 from streamlet.broker import config as broker_config
 from streamlet.broker.directory import parse as parse_directory
 from streamlet_operator import names
+from streamlet_operator.brokers import ClientTls
 from streamlet_operator.builders import build_all, render_config, render_users
 from streamlet_operator.builders.directory import (
     Placed,
@@ -28,6 +29,7 @@ from streamlet_operator.builders.statefulset import (
     template_hash,
 )
 from streamlet_operator.model import BrokerModel
+from streamlet_operator.runtime import operator_port
 from tests.chart.conftest import KUBE_VERSIONS
 
 
@@ -241,13 +243,36 @@ def test_a_user_only_permissions_name_has_a_password_nobody_knows() -> None:
 TLS = {"secretName": "events-tls", "port": 5671}
 
 
+@pytest.mark.parametrize(("tls", "client", "operator", "peer"), [
+    pytest.param(None, None, 5552, 5552, id="no TLS"),
+    pytest.param(TLS, None, 5552, 5552, id="TLS beside plain, no CA known: all plaintext"),
+    pytest.param(TLS, ClientTls("ca"), 5671, 5552,
+                 id="TLS beside plain: the operator on TLS, the brokers replicate in plaintext"),
+    pytest.param({**TLS, "plainListener": False}, ClientTls("ca"), 5671, 5671,
+                 id="TLS only: all on the TLS port"),
+])
+def test_the_ports_the_operator_and_the_brokers_reach_pods_on(
+        tmp_path: Path, tls: dict[str, Any] | None, client: ClientTls | None, operator: int,
+        peer: int) -> None:
+    """The placement driver's requests go where the operator's sessions go; the leader it names
+    in Assign is where the followers (the brokers' replication links) reach it."""
+    model = broker(tls=tls) if tls else broker()
+    assert operator_port(model, client) == operator
+    assert model.peer_port == peer
+    assert model.replication_tls is (peer == 5671)
+    cluster = broker_config.load(_mounted(tmp_path, model, {"u": "p"}))
+    assert cluster.replication_tls is model.replication_tls
+    assert {p for _, p in cluster.peers} == {peer}
+
+
 @pytest.mark.parametrize(("tls", "cafile", "verify", "plain"), [
     pytest.param({}, None, False, True, id="server side only"),
     pytest.param({"verifyPeer": True}, "/etc/streamlet/tls/ca.crt", True, True,
                  id="mTLS: the CA of the same Secret (cert-manager's ca.crt)"),
     pytest.param({"caSecretName": "clients-ca"}, "/etc/streamlet/tls-ca/ca.crt", False, True,
                  id="a CA of its own, certificates optional (EXTERNAL when given)"),
-    pytest.param({"plainListener": False}, None, False, False, id="TLS only"),
+    pytest.param({"plainListener": False}, "/etc/streamlet/tls/ca.crt", False, False,
+                 id="TLS only: the CA the brokers check each other with"),
     pytest.param({"plainListener": False, "verifyPeer": True, "caSecretName": "ca"},
                  "/etc/streamlet/tls-ca/ca.crt", True, False, id="TLS only and mTLS"),
 ])
@@ -262,6 +287,10 @@ def test_tls_modes(tmp_path: Path, tls: dict[str, Any], cafile: str | None, veri
         [(5552, False)] if plain else []) + [(5671, True)]
     if not plain:
         assert cfg.tls.advertised_port == 30671  # advertise.port is the TLS clients' then
+    # TLS only: the brokers replicate over TLS, reaching each other on the TLS port
+    assert cfg.replication_tls is not plain
+    assert cfg.peers[0] == ("events-0.events-headless.prod.svc.cluster.local",
+                            5552 if plain else 5671)
     manifests = {m["kind"] + "/" + m["metadata"]["name"]: m for m in build_all(model, 1, {})}
     pod = manifests["StatefulSet/events"]["spec"]["template"]["spec"]
     container = pod["containers"][0]

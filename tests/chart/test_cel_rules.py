@@ -136,8 +136,6 @@ class Case:
 STREAM = {"broker": "events"}
 STORAGE = "storage.storageClassName is immutable (a volume keeps its class)"
 VHOSTS = 'every permissions[].vhost must be "/" or one of spec.vhosts'
-TLS_ONLY = ("tls.plainListener false (TLS only) needs streams.defaultReplicas 1: the brokers' "
-            "replication links are plaintext")
 CLIENT_CERT = "tls.verifyPeer needs tls.operatorClientSecret (the operator's client certificate)"
 TEMPLATE = "advertise.hostTemplate is required with mode Template"
 SUPER_REPLICAS = ("replicas above 1 is for single streams only (a super stream's partitions "
@@ -202,11 +200,11 @@ CASES: dict[str, Case] = {
         refused=_refuses(VHOSTS)),
     "broker-permissions-no-vhosts": Case("Broker", {"permissions": [{"user": "a", "vhost": "x"}]},
                                          refused=_refuses(VHOSTS)),
-    # Broker: TLS only keeps streams unreplicated; mutual TLS needs the operator's certificate
+    # Broker: TLS only, replicated too (the brokers replicate over TLS); mutual TLS needs the
+    # operator's certificate
     "broker-tls-only": Case("Broker", {"tls": {"secretName": "t", "plainListener": False}}),
     "broker-tls-only-replicated": Case("Broker", {
-        "tls": {"secretName": "t", "plainListener": False}, "streams": {"defaultReplicas": 3}},
-        refused=_refuses(TLS_ONLY)),
+        "tls": {"secretName": "t", "plainListener": False}, "streams": {"defaultReplicas": 3}}),
     "broker-tls-beside-plain-replicated": Case("Broker", {
         "tls": {"secretName": "t"}, "streams": {"defaultReplicas": 3}}),
     "broker-mtls": Case("Broker", {"tls": {"secretName": "t", "verifyPeer": True,

@@ -74,7 +74,8 @@ def test_cross_field_rules_are_in_the_schema() -> None:
     rules = " ".join(_rules())
     assert "self.verifyPeer || has(self.operatorClientSecret)" in rules
     assert "p.vhost in self.vhosts" in rules
-    assert "self.tls.plainListener || self.streams.defaultReplicas == 1" in rules
+    # TLS only with replicated streams is allowed: the brokers replicate over TLS
+    assert "defaultReplicas" not in rules
 
 
 def _example() -> list[dict[str, Any]]:
@@ -99,6 +100,8 @@ def test_the_cert_manager_example_fits_together() -> None:
     assert f"*.{model.name}-headless.{ns}.svc" in server["spec"]["dnsNames"]
     assert f"*.{model.name}-headless.{ns}.svc.cluster.local" in server["spec"]["dnsNames"]
     assert "server auth" in server["spec"]["usages"]
+    # the brokers present it to each other on their replication links (mutual TLS)
+    assert "client auth" in server["spec"]["usages"]
     client = certificates[model.tls.operator_client_secret or ""]
     assert client["spec"]["commonName"] == "streamlet-operator"
     assert "client auth" in client["spec"]["usages"]

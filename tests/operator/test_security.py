@@ -25,8 +25,11 @@ from streamlet.cluster.tomlwrite import dumps
 from streamlet_operator import names
 from streamlet_operator.brokers import Address
 from streamlet_operator.builders.statefulset import TEMPLATE_HASH
+from streamlet_operator.driver import Driver
 from streamlet_operator.kube import Kube
-from tests.operator.conftest import Cluster
+from streamlet_operator.model import BrokerModel
+from streamlet_operator.runtime import Runtime
+from tests.operator.conftest import Cluster, _guest
 from tests.operator.harness import eventually
 from tests.operator.kubelet import Kubelet
 from tests.operator.test_broker import broker_body, condition
@@ -172,6 +175,21 @@ async def test_mtls_only_broker_with_permissions_and_an_export_user(
         broker = await kube.get("Broker", namespace, "b")
         assert condition(broker, "AccessConfigured")["status"] == "True"
         assert broker is not None and broker["status"]["clientService"].endswith(":5551")
+
+        # The placement driver reaches the pods as the operator's other sessions do (TLS, the
+        # operator's certificate, the TLS port), and names leaders to followers by the TLS
+        # port: the brokers replicate over TLS.
+        ports: list[int] = []
+
+        def resolve(ns: str, name: str, ordinal: int, p: int) -> Address:
+            ports.append(p)
+            return cluster.pods(ns, name, ordinal, p)
+
+        runtime = Runtime(kube=kube, admin=cluster.admin, resolve=resolve, credentials=_guest)
+        members = await Driver(runtime, namespace, "b")._members(BrokerModel.from_body(broker))
+        assert members.tls is not None and await members.probe(0)
+        members.peer_address(0)
+        assert set(ports) == {5551}
 
         reader = client_context(certs / "ca.crt", certs / "reader.crt", certs / "reader.key")
         with pytest.raises(Exception):  # noqa: B017 - a TLS alert or a reset: no certificate

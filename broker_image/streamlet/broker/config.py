@@ -27,6 +27,8 @@ File format (all keys optional)::
     replication_user = "guest"        # the user followers log in to their leaders as (default: the first user)
     peers = ["b-0:5552", "b-1:5552"]  # every member's address, by member id: where replicas go
     resume_roles = false              # a restarted member takes up its last role (no placement driver)
+    tls = false                       # the links to other brokers over TLS (see replication_tls);
+                                      # default: true when there is [tls] and no plain listener
 
     [storage]
     fsync = "never"                   # never | interval | chunk
@@ -286,6 +288,8 @@ class BrokerConfig:
     #: a restarted member takes up the role it had, in the same epoch, instead of waiting
     #: fenced for a placement driver's Assign (for clusters without one)
     resume_roles: bool = False
+    #: [cluster] tls: True/False as configured; None: the default (see replication_tls)
+    cluster_tls: bool | None = None
     rabbitmq_listener: bool = True  # [listeners.rabbitmq] enabled
     other_listeners: tuple[Listener, ...] = ()  # [listeners.<protocol>] of further protocols
     mega_max_topic_bytes: int = DEFAULT_MEGA_MAX_TOPIC  # [listeners.mega] max_topic_bytes
@@ -319,6 +323,18 @@ class BrokerConfig:
         name = self.replication_user or self.users[0].name
         user = next(u for u in self.users if u.name == name)  # validate() checked it is there
         return user.name, user.password
+
+    @property
+    def replication_tls(self) -> bool:
+        """Whether this broker's links to other brokers (followers to leaders, forwarded
+        requests, relays, creates) use TLS: [cluster] tls, by default on when the broker has
+        [tls] and no plain listener (a TLS-only cluster has no plaintext port to reach). Then
+        cluster.peers and the leaders' addresses are the brokers' TLS ports; the link checks
+        the peer's certificate against [tls] cafile (the system's CAs without one) and its
+        name against the peer's host, and presents this broker's certificate."""
+        if self.cluster_tls is not None:
+            return self.cluster_tls
+        return self.tls is not None and not self.rabbitmq_listener
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -455,7 +471,7 @@ _SECTION_KEYS = {
                "frame_timeout", "cluster_name", "users_file", "reload_interval"},
     "storage": {"fsync", "max_open_files"},
     "retention": {"max_age", "max_length_bytes", "max_segment_size_bytes"},
-    "cluster": {"directory_file", "member", "replication_user", "peers", "resume_roles"},
+    "cluster": {"directory_file", "member", "replication_user", "peers", "resume_roles", "tls"},
     "tls": {"port", "certfile", "keyfile", "cafile", "verify_peer", "advertised_port"},
     "limits": {"max_connections", "max_connections_per_user", "max_streams", "max_partitions",
                "max_buffered_bytes"},
@@ -518,6 +534,10 @@ def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
         changes["replication_user"] = str(cluster["replication_user"])
     if "peers" in cluster:
         changes["peers"] = _peers(cluster["peers"])
+    if "tls" in cluster:
+        if not isinstance(cluster["tls"], bool):
+            raise ConfigError(f"cluster.tls must be true or false, got {cluster['tls']!r}")
+        changes["cluster_tls"] = cluster["tls"]
     if "resume_roles" in cluster:
         if not isinstance(cluster["resume_roles"], bool):
             raise ConfigError(f"cluster.resume_roles must be true or false, got {cluster['resume_roles']!r}")
@@ -842,6 +862,14 @@ def _validate(cfg: BrokerConfig) -> None:
             16 <= cfg.sbp_max_frame_bytes <= cfg.frame_limit):
         raise ConfigError(f"listeners.sbp.max_frame_bytes must be in 16..server.frame_limit "
                           f"({cfg.frame_limit}), got {cfg.sbp_max_frame_bytes}")
+    if cfg.cluster_tls and cfg.tls is None:
+        raise ConfigError("[cluster] tls = true needs a [tls] section: its certificate is what "
+                          "this broker presents to the other brokers, its cafile what it checks "
+                          "theirs against")
+    if cfg.cluster_tls is False and cfg.tls is not None and not cfg.rabbitmq_listener:
+        raise ConfigError("[cluster] tls = false needs the plain listener: with [listeners."
+                          "rabbitmq] enabled = false the brokers reach each other on [tls] port "
+                          "only (leave tls out or set it to true)")
     if cfg.tls is not None and cfg.tls.verify_peer and cfg.tls.cafile is None:
         raise ConfigError("[tls] verify_peer needs a cafile")
     if cfg.retention.max_segment_size_bytes > MAX_SEGMENT_BYTES:

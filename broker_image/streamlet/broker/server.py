@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -26,6 +27,7 @@ from .memory import TRIM_INTERVAL_S, return_free_memory
 from .replication.create import Cluster
 from .replication.forward import Forwarder
 from .replication.members import Members
+from .replication.peer import PeerLogin
 from .tls import ServerTls
 
 log = logging.getLogger("streamlet.broker")
@@ -66,9 +68,16 @@ class Broker:
         except SuperStreamsUnreadable as e:  # the serve command's one-line config error
             raise ConfigError(str(e)) from e
         self.access = AccessControl(config)
+        #: the TLS listeners' certificate, replaceable while they listen (reload.py); with
+        #: replication over TLS, also the context the links to other brokers are made with
+        self.tls = (ServerTls(config.tls, peers=config.replication_tls)
+                    if config.tls is not None else None)
+        #: how this broker's links log in to the others (over TLS: the reloadable context)
+        self.peer_login = PeerLogin(*config.replication_credentials,
+                                    tls=self._peer_context if config.replication_tls else None)
         #: the replicated streams this broker is a member of
-        self.members = Members(config.member, config.replication_credentials, config.peers)
-        self.forwarder = Forwarder(config.replication_credentials)
+        self.members = Members(config.member, self.peer_login, config.peers)
+        self.forwarder = Forwarder(self.peer_login)
         for vhost in self.vhosts.values():
             self.members.load(vhost.streams.streams)
         self.connections: set[Client] = set()
@@ -76,8 +85,6 @@ class Broker:
         self.protocol_names: dict[type, str] = {}
         self.frame_budget = FrameBudget(config.frame_budget)
         self.closed_connections = 0  # since memory was last given back
-        #: the TLS listeners' certificate, replaceable while they listen (reload.py)
-        self.tls = ServerTls(config.tls) if config.tls is not None else None
         #: reload.py's outcomes, for the metrics: failed reloads by what ("users", "tls"), and
         #: when each was last applied (time.time(); absent: never reloaded since the start)
         self.reload_failures: Counter[str] = Counter()
@@ -88,6 +95,9 @@ class Broker:
         self._directory = DirectoryFile(config.directory_file) if config.directory_file else None
         self._sealed_by: Directory | None = None  # the directory the seals were last set from
         self._directory_task: asyncio.Task[None] | None = None
+
+    def _peer_context(self) -> ssl.SSLContext | None:
+        return self.tls.client if self.tls is not None else None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -135,7 +145,7 @@ class Broker:
         cfg = self.config
         if not cfg.peers or cfg.member is None:
             return None
-        return Cluster(cfg.peers, cfg.member, cfg.replication_credentials, self.members,
+        return Cluster(cfg.peers, cfg.member, self.peer_login, self.members,
                        self._delete_and_tell)
 
     def _delete_and_tell(self, vhost: VirtualHost, name: str) -> None:

@@ -1,4 +1,5 @@
-"""The TLS listener's context and the client certificate's identity (SASL EXTERNAL)."""
+"""The TLS listener's context, the context of the links to other brokers (replication over
+TLS), and the client certificate's identity (SASL EXTERNAL)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,22 @@ def server_context(cfg: TlsConfig) -> ssl.SSLContext:
     return ctx
 
 
+def client_context(cfg: TlsConfig) -> ssl.SSLContext:
+    """How this broker connects to the other brokers' TLS listeners: their certificates are
+    checked against [tls] cafile (the system's CAs without one) and must name the host they
+    are reached at (cluster.peers, a leader's address); this broker's own certificate is
+    presented, which their verify_peer asks for (one certificate serves both ends: with
+    extended key usages it needs clientAuth as well as serverAuth)."""
+    try:
+        ctx = ssl.create_default_context(
+            ssl.Purpose.SERVER_AUTH, cafile=str(cfg.cafile) if cfg.cafile is not None else None)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(cfg.certfile, cfg.keyfile)
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(f"[tls]: cannot load certificates: {e}") from e
+    return ctx
+
+
 class ServerTls:
     """The context every TLS listener was made with, whose certificate can be replaced while
     they listen.
@@ -31,12 +48,18 @@ class ServerTls:
     to give a listening server another, so the listening context's SNI callback (which
     OpenSSL calls on every ClientHello, with or without a server name) moves each new
     handshake onto the current context. A connection keeps the context it shook hands with:
-    open connections are not disturbed by a reload."""
+    open connections are not disturbed by a reload.
 
-    def __init__(self, cfg: TlsConfig) -> None:
+    ``peers``: the brokers' links to each other use TLS too; ``client`` is then their
+    current context (client_context), replaced by a reload as ``current`` is: new links
+    present the new certificate, open ones keep theirs."""
+
+    def __init__(self, cfg: TlsConfig, peers: bool = False) -> None:
         self.cfg = cfg
+        self.peers = peers
         self.listening = self.current = server_context(cfg)
         self.listening.sni_callback = self._use_current
+        self.client = client_context(cfg) if peers else None
 
     def _use_current(self, conn: ssl.SSLObject, server_name: str | None,
                      ctx: ssl.SSLContext) -> None:
@@ -47,8 +70,10 @@ class ServerTls:
     def reload(self) -> None:
         """Read [tls]'s files again for the handshakes from now on; on ConfigError (a file
         unreadable, a certificate or key unparsable, a key not the certificate's) the
-        current certificate stays."""
-        self.current = server_context(self.cfg)
+        current certificate stays (both contexts are made before either is replaced)."""
+        current = server_context(self.cfg)
+        self.client = client_context(self.cfg) if self.peers else None
+        self.current = current
 
 
 def peer_common_name(peercert: dict[str, Any] | None) -> str | None:

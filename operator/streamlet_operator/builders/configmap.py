@@ -20,10 +20,11 @@ DIRECTORY_FILE = f"/etc/streamlet/directory/{names.DIRECTORY_KEY}"
 
 def peers(broker: BrokerModel, pods: int) -> list[str]:
     """Every pod's address by ordinal, as the brokers reach each other: the pod's DNS name
-    through the headless Service and the stream port (the TLS listener aside). In PodDNS mode
+    through the headless Service and the stream port, or the TLS port when they replicate
+    over TLS (TLS only: the pods' certificates name every pod's DNS name). In PodDNS mode
     without ``advertise.port`` this is what the pod advertises to clients."""
     return [f"{names.pod_dns(broker.name, i, broker.namespace, broker.advertise.cluster_domain)}"
-            f":{broker.port}" for i in range(pods)]
+            f":{broker.peer_port}" for i in range(pods)]
 
 
 def vhosts(broker: BrokerModel) -> tuple[str, ...]:
@@ -64,6 +65,8 @@ def render_config(broker: BrokerModel, pods: int | None = None) -> str:
         "peers = [" + ", ".join(toml_string(p) for p in peers(broker, pods)) + "]",
         # a restarted pod takes up its roles (the operator re-assigns them after an election)
         "resume_roles = true",
+        *([f"tls = {'true' if broker.replication_tls else 'false'}"]  # TLS only: over TLS
+          if broker.tls is not None else []),
         "",
         "[retention]",
         f"max_age = {toml_string(r.max_age or '0s')}",

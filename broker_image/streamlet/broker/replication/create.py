@@ -23,7 +23,7 @@ from ...replication.placement import Load, Locator, Placement, Pod, place, place
 from ..arguments import PLACEMENT
 from ..directory import Address
 from .member import Role
-from .peer import open_peer
+from .peer import PeerLogin, open_peer
 
 if TYPE_CHECKING:
     from ...core.vhosts import VirtualHost
@@ -41,7 +41,7 @@ class Cluster:
 
     peers: tuple[Address, ...]
     me: int
-    credentials: tuple[str, str]
+    credentials: PeerLogin
     members: Members
     delete: Callable[[VirtualHost, str], None]
 
@@ -132,7 +132,7 @@ async def create_replicated_super_stream(
     return Code.OK
 
 
-async def _ask(address: Address, credentials: tuple[str, str], vhost: str, make: object,
+async def _ask(address: Address, credentials: PeerLogin, vhost: str, make: object,
                kind: type[f.Command], ok: tuple[int, ...] = (Code.OK,)) -> None:
     async with open_peer(address, credentials, vhost=vhost) as peer:
         answer = await peer.request(make(peer.next_corr()), kind)  # type: ignore[operator]

@@ -14,7 +14,7 @@ from ...core.streams import Stream
 from ...protocol import Code
 from ...protocol import frames as f
 from ..directory import Address
-from .peer import open_peer
+from .peer import PeerLogin, open_peer
 
 log = logging.getLogger("streamlet.broker")
 
@@ -27,7 +27,7 @@ class LinkRefused(Exception):
 
 class Follower:
     def __init__(self, stream: Stream, epoch: int, me: int, leader: Address,
-                 credentials: tuple[str, str]) -> None:
+                 credentials: PeerLogin) -> None:
         self.stream = stream
         self.epoch = epoch
         self.me = me

@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from ...protocol import frames as f
 from ..directory import Address
-from .peer import Peer, open_peer
+from .peer import Peer, PeerLogin, open_peer
 
 log = logging.getLogger("streamlet.broker")
 
@@ -34,7 +34,7 @@ class _Link:
 
 
 class Forwarder:
-    def __init__(self, credentials: tuple[str, str]) -> None:
+    def __init__(self, credentials: PeerLogin) -> None:
         self.credentials = credentials
         self._links: dict[tuple[Address, str], _Link] = {}
 

@@ -18,6 +18,7 @@ from ..directory import Address, Placement
 from .follower import Follower
 from .leader import Feed, FollowerConnection, Leader
 from .member import MemberState, Role
+from .peer import PeerLogin
 from .sac import ReplicatedSac
 
 log = logging.getLogger("streamlet.broker")
@@ -70,7 +71,7 @@ class Members:
     ``credentials``: what its followers' links log in to leaders with; ``peers``: every
     member's address, by id."""
 
-    def __init__(self, me: int | None, credentials: tuple[str, str],
+    def __init__(self, me: int | None, credentials: PeerLogin,
                  peers: tuple[Address, ...] = ()) -> None:
         self.me = me
         self.peers = peers

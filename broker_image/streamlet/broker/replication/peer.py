@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from ...protocol import frames as f
@@ -63,14 +65,32 @@ class Peer:
 PEER_CONNECTION = "streamlet replication"
 
 
+@dataclass(frozen=True)
+class PeerLogin:
+    """How this broker's links reach the other brokers: the replication user, and with
+    replication over TLS (config.replication_tls) the current client context, asked for on
+    each connect so that a reloaded certificate serves the next link."""
+
+    user: str
+    password: str
+    tls: Callable[[], ssl.SSLContext | None] | None = None
+
+    def context(self) -> ssl.SSLContext | None:
+        return self.tls() if self.tls is not None else None
+
+
 @contextlib.asynccontextmanager
-async def open_peer(address: Address, credentials: tuple[str, str], name: str = PEER_CONNECTION,
+async def open_peer(address: Address, credentials: PeerLogin, name: str = PEER_CONNECTION,
                     vhost: str = "/") -> AsyncIterator[Peer]:
-    """A logged-in connection to ``address``, closed on exit."""
-    reader, writer = await asyncio.open_connection(*address)
+    """A logged-in connection to ``address``, closed on exit; over TLS when ``credentials``
+    say so, the peer's certificate checked against the host of ``address``."""
+    host, port = address
+    ctx = credentials.context()
+    reader, writer = await asyncio.open_connection(
+        host, port, ssl=ctx, server_hostname=host if ctx is not None else None)
     peer = Peer(reader, writer)
     try:
-        user, password = credentials
+        user, password = credentials.user, credentials.password
         hs = ClientHandshake(properties={"product": "streamlet", "connection_name": name},
                              user=user, password=password, vhost=vhost, heartbeat=None)
         for cmd in hs.start():

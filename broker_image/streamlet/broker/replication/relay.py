@@ -29,7 +29,7 @@ from ...protocol import Code, Key
 from ...protocol import frames as f
 from ..directory import Address
 from .forward import FORWARDED
-from .peer import Peer, PeerError, open_peer
+from .peer import Peer, PeerError, PeerLogin, open_peer
 
 
 class Client(Protocol):
@@ -65,7 +65,7 @@ class Relay:
     """One client connection's publishers on streams led by ``leader``."""
 
     def __init__(self, conn: Client, leader: Address, vhost: str,
-                 credentials: tuple[str, str]) -> None:
+                 credentials: PeerLogin) -> None:
         self.conn = conn
         self.leader = leader
         self.vhost = vhost

@@ -37,7 +37,7 @@ from ...protocol import Code
 from ...protocol import frames as f
 from ..directory import Address
 from .member import MemberState, Role
-from .peer import Peer, open_peer
+from .peer import Peer, PeerLogin, open_peer
 from .sac_remote import KEEPALIVE_S, Gate, LinkConnection, RemoteConsumer, RemoteMember
 
 log = logging.getLogger("streamlet.broker")
@@ -78,7 +78,7 @@ class StreamSac:
     """This broker's single active consumers of one replicated stream."""
 
     def __init__(self, stream: Stream, groups: SacGroups, vhost: str,
-                 credentials: tuple[str, str], ids: Iterator[int], gate: Gate) -> None:
+                 credentials: PeerLogin, ids: Iterator[int], gate: Gate) -> None:
         self.stream = stream
         self.groups = groups
         self.vhost = vhost
@@ -254,7 +254,7 @@ class ReplicatedSac:
     """Every replicated stream's groups this broker has a part in: its own consumers'
     (``StreamSac``) and, where it leads, the other members' links (``RemoteMember``)."""
 
-    def __init__(self, credentials: tuple[str, str]) -> None:
+    def __init__(self, credentials: PeerLogin) -> None:
         self.credentials = credentials
         self.streams: dict[Stream, StreamSac] = {}
         self.remotes: dict[Stream, set[RemoteMember]] = {}
