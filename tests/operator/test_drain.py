@@ -94,9 +94,7 @@ async def test_a_drain_moves_a_leadership_and_a_stream_off_the_pod(
         bodies = [int((await asyncio.wait_for(consumer.__anext__(), 30)).body)
                   for _ in range(n)]
     assert bodies == list(range(1, n + 1)), "every confirmed message once, in order"
-    reasons = [e["reason"] for e in await kube.list("Event", namespace)
-               if e["involvedObject"]["kind"] == "Broker"]
-    assert "DrainStarted" in reasons and "DrainComplete" in reasons, reasons
+    await _events(kube, namespace, "DrainStarted", "DrainComplete")
 
     # The annotation removed: the condition goes and the pod takes streams again.
     await kube.patch("Pod", namespace, pod, {"metadata": {"annotations": {DRAIN: None}}})
@@ -107,8 +105,17 @@ async def test_a_drain_moves_a_leadership_and_a_stream_off_the_pod(
     await eventually(undrained, timeout=DRAIN_S, what="the Drained condition gone")
     await kube.create(stream_body(namespace, "again"))
     assert await _pod_of(kube, namespace, "again") == pod
-    reasons = [e["reason"] for e in await kube.list("Event", namespace)]
-    assert "DrainEnded" in reasons, reasons
+    await _events(kube, namespace, "DrainEnded")
+
+
+async def _events(kube: Kube, namespace: str, *wanted: str) -> None:
+    """The Broker's Events name every reason ``wanted`` (posted after the condition changes:
+    polled, not read once)."""
+    async def posted() -> bool:
+        reasons = {e["reason"] for e in await kube.list("Event", namespace)
+                   if e["involvedObject"]["kind"] == "Broker"}
+        return set(wanted) <= reasons
+    await eventually(posted, timeout=DRAIN_S, what=f"the Events {', '.join(wanted)}")
 
 
 async def test_a_drain_on_the_broker_waits_for_a_member_out_of_sync(
