@@ -61,6 +61,16 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     certificate (reload.py), as their change does within [server] reload_interval."""
     use_all_descriptors(config.max_open_files)  # the process's, before the streams open
     seen = fingerprints(config)  # before the streams load: a change meanwhile is reloaded
+    # Before anything listens: a SIGTERM once the first client is served stops the broker
+    # cleanly (GOAWAY, flush) and a SIGHUP is kept for the reloader, never the default
+    # actions' instant death while the metrics and HTTP listeners start.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    hangups: list[None] = []
+    with contextlib.suppress(NotImplementedError):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, hangups.append, None)
     broker = Broker(config, LISTENERS)
     await broker.start()
     metrics = management = None
@@ -72,15 +82,12 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
             await metrics.close()
         await broker.stop()
         raise
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
     reloader = Reloader(broker, seen)
     reloading = asyncio.create_task(reloader.run())
     with contextlib.suppress(NotImplementedError):
         loop.add_signal_handler(signal.SIGHUP, reloader.hangup)
+    if hangups:  # a SIGHUP while starting
+        reloader.hangup()
     if ready is not None:
         ready.set()
     await stop.wait()
