@@ -1,4 +1,4 @@
-"""Fixtures shared by every test folder: real broker processes on loopback."""
+"""Fixtures shared by every test folder: real broker processes on loopback, test certificates."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.brokers import BrokerProcess
+from tests.support.certs import make_certs
 
 
 @pytest.fixture
@@ -40,3 +41,10 @@ def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPr
     b = BrokerProcess(root / "data").start()
     yield b
     b.stop()
+
+
+@pytest.fixture
+def certs(tmp_path: Path) -> Path:
+    """tests/support/certs.py's set in ``tmp_path/certs``: ca, server (CN localhost, for
+    127.0.0.1) and client (CN app, a user of the TLS tests); skips without openssl."""
+    return make_certs(tmp_path / "certs", clients={"client": "app"})

@@ -1,12 +1,10 @@
 """Virtual hosts, per-user permissions and the TLS listener (SASL PLAIN and EXTERNAL), with
-rstream and streamlet's client. Test certificates are made at test time with the openssl CLI."""
+rstream and streamlet's client. Test certificates: tests/conftest.py's ``certs`` (openssl CLI)."""
 
 from __future__ import annotations
 
 import contextlib
-import shutil
 import ssl
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -133,52 +131,32 @@ async def test_read_permission_and_vhosts(access_broker: BrokerProcess, tmp_path
 # --- TLS ---------------------------------------------------------------------------------------
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-def _make_certs(d: Path) -> None:
-    """A CA, a server certificate for 127.0.0.1/localhost, and a client certificate CN=app."""
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-             "-subj", "/CN=streamlet-test-ca", cwd=d)
-    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for name, cn in (("server", "localhost"), ("client", "app")):
-        _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={cn}", cwd=d)
-        extra = ["-extfile", "san.ext"] if name == "server" else []
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", *extra, cwd=d)
-
-
-def _tls_broker(broker_factory: Callable[..., BrokerProcess], tmp_path: Path,
+def _tls_broker(broker_factory: Callable[..., BrokerProcess], tmp_path: Path, d: Path,
                 verify_peer: bool) -> tuple[BrokerProcess, int, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command is needed to make test certificates")
-    d = tmp_path / "certs"
-    d.mkdir()
-    _make_certs(d)
+    """A TLS broker with the certificates ``d`` (tests/conftest.py's ``certs``)."""
     tls_port = free_port()
     cfg = tmp_path / "tls.toml"
     cfg.write_text(CONFIG + f'''
 [tls]
 port = {tls_port}
-certfile = "{d / 'server.pem'}"
+certfile = "{d / 'server.crt'}"
 keyfile = "{d / 'server.key'}"
-cafile = "{d / 'ca.pem'}"
+cafile = "{d / 'ca.crt'}"
 verify_peer = {str(verify_peer).lower()}
 ''')
     return broker_factory(config=cfg), tls_port, d
 
 
 @pytest.fixture
-def tls_broker(broker_factory: Callable[..., BrokerProcess], tmp_path: Path) -> tuple[BrokerProcess, int, Path]:
-    return _tls_broker(broker_factory, tmp_path, verify_peer=False)
+def tls_broker(broker_factory: Callable[..., BrokerProcess], tmp_path: Path,
+               certs: Path) -> tuple[BrokerProcess, int, Path]:
+    return _tls_broker(broker_factory, tmp_path, certs, verify_peer=False)
 
 
 def _client_context(d: Path, with_cert: bool) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cafile=str(d / "ca.pem"))
+    ctx = ssl.create_default_context(cafile=str(d / "ca.crt"))
     if with_cert:
-        ctx.load_cert_chain(d / "client.pem", d / "client.key")
+        ctx.load_cert_chain(d / "client.crt", d / "client.key")
     return ctx
 
 
@@ -212,8 +190,8 @@ async def test_tls_plain_and_external_with_rstream(tls_broker: tuple[BrokerProce
 
 
 async def test_tls_verify_peer_requires_a_client_certificate(
-        broker_factory: Callable[..., BrokerProcess], tmp_path: Path) -> None:
-    b, tls_port, d = _tls_broker(broker_factory, tmp_path, verify_peer=True)
+        broker_factory: Callable[..., BrokerProcess], tmp_path: Path, certs: Path) -> None:
+    b, tls_port, d = _tls_broker(broker_factory, tmp_path, certs, verify_peer=True)
     with pytest.raises((ssl.SSLError, ConnectionError, OSError, StreamletError)):
         c = await connect(b.host, tls_port, user="admin", password="admin-pw",
                           ssl=_client_context(d, with_cert=False), timeout=10)

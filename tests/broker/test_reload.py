@@ -1,7 +1,7 @@
 """Reloading the users file and the TLS certificate in a running broker process (no restart):
 the files live in folders laid out as the kubelet lays out a Secret volume and change as it
-changes them, by swapping the ``..data`` symlink. Certificates come from the openssl CLI, as
-test_access.py's."""
+changes them, by swapping the ``..data`` symlink. Certificates come from the openssl CLI
+(tests/support/certs.py)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ import pytest
 
 from streamlet.client import Client, StreamletError, connect
 from streamlet.protocol import Code
-from tests.broker.test_access import _client_context, _make_certs, _openssl
+from tests.broker.test_access import _client_context
 from tests.support.brokers import BrokerProcess, free_port
+from tests.support.certs import issue
 from tests.support.scrape import scrape, value
 from tests.support.waiting import eventually
 
@@ -356,19 +357,10 @@ async def test_a_bad_permission_in_the_users_file_keeps_the_old_users_and_permis
 # --- TLS ---------------------------------------------------------------------------------------
 
 
-def _server_cert(d: Path, name: str) -> None:
-    """Another server certificate from _make_certs' CA (its own key and serial)."""
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", "/CN=localhost",
-             cwd=d)
-    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-             "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", "san.ext", cwd=d)
-
-
 def _tls_files(d: Path, name: str) -> dict[str, bytes]:
     """A kubernetes.io/tls Secret's keys, as cert-manager writes them."""
-    return {"tls.crt": (d / f"{name}.pem").read_bytes(), "tls.key": (d / f"{name}.key").read_bytes(),
-            "ca.crt": (d / "ca.pem").read_bytes()}
+    return {"tls.crt": (d / f"{name}.crt").read_bytes(), "tls.key": (d / f"{name}.key").read_bytes(),
+            "ca.crt": (d / "ca.crt").read_bytes()}
 
 
 def _der(pem: Path) -> bytes:
@@ -390,14 +382,10 @@ def client_peer_certificate(client: Client) -> bytes:
 
 
 @pytest.fixture
-def certs(tmp_path: Path) -> Path:
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command is needed to make test certificates")
-    d = tmp_path / "made"
-    d.mkdir()
-    _make_certs(d)  # ca, server (CN=localhost), client (CN=app)
-    _server_cert(d, "server2")
-    return d
+def certs(certs: Path) -> Path:
+    """tests/conftest.py's certificates and ``server2``, another server certificate of the CA."""
+    issue(certs, "server2", "localhost", server=True)
+    return certs
 
 
 def _tls_setup(tmp_path: Path, certs: Path) -> tuple[Setup, SecretVolume]:
@@ -406,7 +394,7 @@ def _tls_setup(tmp_path: Path, certs: Path) -> tuple[Setup, SecretVolume]:
     s.users.write({"users.toml": users_toml(("app", "app-pw"))})
     s.certs = volume = SecretVolume(tmp_path / "tls")
     volume.write(_tls_files(certs, "server"))
-    s.ca = certs / "ca.pem"
+    s.ca = certs / "ca.crt"
     return s, volume
 
 
@@ -422,7 +410,7 @@ tls = true
 '''))
     pid = b.pid
     ctx = _client_context(certs, with_cert=False)
-    first, second = _der(certs / "server.pem"), _der(certs / "server2.pem")
+    first, second = _der(certs / "server.crt"), _der(certs / "server2.crt")
     assert first != second
     assert await asyncio.to_thread(peer_certificate, s.tls_port, ctx) == first
     assert await asyncio.to_thread(peer_certificate, sbp_port, ctx) == first
@@ -456,7 +444,7 @@ async def test_a_broken_certificate_keeps_the_old_one(
     s, tls = _tls_setup(tmp_path, certs)
     b = broker_factory(config=s.config(tmp_path, reload_interval=0.2, tls=True))
     ctx = _client_context(certs, with_cert=False)
-    first = _der(certs / "server.pem")
+    first = _der(certs / "server.crt")
     good = _tls_files(certs, "server2")
     mismatched = {**good, "tls.key": (certs / "server.key").read_bytes()}  # not server2's key
     garbage = {**good, "tls.crt": b"-----BEGIN CERTIFICATE-----\nnot one\n-----END CERTIFICATE-----\n"}
@@ -471,7 +459,7 @@ async def test_a_broken_certificate_keeps_the_old_one(
     assert b.alive()
     assert "TLS certificate not reloaded, the old one stays in force" in b.log_text()
     tls.write(good)
-    await eventually(lambda: _peer_is(s.tls_port, ctx, _der(certs / "server2.pem")), WAIT_S,
+    await eventually(lambda: _peer_is(s.tls_port, ctx, _der(certs / "server2.crt")), WAIT_S,
                      "the good certificate taken")
 
 
@@ -481,7 +469,7 @@ async def test_sighup_reloads_the_certificate(
     b = broker_factory(config=s.config(tmp_path, reload_interval=0, tls=True))
     ctx = _client_context(certs, with_cert=False)
     tls.write(_tls_files(certs, "server2"))
-    assert await asyncio.to_thread(peer_certificate, s.tls_port, ctx) == _der(certs / "server.pem")
+    assert await asyncio.to_thread(peer_certificate, s.tls_port, ctx) == _der(certs / "server.crt")
     os.kill(b.pid, signal.SIGHUP)
-    await eventually(lambda: _peer_is(s.tls_port, ctx, _der(certs / "server2.pem")), WAIT_S,
+    await eventually(lambda: _peer_is(s.tls_port, ctx, _der(certs / "server2.crt")), WAIT_S,
                      "the new certificate after SIGHUP")

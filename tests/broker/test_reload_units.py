@@ -31,7 +31,6 @@ from streamlet.broker.reload import (
     watched,
 )
 from streamlet.broker.tls import ServerTls
-from tests.broker.test_access import _make_certs
 
 U, C, K, A = Path("/u/users.toml"), Path("/t/tls.crt"), Path("/t/tls.key"), Path("/t/ca.crt")
 PARTS = {"users": (U,), "tls": (C, K, A)}
@@ -200,24 +199,22 @@ def test_config_users_are_kept_apart_from_the_users_file(tmp_path: Path) -> None
     assert [u.name for u in cfg.users] == ["m", "f"]
 
 
-def test_server_tls_keeps_its_certificate_when_the_new_one_does_not_load(tmp_path: Path) -> None:
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command is needed to make test certificates")
-    _make_certs(tmp_path)
+def test_server_tls_keeps_its_certificate_when_the_new_one_does_not_load(tmp_path: Path,
+                                                                         certs: Path) -> None:
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    shutil.copy(tmp_path / "server.pem", cert)
-    shutil.copy(tmp_path / "server.key", key)
+    shutil.copy(certs / "server.crt", cert)
+    shutil.copy(certs / "server.key", key)
     tls = ServerTls(TlsConfig(cert, key))
     first = tls.current
     assert tls.listening is first and first.sni_callback is not None
-    shutil.copy(tmp_path / "client.key", key)  # not the certificate's key
+    shutil.copy(certs / "client.key", key)  # not the certificate's key
     with pytest.raises(ConfigError, match="cannot load certificates"):
         tls.reload()
     cert.write_text("not a certificate")
     with pytest.raises(ConfigError):
         tls.reload()
     assert tls.current is first
-    shutil.copy(tmp_path / "client.pem", cert)
+    shutil.copy(certs / "client.crt", cert)
     tls.reload()
     assert tls.current is not first and isinstance(tls.current, ssl.SSLContext)
     assert tls.listening is first  # the listeners keep theirs; its callback hands over

@@ -106,16 +106,16 @@ def test_a_second_broker_on_the_same_data_directory_is_refused(tmp_path: Path) -
 
 
 def test_tls_and_external_from_the_cli(broker_factory: Callable[..., BrokerProcess],
-                                       tmp_path: Path) -> None:
+                                       tmp_path: Path, certs: Path) -> None:
     """--tls with --ca-cert (the server verified), PLAIN over it, and EXTERNAL with --cert:
     the certificate's CN (app) is the user, with app's permissions."""
     from tests.broker.test_access import _tls_broker
 
-    b, tls_port, d = _tls_broker(broker_factory, tmp_path, verify_peer=False)
-    tls = ["--host", b.host, "--port", str(tls_port), "--tls", "--ca-cert", str(d / "ca.pem")]
+    b, tls_port, d = _tls_broker(broker_factory, tmp_path, certs, verify_peer=False)
+    tls = ["--host", b.host, "--port", str(tls_port), "--tls", "--ca-cert", str(d / "ca.crt")]
     cli("produce", *tls, "--user", "admin", "--password", "admin-pw", "app-cli", "--create",
         stdin=b"over tls\n")
-    external = [*tls, "--cert", str(d / "client.pem"), "--key", str(d / "client.key"),
+    external = [*tls, "--cert", str(d / "client.crt"), "--key", str(d / "client.key"),
                 "--sasl-mechanism", "EXTERNAL"]
     cli("produce", *external, "app-cli", stdin=b"as app\n")
     out = cli("consume", *external, "app-cli", "--count", "2")
@@ -126,7 +126,7 @@ def test_tls_and_external_from_the_cli(broker_factory: Callable[..., BrokerProce
     untrusted = cli("ping", "--host", b.host, "--port", str(tls_port), "--tls", check=False)
     assert untrusted.returncode == 1
     assert stderr_line(untrusted.stderr).startswith(f"streamlet: TLS with {b.host}:{tls_port} failed")
-    misuse = cli("ping", "--cert", str(d / "client.pem"), check=False)
+    misuse = cli("ping", "--cert", str(d / "client.crt"), check=False)
     assert misuse.returncode == 2 and b"--cert: only with --tls" in misuse.stderr
 
 

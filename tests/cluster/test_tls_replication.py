@@ -7,7 +7,6 @@ other two, and the member's contact says it is not following."""
 
 from __future__ import annotations
 
-import shutil
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +16,8 @@ import pytest
 from streamlet.client import Client, connect
 from streamlet.client.errors import ConnectionClosed
 from streamlet.elector import Members, run_election
-from tests.broker.test_access import _make_certs, _openssl
 from tests.support.brokers import BrokerProcess, free_port
+from tests.support.certs import issue, make_ca
 from tests.support.waiting import eventually
 
 HOST = "127.0.0.1"
@@ -27,34 +26,21 @@ N = 300
 STREAM = "tls-replicated"
 
 
-def _rogue_cert(d: Path) -> None:
-    """rogue.pem/rogue.key: a certificate for 127.0.0.1 signed by another CA."""
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl("req", "-x509", *ec, "-keyout", "rogue-ca.key", "-out", "rogue-ca.pem", "-days", "2",
-             "-subj", "/CN=not-the-streamlet-ca", cwd=d)
-    _openssl("req", *ec, "-keyout", "rogue.key", "-out", "rogue.csr", "-subj", "/CN=localhost",
-             cwd=d)
-    _openssl("x509", "-req", "-in", "rogue.csr", "-CA", "rogue-ca.pem", "-CAkey", "rogue-ca.key",
-             "-CAcreateserial", "-out", "rogue.pem", "-days", "2", "-extfile", "san.ext", cwd=d)
-
-
 @pytest.fixture
-def certs(tmp_path: Path) -> Path:
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command is needed to make test certificates")
-    d = tmp_path / "certs"
-    d.mkdir()
-    _make_certs(d)  # ca.pem; server.pem for 127.0.0.1; client.pem (CN=app)
-    _rogue_cert(d)
-    return d
+def certs(certs: Path) -> Path:
+    """tests/conftest.py's certificates and ``rogue``, a server certificate for 127.0.0.1
+    signed by another CA (``rogue-ca``)."""
+    make_ca(certs, "rogue-ca", "not-the-streamlet-ca")
+    issue(certs, "rogue", "localhost", server=True, ca="rogue-ca")
+    return certs
 
 
 def client_context(certs: Path) -> ssl.SSLContext:
     """The test's own connections: both CAs trusted (to ask the rogue broker too), the client
     certificate presented (verify_peer)."""
-    ctx = ssl.create_default_context(cafile=str(certs / "ca.pem"))
-    ctx.load_verify_locations(certs / "rogue-ca.pem")
-    ctx.load_cert_chain(certs / "client.pem", certs / "client.key")
+    ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    ctx.load_verify_locations(certs / "rogue-ca.crt")
+    ctx.load_cert_chain(certs / "client.crt", certs / "client.key")
     return ctx
 
 
@@ -86,9 +72,9 @@ resume_roles = {"true" if resume_roles else "false"}
 
 [tls]
 port = {self.ports[i]}
-certfile = "{self.certs / f'{cert}.pem'}"
+certfile = "{self.certs / f'{cert}.crt'}"
 keyfile = "{self.certs / f'{cert}.key'}"
-cafile = "{self.certs / 'ca.pem'}"
+cafile = "{self.certs / 'ca.crt'}"
 verify_peer = true
 
 [listeners.rabbitmq]
@@ -239,8 +225,8 @@ async def test_a_broker_with_a_certificate_not_of_the_ca_cannot_follow(
     # under-replicated as a driver sees it: the member is there, but has no link to its leader
     await eventually(not_following, 30, "the rogue member reported without a link")
     # the leader's verify_peer refuses the rogue's certificate as a client's too
-    rogue_ctx = ssl.create_default_context(cafile=str(c.certs / "ca.pem"))
-    rogue_ctx.load_cert_chain(c.certs / "rogue.pem", c.certs / "rogue.key")
+    rogue_ctx = ssl.create_default_context(cafile=str(c.certs / "ca.crt"))
+    rogue_ctx.load_cert_chain(c.certs / "rogue.crt", c.certs / "rogue.key")
     with pytest.raises((ssl.SSLError, ConnectionError, ConnectionClosed)):  # TLS 1.3: after
         client = await connect(HOST, c.ports[leader], USER, PASSWORD, ssl=rogue_ctx, heartbeat=0)
         await client.close()

@@ -1,36 +1,64 @@
 """Test certificates made with the openssl CLI (tests skip without it): one CA, a server
-certificate for 127.0.0.1 and localhost, and client certificates, as files in a folder."""
+certificate for 127.0.0.1 and localhost, and client certificates, as PEM files named
+``<name>.crt``/``<name>.key`` in a folder. The ``certs`` fixture of tests/conftest.py makes
+the usual set; ``make_ca`` and ``issue`` add more (another CA, another server certificate)."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
 EC = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+#: the server certificates' subjectAltName, as an openssl extension file in the folder
+SAN_EXT = "san.ext"
+
+
+def need_openssl() -> None:
+    """Skip the calling test when the openssl command is not installed."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is needed to make test certificates")
 
 
 def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
 
 
-def make_certs(d: Path, clients: tuple[str, ...] = ("client",)) -> Path:
+def make_ca(d: Path, name: str = "ca", cn: str = "streamlet-test-ca") -> None:
+    """A self-signed CA, ``<name>.crt``/``<name>.key`` in ``d``."""
+    need_openssl()
+    _openssl("req", "-x509", *EC, "-keyout", f"{name}.key", "-out", f"{name}.crt", "-days", "2",
+             "-subj", f"/CN={cn}", cwd=d)
+
+
+def issue(d: Path, name: str, cn: str, server: bool = False, ca: str = "ca") -> None:
+    """``<name>.crt``/``<name>.key`` (a new key) signed by the CA ``<ca>.crt`` of ``d``; a
+    ``server`` certificate also names 127.0.0.1 and localhost (subjectAltName)."""
+    need_openssl()
+    _openssl("req", *EC, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={cn}",
+             cwd=d)
+    extra: list[str] = []
+    if server:
+        (d / SAN_EXT).write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        extra = ["-extfile", SAN_EXT]
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
+             "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", *extra, cwd=d)
+
+
+def make_certs(d: Path, clients: Sequence[str] | Mapping[str, str] = ("client",)) -> Path:
     """``ca.crt``/``ca.key``, ``server.crt``/``server.key`` (CN localhost, SAN 127.0.0.1 and
-    localhost) and ``<name>.crt``/``<name>.key`` per client (CN the name), in ``d``."""
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command is needed to make test certificates")
+    localhost) and ``<name>.crt``/``<name>.key`` per client, in ``d`` (made if missing).
+    ``clients``: file names (each its own CN), or file names to CNs."""
+    need_openssl()
     d.mkdir(parents=True, exist_ok=True)
-    _openssl("req", "-x509", *EC, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
-             "-subj", "/CN=streamlet-test-ca", cwd=d)
-    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for name, cn in (("server", "localhost"), *((c, c) for c in clients)):
-        _openssl("req", *EC, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj",
-                 f"/CN={cn}", cwd=d)
-        extra = ["-extfile", "san.ext"] if name == "server" else []
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", *extra, cwd=d)
+    make_ca(d)
+    issue(d, "server", "localhost", server=True)
+    names = clients if isinstance(clients, Mapping) else {c: c for c in clients}
+    for name, cn in names.items():
+        issue(d, name, cn)
     return d
 
 

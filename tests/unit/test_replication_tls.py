@@ -4,7 +4,6 @@ its name, replaced by a reload."""
 
 from __future__ import annotations
 
-import shutil
 import ssl
 from pathlib import Path
 
@@ -13,7 +12,6 @@ import pytest
 from streamlet.broker.config import ConfigError, load
 from streamlet.broker.replication.peer import PeerLogin
 from streamlet.broker.tls import ServerTls, client_context
-from tests.broker.test_access import _make_certs
 
 TLS = '[tls]\nport = 5551\ncertfile = "c.pem"\nkeyfile = "k.pem"\n'
 TLS_ONLY = TLS + "[listeners.rabbitmq]\nenabled = false\n"
@@ -51,19 +49,9 @@ def test_bad_replication_tls_is_refused_with_a_reason(tmp_path: Path, text: str,
         _load(tmp_path, text)
 
 
-@pytest.fixture
-def certs(tmp_path: Path) -> Path:
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command is needed to make test certificates")
-    d = tmp_path / "certs"
-    d.mkdir()
-    _make_certs(d)
-    return d
-
-
 def _tls_cfg(tmp_path: Path, certs: Path, cafile: bool = True):  # type: ignore[no-untyped-def]
-    ca = f'cafile = "{certs / "ca.pem"}"\n' if cafile else ""
-    cfg = _load(tmp_path, f'[tls]\ncertfile = "{certs / "server.pem"}"\n'
+    ca = f'cafile = "{certs / "ca.crt"}"\n' if cafile else ""
+    cfg = _load(tmp_path, f'[tls]\ncertfile = "{certs / "server.crt"}"\n'
                           f'keyfile = "{certs / "server.key"}"\n{ca}'
                           "[listeners.rabbitmq]\nenabled = false\n")
     assert cfg.tls is not None
@@ -91,7 +79,7 @@ def test_a_reload_replaces_the_links_context_too(tmp_path: Path, certs: Path) ->
     assert before is not None
     tls.reload()
     assert login.context() is tls.client and tls.client is not before
-    (certs / "server.pem").write_text("broken")
+    (certs / "server.crt").write_text("broken")
     with pytest.raises(ConfigError):
         tls.reload()
     assert login.context() is tls.client  # the last good one stays
