@@ -30,7 +30,6 @@ TLS connections keep theirs.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import time
@@ -40,6 +39,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .config import BrokerConfig, ConfigError, User, combine_users
 from .mgmt.closing import close
+from .periodic import every
 
 if TYPE_CHECKING:
     from .server import Broker
@@ -151,12 +151,7 @@ class Reloader:
         interval = self.broker.config.reload_interval
         if not interval or not self.parts:
             return
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                self.check()
-            except Exception:  # never let the timer die: the next tick tries again
-                log.exception("reload check failed")
+        await every(interval, self.check, log, "reload check")
 
     def _reload_users(self) -> bool:
         cfg = self.broker.config

@@ -24,6 +24,7 @@ from .clock import LoopClock
 from .config import BrokerConfig, ConfigError, Permission, User
 from .directory import CHECK_INTERVAL_S, EMPTY, Directory, DirectoryFile, seal_changes
 from .memory import TRIM_INTERVAL_S, return_free_memory
+from .periodic import every
 from .replication.create import Cluster
 from .replication.forward import Forwarder
 from .replication.members import Members
@@ -188,12 +189,7 @@ class Broker:
 
     async def _directory_loop(self) -> None:
         # A move seals the old stream when the directory changes, without waiting for a client.
-        while True:
-            await asyncio.sleep(CHECK_INTERVAL_S)
-            try:
-                self.directory()
-            except Exception:  # never let the timer die: the next tick tries again
-                log.exception("stream directory check failed")
+        await every(CHECK_INTERVAL_S, self.directory, log, "stream directory check")
 
     def set_users(self, users: tuple[User, ...], permissions: tuple[Permission, ...]
                   ) -> list[Client]:
