@@ -44,7 +44,7 @@ from streamlet.rsio import (
     iter_frames,
 )
 from streamlet.rsio.codec import read_varint
-from streamlet.sbp import Malformed, Opcode, SbpSplitter, stream_id
+from streamlet.sbp import PREFIX_SIZE, Flags, Malformed, Opcode, SbpSplitter, stream_id
 from streamlet.sbp import decode as sbp_decode
 from streamlet.sbp import encode as sbp_encode
 from streamlet.sbp import read as sbp_read
@@ -54,6 +54,7 @@ from streamlet.sbp.fbs.FetchInfo import FetchInfoT
 from streamlet.sbp.fbs.FetchRequest import FetchRequestT
 from streamlet.sbp.fbs.FetchResponse import FetchResponseT
 from streamlet.sbp.flat import Scalars, append_request
+from streamlet.sbp.frame import PREFIX as SBP_PREFIX
 
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
@@ -64,8 +65,10 @@ def body_of(size: int) -> bytes:
     return (bytes(range(256)) * (size // 256 + 1))[:size]
 
 
-class _Load(asyncio.Protocol):
-    """A connection that ends in ``done``; subclasses send in ``pump`` and count answers."""
+class _Load(asyncio.BaseProtocol):
+    """A connection that ends in ``done``; subclasses send in ``pump`` and count answers, and
+    are a Protocol (data_received) or a BufferedProtocol: uvloop takes a protocol that is both
+    for a plain one."""
 
     def __init__(self) -> None:
         loop = asyncio.get_running_loop()
@@ -110,7 +113,7 @@ class _Load(asyncio.Protocol):
 # --- MEGA ---------------------------------------------------------------------------------------
 
 
-class _MegaPipeline(_Load):
+class _MegaPipeline(_Load, asyncio.Protocol):
     """``total`` requests of one layout, ``batch`` per write, at most ``window`` unanswered."""
 
     def __init__(self, template: bytes, total: int, batch: int, window: int) -> None:
@@ -237,7 +240,7 @@ _APPENDED = Scalars((2, "q", 0), (1, "i", 0))
 _FETCHED = Scalars((2, "i", 0), (4, "q", -1))
 
 
-class _Sbp(_Load):
+class _Sbp(_Load, asyncio.Protocol):
     """Response frames cut by SBP's splitter; ``answer`` gets each one's sid, flags, results."""
 
     def __init__(self) -> None:
@@ -329,22 +332,70 @@ class SbpAppender(_Sbp):
         return self.max_offset == n - 1 and self.offset_sum == n * (n - 1) // 2
 
 
-class SbpFetcher(_Sbp):
+class SbpFetcher(_Load, asyncio.BufferedProtocol):
     """FETCH a stream from its first offset, ``batch_max_bytes`` at a time, each request from the
-    offset after the last answered, until ``total`` batches came; checks that their offsets
-    follow each other and counts their bytes."""
+    offset after the last answered, until ``total`` batches came. Frames are read in place (a
+    buffered protocol, as bench/client.py's RabbitMQ consumer): each answer's FetchResults are
+    checked (offsets following each other from the one asked, lengths adding up to the payload)
+    without an object per result, and the payload's bytes are counted and skipped, as the
+    RabbitMQ consumer counts a chunk from its header and skips its data."""
 
-    def __init__(self, stream: str, total: int, batch_max_bytes: int = 1 << 20) -> None:
-        super().__init__()
+    def __init__(self, stream: str, total: int, batch_max_bytes: int = 8 << 20) -> None:
+        _Load.__init__(self)
+        self.ready.set_result(None)  # SBP has no handshake
         self.sid = stream_id(stream)
         self.total, self.max_bytes = total, batch_max_bytes
         self.records = 0
         self.data_bytes = 0
         self.next_offset = 0
         self.asked = False
+        self.mem = bytearray(1 << 20)
+        self.view = memoryview(self.mem)
+        self.r = self.w = 0
+        self.skip = 0  # payload bytes still to come and be skipped
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if len(self.mem) - self.w < 64 << 10:
+            self._compact(64 << 10)
+        return self.view[self.w :]
+
+    def _compact(self, need: int) -> None:
+        unread = self.w - self.r
+        if unread + need > len(self.mem):
+            new = bytearray(max(2 * len(self.mem), unread + need))
+            new[:unread] = self.mem[self.r : self.w]
+            self.mem, self.view = new, memoryview(new)  # the old view may still be held
+        elif self.r:
+            self.mem[:unread] = self.mem[self.r : self.w]
+        self.r, self.w = 0, unread
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.w += nbytes
+        while not self.done.done():
+            if self.skip:
+                k = min(self.skip, self.w - self.r)
+                self.r += k
+                self.skip -= k
+                if self.skip:
+                    break
+            if self.w - self.r < PREFIX_SIZE:
+                break
+            length, _, _, flags, _, _ = SBP_PREFIX.unpack_from(self.mem, self.r)
+            header_len = _U32.unpack_from(self.mem, self.r + 12)[0] & 0xFFFFFF
+            if self.w - self.r < PREFIX_SIZE + header_len:
+                self._compact(PREFIX_SIZE + header_len)
+                break
+            at = self.r + PREFIX_SIZE
+            payload = length - PREFIX_SIZE - header_len
+            self.answer(flags, self.view[at : at + header_len], payload)
+            self.r = at + header_len
+            self.skip = payload
+        if self.r == self.w:
+            self.r = self.w = 0
+        self.pump()
 
     def pump(self) -> None:
-        if not self.started or self.transport is None or self.asked:
+        if not self.started or self.transport is None or self.asked or self.done.done():
             return
         info = FetchInfoT()
         info.streamId, info.requestIndex, info.fetchOffset = self.sid, 0, self.next_offset
@@ -354,36 +405,42 @@ class SbpFetcher(_Sbp):
         self.transport.write(sbp_encode(Opcode.FETCH, 0, 1, sbp_write(req)))
         self.asked = True
 
-    def answer(self, sid: int, end: bool, header: bytes, payload: bytes | memoryview) -> None:
-        lengths, offsets = _FETCHED.read(header, 2)
-        if offsets and min(offsets) < 0:  # an empty answer (the long poll's deadline), or an error
-            if len(offsets) != 1 or lengths[0] or any(
-                    r.status and r.status.code
-                    for r in sbp_read(FetchResponseT, header).fetchResponses or []):
+    def answer(self, flags: int, header: memoryview, payload: int) -> None:
+        if flags & Flags.SYSTEM_ERROR:
+            self.error("SBP FETCH: a system error")
+            return
+        n, ((_, _, size, _), (first, last, _, consecutive)) = _FETCHED.summary(header, 2)
+        if n == 1 and first < 0:  # an empty answer (the long poll's deadline), or an error
+            if size or any(r.status and r.status.code for r in
+                           sbp_read(FetchResponseT, bytes(header)).fetchResponses or []):
                 self.error("SBP FETCH: an error status")
                 return
-            offsets, lengths = [], []
-        expect = self.next_offset + len(offsets)
-        if offsets != list(range(self.next_offset, expect)):
-            self.error(f"SBP FETCH: offsets {offsets[:3]}..., expected from {self.next_offset}")
+            n = 0
+        elif n and (first != self.next_offset or not consecutive):
+            self.error(f"SBP FETCH: offsets {first}..{last}, expected from {self.next_offset}")
             return
-        size = sum(lengths)
-        if size != len(payload):
-            self.error(f"SBP FETCH: results of {size} bytes, a payload of {len(payload)}")
+        if size != payload:
+            self.error(f"SBP FETCH: results of {size} bytes, a payload of {payload}")
             return
-        self.records += expect - self.next_offset
+        self.records += n
         self.data_bytes += size
-        self.next_offset = expect
-        if end:
+        self.next_offset += n
+        if flags & Flags.RESPONSE_END:
             self.asked = False
         if self.records >= self.total:
             self.finish()
+
+    def error(self, why: str) -> None:
+        self.errors += 1
+        if len(self.server_errors) < 5:
+            self.server_errors.append(why)
+        self.finish()
 
 
 # --- RSIO ---------------------------------------------------------------------------------------
 
 
-class _Rsio(_Load):
+class _Rsio(_Load, asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self.write(encode(Hello(VERSION, (EXT_OFFSETS,))))
@@ -574,7 +631,7 @@ async def sbp_produce(port: int, stream: str, p: dict[str, Any], ready: Callable
 
 async def sbp_consume(port: int, stream: str, p: dict[str, Any], ready: Callable[[], None],
                       go: Callable[[], Awaitable[None]]) -> dict[str, Any]:
-    load = SbpFetcher(stream, p["count"], p.get("batch_max_bytes", 1 << 20))
+    load = SbpFetcher(stream, p["count"], p.get("batch_max_bytes", 8 << 20))
     ok = await _run(load, port, ready, go, p.get("timeout", 600))
     return {"records": load.records, "chunks": 0, "data_bytes": load.data_bytes,
             "errors": load.errors, "complete": ok, "t0": load.started,

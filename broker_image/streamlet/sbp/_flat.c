@@ -64,15 +64,20 @@ static inline long long slot(const unsigned char *p, long long vt, long long siz
 
 #define MAX_FIELDS 8
 
-/* read_columns(buf, vector_slot, fields): the tables of the vector in field `vector_slot` of
- * the root table, read as flat.Scalars reads them: `fields` is a tuple of (slot, width 4 or 8,
- * default); the result a list per field, the table's values in vector order. */
+/* read_columns(buf, vector_slot, fields[, summary]): the tables of the vector in field
+ * `vector_slot` of the root table, read as flat.Scalars reads them: `fields` is a tuple of
+ * (slot, width 4 or 8, default); the result a list per field, the table's values in vector
+ * order. With `summary`, no lists: (count, ((first, last, sum, consecutive), ...) per field),
+ * `consecutive` true when each value is the one before plus 1 (a reader that only checks and
+ * counts makes no object per table). */
 static PyObject *read_columns(PyObject *self, PyObject *args) {
     Py_buffer view;
-    int vslot;
+    int vslot, summary = 0;
     PyObject *spec;
-    if (!PyArg_ParseTuple(args, "y*iO!", &view, &vslot, &PyTuple_Type, &spec))
+    if (!PyArg_ParseTuple(args, "y*iO!|p", &view, &vslot, &PyTuple_Type, &spec, &summary))
         return NULL;
+    long long first[MAX_FIELDS] = {0}, last[MAX_FIELDS] = {0}, sum[MAX_FIELDS] = {0};
+    int consecutive[MAX_FIELDS];
     const unsigned char *p = view.buf;
     long long len = view.len, size;
     Py_ssize_t nf = PyTuple_GET_SIZE(spec);
@@ -117,9 +122,11 @@ static PyObject *read_columns(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    for (Py_ssize_t f = 0; f < nf; f++)
-        if (!(cols[f] = PyList_New(n)))
+    for (Py_ssize_t f = 0; f < nf; f++) {
+        consecutive[f] = 1;
+        if (!summary && !(cols[f] = PyList_New(n)))
             goto done;
+    }
     long long last_vt = LLONG_MIN, end = 4; /* no layout yet */
     for (long long i = 0; i < n; i++) {
         long long e = vec + 4 + 4 * i, t = e + rd32(p + e);
@@ -166,11 +173,36 @@ static PyObject *read_columns(PyObject *self, PyObject *args) {
                 v = widths[f] == 8 ? (long long)(int64_t)(rd32(q) | ((uint64_t)rd32(q + 4) << 32))
                                    : (long long)(int32_t)rd32(q);
             }
+            if (summary) {
+                if (i == 0)
+                    first[f] = v;
+                else if (v != last[f] + 1)
+                    consecutive[f] = 0;
+                last[f] = v;
+                sum[f] = (long long)((unsigned long long)sum[f] + (unsigned long long)v);
+                continue;
+            }
             PyObject *o = PyLong_FromLongLong(v);
             if (!o)
                 goto done;
             PyList_SET_ITEM(cols[f], i, o);
         }
+    }
+    if (summary) {
+        PyObject *stats = PyTuple_New(nf);
+        if (!stats)
+            goto done;
+        for (Py_ssize_t f = 0; f < nf; f++) {
+            PyObject *one = Py_BuildValue("(LLLO)", first[f], last[f], sum[f],
+                                          consecutive[f] ? Py_True : Py_False);
+            if (!one) {
+                Py_DECREF(stats);
+                goto done;
+            }
+            PyTuple_SET_ITEM(stats, f, one);
+        }
+        result = Py_BuildValue("(LN)", n, stats);
+        goto done;
     }
     if (!(result = PyTuple_New(nf)))
         goto done;

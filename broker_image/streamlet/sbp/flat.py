@@ -133,6 +133,22 @@ class Scalars:
         buf = bytes(header)
         return self.columns(buf, table_vector(buf, root(buf), vector_slot))
 
+    def summary(self, header: bytes | memoryview, vector_slot: int
+                ) -> tuple[int, list[tuple[int, int, int, bool]]]:
+        """``read`` for a reader that only checks and counts: the number of tables, and per
+        field (first, last, sum, consecutive: each value the one before plus 1), with no object
+        made per table where the C reader was built."""
+        if _read_columns is not None:
+            try:
+                n, stats = _read_columns(header, vector_slot, self.c_spec, True)
+            except ValueError as e:
+                raise Malformed(str(e)) from None
+            return n, list(stats)
+        cols = self.read(header, vector_slot)
+        n = len(cols[0])
+        return n, [(c[0] if c else 0, c[-1] if c else 0, _wrap64(sum(c)),
+                    all(b == a + 1 for a, b in zip(c, c[1:], strict=False))) for c in cols]
+
     def columns(self, buf: bytes, tables: list[int]) -> list[list[int]]:
         """The fields of the tables, a list per field in ``spec``'s order: ``rows`` turned
         round, read a column per C call when the tables are evenly spaced and share one vtable
@@ -211,6 +227,11 @@ class Scalars:
         except struct.error as e:
             raise Malformed(f"a table past the end of its header ({e})") from None
         return out
+
+
+def _wrap64(v: int) -> int:
+    """``v`` as a signed 64-bit sum wraps (the C reader's)."""
+    return (v + (1 << 63)) % (1 << 64) - (1 << 63)
 
 
 def _strided(mv: memoryview, start: int, stride: int, n: int, code: str, size: int

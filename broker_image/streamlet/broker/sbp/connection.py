@@ -109,6 +109,10 @@ class SbpConnection(FramedConnection):
         log.info("connection %s: %s, closing", self.peer, reason)
         self.goaway(ErrorCode.INVALID_REQUEST, reason)
 
+    def writable(self) -> None:
+        for fetch in list(self.fetches):  # answers waiting for the client to read
+            fetch.pump()
+
     def lost(self) -> None:
         for fetch in list(self.fetches):
             fetch.done = True

@@ -1,10 +1,12 @@
 """FETCH as a long poll over the core's pull reads (``Stream.fetch`` + ``when_stored``).
 
 A request names several streams (request indexes). Until ``min_bytes`` are available across
-them nothing is sent (the gate); then each stream is answered, in a frame of its own, as soon
-as it has data, up to its ``batch_max_bytes`` (one record batch at least, so a batch bigger
-than that still comes). At ``max_wait_ms`` the streams still unanswered are answered with what
-they have (or nothing) in one last frame. The frame that answers the last request index has the
+them nothing is sent (the gate); then each stream is answered as soon as it has data, up to its
+``batch_max_bytes`` (one record batch at least, so a batch bigger than that still comes), in
+frames of about ``PIECE`` bytes: each piece is read while the client takes the one before, and
+the next is read only while the client keeps up (the transport's write room), so one answer
+never holds more than a piece and the transport's buffer. At ``max_wait_ms`` the streams still
+unanswered are answered with what they have (or nothing). The last frame of the fetch has the
 response-end flag. A record batch is one stored message: each goes as a FetchResult of its own,
 with its offset (streamlet's ``base_offset``), its bytes in the payload in the same order.
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from array import array
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
@@ -36,6 +39,11 @@ if TYPE_CHECKING:
     from .connection import SbpConnection
 
 Record = tuple[int, bytes | memoryview]
+
+#: a stream's answer goes out in frames of about this many bytes: one frame of the whole
+#: ``batch_max_bytes`` would make the broker and the client take turns (read, then send, then
+#: wait while the client reads); in pieces, the client reads one while the next is cut
+PIECE = 512 << 10
 
 
 def take(records: Iterable[Record], start: int, max_bytes: int) -> list[Record]:
@@ -86,43 +94,74 @@ class Records:
         self.bodies.append(bodies)
         self.size = size
 
+    def extend(self, more: Records) -> None:
+        for first, count in more.runs:
+            if self.runs and self.last + 1 == first:
+                self.runs[-1] = (self.runs[-1][0], self.runs[-1][1] + count)
+            else:
+                self.runs.append((first, count))
+        self.lengths.extend(more.lengths)
+        self.bodies += more.bodies
+        self.size += more.size
+
     def add(self, offset: int, body: bytes | memoryview) -> None:
         self.add_run(offset, array("i", [len(body)]).tobytes(), bytes(body),
                      self.size + len(body))
 
-    def pairs(self) -> list[Record]:
-        """(offset, body) per record batch: for the answers written a table at a time."""
-        payload, at = b"".join(self.bodies), 0
-        out: list[Record] = []
-        sizes = iter(self.lengths)
-        for first, count in self.runs:
-            for offset in range(first, first + count):
-                n = next(sizes)
-                out.append((offset, payload[at : at + n]))
-                at += n
-        return out
 
+class Reader:
+    """A stream's committed records from ``start``, read a piece at a time. The chunk a piece
+    stops in is kept and the next piece goes on from there: a chunk (3.6 MB of 1,000-byte
+    messages, as the RabbitMQ protocol's publishers fill them) is read once, not once per
+    piece. A chunk's simple entries are cut out in one call (this is FETCH's hot path)."""
 
-def read_records(stream: Stream, start: int, max_bytes: int) -> Records:
-    """The committed records of ``stream`` from ``start``, within ``max_bytes``: ``take``'s
-    rule, a chunk's simple entries cut out in one call (this is FETCH's hot path)."""
-    out = Records()
-    for ref, chunk in stream.fetch(start, max_bytes):
-        data = chunk[HEADER_SIZE : HEADER_SIZE + ref.data_length]
-        cut = cut_simple(data, ref.chunk_id, start, max_bytes, out.size, len(out) > 0)
-        if cut.n:
-            out.add_run(cut.first, cut.lengths, cut.bodies, cut.size)
-        if cut.stop == FULL:
-            return out
-        if cut.stop == BATCH:  # a sub-entry batch: the general reader for the rest
-            offset = cut.offset
-            for body in iter_records(data[cut.pos :]):
-                if offset >= start:
-                    if len(out) and out.size + len(body) > max_bytes:
-                        return out
-                    out.add(offset, body)
-                offset += 1
-    return out
+    __slots__ = ("pending", "start", "stream")
+
+    def __init__(self, stream: Stream, start: int) -> None:
+        self.stream = stream
+        self.start = start  # the next offset to take
+        #: chunks read and not cut to their end: (data section left, its first entry's offset)
+        self.pending: deque[tuple[memoryview, int]] = deque()
+
+    def read(self, max_bytes: int, taken: bool = False) -> Records:
+        """Records from ``start`` while their bytes stay within ``max_bytes``; the first always
+        unless ``taken`` (a piece after the first: the answer's limit holds)."""
+        out = Records()
+        while True:
+            if not self.pending:
+                if out.size >= max_bytes:
+                    return out
+                for ref, chunk in self.stream.fetch(self.start, max_bytes - out.size):
+                    self.pending.append((chunk[HEADER_SIZE : HEADER_SIZE + ref.data_length],
+                                         ref.chunk_id))
+                if not self.pending:
+                    return out
+            data, offset = self.pending[0]
+            cut = cut_simple(data, offset, self.start, max_bytes, out.size, taken or len(out) > 0)
+            if cut.n:
+                out.add_run(cut.first, cut.lengths, cut.bodies, cut.size)
+            self.start = max(self.start, cut.offset)
+            if cut.stop == FULL:
+                self.pending[0] = (data[cut.pos :], cut.offset)
+                return out
+            self.pending.popleft()
+            if cut.stop == BATCH and not self._batch(data[cut.pos :], cut.offset, out,
+                                                     max_bytes, taken):
+                return out
+
+    def _batch(self, data: memoryview, offset: int, out: Records, max_bytes: int,
+               taken: bool) -> bool:
+        """The rest of a chunk holding a sub-entry batch, by the general reader; False once
+        ``max_bytes`` is reached (the chunk is read again from there next time: rare)."""
+        for body in iter_records(data):
+            if offset >= self.start:
+                if (taken or len(out)) and out.size + len(body) > max_bytes:
+                    self.start = offset
+                    return False
+                out.add(offset, body)
+            offset += 1
+        self.start = max(self.start, offset)
+        return True
 
 
 @dataclass(slots=True)
@@ -130,9 +169,11 @@ class Entry:
     info: FetchInfoT
     stream: Stream | None
     error: tuple[int, str] | None = None
-    records: Records = field(default_factory=Records)
+    reader: Reader | None = None
+    records: Records = field(default_factory=Records)  # read, not sent yet
     watching: bool = False  # a when_stored callback is registered
     answered: bool = False
+    sent: int = 0  # bytes of records sent in earlier pieces
 
     @property
     def size(self) -> int:
@@ -145,6 +186,7 @@ class Fetch:
         self.sid = stream_sid
         self.min_bytes = req.minBytes
         self.entries: list[Entry] = []
+        self.sending: deque[Entry] = deque()  # answered streams with pieces still to send
         self.open = False
         self.done = False
         self.timer: asyncio.TimerHandle | None = None
@@ -161,14 +203,14 @@ class Fetch:
                     f"offset {info.fetchOffset} is outside {got.log.first_offset}.."
                     f"{got.commit_end}")))
                 continue
-            self.entries.append(Entry(info, got))
+            self.entries.append(Entry(info, got, reader=Reader(got, info.fetchOffset)))
         if req.maxWaitMs > 0:
             self.timer = conn.call_later(req.maxWaitMs / 1000, self.deadline)
 
     def start(self) -> None:
         errors = [e for e in self.entries if e.error is not None]
         if errors:  # answered at once, whatever the gate: there is nothing to wait for
-            self._send(errors)
+            self._answer(errors)
         if self.timer is None:
             self.deadline()  # max_wait_ms <= 0: what there is now
         else:
@@ -185,13 +227,11 @@ class Fetch:
         if not self.open:
             self.open = gate_open(self.min_bytes, sum(e.size for e in waiting))
         if self.open:
-            for e in waiting:
-                if e.records or e.error is not None:
-                    self._send([e])
+            self._answer([e for e in waiting if e.records or e.error is not None])
         for e in self.entries:
             if not e.answered and not e.watching and e.stream is not None:
                 e.watching = True
-                after = e.records.last + 1 if e.records else e.info.fetchOffset
+                after = e.reader.start if e.reader is not None else e.info.fetchOffset
                 e.stream.when_stored(after, partial(self._woken, e))
 
     def _woken(self, entry: Entry) -> None:
@@ -199,65 +239,90 @@ class Fetch:
         self.check()
 
     def _collect(self, e: Entry) -> None:
+        """Read the first piece of a stream's answer: enough for the gate to see min_bytes."""
         stream = e.stream
         if stream is None or e.error is not None:
             return
         if stream.deleted:
             e.error = (ErrorCode.STREAM_NOT_FOUND, "the stream was deleted")
             return
-        if e.records and e.size >= e.info.batchMaxBytes:
+        first = min(e.info.batchMaxBytes, max(PIECE, self.min_bytes))
+        if e.size >= first or e.reader is None:
             return
         try:
-            e.records = read_records(stream, e.info.fetchOffset, e.info.batchMaxBytes)
+            e.records.extend(e.reader.read(first - e.size, taken=len(e.records) > 0))
         except ChunkError as err:
             e.error = (ErrorCode.STORAGE_ERROR, f"a stored chunk cannot be read ({err})")
 
+    def _next_piece(self, e: Entry) -> Records:
+        """The piece after ``e.records``, within the stream's batch_max_bytes; nothing once the
+        budget is spent or the stream has no more (or its chunk cannot be read now: the client
+        asks again from there and is told)."""
+        budget = e.info.batchMaxBytes - e.sent - e.size
+        if budget <= 0 or e.reader is None or e.stream is None or e.stream.deleted:
+            return Records()
+        try:
+            return e.reader.read(min(PIECE, budget), taken=True)
+        except ChunkError:
+            return Records()
+
     def deadline(self) -> None:
-        """max_wait_ms passed: every stream still unanswered gets what it has, in one frame."""
+        """max_wait_ms passed: every stream still unanswered gets what it has."""
         self.timer = None
         if self.done:
             return
         rest = [e for e in self.entries if not e.answered]
         for e in rest:
             self._collect(e)
-        self._send(rest, final=True)
+        self._answer(rest)
 
-    def _send(self, entries: list[Entry], final: bool = False) -> None:
+    def _answer(self, entries: list[Entry]) -> None:
+        """Answer ``entries``: errors and empty answers in one frame now, data in pieces."""
         for e in entries:
             e.answered = True
-        end = final or all(e.answered for e in self.entries)
-        if any(e.error is not None for e in entries):
-            self._send_tables(entries, end)
-        elif entries or end:  # flat: one struct call per record batch, no table objects
-            payload: list[memoryview | bytes] = [body for e in entries
-                                                 for body in e.records.bodies]
-            header = fetch_response([(e.info.requestIndex, e.info.streamId, e.records.runs,
-                                      e.records.lengths) for e in entries])
-            self.conn.answer_raw(Opcode.FETCH, self.sid, header, payload, end=end)
-        if end:
+        plain = [e for e in entries if e.error is not None or not e.records]
+        self.sending.extend(e for e in entries if e.error is None and e.records)
+        ended = all(e.answered for e in self.entries) and not self.sending
+        if plain or ended:
+            self._send_tables(plain, ended)
+        if ended:
             self.finish()
+        else:
+            self.pump()
+
+    def pump(self) -> None:
+        """Send the answered streams' pieces while the client keeps up (the connection calls
+        this again once it reads)."""
+        while self.sending and not self.done and self.conn.write_room() > 0:
+            e = self.sending[0]
+            piece, e.sent = e.records, e.sent + e.size
+            e.records = self._next_piece(e)
+            if not e.records:
+                self.sending.popleft()
+            end = not self.sending and all(x.answered for x in self.entries)
+            header = fetch_response([(e.info.requestIndex, e.info.streamId, piece.runs,
+                                      piece.lengths)])
+            self.conn.answer_raw(Opcode.FETCH, self.sid, header, piece.bodies, end=end)
+            if end:
+                self.finish()
 
     def _send_tables(self, entries: list[Entry], end: bool) -> None:
-        """The answer through the generated object API: when a result carries an error."""
+        """An answer through the generated object API: errors and empty answers."""
         results: list[FetchResultT] = []
-        payload: list[memoryview | bytes] = []
         for e in entries:
             if e.error is not None:
                 results.append(_result(e.info, 0, -1, *e.error))
-                continue
-            if not e.records:
+            else:
                 results.append(_result(e.info, 0, -1))
-            for offset, body in e.records.pairs():
-                results.append(_result(e.info, len(body), offset))
-                payload.append(body)
         header = FetchResponseT()
         header.throttleTimeMs = 0
         header.status = status()
         header.fetchResponses = results
-        self.conn.answer(Opcode.FETCH, self.sid, header, payload, end=end)
+        self.conn.answer(Opcode.FETCH, self.sid, header, [], end=end)
 
     def finish(self) -> None:
         self.done = True
+        self.sending.clear()
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
