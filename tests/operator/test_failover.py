@@ -184,7 +184,7 @@ def _super(by_partition: dict[str, Any] | None, partitions: int = 3) -> dict[str
 
 
 def test_units_of_a_single_stream_and_of_a_super_stream() -> None:
-    single = {"metadata": {"name": "res"}, "status": {
+    single: dict[str, Any] = {"metadata": {"name": "res"}, "status": {
         "applied": {"name": "s", "partitions": 1}, "replication": R3.to_dict()}}
     assert units(single) == [Unit("res", "s")]
     assert record_of(single["status"], Unit("res", "s")) == R3

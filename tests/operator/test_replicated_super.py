@@ -125,8 +125,8 @@ async def test_replicated_super_stream_fails_over_per_partition_and_deletes_ever
             "every partition Ready with three members in sync")
         before = records(stream)
         assert all(r.members == (0, 1, 2) and r.epoch == 1 for r in before.values()), before
-        leaders = {p: r.leader for p, r in before.items()}
-        assert sorted(o for o in leaders.values() if o is not None) == [0, 1, 2], leaders
+        leaders = {p: r.leader for p, r in before.items() if r.leader is not None}
+        assert sorted(leaders.values()) == [0, 1, 2], before
         status = stream["status"]
         assert "replication" not in status  # a single stream's field: not a super stream's
         assert {p["stream"]: p["ordinal"] for p in status["placement"]} == leaders
@@ -148,7 +148,6 @@ async def test_replicated_super_stream_fails_over_per_partition_and_deletes_ever
         # kill -9 the pod leading orders-1: it gets a new leader; the others keep theirs.
         victim = "orders-1"
         old = leaders[victim]
-        assert old is not None
         await publish(cluster.pods.pods[(namespace, "b", old)], victim, MESSAGES, 0)
         launcher.kill(cluster.pods.pods.pop((namespace, "b", old)))
         stream = await partitions_when(
