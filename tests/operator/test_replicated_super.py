@@ -167,7 +167,7 @@ async def test_replicated_super_stream_fails_over_per_partition_and_deletes_ever
         async def under_replicated() -> Any:  # the next look sees the dead pod out of sync
             s = await kube.get("Stream", namespace, "orders")
             c = condition(s or {}, "UnderReplicated")
-            return c if c["status"] == "True" and victim in c["message"] else None
+            return c if c.get("status") == "True" and victim in c.get("message", "") else None
 
         await eventually(under_replicated, timeout=FAILOVER_S,
                          what="UnderReplicated naming the partition")
@@ -199,6 +199,47 @@ async def test_replicated_super_stream_fails_over_per_partition_and_deletes_ever
     finally:
         await admin.close()
         # A failure half-way: deleted while the pods run (its finalizer deletes it on them).
+        for obj in await kube.list("Stream", namespace):
+            await kube.delete("Stream", namespace, obj["metadata"]["name"])
+        with contextlib.suppress(AssertionError):
+            await eventually(lambda: _no_streams(kube, namespace), timeout=30,
+                             what="streams finalized")
+        for key in [k for k in cluster.pods.pods if k[0] == namespace]:
+            launcher.stop(cluster.pods.pods.pop(key))
+        launcher.stop_all()
+
+
+async def test_two_copies_of_each_partition_on_three_pods(
+        cluster: Cluster, kube: Kube, namespace: str, tmp_path: Path) -> None:
+    """replicas 2 on 3 pods: each partition on two of them, so the pod that took the Create
+    does not hold every partition; the Stream is still Ready, each partition recorded with
+    its two members and its leader, and the directory names them."""
+    launcher = PeeredLauncher(tmp_path)
+    launcher.plan(namespace, "b", PODS)
+    kubelet = Kubelet(kube, cluster.pods, launcher)
+    try:
+        await running_broker(kube, kubelet, namespace, replicas=PODS)
+        await kube.create(stream_body(namespace, "orders", partitions=3, replicas=2))
+        stream = await partitions_when(
+            kube, namespace, lambda rs: all(r.phase == "Ready" and len(r.in_sync) == 2
+                                            for r in rs.values()),
+            "every partition Ready with two members in sync")
+        got = records(stream)
+        assert all(len(r.members) == 2 and r.leader in r.members for r in got.values()), got
+        assert condition(stream, "Available")["status"] == "True"
+
+        async def ready() -> Any:
+            s = await kube.get("Stream", namespace, "orders")
+            return s if condition(s, "Ready").get("status") == "True" else None
+
+        await eventually(ready, timeout=FAILOVER_S, what="Ready")
+        streams = (await directory(kube, namespace)).get("streams") or {}
+        for partition, record in got.items():
+            assert record.leader is not None
+            host, port = cluster.pods.pods[(namespace, "b", record.leader)]
+            assert streams[partition]["leader"] == f"{host}:{port}"
+            await publish((host, port), partition, 10, 0)
+    finally:
         for obj in await kube.list("Stream", namespace):
             await kube.delete("Stream", namespace, obj["metadata"]["name"])
         with contextlib.suppress(AssertionError):

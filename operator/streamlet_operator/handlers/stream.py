@@ -173,10 +173,12 @@ async def _delete(session: BrokerSession, stream: StreamModel) -> bool:
     return await session.delete_stream(stream.stream)
 
 
-async def _stats(session: BrokerSession, partitions: list[str]) -> StreamStats:
-    """The first partition's stats: the first one this pod holds (a replicated super stream's
-    pod holds only the partitions it has members of), else the first's (its error)."""
-    if len(partitions) > 1:
+async def _stats(session: BrokerSession, partitions: list[str],
+                 replicated: bool = False) -> StreamStats:
+    """The first partition's stats; of a ``replicated`` super stream the first one this pod
+    holds (a pod holds only the partitions it has members of), else the first's (its
+    error)."""
+    if replicated and len(partitions) > 1:
         for partition in partitions:
             if await session.stream_exists(partition):
                 return await session.stream_stats(partition)
@@ -239,7 +241,8 @@ async def _reconcile_on_broker(body: dict[str, Any], runtime: Runtime, index: An
         async with _session(runtime, broker, ordinal) as session:
             created = await _create(session, plan.target.stream,
                                     plan.target.create_arguments)
-            stats = await _stats(session, plan.target.stream.partition_names)
+            stats = await _stats(session, plan.target.stream.partition_names,
+                                 (plan.target.replicas or 1) > 1)
     except Exception as e:  # the broker's answer becomes the condition; the timer retries
         failure = _failure(e)
         log.warning("%s/%s: %r on %s: %s", stream.namespace, stream.name, target.stream.stream,
