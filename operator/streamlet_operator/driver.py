@@ -44,7 +44,7 @@ from .builders.statefulset import TEMPLATE_HASH
 from .conditions import get_condition, remove_condition, set_condition
 from .constants import GROUP, VERSION
 from .directory import sync_directory
-from .failover import Replication, Step
+from .failover import Replication, Step, Unit
 from .kube import ApiError
 from .model import BrokerModel
 from .runtime import Runtime, operator_port
@@ -63,11 +63,17 @@ TRANSFER_POLL_S = 0.1
 
 
 def replicated(obj: dict[str, Any], broker: str) -> bool:
-    """A Stream of ``broker`` created with more than one copy."""
+    """A Stream of ``broker`` created with more than one copy (a super stream: each of its
+    partitions has that many)."""
     status = obj.get("status") or {}
     applied = status.get("applied") or {}
     return (applied.get("broker") == broker and int(applied.get("replicas") or 1) > 1
-            and int(applied.get("partitions") or 1) == 1 and bool(status.get("placement")))
+            and bool(status.get("placement")))
+
+
+def _units(streams: list[dict[str, Any]]) -> dict[str, tuple[dict[str, Any], Unit]]:
+    """Every replicated broker stream of ``streams`` by key, with its Stream."""
+    return {u.key: (s, u) for s in streams for u in failover.units(s)}
 
 
 class Driver:
@@ -114,7 +120,9 @@ class Driver:
                            drained: frozenset[int] = frozenset()) -> set[int]:
         """Probes, elections and observations of the replicated streams; the pods that
         answered. An election avoids ``drained`` pods as it does pods being deleted."""
-        probed = range(max([broker.replicas] + [m + 1 for s in streams for m in _members_of(s)]))
+        probed = range(max([broker.replicas] + [m + 1 for s in streams
+                                                 for u in failover.units(s)
+                                                 for m in _members_of(s, u)]))
         answers = await asyncio.gather(*(members.probe(p) for p in probed))
         up = set()
         for pod, ok in zip(probed, answers, strict=True):
@@ -127,12 +135,11 @@ class Driver:
         back = self.away & up
         draining = frozenset(o for o, pod in pods.items()
                              if pod["metadata"].get("deletionTimestamp"))
-        for obj in streams:
+        for obj, unit in _units(streams).values():
             try:
-                await self._drive(broker, members, obj, up, back, draining, drained)
+                await self._drive(broker, members, obj, unit, up, back, draining, drained)
             except Exception:  # one stream's trouble does not stop the others'
-                log.exception("%s/%s: placement driver step failed", self.namespace,
-                              obj["metadata"]["name"])
+                log.exception("%s: placement driver step failed", unit.key)
         self.away -= back
         return up
 
@@ -165,13 +172,13 @@ class Driver:
         return result
 
     async def _drive(self, broker: BrokerModel, members: Members, obj: dict[str, Any],
-                     up: set[int], back: set[int], draining: frozenset[int],
+                     unit: Unit, up: set[int], back: set[int], draining: frozenset[int],
                      drained: frozenset[int] = frozenset()) -> None:
-        name = obj["metadata"]["name"]
+        name, key = obj["metadata"]["name"], unit.key
         status = obj.get("status") or {}
-        record = Replication.from_status(status)
+        record = failover.record_of(status, unit)
         if record is None:
-            await self._discover(broker, obj)
+            await self._discover(broker, members, obj, unit)
             return
         wanted = (obj["metadata"].get("annotations") or {}).get(failover.FORCE_LEADER)
         preferred, refused = failover.parse_force(wanted, record.members)
@@ -180,16 +187,17 @@ class Driver:
             await self._unannotate(name)
         step = failover.next_step(record, self.misses, up, preferred is not None, draining)
         if step is not Step.NONE:
-            await self.elect(broker, members, obj, record, up, preferred, draining | drained)
+            await self.elect(broker, members, obj, record, up, preferred, draining | drained,
+                             unit=unit)
             return
         if record.leader is None:  # no majority answers: nobody in sync, nothing to observe
-            self.seen[name] = rolling.StreamState(name, record.members, None, frozenset())
+            self.seen[key] = rolling.StreamState(key, record.members, None, frozenset())
             return
-        first = name not in self.assigned
+        first = key not in self.assigned
         returning = [m for m in record.members if m in up and (first or m in back)]
         if returning and record.leader is not None:
-            await self._reassign(members, obj, record, returning)
-        await self._observe(broker, obj, record, up)
+            await self._reassign(members, unit, record, returning)
+        await self._observe(broker, obj, unit, record, up)
 
     # --- the drain ----------------------------------------------------------------------------
 
@@ -215,17 +223,18 @@ class Driver:
                                   "no pod is drained: every pod takes streams again",
                                   involved="Broker")
             return
-        placed = [p for p in (self._placed(s, broker) for s in every) if p is not None]
+        placed = [p for s in every for p in self._placed(s, broker)]
         result = drain.progress(request.ordinals, placed, broker.replicas, broker.name)
         if members is not None and up is not None:
-            by_name = {s["metadata"]["name"]: s for s in every}
-            for name, target in result.transfers:
+            by_key = _units([s for s in every if replicated(s, broker.name)])
+            for key, target in result.transfers:
                 log.info("%s/%s: drain: moving %s's leadership to pod %d", self.namespace,
-                         broker.name, name, target)
+                         broker.name, key, target)
+                obj, unit = by_key[key]
                 try:
-                    await self.transfer(broker, members, by_name[name], target, up)
+                    await self.transfer(broker, members, obj, target, up, unit=unit)
                 except Exception:
-                    log.exception("%s/%s: transfer to pod %d failed", self.namespace, name,
+                    log.exception("%s/%s: transfer to pod %d failed", self.namespace, key,
                                   target)
         message = "; ".join((result.message, *request.problems))
         wanted = set_condition(current, drain.DRAINED, result.complete, result.reason, message)
@@ -240,26 +249,32 @@ class Driver:
             await self._event(body, "Normal", drain.DRAIN_COMPLETE, message,
                               involved="Broker")
 
-    def _placed(self, obj: dict[str, Any], broker: BrokerModel) -> drain.Placed | None:
-        """A Stream of this Broker as the drain sees it (None: another Broker's, or not
-        created on a pod yet)."""
+    def _placed(self, obj: dict[str, Any], broker: BrokerModel) -> list[drain.Placed]:
+        """A Stream of this Broker as the drain sees it: one entry, or one per partition of a
+        replicated super stream (none: another Broker's, or not created on a pod yet)."""
         name = obj["metadata"]["name"]
         status = obj.get("status") or {}
         applied = status.get("applied") or {}
         if applied.get("broker") != broker.name:
-            return None
+            return []
         if replicated(obj, broker.name):
-            seen = self.seen.get(name)
-            if seen is not None:
-                return drain.Placed(name, seen.members, True, seen.leader, seen.in_sync)
-            record = Replication.from_status(status)
-            members = record.members if record else tuple(range(broker.replicas))
-            return drain.Placed(name, members, True, record.leader if record else None, None)
+            result = []
+            for unit in failover.units(obj):
+                seen = self.seen.get(unit.key)
+                if seen is not None:
+                    result.append(drain.Placed(unit.key, seen.members, True, seen.leader,
+                                               seen.in_sync))
+                    continue
+                record = failover.record_of(status, unit)
+                members = record.members if record else tuple(range(broker.replicas))
+                result.append(drain.Placed(unit.key, members, True,
+                                           record.leader if record else None, None))
+            return result
         pods = {int(p["ordinal"]) for p in status.get("placement") or ()}
         move = status.get("move") or {}
         if move.get("from") is not None:  # the old pod holds it until the move ends
             pods.add(int(move["from"]))
-        return drain.Placed(name, tuple(sorted(pods)))
+        return [drain.Placed(name, tuple(sorted(pods)))]
 
     async def _broker_conditions(self, conditions: list[dict[str, Any]]) -> None:
         await self.runtime.kube.patch("Broker", self.namespace, self.broker_name,
@@ -280,8 +295,10 @@ class Driver:
         states = [rolling.PodState(o, _annotations(pod).get(TEMPLATE_HASH), _ready(pod),
                                    bool(pod["metadata"].get("deletionTimestamp")))
                   for o, pod in sorted(pods.items())]
-        seen = [self.seen.get(s["metadata"]["name"]) or rolling.StreamState(
-            s["metadata"]["name"], tuple(_members_of(s)), None, None) for s in streams]
+        by_key = _units(streams)
+        seen = [self.seen.get(key) or rolling.StreamState(key, tuple(_members_of(s, u)), None,
+                                                          None)
+                for key, (s, u) in by_key.items()]
         rolling_now = get_condition((body.get("status") or {}).get("conditions"),
                                     rolling.ROLLING)
         step = rolling.next_step(states, revision, seen, up, int(sts["spec"].get("replicas") or 0),
@@ -290,12 +307,12 @@ class Driver:
         await self._rolling_condition(body, step)
         if step.action is rolling.Action.TRANSFER and members is not None:
             assert up is not None
-            by_name = {s["metadata"]["name"]: s for s in streams}
-            for name, target in step.transfers:
+            for key, target in step.transfers:
+                obj, unit = by_key[key]
                 try:
-                    await self.transfer(broker, members, by_name[name], target, up)
+                    await self.transfer(broker, members, obj, target, up, unit=unit)
                 except Exception:
-                    log.exception("%s/%s: transfer to pod %d failed", self.namespace, name, target)
+                    log.exception("%s/%s: transfer to pod %d failed", self.namespace, key, target)
         elif step.action is rolling.Action.DELETE:
             assert step.pod is not None
             log.info("%s/%s: %s", self.namespace, broker.name, step.message)
@@ -317,18 +334,19 @@ class Driver:
                                           subresource="status")
 
     async def transfer(self, broker: BrokerModel, members: Members, obj: dict[str, Any],
-                       target: int, up: set[int]) -> bool:
+                       target: int, up: set[int], unit: Unit | None = None) -> bool:
         """A planned transfer of ``obj``'s leadership to member ``target``: the leader sealed
         (ReplicaSeal: publishes refused with 6, what it took still replicated and confirmed;
         the seal lifts itself after 30 s), then, once the target holds the leader's whole log
         (transfer_ready, within TRANSFER_WAIT_S), an election in the next epoch with the
         target preferred. A target that does not catch up in time: the leader is unsealed and
         keeps leading (False)."""
+        unit = unit or failover.units(obj)[0]
         fresh = await self.runtime.kube.get("Stream", self.namespace, obj["metadata"]["name"])
-        record = Replication.from_status((fresh or {}).get("status"))
+        record = failover.record_of((fresh or {}).get("status"), unit)
         if fresh is None or record is None or record.leader is None or target == record.leader:
             return False
-        stream = fresh["status"]["applied"]["name"]
+        stream = unit.stream
         leader, epoch = record.leader, record.epoch
         if await members.seal(leader, stream, epoch) is None:
             log.warning("%s: leader %d could not be sealed: no transfer", stream, leader)
@@ -351,14 +369,14 @@ class Driver:
 
         def rule(answers: dict[int, Tail | None]) -> Decision:
             return transfer(record.members, epoch, target, answers, in_sync=record.in_sync)
-        return await self.elect(broker, members, fresh, record, up, rule=rule)
+        return await self.elect(broker, members, fresh, record, up, rule=rule, unit=unit)
 
     # --- discovery ------------------------------------------------------------------------------
 
-    async def _discover(self, broker: BrokerModel, obj: dict[str, Any]) -> None:
+    async def _discover(self, broker: BrokerModel, members: Members, obj: dict[str, Any],
+                        unit: Unit) -> None:
         status = obj["status"]
-        stream = status["applied"]["name"]
-        leader = int(status["placement"][0]["ordinal"])
+        stream = unit.stream
         holders = []
         for pod in range(broker.replicas):
             try:
@@ -367,33 +385,42 @@ class Driver:
                         holders.append(pod)
             except Exception as e:  # down now: discovered once every copy answers
                 log.debug("%s: pod %d: %s", stream, pod, e)
-        record = failover.discovered(leader, holders, int(status["applied"]["replicas"]))
+        replicas = int(status["applied"]["replicas"])
+        if unit.partition is None:
+            leader = int(status["placement"][0]["ordinal"])
+            record = failover.discovered(leader, holders, replicas)
+        else:  # the partitions' leaders were spread by the broker: each holder says its role
+            contacts = {m: await members.contact(m, stream) for m in holders}
+            record = failover.discovered_partition(contacts, replicas)
         if record is None:
             return
-        name = obj["metadata"]["name"]
-        if await self._write(name, lambda r: r is None, record):
-            log.info("%s/%s: members %s, led by %d in epoch 1", self.namespace, name,
-                     list(record.members), leader)
-            await self._directory(broker, name)
+        # A partition's placement names its leader from now on (the Create's pod before).
+        if await self._write(unit, lambda r: r is None, record,
+                             broker=broker if unit.partition is not None else None):
+            log.info("%s/%s: members %s, led by %s in epoch 1", self.namespace, unit.key,
+                     list(record.members), record.leader)
+            await self._directory(broker, unit.resource)
 
     # --- an election --------------------------------------------------------------------------
 
     async def elect(self, broker: BrokerModel, members: Members, obj: dict[str, Any],
                     record: Replication, up: set[int], preferred: int | None = None,
                     draining: frozenset[int] = frozenset(),
-                    rule: Callable[[dict[int, Tail | None]], Decision] | None = None) -> bool:
+                    rule: Callable[[dict[int, Tail | None]], Decision] | None = None,
+                    unit: Unit | None = None) -> bool:
         """Elect ``obj``'s leader in ``record.epoch + 1``; ``preferred``: forced (the
         annotation), that member preferred; ``draining``: members on pods being deleted;
-        ``rule``: the decision from the fence answers, instead (a planned transfer's).
-        False when another writer reserved first."""
-        name = obj["metadata"]["name"]
-        stream = obj["status"]["applied"]["name"]
+        ``rule``: the decision from the fence answers, instead (a planned transfer's);
+        ``unit``: which of a super stream's partitions (None: a single stream). False when
+        another writer reserved first."""
+        unit = unit or failover.units(obj)[0]
+        name, key, stream = obj["metadata"]["name"], unit.key, unit.stream
         forced = preferred is not None
 
         async def reserve(epoch: int) -> bool:
             electing = Replication(epoch, None, record.members, (), failover.ELECTING,
                                    "Electing")
-            if not await self._write(name, lambda r: r is not None and r.epoch == record.epoch,
+            if not await self._write(unit, lambda r: r is not None and r.epoch == record.epoch,
                                      electing):
                 return False
             await self._directory(broker, name)  # Metadata: no leader while electing
@@ -406,7 +433,7 @@ class Driver:
         outcome = await run_election(stream, record.members, record.epoch, reserve, members,
                                      reachable=up, decide=rule or decide)
         if outcome.lost:
-            log.info("%s/%s: epoch %d was reserved by another writer", self.namespace, name,
+            log.info("%s/%s: epoch %d was reserved by another writer", self.namespace, key,
                      outcome.epoch)
             return False
         decision = outcome.decision
@@ -416,47 +443,48 @@ class Driver:
         phase = failover.ELECTING if leader is not None else failover.UNAVAILABLE
         after = Replication(outcome.epoch, leader, record.members, (), phase, reason)
         unclean = decision is not None and decision.unclean and leader is not None
-        await self._write(name, lambda r: r is not None and r.epoch == outcome.epoch, after,
+        await self._write(unit, lambda r: r is not None and r.epoch == outcome.epoch, after,
                           broker=broker, unclean=unclean)
         await self._directory(broker, name)
         if leader is None:
             return True
-        self.assigned.add(name)
+        self.assigned.add(key)
         self.away -= set(outcome.assigned)
         pod = names.pod(broker.name, leader)
+        which = f"{unit.partition}: " if unit.partition is not None else ""
         if unclean:
             fenced = list(decision.fenced) if decision else []
             await self._event(obj, "Warning", failover.UNCLEAN_ELECTION,
-                              f"{pod} elected in epoch {outcome.epoch} without a majority of"
-                              f" the members (fenced: {fenced}): messages confirmed by the"
-                              " others may be lost")
+                              f"{which}{pod} elected in epoch {outcome.epoch} without a"
+                              f" majority of the members (fenced: {fenced}): messages"
+                              " confirmed by the others may be lost")
         else:
             await self._event(obj, "Normal", LEADER_ELECTED,
-                              f"{pod} leads epoch {outcome.epoch} ({reason})")
+                              f"{which}{pod} leads epoch {outcome.epoch} ({reason})")
         if forced:
             await self._unannotate(name)
         return True
 
-    async def _reassign(self, members: Members, obj: dict[str, Any], record: Replication,
+    async def _reassign(self, members: Members, unit: Unit, record: Replication,
                         returning: list[int]) -> None:
         """Assign members their role in the current epoch again (idempotent on the broker)."""
         assert record.leader is not None
-        stream = obj["status"]["applied"]["name"]
+        stream = unit.stream
         done = True
         for m in sorted(returning, key=lambda m: m != record.leader):  # the leader first
             role = Role.LEADER if m == record.leader else Role.FOLLOWER
             done = await members.assign(m, stream, record.epoch, role, record.leader,
                                         record.members) and done
         if done:
-            self.assigned.add(obj["metadata"]["name"])
+            self.assigned.add(unit.key)
 
     # --- what the members say -----------------------------------------------------------------
 
-    async def _observe(self, broker: BrokerModel, obj: dict[str, Any], record: Replication,
-                       up: set[int]) -> None:
+    async def _observe(self, broker: BrokerModel, obj: dict[str, Any], unit: Unit,
+                       record: Replication, up: set[int]) -> None:
         """Who is in sync now, the phase, the conditions: written when they change."""
         assert record.leader is not None
-        stream = obj["status"]["applied"]["name"]
+        stream, key = unit.stream, unit.key
         committed = await self._stat(broker, record.leader, stream, "committed_offset") \
             if record.leader in up else None
         if committed is None:
@@ -465,21 +493,19 @@ class Driver:
             # In sync: holding what the leader had committed a look earlier, so a follower
             # a moment behind a busy leader is not counted out (and the status not rewritten)
             # at every tick.
-            name = obj["metadata"]["name"]
-            epoch, before = self.committed.get(name, (record.epoch, committed))
-            self.committed[name] = (record.epoch, committed)
+            epoch, before = self.committed.get(key, (record.epoch, committed))
+            self.committed[key] = (record.epoch, committed)
             mark = min(before, committed) if epoch == record.epoch else committed
             tails = {m: (await self._stat(broker, m, stream, "last_offset") if m in up else None)
                      for m in record.followers}
             synced = failover.in_sync(record.leader, mark, tails)
-        self.seen[obj["metadata"]["name"]] = rolling.StreamState(
-            obj["metadata"]["name"], record.members, record.leader, frozenset(synced))
+        self.seen[key] = rolling.StreamState(key, record.members, record.leader,
+                                             frozenset(synced))
         after = failover.with_phase(record, synced)
         status = obj.get("status") or {}
         current = list(status.get("conditions") or [])
-        if after != record or _conditioned(current, after, broker) != current:
-            await self._write(obj["metadata"]["name"],
-                              lambda r: r is not None and r.epoch == record.epoch, after,
+        if after != record or _conditioned(current, after, broker, status, unit) != current:
+            await self._write(unit, lambda r: r is not None and r.epoch == record.epoch, after,
                               broker=broker)
 
     async def _stat(self, broker: BrokerModel, pod: int, stream: str, key: str) -> int | None:
@@ -493,28 +519,35 @@ class Driver:
 
     # --- writes ---------------------------------------------------------------------------------
 
-    async def _write(self, name: str, expect: Callable[[Replication | None], bool],
+    async def _write(self, unit: Unit, expect: Callable[[Replication | None], bool],
                      record: Replication, *, broker: BrokerModel | None = None,
                      unclean: bool = False) -> bool:
         """Write ``status.replication`` if the record read now passes ``expect``: a
         compare-and-swap, the patch carrying the resourceVersion read (409: re-read, check,
         retry). With ``broker``, the conditions too, and the placement and leader fields
-        when there is a leader (the Stream reconciler and the directory follow them)."""
+        when there is a leader (the Stream reconciler and the directory follow them). A
+        super stream's partition: its own entry, its own placement entry (``leader``: the
+        first partition's), the conditions summarising every partition."""
+        name = unit.resource
         for _ in range(CAS_ATTEMPTS):
             obj = await self.runtime.kube.get("Stream", self.namespace, name)
-            if obj is None or not expect(Replication.from_status(obj.get("status"))):
+            if obj is None or not expect(failover.record_of(obj.get("status"), unit)):
                 return False
-            status: dict[str, Any] = {"replication": record.to_dict()}
+            read = obj.get("status") or {}
+            status: dict[str, Any] = failover.record_patch(unit, record)
             if broker is not None:
                 status["conditions"] = _conditioned(
-                    list((obj.get("status") or {}).get("conditions") or []), record, broker,
-                    unclean)
+                    list(read.get("conditions") or []), record, broker, read, unit, unclean)
                 if record.leader is not None:
                     pod = names.pod(broker.name, record.leader)
-                    placed = obj["status"]["placement"]
-                    status["leader"] = pod
-                    status["placement"] = [{"stream": p["stream"], "pod": pod,
-                                            "ordinal": record.leader} for p in placed]
+                    placed = read["placement"]
+                    mine = [unit.partition is None or p["stream"] == unit.partition
+                            for p in placed]
+                    if mine[0]:
+                        status["leader"] = pod
+                    status["placement"] = [
+                        {"stream": p["stream"], "pod": pod, "ordinal": record.leader} if m
+                        else dict(p) for p, m in zip(placed, mine, strict=True)]
             patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
                      "status": status}
             try:
@@ -601,26 +634,39 @@ def _ready(pod: dict[str, Any]) -> bool:
                for c in (pod.get("status") or {}).get("conditions") or [])
 
 
-def _members_of(obj: dict[str, Any]) -> list[int]:
-    record = Replication.from_status(obj.get("status"))
+def _members_of(obj: dict[str, Any], unit: Unit) -> list[int]:
+    record = failover.record_of(obj.get("status"), unit)
     return list(record.members) if record else []
 
 
 def _conditioned(current: list[dict[str, Any]], record: Replication, broker: BrokerModel,
+                 status: dict[str, Any] | None = None, unit: Unit | None = None,
                  unclean: bool = False) -> list[dict[str, Any]]:
     """``current`` with the replication conditions the record gives (and UncleanElection set
-    by an unclean election, cleared by the next clean one)."""
+    by an unclean election, cleared by the next clean one). A super stream's partition
+    (``unit``): the conditions summarise every partition, ``record`` over its own entry in
+    ``status``."""
     pod = names.pod(broker.name, record.leader) if record.leader is not None else ""
     result = current
-    for type_, value, reason, message in failover.conditions(record, pod):
+    if unit is None or unit.partition is None:
+        wanted = failover.conditions(record, pod)
+        which = ""
+    else:
+        records = {u.partition or u.stream: (record if u == unit
+                                             else failover.record_of(status, u))
+                   for u in failover.units({"metadata": {"name": unit.resource},
+                                            "status": status or {}})}
+        wanted = failover.summarise(records, lambda o: names.pod(broker.name, o))
+        which = f"{unit.partition}: "
+    for type_, value, reason, message in wanted:
         result = set_condition(result, type_, value, reason, message)
     if unclean:
         result = set_condition(result, failover.UNCLEAN_ELECTION, True, "UncleanElection",
-                               f"{pod} elected in epoch {record.epoch} without a majority of"
-                               " the members: messages they confirmed may be lost")
+                               f"{which}{pod} elected in epoch {record.epoch} without a"
+                               " majority of the members: messages they confirmed may be lost")
     elif record.reason == "Elected" and any(
             c.get("type") == failover.UNCLEAN_ELECTION for c in result):
         result = set_condition(result, failover.UNCLEAN_ELECTION, False, "Elected",
-                               f"a clean election in epoch {record.epoch}")
+                               f"{which}a clean election in epoch {record.epoch}")
     return result
 

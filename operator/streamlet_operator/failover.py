@@ -10,12 +10,13 @@ Tests: tests/operator/test_failover.py (tables).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
 from streamlet.replication.election import Decision, elect
+from streamlet.replication.liveness import Contact
 from streamlet.replication.model import NO_LEADER, Tail, quorum
 
 #: The annotation that asks for an election now, unclean if no majority answers, preferring
@@ -191,3 +192,126 @@ def conditions(record: Replication, pod: str) -> list[Condition]:
 def with_phase(record: Replication, in_sync_now: tuple[int, ...]) -> Replication:
     """The record after a look at its members: who is in sync and the phase that follows."""
     return replace(record, in_sync=in_sync_now, phase=phase_of(record, in_sync_now))
+
+
+# --- a super stream's partitions ---------------------------------------------------------------
+
+#: The status field holding a replicated super stream's records, one per partition (keyed by
+#: the partition's broker stream); ``status.replication`` stays a single stream's.
+PARTITIONS_FIELD = "partitionReplication"
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One replicated broker stream the placement driver looks after: a single Stream's
+    stream (``partition`` None: its record is ``status.replication``), or one partition of a
+    super stream (its record is ``status.partitionReplication[partition]``)."""
+
+    resource: str  # the Stream resource's name
+    stream: str  # the broker stream
+    partition: str | None = None
+
+    @property
+    def key(self) -> str:
+        """How the driver, the drain and the roll name it: the resource, or resource/partition."""
+        return self.resource if self.partition is None else f"{self.resource}/{self.partition}"
+
+
+def units(obj: Mapping[str, Any]) -> list[Unit]:
+    """The replicated broker streams of a created Stream: itself, or each partition (in the
+    order of ``status.placement``)."""
+    name = str(obj["metadata"]["name"])
+    status = obj.get("status") or {}
+    applied = status.get("applied") or {}
+    if int(applied.get("partitions") or 1) <= 1:
+        return [Unit(name, str(applied.get("name") or name))]
+    return [Unit(name, str(p["stream"]), str(p["stream"]))
+            for p in status.get("placement") or ()]
+
+
+def record_of(status: Mapping[str, Any] | None, unit: Unit) -> Replication | None:
+    """The unit's record in a Stream's status; None until discovered."""
+    if unit.partition is None:
+        return Replication.from_status(status)
+    by_partition = (status or {}).get(PARTITIONS_FIELD) or {}
+    return Replication.from_status({"replication": by_partition.get(unit.partition)})
+
+
+def records_of(obj: Mapping[str, Any]) -> dict[str, Replication | None]:
+    """Every unit's record by key (None: not discovered yet)."""
+    status = obj.get("status") or {}
+    return {u.key: record_of(status, u) for u in units(obj)}
+
+
+def record_patch(unit: Unit, record: Replication) -> dict[str, Any]:
+    """The status fields (a merge patch) that write ``record`` for ``unit``: a partition's
+    entry alone, so its siblings' entries stay as they are."""
+    if unit.partition is None:
+        return {"replication": record.to_dict()}
+    return {PARTITIONS_FIELD: {unit.partition: record.to_dict()}}
+
+
+def members_of(status: Mapping[str, Any] | None) -> tuple[int, ...] | None:
+    """The pods a replicated Stream's members are on: its record's members, or every
+    partition's (their union); None while any is not known yet (not discovered)."""
+    st = status or {}
+    partitions = int((st.get("applied") or {}).get("partitions") or 1)
+    if partitions <= 1:
+        record = Replication.from_status(st)
+        return record.members if record is not None else None
+    by_partition = st.get(PARTITIONS_FIELD) or {}
+    placed = [str(p["stream"]) for p in st.get("placement") or ()]
+    if not placed or any(not by_partition.get(p) for p in placed):
+        return None
+    return tuple(sorted({int(m) for p in placed for m in by_partition[p].get("members") or ()}))
+
+
+def discovered_partition(contacts: Mapping[int, Contact | None],
+                         replicas: int) -> Replication | None:
+    """The record of a super stream's partition just created with ``replicas`` copies, from
+    its holders' ReplicaContact answers (``contacts``: pod ordinal -> answer; None: it does
+    not hold it or did not answer). The partitions' leaders were spread by the broker that
+    took the Create (place_super_stream), so the leader is the one holder of epoch 1 that does
+    not follow. None until every copy answers in epoch 1 with exactly one leader."""
+    holders = {m: c for m, c in contacts.items() if c is not None}
+    if len(holders) != replicas or any(c.epoch != 1 for c in holders.values()):
+        return None
+    leaders = [m for m, c in holders.items() if not c.following]
+    if len(leaders) != 1:
+        return None
+    return Replication(1, leaders[0], tuple(sorted(holders)), (), ELECTING, "Created")
+
+
+#: What the summary says of a partition whose record is not written yet.
+DISCOVERING = "Discovering"
+
+
+def summarise(records: Mapping[str, Replication | None],
+              pod: Callable[[int], str]) -> list[Condition]:
+    """Available, UnderReplicated and Electing of a super stream, from its partitions'
+    records (by name; None: not discovered yet; ``pod``: a pod ordinal's name). Each is as
+    good as the worst partition: Available only when every partition is, Electing and
+    UnderReplicated when any is; the message names the partitions that are not (or, when all
+    are, each partition's leader)."""
+    per: dict[str, dict[str, tuple[bool, str, str]]] = {}
+    for name, record in records.items():
+        if record is None:
+            waiting = (DISCOVERING, "members not known yet")
+            per[name] = {AVAILABLE: (False, *waiting), ELECTING_CONDITION: (True, *waiting)}
+            continue
+        leader = pod(record.leader) if record.leader is not None else ""
+        per[name] = {t: (v, r, m) for t, v, r, m in conditions(record, leader)}
+    result: list[Condition] = []
+    for type_, good in ((AVAILABLE, True), (ELECTING_CONDITION, False),
+                        (UNDER_REPLICATED, False)):
+        known = {n: c[type_] for n, c in per.items() if type_ in c}
+        bad = {n: c for n, c in known.items() if c[0] != good}
+        if bad:
+            first = next(iter(bad.values()))
+            result.append((type_, not good, first[1],
+                           "; ".join(f"{n}: {m}" for n, (_, _, m) in bad.items())))
+        elif known:
+            first = next(iter(known.values()))
+            result.append((type_, good, first[1],
+                           "; ".join(f"{n}: {m}" for n, (_, _, m) in known.items())))
+    return result

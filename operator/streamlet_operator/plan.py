@@ -42,8 +42,6 @@ MOVE_STALLED = "MoveStalled"
 IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
 #: More copies asked for than the Broker has pods: not created until it has them.
 NOT_ENOUGH_PODS = "NotEnoughPods"
-#: A super stream's partitions are not replicated yet: spec.replicas above 1 is refused.
-REPLICAS_UNSUPPORTED = "ReplicasUnsupported"
 STREAM_READY = "StreamReady"
 #: Event reasons.
 STREAM_MOVED = "StreamMoved"
@@ -111,12 +109,11 @@ def plan_target(stream: StreamModel, status: StreamStatus) -> Target:
 
 
 def resolve_replicas(target: Target, broker: BrokerModel) -> Target:
-    """The copies of a stream not created yet: its spec, else the Broker's default (one for a
-    super stream, whose partitions are not replicated yet). Recorded in ``applied`` when above
-    one."""
+    """The copies of a stream not created yet (of each partition of a super stream): its
+    spec, else the Broker's default. Recorded in ``applied`` when above one."""
     replicas = target.replicas
     if replicas is None:
-        replicas = broker.default_replicas if target.stream.partitions <= 1 else 1
+        replicas = broker.default_replicas
     applied = {k: v for k, v in target.applied.items() if k != "replicas"}
     if replicas > 1:
         applied["replicas"] = replicas
@@ -125,13 +122,9 @@ def resolve_replicas(target: Target, broker: BrokerModel) -> Target:
 
 def unplaceable(target: Target, broker: BrokerModel) -> Ready | None:
     """Why a stream not created yet cannot be: more copies than pods (refused, not capped: a
-    stream with fewer copies than asked would stay so, members cannot be added yet), or a
-    replicated super stream. None: it can."""
-    replicas, stream = target.replicas or 1, target.stream
-    if replicas > 1 and stream.partitions > 1:
-        return Ready(False, REPLICAS_UNSUPPORTED,
-                     f"replicas {replicas} with partitions {stream.partitions}: a super stream's"
-                     " partitions have one copy each; set replicas to 1 (or leave it unset)")
+    stream with fewer copies than asked would stay so, members cannot be added yet; a super
+    stream's partitions each need as many). None: it can."""
+    replicas = target.replicas or 1
     if replicas > broker.replicas:
         return Ready(False, NOT_ENOUGH_PODS,
                      f"replicas {replicas} needs as many pods; Broker {broker.name!r} has"
@@ -201,7 +194,8 @@ class Ready:
 def placement_on(broker: BrokerModel, ordinal: int,
                  partitions: list[str]) -> tuple[Placement, ...]:
     """Every broker stream of a resource on pod ``ordinal`` (a super stream's partitions stay
-    with it on one pod)."""
+    with it on one pod; a replicated one's until the placement driver names each
+    partition's leader, ``driven_placement``)."""
     pod = names.pod(broker.name, ordinal)
     return tuple(Placement(p, pod, ordinal) for p in partitions)
 
@@ -238,6 +232,14 @@ def start_move(plan: StreamPlan, status: StreamStatus, source: int, target: int,
                                             plan.target.stream.partition_names),
                      move=move)
     return with_ready(moving, move_pending(move, plan.broker, now), generation)
+
+
+def driven_placement(plan: StreamPlan, status: StreamStatus) -> bool:
+    """Whether the placement driver owns ``status.placement`` (a created replicated super
+    stream: each partition's entry names its leader, driver.py writes them); a single
+    replicated stream's one entry is the pod the reconciler talks to, as the driver wrote it."""
+    return (plan.created and bool(status.placement) and plan.target.stream.partitions > 1
+            and (plan.target.replicas or 1) > 1)
 
 
 @dataclass(frozen=True)
@@ -306,6 +308,8 @@ def report(plan: StreamPlan, status: StreamStatus, outcome: Outcome | None, gene
     stats = outcome.stats
     assert stats is not None
     before = Placed.from_status(status.fields())
+    if driven_placement(plan, status):
+        placement = status.placement or placement
     status = replace(status, phase=Phase.READY, leader=pod, partitions=stream.partitions,
                      placement=placement, applied=plan.target.applied,
                      first_offset=stats.first_offset, committed_offset=stats.committed_offset,

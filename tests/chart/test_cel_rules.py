@@ -138,8 +138,6 @@ STORAGE = "storage.storageClassName is immutable (a volume keeps its class)"
 VHOSTS = 'every permissions[].vhost must be "/" or one of spec.vhosts'
 CLIENT_CERT = "tls.verifyPeer needs tls.operatorClientSecret (the operator's client certificate)"
 TEMPLATE = "advertise.hostTemplate is required with mode Template"
-SUPER_REPLICAS = ("replicas above 1 is for single streams only (a super stream's partitions "
-                  "have one copy each)")
 
 
 def _refuses(*messages: str) -> frozenset[str]:
@@ -237,8 +235,7 @@ CASES: dict[str, Case] = {
                    "export": {"schedule": "@daily", "destination": "/x"}}, dict(STREAM)),
     # Stream: replicas of a super stream
     "stream-super-one-copy": Case("Stream", {**STREAM, "partitions": 3, "replicas": 1}),
-    "stream-super-replicated": Case("Stream", {**STREAM, "partitions": 3, "replicas": 3},
-                                    refused=_refuses(SUPER_REPLICAS)),
+    "stream-super-replicated": Case("Stream", {**STREAM, "partitions": 3, "replicas": 3}),
     "stream-single-replicated": Case("Stream", {**STREAM, "replicas": 3}),
 }
 

@@ -29,7 +29,6 @@ from streamlet_operator.plan import (
     MOVE_STALLED,
     MOVE_STALLED_S,
     NOT_ENOUGH_PODS,
-    REPLICAS_UNSUPPORTED,
     STREAM_MOVED,
     STREAM_READY,
     STREAM_RECREATED,
@@ -119,8 +118,12 @@ def test_a_refusal_names_both_values() -> None:
                  id="new, unset: the Broker's default"),
     pytest.param({"replicas": 1}, None, broker(3, default_replicas=3), 1, None, None,
                  id="new, replicas 1 over a default of 3"),
-    pytest.param({"partitions": 2}, None, broker(3, default_replicas=3), 1, None, None,
-                 id="new super stream: one copy per partition whatever the default"),
+    pytest.param({"partitions": 2}, None, broker(3, default_replicas=3), 3, "3", 3,
+                 id="new super stream, unset: the Broker's default for each partition"),
+    pytest.param({"partitions": 3, "replicas": 3}, None, broker(3), 3, "3", 3,
+                 id="new super stream with replicas 3: each partition replicated"),
+    pytest.param({"partitions": 3}, None, broker(3), 1, None, None,
+                 id="new super stream, no default: one copy per partition"),
     pytest.param({}, {**stream().immutable(), "replicas": 3}, broker(3), 3, "3", 3,
                  id="created with 3: a re-create asks for 3 again"),
     pytest.param({}, stream().immutable(), broker(3, default_replicas=3), 1, None, None,
@@ -163,8 +166,8 @@ def test_replicas_are_fixed_at_creation(spec: dict[str, Any], applied: dict[str,
                  " Broker 'b' has 2", id="3 copies on 2 pods"),
     pytest.param({}, broker(1, default_replicas=3), NOT_ENOUGH_PODS, "has 1",
                  id="the default on too few pods"),
-    pytest.param({"replicas": 3, "partitions": 2}, broker(3), REPLICAS_UNSUPPORTED,
-                 "a super stream's partitions have one copy each", id="replicated super stream"),
+    pytest.param({"replicas": 3, "partitions": 2}, broker(2), NOT_ENOUGH_PODS,
+                 "replicas 3 needs as many pods", id="replicated super stream on 2 pods"),
 ])
 def test_a_stream_that_cannot_have_its_copies_waits(spec: dict[str, Any], model: BrokerModel,
                                                     reason: str, words: str) -> None:
@@ -183,6 +186,38 @@ def test_a_created_stream_is_kept_when_the_broker_shrinks_below_its_replicas() -
     applied = {**stream().immutable(), "replicas": 3}
     plan = plan_stream(stream(), StreamStatus(applied=applied, placement=on(0)), broker(2))
     assert plan.waiting is None and plan.ordinal == 0 and plan.target.replicas == 3
+
+
+# A replicated super stream: the placement driver names each partition's leader in its
+# placement entry; the reconciler's pass keeps them (the Create's pod for all until then).
+SUPER_PLACED = (Placement("s-0", "b-1", 1), Placement("s-1", "b-2", 2), Placement("s-2", "b-0", 0))
+
+
+@pytest.mark.parametrize(("spec", "status", "expected"), [
+    pytest.param({"partitions": 3, "replicas": 3}, StreamStatus(),
+                 tuple(Placement(f"s-{i}", "b-0", 0) for i in range(3)),
+                 id="replicated super stream created: all on the Create's pod until driven"),
+    pytest.param({"partitions": 3, "replicas": 3},
+                 StreamStatus(applied={**stream(partitions=3).immutable(), "replicas": 3},
+                              placement=SUPER_PLACED),
+                 SUPER_PLACED, id="replicated super stream driven: each partition's leader kept"),
+    pytest.param({"partitions": 3, "replicas": 1},
+                 StreamStatus(applied=stream(partitions=3).immutable(), placement=SUPER_PLACED),
+                 tuple(Placement(f"s-{i}", "b-1", 1) for i in range(3)),
+                 id="one copy per partition: all on its pod"),
+    pytest.param({"replicas": 3},
+                 StreamStatus(applied={**stream().immutable(), "replicas": 3},
+                              placement=(Placement("s", "b-2", 2),)),
+                 (Placement("s", "b-2", 2),), id="a single replicated stream: its leader"),
+])
+def test_placement_reported(spec: dict[str, Any], status: StreamStatus,
+                            expected: tuple[Placement, ...]) -> None:
+    plan = plan_stream(stream(**spec), status, broker(3))
+    ordinal = plan.ordinal if plan.ordinal is not None else 0
+    result = report(plan, status, Outcome(ordinal, created=not plan.created, stats=STATS), GEN,
+                    NOW)
+    assert result.status.placement == expected
+    assert result.status.leader == expected[0].pod
 
 
 # --- where, and which step of a move -----------------------------------------------------

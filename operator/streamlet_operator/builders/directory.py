@@ -28,6 +28,11 @@ class Replicated:
     leader: int | None
     members: tuple[int, ...]
 
+    @classmethod
+    def parse(cls, doc: Mapping[str, Any]) -> Replicated:
+        return cls(int(doc["epoch"]), None if doc.get("leader") is None else int(doc["leader"]),
+                   tuple(int(m) for m in doc.get("members") or ()))
+
 
 @dataclass(frozen=True)
 class Placed:
@@ -38,6 +43,11 @@ class Placed:
     placement: tuple[tuple[str, int], ...]  # (broker stream, pod ordinal)
     #: its members once the operator knows them (status.replication); None: one copy
     replicated: Replicated | None = None
+    #: copies of each broker stream (status.applied.replicas)
+    replicas: int = 1
+    #: a replicated super stream's partitions' members, those the operator knows
+    #: (status.partitionReplication), by partition
+    partition_replicas: tuple[tuple[str, Replicated], ...] = ()
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any]) -> Placed | None:
@@ -46,17 +56,20 @@ class Placed:
         if not applied or not placed:
             return None
         rep = status.get("replication")
-        replicated = None if not rep else Replicated(
-            int(rep["epoch"]), None if rep.get("leader") is None else int(rep["leader"]),
-            tuple(int(m) for m in rep.get("members") or ()))
+        replicated = None if not rep else Replicated.parse(rep)
+        by_partition = status.get("partitionReplication") or {}
         return cls(str(applied["name"]), int(applied.get("partitions") or 1),
-                   tuple((str(p["stream"]), int(p["ordinal"])) for p in placed), replicated)
+                   tuple((str(p["stream"]), int(p["ordinal"])) for p in placed), replicated,
+                   int(applied.get("replicas") or 1),
+                   tuple((str(n), Replicated.parse(d)) for n, d in sorted(by_partition.items())
+                         if d))
 
     @property
     def ordinals(self) -> set[int]:
         """Every pod this entry names."""
         return {o for _, o in self.placement} | set(
-            self.replicated.members if self.replicated else ())
+            self.replicated.members if self.replicated else ()) | {
+            m for _, r in self.partition_replicas for m in r.members}
 
 
 def advertised_host(broker: BrokerModel, ordinal: int) -> str | None:
@@ -80,16 +93,27 @@ def render_directory(placed: Iterable[Placed], address: Callable[[int], str | No
     """
     streams: dict[str, Any] = {}
     supers: dict[str, dict[str, list[str]]] = {}
+
+    def replicated(r: Replicated) -> dict[str, Any]:
+        # A replicated stream: its epoch, leader (null while electing: Metadata answers
+        # 0xFFFF) and other members, as brokers read it (broker/directory.py).
+        leader = None if r.leader is None else address(r.leader)
+        replicas = [a for m in r.members if m != r.leader and (a := address(m)) is not None]
+        return {"epoch": r.epoch, "leader": leader, "replicas": replicas}
+
     for p in placed:
         if p.replicated is not None and p.partitions <= 1:
-            # A replicated stream: its epoch, leader (null while electing: Metadata answers
-            # 0xFFFF) and other members, as brokers read it (broker/directory.py).
-            r = p.replicated
-            leader = None if r.leader is None else address(r.leader)
-            replicas = [a for m in r.members if m != r.leader and (a := address(m)) is not None]
-            streams[p.stream] = {"epoch": r.epoch, "leader": leader, "replicas": replicas}
+            streams[p.stream] = replicated(p.replicated)
             continue
+        known = dict(p.partition_replicas)
         for stream, ordinal in p.placement:
+            if stream in known:  # a replicated super stream's partition
+                streams[stream] = replicated(known[stream])
+                continue
+            if p.partitions > 1 and p.replicas > 1:
+                # Its members not known yet: left out rather than named as one copy on the
+                # Create's pod (a pod holding a copy would take that for a move, and seal it).
+                continue
             where = address(ordinal)
             if where is not None:
                 streams[stream] = where

@@ -17,7 +17,7 @@ from ..builders.statefulset import IMMUTABLE_SPEC_FIELDS
 from ..conditions import set_condition
 from ..constants import GROUP, VERSION
 from ..directory import sync_directory
-from ..failover import Replication
+from ..failover import members_of
 from ..metrics import instrumented
 from ..model import MOVE_STREAMS, BrokerModel, Permission, StreamModel
 from ..placement import blocked_scale_down, effective_replicas, members_held
@@ -81,8 +81,8 @@ async def _replicated_members(runtime: Runtime, broker: BrokerModel) -> dict[str
         applied = status.get("applied") or {}
         if applied.get("broker") != broker.name or int(applied.get("replicas") or 1) == 1:
             continue
-        record = Replication.from_status(status)
-        streams.append((obj["metadata"]["name"], list(record.members) if record else None))
+        held = members_of(status)  # a super stream: every partition's
+        streams.append((obj["metadata"]["name"], list(held) if held is not None else None))
     return members_held(streams, pods)
 
 

@@ -20,8 +20,9 @@ from ..builders.directory import Placed
 from ..constants import GROUP, VERSION
 from ..directory import sync_directory
 from ..exports import FAILED, INVALID, reconcile_export
+from ..failover import members_of
 from ..metrics import DRIFT_REPAIRS, MOVES, instrumented
-from ..model import BrokerModel, Move, Placement, StreamModel, StreamStatus
+from ..model import BrokerModel, Move, Placement, StreamModel, StreamStats, StreamStatus
 from ..moves import copy_stream, sealed
 from ..placement import place, stream_counts
 from ..plan import (
@@ -172,6 +173,18 @@ async def _delete(session: BrokerSession, stream: StreamModel) -> bool:
     return await session.delete_stream(stream.stream)
 
 
+async def _stats(session: BrokerSession, partitions: list[str],
+                 replicated: bool = False) -> StreamStats:
+    """The first partition's stats; of a ``replicated`` super stream the first one this pod
+    holds (a pod holds only the partitions it has members of), else the first's (its
+    error)."""
+    if replicated and len(partitions) > 1:
+        for partition in partitions:
+            if await session.stream_exists(partition):
+                return await session.stream_stats(partition)
+    return await session.stream_stats(partitions[0])
+
+
 async def reconcile_stream(body: dict[str, Any], runtime: Runtime, index: Any,
                            logger: Logger) -> tuple[dict[str, Any], list[Event]]:
     """Place and create one Stream (again, if it went missing), then its scheduled export.
@@ -228,7 +241,8 @@ async def _reconcile_on_broker(body: dict[str, Any], runtime: Runtime, index: An
         async with _session(runtime, broker, ordinal) as session:
             created = await _create(session, plan.target.stream,
                                     plan.target.create_arguments)
-            stats = await session.stream_stats(plan.target.stream.partition_names[0])
+            stats = await _stats(session, plan.target.stream.partition_names,
+                                 (plan.target.replicas or 1) > 1)
     except Exception as e:  # the broker's answer becomes the condition; the timer retries
         failure = _failure(e)
         log.warning("%s/%s: %r on %s: %s", stream.namespace, stream.name, target.stream.stream,
@@ -301,19 +315,24 @@ async def stream_deleted(*, body: kopf.Body, memo: Any, logger: Logger, **_: Any
         logger.info("leaving the broker's stream in place (policy %s)", stream.deletion_policy)
     else:
         await _delete_on_broker(runtime, stream.namespace, meta["name"], applied,
-                                status.placement, logger)
+                                status.placement, logger, members_of(body.get("status")))
     runtime.recent.get((stream.namespace, broker_name), {}).pop(meta["name"], None)
 
 
 async def _delete_on_broker(runtime: Runtime, namespace: str, stream_name: str,
                             applied: dict[str, Any], placed: tuple[Placement, ...],
-                            logger: Logger) -> None:
+                            logger: Logger, members: tuple[int, ...] | None = None) -> None:
     broker_body = await runtime.kube.get("Broker", namespace, applied["broker"])
     if broker_body is None or broker_body["metadata"].get("deletionTimestamp"):
         logger.info("its Broker is gone: there is no broker to delete the stream on")
         return
     broker = BrokerModel.from_body(broker_body)
     await _sync_directory(broker, runtime, {stream_name: None})  # other pods stop naming it
+    partitions = int(applied.get("partitions", 1))
+    if partitions > 1 and int(applied.get("replicas") or 1) > 1:
+        await _delete_replicated_super_stream(runtime, broker, applied["name"],
+                                              [p.stream for p in placed], members)
+        return
     try:
         async with _session(runtime, broker, placed[0].ordinal) as session:
             if int(applied.get("partitions", 1)) > 1:
@@ -323,3 +342,23 @@ async def _delete_on_broker(runtime: Runtime, namespace: str, stream_name: str,
     except Exception as e:  # keep the finalizer: kopf retries until the broker answers
         reason, message = _failure(e)
         raise kopf.TemporaryError(f"{reason}: {message}", delay=SETTINGS.stream_interval) from e
+
+
+async def _delete_replicated_super_stream(runtime: Runtime, broker: BrokerModel, name: str,
+                                          partitions: list[str],
+                                          members: tuple[int, ...] | None) -> None:
+    """A replicated super stream deleted on every pod holding any of it (its partitions'
+    members; every pod while they are not known): DeleteSuperStream on the pod that took the
+    Create deletes each partition on its members; on another pod it is unknown, and each
+    partition held there is deleted (a member's Delete deletes it on the other members). A pod
+    that does not answer keeps the finalizer: kopf retries until every one has."""
+    failed: list[str] = []
+    for ordinal in members if members is not None else range(broker.replicas):
+        try:
+            async with _session(runtime, broker, ordinal) as session:
+                await session.delete_super_stream(name, partitions)
+        except Exception as e:
+            reason, message = _failure(e)
+            failed.append(f"{names.pod(broker.name, ordinal)}: {reason}: {message}")
+    if failed:
+        raise kopf.TemporaryError("; ".join(failed), delay=SETTINGS.stream_interval)
