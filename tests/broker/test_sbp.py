@@ -390,6 +390,35 @@ async def test_fetch_many_streams_answered_per_stream_as_data_arrives(broker: Sb
         assert second.is_end and bytes(second.payload) == b"two"
 
 
+async def test_a_large_answer_comes_in_pieces_and_the_next_fetch_goes_on(
+        broker: SbpBroker) -> None:
+    """An answer of 1.3 MB goes in several frames (the broker cuts the next piece while the
+    client takes one), the end flag on the last only, within batch_max_bytes; fetches from
+    where it ended, and from elsewhere, give the right records."""
+    from streamlet.sbp.fbs.FetchResponse import FetchResponseT
+    bodies = [bytes([i % 256]) * 1000 for i in range(1500)]
+    async with await client(broker) as c:
+        await c.create_stream("s-pieces")
+        for i in range(0, len(bodies), 100):
+            await c.append("s-pieces", bodies[i : i + 100])
+        limit = 1_300_000
+        sid = c.send(Opcode.FETCH, _fetch_header([("s-pieces", 0)], 0, 0, limit))
+        frames = [f async for f in c.frames(sid)]
+        assert len(frames) >= 3 and [f.is_end for f in frames] == [False] * (len(frames) - 1) + [True]
+        got: list[tuple[int, bytes]] = []
+        for f in frames:
+            at = 0
+            for r in read(FetchResponseT, f.header).fetchResponses:
+                assert (r.requestIndex, r.status.code) == (0, 0)
+                got.append((r.baseOffset, bytes(f.payload[at : at + r.batchLength])))
+                at += r.batchLength
+            assert at == len(f.payload)
+        assert got == list(enumerate(bodies))[: len(got)] and len(got) == limit // 1000
+        rest = await c.fetch("s-pieces", len(got), batch_max_bytes=1 << 22)  # where it ended
+        assert rest == list(enumerate(bodies))[len(got) :]
+        assert await c.fetch("s-pieces", 7, batch_max_bytes=3000) == list(enumerate(bodies))[7:10]
+
+
 def _fetch_header(wanted: list[tuple[str, int]], max_wait_ms: int, min_bytes: int,
                   batch_max_bytes: int = 1 << 20) -> Any:
     from streamlet.sbp.fbs.FetchInfo import FetchInfoT

@@ -170,3 +170,39 @@ def test_answers_read_alike_in_c_and_python() -> None:
         read_alike += 1
     assert read_alike > 1000
     assert fetched.read(answers[0], 2) == [[3, 0, 1 << 20, 0], [5, 6, 7, -1], [0, 0, 0, 1]]
+
+
+def test_summaries_match_the_columns_in_c_and_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Scalars.summary`` (count, and first, last, sum, consecutive per field) agrees with the
+    columns it sums up, from what flat writes and from mutations of it, with the C reader and
+    without it."""
+    fetched = flat.Scalars((2, "i", 0), (4, "q", -1))
+    rng = random.Random(17)
+    answers = [fetch_response([(0, 9, [(5, 3), (9, 1)], array("i", [3, 0, 1 << 20, 2]))]),
+               fetch_response([(0, 9, [(1 << 62, 4)], array("i", [1, 2, 3, 4]))]),
+               fetch_response([(1, 8, [], array("i"))])]
+    checked = 0
+    for _ in range(3000):
+        data = bytearray(rng.choice(answers))
+        for _ in range(rng.randrange(0, 2)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        buf = bytes(data)
+        try:
+            cols = fetched.read(buf, 2)
+        except Malformed:
+            with pytest.raises(Malformed):
+                fetched.summary(buf, 2)
+            continue
+        want = (len(cols[0]), [(c[0], c[-1], flat._wrap64(sum(c)),
+                                all(b == a + 1 for a, b in zip(c, c[1:], strict=False)))
+                               if c else (0, 0, 0, True) for c in cols])
+        assert fetched.summary(buf, 2) == want
+        with monkeypatch.context() as m:
+            m.setattr(flat, "_read_columns", None)
+            assert fetched.summary(buf, 2) == want
+        checked += 1
+    assert checked > 500
+    assert fetched.summary(answers[0], 2) == (4, [(3, 2, 3 + (1 << 20) + 2, False),
+                                                  (5, 9, 5 + 6 + 7 + 9, False)])
+    # a sum wraps as a signed 64-bit one (4 x 2^62 is 2^64)
+    assert fetched.summary(answers[1], 2)[1][1] == ((1 << 62), (1 << 62) + 3, 6, True)

@@ -17,6 +17,7 @@ from ..dirlock import DirectoryLock
 from ..storage.files import files
 from .config import BrokerConfig
 from .mega.connection import MegaConnection
+from .memory import keep_large_blocks
 from .metrics import start_metrics
 from .mgmt import start_management
 from .rabbitmq.connection import Connection
@@ -107,6 +108,7 @@ def run(config: BrokerConfig) -> None:
     """Serve on uvloop when it is installed, else on asyncio's own loop; raise AlreadyRunning
     when another broker serves from the same data directory."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
+    keep_large_blocks()
     lock = DirectoryLock(config.data_dir / LOCK_FILE)
     lock.acquire()
     try:

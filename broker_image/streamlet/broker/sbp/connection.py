@@ -47,7 +47,7 @@ from ...sbp.frame import head
 from ..replication.members import Refused
 from ..transport import FramedConnection
 from .appending import Appends
-from .fetching import Fetch
+from .fetching import KEPT_READER_BYTES, MAX_FETCH_BYTES, PIECE, Fetch, Readers
 from .places import Names, Server, server_of
 
 if TYPE_CHECKING:
@@ -63,11 +63,14 @@ class SbpConnection(FramedConnection):
         cfg = broker.config
         super().__init__(broker, tls, SbpSplitter(cfg.sbp_max_frame_bytes))
         self.streams: StreamManager = broker.vhosts["/"].streams
-        #: a fetch answers at most this many bytes per stream (half a frame: room for headers)
-        self.max_fetch_bytes = max(cfg.sbp_max_frame_bytes // 2, 1)
+        #: a fetch answers at most MAX_FETCH_BYTES per stream, in frames of ``piece_bytes`` of
+        #: records (half a frame at most: room for the results)
+        self.max_fetch_bytes = MAX_FETCH_BYTES
+        self.piece_bytes = max(min(PIECE, cfg.sbp_max_frame_bytes // 2), 1)
         self.names = Names()
         self.appends = Appends(self)
         self.fetches: set[Fetch] = set()
+        self.readers = Readers(KEPT_READER_BYTES)
         self.going_away = False  # the client's GOAWAY came: finish, then close
         self.said_goaway = False
         self.discarded = 0  # frames discarded (wrong magic, unknown opcode)
@@ -119,6 +122,7 @@ class SbpConnection(FramedConnection):
             if fetch.timer is not None:
                 fetch.timer.cancel()
         self.fetches.clear()
+        self.readers.clear()
         self.appends.release()
 
     def abort(self) -> None:
