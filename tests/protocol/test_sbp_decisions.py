@@ -59,9 +59,9 @@ def test_server_of(address: tuple[str, int], server: Server) -> None:
 
 def test_names() -> None:
     names = Names()
-    assert names.name(stream_id("a"), ["a", "b"]) == "a"
-    assert names.name(stream_id("c"), ["a", "b"]) is None
-    assert names.name(stream_id("c"), ["a", "b", "c"]) == "c"  # rebuilt on a miss
+    assert names.name(stream_id("a"), lambda: ["a", "b"]) == "a"
+    assert names.name(stream_id("c"), lambda: ["a", "b"]) is None
+    assert names.name(stream_id("c"), lambda: ["a", "b", "c"]) == "c"  # rebuilt on a miss
     assert not names.ambiguous(stream_id("a"))
 
 
@@ -69,5 +69,5 @@ def test_a_collision_is_ambiguous(monkeypatch: pytest.MonkeyPatch) -> None:
     from streamlet.broker.sbp import places
     monkeypatch.setattr(places, "stream_id", lambda name: 1)  # every name collides
     names = Names()
-    assert names.name(1, ["a", "b"]) is None and names.ambiguous(1)
-    assert names.name(1, ["a"]) == "a" and not names.ambiguous(1)  # "b" went: no collision
+    assert names.name(1, lambda: ["a", "b"]) is None and names.ambiguous(1)
+    assert names.name(1, lambda: ["a"]) == "a" and not names.ambiguous(1)  # "b" went: no collision

@@ -77,3 +77,12 @@ def test_join_simple(python: bool) -> None:
     data = join_simple(b"x" * 300, [100, 200], python=python)
     cut = cut_simple(data, 0, 0, 1 << 20, python=python)  # the way back
     assert (cut.n, cut.bodies, array("i", cut.lengths).tolist()) == (2, b"x" * 300, [100, 200])
+
+
+@pytest.mark.parametrize("first,n", [(0, 0), (1, 3), (123_456_789, 100), ((1 << 63) - 1, 2)])
+def test_consecutive_ids_in_c_and_python(first: int, n: int) -> None:
+    want = b"".join(struct.pack(">Q", first + i) for i in range(n))
+    assert entries.consecutive_ids(first, n, python=True) == want
+    assert entries.consecutive_ids(first, n) == want
+    with pytest.raises(ValueError):
+        entries.consecutive_ids(first, -1)

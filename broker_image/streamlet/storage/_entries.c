@@ -130,7 +130,33 @@ done:
     return out;
 }
 
+/* consecutive_ids(first, n): n publishing ids from `first`, each a big-endian u64 (a publish
+ * batch's id array, as a PublishConfirm carries it). */
+static PyObject *consecutive_ids(PyObject *self, PyObject *args) {
+    unsigned long long first;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "Kn", &first, &n))
+        return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "a negative count");
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (out == NULL)
+        return NULL;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned long long v = first + (unsigned long long)i;
+        for (int b = 7; b >= 0; b--) {
+            p[8 * i + b] = (unsigned char)v;
+            v >>= 8;
+        }
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"consecutive_ids", consecutive_ids, METH_VARARGS, "Publishing ids first..first+n-1."},
     {"cut_simple", cut_simple, METH_VARARGS, "Cut a chunk's simple entries out in bulk."},
     {"join_simple", join_simple, METH_VARARGS, "Join bodies as simple entries."},
     {NULL, NULL, 0, NULL},

@@ -67,11 +67,24 @@ def _join_python(payload: bytes | memoryview, lengths: list[int]) -> bytes:
     return b"".join(chain.from_iterable(zip(map(_U32.pack, lengths), bodies, strict=False)))
 
 
+def _ids_python(first: int, n: int) -> bytes:
+    if n < 0:
+        raise ValueError("a negative count")
+    return struct.pack(f">{n}Q", *range(first, first + n))
+
+
 try:
+    from ._entries import consecutive_ids as _ids_c
     from ._entries import cut_simple as _cut_c
     from ._entries import join_simple as _join_c
 except ImportError:  # no compiler at install time: the Python path gives the same results
-    _cut_c = _join_c = None
+    _cut_c = _join_c = _ids_c = None
+
+
+def consecutive_ids(first: int, n: int, python: bool = False) -> bytes:
+    """Publishing ids ``first``..``first + n - 1``, each a big-endian u64: a publish batch's
+    id array (SBP's batches get consecutive ids of their connection)."""
+    return (_ids_python if python or _ids_c is None else _ids_c)(first, n)
 
 
 def join_simple(payload: bytes | memoryview, lengths: list[int], python: bool = False) -> bytes:

@@ -404,7 +404,7 @@ def on_describe_pd_cluster(conn: SbpConnection, frame: Frame, req: Any) -> None:
                 _top(DescribePlacementDriverClusterResponseT(), cluster=cluster))
 
 
-HANDLERS: dict[Opcode, Callable[[SbpConnection, Frame, Any], None]] = {
+HANDLERS: dict[int, Callable[[SbpConnection, Frame, Any], None]] = {
     Opcode.HEARTBEAT: on_heartbeat, Opcode.ALLOCATE_ID: on_allocate_id,
     Opcode.LIST_RANGES: on_list_ranges, Opcode.SEAL_RANGE: on_seal_ranges,
     Opcode.SYNC_RANGES: on_sync_ranges, Opcode.CREATE_RANGE: on_create_range,

@@ -26,7 +26,7 @@ from ...sbp import ErrorCode, Malformed, Opcode, status
 from ...sbp.fbs.AppendResponse import AppendResponseT
 from ...sbp.fbs.AppendResult import AppendResultT
 from ...sbp.flat import append_columns, append_response
-from ...storage.entries import join_simple
+from ...storage.entries import consecutive_ids, join_simple
 
 if TYPE_CHECKING:
     from .connection import SbpConnection
@@ -151,8 +151,8 @@ class Appends:
         # Registered first: a refusal answers it during publish.
         self.waiting[first] = Group(frame, stream, stream_id, first, indexes, n)
         self.starts.append(first)
-        stream.publish(pub, PublishBatch(pub.id, n, struct.pack(f">{n}Q", *range(first, first + n)),
-                                         entries, n, first, first + n - 1, True))
+        stream.publish(pub, PublishBatch(pub.id, n, consecutive_ids(first, n), entries, n, first,
+                                         first + n - 1, True))
 
     def _group(self, pid: int) -> Group | None:
         i = bisect_right(self.starts, pid) - 1

@@ -94,8 +94,8 @@ class SbpConnection(FramedConnection):
             return
         if self.going_away and frame.opcode != Opcode.GOAWAY:
             return  # after GOAWAY no new request is taken (HTTP/2's rule)
-        opcode = Opcode(frame.opcode)
-        cls = None if opcode in RAW else request_class(opcode)
+        opcode = frame.opcode  # an int: HANDLERS and RAW find it (no enum made per frame)
+        cls = None if opcode in RAW else request_class(Opcode(opcode))
         try:
             header = frame.header if cls is None else read(cls, frame.header)
         except Malformed as e:
@@ -104,7 +104,7 @@ class SbpConnection(FramedConnection):
         try:
             HANDLERS[opcode](self, frame, header)
         except Exception:  # a bug costs this request a system error, never the broker
-            log.exception("connection %s: SBP %s failed", self.peer, opcode.name)
+            log.exception("connection %s: SBP %s failed", self.peer, Opcode(opcode).name)
             self.system_error(opcode, frame.stream_id, ErrorCode.UNKNOWN, "internal error")
 
     def frame_too_large(self, error: FrameTooLarge) -> None:
@@ -178,10 +178,13 @@ class SbpConnection(FramedConnection):
     # --- streams by id ------------------------------------------------------------------------
 
     def stream_name(self, sid: int) -> str | None:
+        return self.names.name(sid, self._all_names)
+
+    def _all_names(self) -> list[str]:
         names = list(self.streams.streams)
         names += [k for k in self.broker.directory().streams if "/" not in k]
         names += [k for k in self.broker.directory().replicated if "/" not in k]
-        return self.names.name(sid, names)
+        return names
 
     def local_stream(self, sid: int) -> Stream | tuple[int, str]:
         name = self.stream_name(sid)
@@ -284,7 +287,7 @@ def on_fetch(conn: SbpConnection, frame: Frame, req: Any) -> None:
 RAW = frozenset({Opcode.APPEND})
 
 
-def _handlers() -> dict[Opcode, Callable[[SbpConnection, Frame, Any], None]]:
+def _handlers() -> dict[int, Callable[[SbpConnection, Frame, Any], None]]:
     from . import admin
     return {Opcode.PING: on_ping, Opcode.GOAWAY: on_goaway, Opcode.APPEND: on_append,
             Opcode.FETCH: on_fetch, **admin.HANDLERS}

@@ -9,7 +9,7 @@ with tables; ``Names`` is the id lookup, rebuilt when an id is not in it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ...sbp import stream_id
@@ -80,9 +80,11 @@ class Names:
         self._by_id: dict[int, str | None] = {}
         self._known: set[str] = set()
 
-    def name(self, sid: int, names: Iterable[str]) -> str | None:
+    def name(self, sid: int, names: Callable[[], Iterable[str]]) -> str | None:
+        """``sid``'s name; ``names`` is asked for the names only when ``sid`` is not known (a
+        request per frame must not list every stream)."""
         if self._by_id.get(sid) is None:  # unknown, or ambiguous: the names may have changed
-            self._rebuild(names)
+            self._rebuild(names())
         return self._by_id.get(sid)
 
     def ambiguous(self, sid: int) -> bool:
