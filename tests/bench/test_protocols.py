@@ -222,19 +222,34 @@ async def test_sbp_fetcher_checks_offsets_and_bytes() -> None:
             [(0, 7, runs, array("i", [len(b) for _, b in records]))]),
                           b"".join(b for _, b in records))
 
+    def feed(proto: SbpFetcher, data: bytes) -> None:  # as the event loop gives a buffered one
+        while data:
+            buf = proto.get_buffer(-1)
+            n = min(len(buf), len(data))
+            buf[:n] = data[:n]
+            proto.buffer_updated(n)
+            data = data[n:]
+
     rng = random.Random(10)
     fetch = SbpFetcher("s", 5)
     sink = fetch.transport = _Sink()  # type: ignore[assignment]
     fetch.start()
     for piece in cuts(answer([(0, b"ab"), (1, b"cde"), (2, b"")]), rng):
-        fetch.data_received(piece)
+        feed(fetch, piece)
     assert (fetch.records, fetch.data_bytes, fetch.next_offset) == (3, 5, 3)
     assert len(sink.sent) == 2  # asked from 3
-    fetch.data_received(answer([(3, b"f"), (4, b"g")]))
+    feed(fetch, answer([(3, b"f"), (4, b"g")]))
     assert fetch.done.done() and fetch.records == 5 and not fetch.errors
 
     gap = SbpFetcher("s", 5)
     gap.transport = _Sink()  # type: ignore[assignment]
     gap.start()
-    gap.data_received(answer([(0, b"a"), (2, b"b")]))  # offset 1 missing: caught
-    assert gap.errors == 1 and "offsets [0, 2]" in gap.server_errors[0]
+    feed(gap, answer([(0, b"a"), (2, b"b")]))  # offset 1 missing: caught
+    assert gap.errors == 1 and "offsets 0..2" in gap.server_errors[0]
+
+    short = SbpFetcher("s", 5)
+    short.transport = _Sink()  # type: ignore[assignment]
+    short.start()
+    feed(short, sbp_encode(Opcode.FETCH, LAST, 1, fetch_response(
+        [(0, 7, [(0, 1)], array("i", [3]))]), b"ab"))  # results of 3 bytes, a payload of 2
+    assert short.errors == 1 and "a payload of 2" in short.server_errors[0]
