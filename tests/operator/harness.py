@@ -13,6 +13,7 @@ from typing import Any
 
 import kmock
 
+from streamlet.client import connect
 from streamlet_operator.brokers import Address, BrokerUnavailable
 from streamlet_operator.kube import Kube
 from tests.operator.emulator import StrictEmulator
@@ -137,3 +138,20 @@ class PodAddresses:
 
 def kube_client(url: str) -> Kube:
     return Kube(url, insecure=True)
+
+
+async def read_all(address: Address, stream: str, count: int, timeout: float = 30) -> list[bytes]:
+    """The first ``count`` message bodies of ``stream`` read from the broker at ``address``."""
+    client = await connect(*address)
+    got: list[bytes] = []
+    try:
+        reader = await client.consumer(stream, offset="first")
+        async with asyncio.timeout(timeout):
+            async for message in reader:
+                got.append(bytes(message.body))
+                if len(got) == count:
+                    break
+        await reader.close()
+    finally:
+        await client.close()
+    return got

@@ -28,7 +28,7 @@ from streamlet_operator.kube import Kube
 from streamlet_operator.model import BrokerModel
 from streamlet_operator.runtime import Runtime
 from tests.operator.conftest import Cluster
-from tests.operator.harness import eventually
+from tests.operator.harness import eventually, read_all
 from tests.operator.kubelet import Kubelet
 from tests.operator.test_broker import condition
 from tests.operator.test_stream import ready, running_broker, stream_body
@@ -79,21 +79,6 @@ async def _holds(address: Address, stream: str) -> bool:
         await client.close()
 
 
-async def _read_all(address: Address, stream: str, count: int) -> list[bytes]:
-    client = await connect(*address)
-    try:
-        reader = await client.consumer(stream, offset="first")
-        got = []
-        async for message in reader:
-            got.append(bytes(message.body))
-            if len(got) == count:
-                break
-        await reader.close()
-        return got
-    finally:
-        await client.close()
-
-
 async def test_any_pod_directs_clients_to_the_stream(cluster: Cluster, kube: Kube,
                                                      kubelet: Kubelet, namespace: str) -> None:
     await running_broker(kube, kubelet, namespace, replicas=2)
@@ -129,7 +114,7 @@ async def test_any_pod_directs_clients_to_the_stream(cluster: Cluster, kube: Kub
             await asyncio.wait_for(consumer.close(), 5)
     assert received == [f"m{i}".encode() for i in range(MESSAGES)]
     assert not await _holds(pod0, "events")  # they went to pod 1, where it lives
-    assert len(await _read_all(pod1, "events", MESSAGES)) == MESSAGES
+    assert len(await read_all(pod1, "events", MESSAGES)) == MESSAGES
 
     await kube.delete("Stream", namespace, "events")
     await _directory_lists(kubelet, namespace, {"filler": pod0})
@@ -184,7 +169,7 @@ async def test_a_producer_follows_a_moved_stream(cluster: Cluster, kube: Kube, k
         await stack.aclose()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(producer.close(), 5)
-    bodies = await _read_all(pods[0], "moves", 2 * MESSAGES)
+    bodies = await read_all(pods[0], "moves", 2 * MESSAGES)
     assert [b[-len(f"after{i}"):] for i, b in enumerate(bodies[MESSAGES:])] == [
         f"after{i}".encode() for i in range(MESSAGES)]
     assert all(b.endswith(f"before{i}".encode()) for i, b in enumerate(bodies[:MESSAGES]))

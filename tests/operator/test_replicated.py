@@ -29,7 +29,7 @@ from streamlet_operator.kube import Kube
 from streamlet_operator.model import BrokerModel
 from streamlet_operator.runtime import Runtime
 from tests.operator.conftest import Cluster
-from tests.operator.harness import eventually, kube_client
+from tests.operator.harness import eventually, kube_client, read_all
 from tests.operator.kubelet import Kubelet
 from tests.operator.peers import PeeredLauncher
 from tests.operator.test_broker import condition
@@ -107,22 +107,6 @@ async def publish(address: Address, count: int, start: int, size: int = 0) -> No
         await client.close()
 
 
-async def read_all(address: Address, count: int) -> list[bytes]:
-    client = await connect(*address)
-    got: list[bytes] = []
-    try:
-        reader = await client.consumer("orders", offset="first")
-        async with asyncio.timeout(30):
-            async for message in reader:
-                got.append(bytes(message.body))
-                if len(got) == count:
-                    break
-        await reader.close()
-    finally:
-        await client.close()
-    return got
-
-
 async def test_status_records_members_and_a_killed_leader_is_replaced(
         cluster: Cluster, kube: Kube, namespace: str,
         replicated_stream: tuple[Kubelet, PeeredLauncher, dict[str, Any]]) -> None:
@@ -157,7 +141,7 @@ async def test_status_records_members_and_a_killed_leader_is_replaced(
     assert entry["leader"] == f"{host}:{port}"
 
     await publish((host, port), MESSAGES, MESSAGES)  # confirmed: a majority holds them
-    assert await read_all((host, port), 2 * MESSAGES) == [
+    assert await read_all((host, port), "orders", 2 * MESSAGES) == [
         f"m{i}".encode() for i in range(2 * MESSAGES)]
     events = [e for e in await kube.list("Event", namespace) if e.get("reason") == "LeaderElected"]
     assert events and f"b-{new} leads epoch {record.epoch}" in events[-1]["message"]
@@ -167,7 +151,7 @@ async def test_status_records_members_and_a_killed_leader_is_replaced(
     await replication(kube, namespace, "orders",
                       lambda r: r.epoch == record.epoch and r.leader == new
                       and set(r.in_sync) == {0, 1, 2}, what="the restarted pod in sync")
-    assert await read_all(cluster.pods.pods[(namespace, "b", old)], 2 * MESSAGES) == [
+    assert await read_all(cluster.pods.pods[(namespace, "b", old)], "orders", 2 * MESSAGES) == [
         f"m{i}".encode() for i in range(2 * MESSAGES)]
 
 
@@ -271,7 +255,7 @@ async def test_a_lagging_member_is_never_elected(
                                what="a leader once two members answer")
     assert record_of(stream).leader == current
     address = cluster.pods.pods[(namespace, "b", current)]
-    assert await read_all(address, LAGGING) == [body(i, LAGGING_SIZE) for i in range(LAGGING)]
+    assert await read_all(address, "orders", LAGGING) == [body(i, LAGGING_SIZE) for i in range(LAGGING)]
 
 
 async def test_an_election_left_half_done_is_driven_again(
@@ -323,7 +307,7 @@ async def test_leadership_leaves_a_pod_being_deleted(
         assert new is not None
         await publish(cluster.pods.pods[(namespace, "b", new)], MESSAGES, MESSAGES)
         expected = [f"m{i}".encode() for i in range(2 * MESSAGES)]
-        assert await read_all(cluster.pods.pods[(namespace, "b", old)], 2 * MESSAGES) == expected
+        assert await read_all(cluster.pods.pods[(namespace, "b", old)], "orders", 2 * MESSAGES) == expected
     finally:
         for ordinal in range(PODS):
             await kube.patch("Pod", namespace, f"b-{ordinal}", {"metadata": {"finalizers": []}})

@@ -12,7 +12,6 @@ every partition on every pod.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from pathlib import Path
@@ -24,7 +23,7 @@ from streamlet_operator.brokers import Address, ClientBrokerAdmin
 from streamlet_operator.failover import PARTITIONS_FIELD, Replication
 from streamlet_operator.kube import Kube
 from tests.operator.conftest import Cluster
-from tests.operator.harness import eventually
+from tests.operator.harness import eventually, read_all
 from tests.operator.kubelet import Kubelet
 from tests.operator.peers import PeeredLauncher
 from tests.operator.test_broker import condition
@@ -74,22 +73,6 @@ async def publish(address: Address, stream: str, count: int, start: int) -> None
         await producer.close()
     finally:
         await client.close()
-
-
-async def read_all(address: Address, stream: str, count: int) -> list[bytes]:
-    client = await connect(*address)
-    got: list[bytes] = []
-    try:
-        reader = await client.consumer(stream, offset="first")
-        async with asyncio.timeout(30):
-            async for message in reader:
-                got.append(bytes(message.body))
-                if len(got) == count:
-                    break
-        await reader.close()
-    finally:
-        await client.close()
-    return got
 
 
 async def directory(kube: Kube, namespace: str) -> dict[str, Any]:
