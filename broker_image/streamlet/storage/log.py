@@ -15,6 +15,7 @@ import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from streamlet.storage.chunk import (
     CHUNK_TRACKING_DELTA,
@@ -79,6 +80,15 @@ def _write_all(fd: int, *parts: bytes) -> None:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class RawRun(NamedTuple):
+    """Whole chunks back to back in one segment file (``StreamLog.raw_run``)."""
+
+    fd: int
+    pos: int
+    size: int
+    refs: list[ChunkRef]
 
 
 class StreamLog:
@@ -718,16 +728,10 @@ class StreamLog:
         it IN THE SAME SEGMENT, up to about ``max_bytes`` (always at least one): one pread.
         What a leader sends a follower; the next call starts at the last ref's next_offset and
         goes on in the next segment. [] from ``next_offset`` on."""
-        if offset >= self._next:
+        found = self._run_at(offset)
+        if found is None:
             return []
-        si = max(bisect_right(self._seg_ids, offset) - 1, 0)
-        seg = self._seg(si)
-        ci = max(seg.locate(offset), 0)
-        while ci >= seg.nchunks:  # an empty segment (a roll without snapshot, not yet written)
-            si += 1
-            if si >= len(self._segments):
-                return []
-            seg, ci = self._seg(si), 0
+        seg, ci = found
         start, j, mv = _read_run(seg, ci, max_bytes)
         csize = seg.csize
         out: list[tuple[ChunkRef, memoryview]] = []
@@ -737,6 +741,31 @@ class StreamLog:
                 seg.fill_header(k, mv, off)
             out.append((seg.ref(k), mv[off : off + csize[k]]))
         return out
+
+    def raw_run(self, offset: int, max_bytes: int = 1 << 20) -> RawRun | None:
+        """The run ``read_raw`` would read, not read: where its bytes are in which file, for a
+        leader that sends them with sendfile (no copy through the process). None from
+        ``next_offset`` on. ``fd`` is as ``segment_fd``'s: use it at once."""
+        found = self._run_at(offset)
+        if found is None:
+            return None
+        seg, ci = found
+        start, j, size = _run_span(seg, ci, max_bytes)
+        return RawRun(seg.open_fd(), start, size, [seg.ref(k) for k in range(ci, j)])
+
+    def _run_at(self, offset: int) -> tuple[Segment, int] | None:
+        """The segment and chunk index a raw run from ``offset`` starts at; None past the end."""
+        if offset >= self._next:
+            return None
+        si = max(bisect_right(self._seg_ids, offset) - 1, 0)
+        seg = self._seg(si)
+        ci = max(seg.locate(offset), 0)
+        while ci >= seg.nchunks:  # an empty segment (a roll without snapshot, not yet written)
+            si += 1
+            if si >= len(self._segments):
+                return None
+            seg, ci = self._seg(si), 0
+        return seg, ci
 
     def accept_chunk(self, raw: Buffer) -> ChunkRef:
         """A follower writes one whole chunk its leader sent (see ``accept_chunks``)."""
@@ -967,10 +996,10 @@ class StreamLog:
                 f"next={self._next}, segments={len(self._segments)})")
 
 
-def _read_run(seg: Segment, ci: int, max_bytes: int) -> tuple[int, int, memoryview]:
+def _run_span(seg: Segment, ci: int, max_bytes: int) -> tuple[int, int, int]:
     """Chunk ``ci`` of ``seg`` and the chunks after it in the segment, up to about
-    ``max_bytes`` (at least the one): one pread. Returns the run's file position, the index
-    after its last chunk, and the bytes."""
+    ``max_bytes`` (at least the one): the run's file position, the index after its last
+    chunk, and its size."""
     csize, n = seg.csize, seg.nchunks
     start = seg.pos[ci]
     total = csize[ci]
@@ -978,6 +1007,13 @@ def _read_run(seg: Segment, ci: int, max_bytes: int) -> tuple[int, int, memoryvi
     while j < n and total + csize[j] <= max_bytes:
         total += csize[j]
         j += 1
+    return start, j, total
+
+
+def _read_run(seg: Segment, ci: int, max_bytes: int) -> tuple[int, int, memoryview]:
+    """``_run_span``'s run, read with one pread: its file position, the index after its last
+    chunk, and the bytes."""
+    start, j, total = _run_span(seg, ci, max_bytes)
     buf = os.pread(seg.open_fd(), total, start)
     if len(buf) != total:
         raise StorageError(f"{seg.path}: short read at {start} ({len(buf)} of {total})")
