@@ -12,6 +12,7 @@ import os
 import shutil
 import struct
 import time
+import zlib
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from pathlib import Path
@@ -66,6 +67,9 @@ Buffer = bytes | bytearray | memoryview
 # per chunk.
 _INDEX_FLUSH_BYTES = 128 * INDEX_RECORD_SIZE
 _INDEX_FLUSH_DATA = 4 << 20
+#: Buffers of one chunk's data written with one writev at most (IOV_MAX is 1024 on Linux;
+#: header, bloom and trailer take three more); past it they are joined first.
+_MAX_PARTS = 1000
 _FSYNC_MODES = {"never": 0, "chunk": 1, "interval": 2}
 _FSYNC_INTERVAL_S = 1.0
 _DEFAULT_CONFIG = LogConfig()
@@ -324,27 +328,37 @@ class StreamLog:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def append(self, data: Buffer, num_entries: int, num_records: int, *,
+    def append(self, data: Buffer | Sequence[Buffer], num_entries: int, num_records: int, *,
                writer_sequences: dict[str, int] | None = None, timestamp: int | None = None,
                bloom: bytes = b"") -> ChunkRef:
-        """Write one user chunk holding already-encoded entries; the trailer records
-        ``writer_sequences`` (publisher reference -> last publishing id in this chunk)."""
+        """Write one user chunk holding already-encoded entries (one buffer, or a list of
+        buffers written back to back: the publishes' batches, not joined first); the trailer
+        records ``writer_sequences`` (publisher reference -> last publishing id in this
+        chunk)."""
         seg = self._writable_segment()
         if num_records < 1:
             raise ValueError("a chunk holds at least one record")
+        parts: list[Buffer] = \
+            [data] if isinstance(data, (bytes, bytearray, memoryview)) else list(data)
+        if len(parts) > _MAX_PARTS:  # more than one writev takes
+            parts = [b"".join(parts)]
         ts = _now_ms() if timestamp is None else timestamp
         trailer = encode_trailer(writer_sequences) if writer_sequences else b""
         cid = self._next
-        dlen = len(data)
+        dlen = 0
+        crc = 0
+        for part in parts:
+            dlen += len(part)
+            crc = zlib.crc32(part, crc)
         blen = len(bloom)
         size = HEADER_SIZE + blen + dlen + len(trailer)
         pos = seg.size
         try:
             header = HEADER.pack(MAGIC_VERSION, CHUNK_USER, num_entries, num_records, ts,
-                                 self._epoch, cid, crc32(data), dlen, len(trailer), blen)
+                                 self._epoch, cid, crc, dlen, len(trailer), blen)
         except struct.error as e:  # entries > 65535, bloom > 255 bytes, ...
             raise ValueError(f"chunk does not fit the Osiris header: {e}") from None
-        self._write(seg, (header, bloom, data, trailer), size)
+        self._write(seg, (header, bloom, *parts, trailer), size)
         if writer_sequences:
             self._tracking.add_sequences(cid, writer_sequences)
         self._written(seg, cid, ts, pos, num_records, size, CHUNK_USER, dlen, blen, self._epoch)

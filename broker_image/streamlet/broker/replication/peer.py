@@ -114,12 +114,16 @@ class _FrameBuffer(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self.start == self.end and not self.lent:
             self.start = self.parsed = self.end = 0  # all taken: start over, nothing to move
-        # read up to the frame's end when its size is known, so a read stops at a boundary
-        # and the buffer is mostly empty when the frame is taken
-        need = (self.want - self.end) if self.want else 8
-        if len(self.buf) - self.end < need:
-            self._make_room(need)
-        stop = self.want if self.want else len(self.buf)
+            if len(self.buf) > BUFFER_BYTES:  # grown for a big frame or a backlog: give back
+                self.buf = bytearray(BUFFER_BYTES)
+                self.view = memoryview(self.buf)
+        # Never read past the frame being received (its size first, then the rest): a frame
+        # begins where the last ended, at 0 once all were taken, and what has to move to make
+        # room is at most the frames not yet taken, never most of the next one.
+        stop = self.want if self.want else self.parsed + 4
+        if stop > len(self.buf):
+            self._make_room(stop - self.end)
+            stop = self.want if self.want else self.parsed + 4
         return self.view[self.end : stop]
 
     def _make_room(self, need: int) -> None:
