@@ -65,18 +65,21 @@ class Peer:
         return await self.answer(kind)
 
 
-#: A buffered peer's buffer to begin with; it grows for a frame that does not fit.
-BUFFER_BYTES = 8 << 20
-#: Frames received and not yet taken past this many bytes: the socket is not read (TCP holds
-#: the leader back) until they are taken.
-PENDING_HIGH = 16 << 20
+#: A buffered peer's buffer to begin with; it grows (in MiB steps) to the largest frame seen.
+BUFFER_BYTES = 1 << 20
+_STEP = 1 << 20
 
 
 class _FrameBuffer(asyncio.BufferedProtocol):
     """Frames received into one bytearray. Layout: ``[start, parsed)`` whole frames not yet
     taken, ``[parsed, end)`` the frame being received (its end ``want`` once its size is
     known). A frame taken (``take``) is a view of the buffer, left untouched until the next
-    ``take``: the buffer is compacted only while no frame is out, and otherwise replaced."""
+    ``take``.
+
+    A read never goes past the frame being received (its size first, then the rest), and
+    once a frame is whole the socket is not read until it is taken: the frame taken is the
+    only one in the buffer, so the next begins at 0 and nothing is ever moved (the old
+    buffer is kept for a frame still out if one must be made room for anyway)."""
 
     def __init__(self) -> None:
         self.buf = bytearray(BUFFER_BYTES)
@@ -114,12 +117,6 @@ class _FrameBuffer(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self.start == self.end and not self.lent:
             self.start = self.parsed = self.end = 0  # all taken: start over, nothing to move
-            if len(self.buf) > BUFFER_BYTES:  # grown for a big frame or a backlog: give back
-                self.buf = bytearray(BUFFER_BYTES)
-                self.view = memoryview(self.buf)
-        # Never read past the frame being received (its size first, then the rest): a frame
-        # begins where the last ended, at 0 once all were taken, and what has to move to make
-        # room is at most the frames not yet taken, never most of the next one.
         stop = self.want if self.want else self.parsed + 4
         if stop > len(self.buf):
             self._make_room(stop - self.end)
@@ -128,11 +125,12 @@ class _FrameBuffer(asyncio.BufferedProtocol):
 
     def _make_room(self, need: int) -> None:
         """Room for ``need`` more bytes after ``end``: what is not taken moves to the front,
-        in place while no frame is out, else into a new buffer (the frame out keeps the old)."""
+        in place while no frame is out, else into a new buffer (the frame out keeps the old),
+        grown if it must be."""
         keep = self.end - self.start
-        size = max(BUFFER_BYTES, keep + need)
+        size = keep + need
         if self.lent or size > len(self.buf):
-            buf = bytearray(size)
+            buf = bytearray(max(len(self.buf), (size + _STEP - 1) // _STEP * _STEP))
             buf[:keep] = self.view[self.start : self.end]
             self.buf, self.view = buf, memoryview(buf)
         else:
@@ -161,8 +159,8 @@ class _FrameBuffer(asyncio.BufferedProtocol):
             self.parsed, self.want = self.want, 0
         if self.parsed != whole:
             self._wake()
-            if self.parsed - self.start > PENDING_HIGH and self.transport is not None:
-                self.paused = True
+            if not self.paused and self.transport is not None:
+                self.paused = True  # until it is taken (``take``)
                 self.transport.pause_reading()
 
     def take(self) -> memoryview | None:
@@ -174,9 +172,8 @@ class _FrameBuffer(asyncio.BufferedProtocol):
         frame = self.view[self.start + 4 : self.start + 4 + size]
         self.start += 4 + size
         self.lent = True
-        if self.paused and self.parsed - self.start <= PENDING_HIGH // 2 \
-                and self.transport is not None:
-            self.paused = False
+        if self.paused and self.start == self.parsed and self.transport is not None:
+            self.paused = False  # read on once this one is done with (the next ``take``)
             self.transport.resume_reading()
         return frame
 
