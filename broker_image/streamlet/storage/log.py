@@ -12,7 +12,6 @@ import os
 import shutil
 import struct
 import time
-import zlib
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from pathlib import Path
@@ -349,7 +348,7 @@ class StreamLog:
         crc = 0
         for part in parts:
             dlen += len(part)
-            crc = zlib.crc32(part, crc)
+            crc = crc32(part, crc)
         blen = len(bloom)
         size = HEADER_SIZE + blen + dlen + len(trailer)
         pos = seg.size
