@@ -146,3 +146,20 @@ def test_rstream_decodes_a_deliver_built_from_read_chunks(tmp_path: Path) -> Non
     assert frame.chunk_first_offset == ref.chunk_id == 2
     assert (frame.num_entries, frame.num_records, frame.epoch) == (3, 3, 1)
     assert frame.get_messages() == bodies
+
+
+def test_crc32_is_zlibs_whichever_implementation() -> None:
+    """Chunk CRCs come from zlib-ng when it is installed, else zlib: the same numbers, whole
+    or continued part by part (a chunk's batches are CRC'd as they came)."""
+    import random
+    import zlib
+
+    from streamlet.storage import chunk
+
+    rng = random.Random(7)
+    for size in (0, 1, 15, 16, 17, 255, 4096, 65_537, 1 << 20):
+        data = rng.randbytes(size)
+        assert chunk.crc32(data) == zlib.crc32(data)
+        assert chunk.crc32(memoryview(data)[1:]) == zlib.crc32(data[1:])
+        cut = size // 3
+        assert chunk.crc32(data[cut:], chunk.crc32(data[:cut])) == zlib.crc32(data)

@@ -4,12 +4,14 @@ After quiescence every member's .segment and .index files are byte-identical."""
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import streamlet.storage.log as log_mod
 from streamlet.storage import (
     InvalidChunk,
     LogAhead,
@@ -121,6 +123,43 @@ def test_read_raw_returns_whole_chunks_of_every_type_within_a_segment(tmp_path: 
         middle = runs[1][0]
         assert log.read_raw(middle.chunk_id)[0][0] == middle
         assert log.read_raw(log.next_offset) == []
+
+
+def test_raw_run_names_the_bytes_read_raw_reads(tmp_path: Path) -> None:
+    """A leader sends ``raw_run``'s file range with sendfile, or reads ``read_raw``'s: the
+    same chunks and bytes, every type, run by run."""
+    with StreamLog(tmp_path / "s", CFG) as log:
+        write(log, 30, "a")
+        for max_bytes in (1, 150, 1 << 30):
+            offset = 0
+            while got := log.read_raw(offset, max_bytes):
+                run = log.raw_run(offset, max_bytes)
+                assert run is not None
+                assert run.refs == [ref for ref, _ in got]
+                assert os.pread(run.fd, run.size, run.pos) == b"".join(bytes(v) for _, v in got)
+                offset = got[-1][0].next_offset
+            assert offset == log.next_offset and log.raw_run(offset, max_bytes) is None
+
+
+def test_append_of_parts_writes_what_append_of_their_join_writes(tmp_path: Path) -> None:
+    """The batches of a chunk are written as they came (one writev, CRC over the parts), or
+    joined past what one writev takes: the files are byte-identical to a joined append."""
+    entries = [simple_entry(bytes([i]) * (i % 7 + 1)) for i in range(40)]
+    for limit in (1000, 5):
+        old = log_mod._MAX_PARTS
+        log_mod._MAX_PARTS = limit
+        try:
+            with StreamLog(tmp_path / f"p{limit}", CFG) as parts, \
+                    StreamLog(tmp_path / f"j{limit}", CFG) as joined:
+                for n in range(1, 12):
+                    chunk = entries[:n]
+                    kw: dict[str, Any] = {"timestamp": 1000 + n,
+                                          "writer_sequences": {"w": n}}
+                    parts.append(chunk, n, n, **kw)
+                    joined.append(b"".join(chunk), n, n, **kw)
+                assert files(parts) == files(joined)
+        finally:
+            log_mod._MAX_PARTS = old
 
 
 def test_t4_diverged_replica(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
@@ -65,6 +66,7 @@ class FramedConnection(asyncio.Protocol):
         self._begun = 0  # the splitter's count when the incomplete frame began
         self._frame_deadline: asyncio.TimerHandle | None = None
         self._buffered_at_tick = 0  # the write buffer at the last liveness check
+        self._sock_fd = -1  # the socket's descriptor, for write_file
 
     # --- what the adapter implements -----------------------------------------------------------
 
@@ -138,6 +140,50 @@ class FramedConnection(asyncio.Protocol):
     def write(self, data: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
+
+    def write_file(self, head: bytes, fd: int, pos: int, size: int) -> None:
+        """``head``, then ``size`` bytes of the file ``fd`` from ``pos`` (a follower's feed:
+        stored chunks). Over plain TCP with nothing waiting in the transport's buffer they go
+        straight to the socket, the file's part with sendfile: its bytes are not read into the
+        process nor copied into the socket (loopback's receiver copies them once). What the
+        socket does not take, and everything over TLS or behind buffered bytes, goes through
+        the transport (a pread), after what is there: the order is kept either way."""
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        done, sent = 0, 0  # of head, of the file's part: written to the socket directly
+        if not self.tls and not t.get_write_buffer_size():
+            sock = self._socket_fd(t)
+            try:
+                done = os.write(sock, head)
+                if done == len(head):
+                    while sent < size:
+                        n = os.sendfile(sock, fd, pos + sent, size - sent)
+                        if n <= 0:
+                            break  # the file is shorter than said: the pread below tells
+                        sent += n
+            except BlockingIOError:
+                pass  # the socket's buffer is full: the rest waits in the transport's
+            except OSError as e:  # the connection broke: the transport closes it
+                log.info("connection %s: write failed: %s", self.peer, e)
+                t.abort()
+                return
+        if done < len(head):
+            t.write(head[done:])
+        if sent < size:
+            rest = os.pread(fd, size - sent, pos + sent)
+            if len(rest) != size - sent:  # a frame cut short would desynchronise the peer
+                log.error("connection %s: short read of %d bytes at %d", self.peer,
+                          size - sent, pos + sent)
+                t.abort()
+                return
+            t.write(rest)
+
+    def _socket_fd(self, t: asyncio.Transport) -> int:
+        fd: int = self._sock_fd
+        if fd < 0:
+            fd = self._sock_fd = t.get_extra_info("socket").fileno()
+        return fd
 
     def write_room(self) -> int:
         """Bytes that may be written before the peer counts as not reading (WRITE_HIGH)."""

@@ -279,7 +279,7 @@ class Stream:
         bloom = chunk_bloom(self._filter_values, self.settings.filter_size)
         self._filter_values = set()
         try:
-            ref = self.log.append(data[0] if len(data) == 1 else b"".join(data), count, records,
+            ref = self.log.append(data, count, records,  # the batches as they came: no join
                                   writer_sequences=refs or None, bloom=bloom)
         except (OSError, ValueError) as e:
             self._write_errors.error("stream %s: write failed: %s", self.name, e)

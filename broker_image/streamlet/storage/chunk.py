@@ -17,6 +17,11 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+try:  # zlib-ng's CRC-32 (the same function) uses the CPU's carry-less multiply: ~4x zlib's
+    from zlib_ng.zlib_ng import crc32 as _crc32
+except ImportError:  # pragma: no cover - zlib-ng is a dependency; zlib is the portable path
+    _crc32 = zlib.crc32
+
 HEADER = struct.Struct(">BBHIqQQIIIB3x")
 HEADER_SIZE = HEADER.size  # 48
 MAGIC_VERSION = 0x50  # magic 5, chunk format version 0
@@ -76,8 +81,9 @@ class ChunkHeader:
         return cls(*fields)
 
 
-def crc32(data: bytes | bytearray | memoryview) -> int:
-    return zlib.crc32(data) & 0xFFFFFFFF
+def crc32(data: bytes | bytearray | memoryview, value: int = 0) -> int:
+    """CRC-32 (zlib's) of ``data``, continuing ``value`` (the CRC of what came before)."""
+    return _crc32(data, value) & 0xFFFFFFFF
 
 
 def encode_chunk(

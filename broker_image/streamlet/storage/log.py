@@ -15,6 +15,7 @@ import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from streamlet.storage.chunk import (
     CHUNK_TRACKING_DELTA,
@@ -65,6 +66,9 @@ Buffer = bytes | bytearray | memoryview
 # per chunk.
 _INDEX_FLUSH_BYTES = 128 * INDEX_RECORD_SIZE
 _INDEX_FLUSH_DATA = 4 << 20
+#: Buffers of one chunk's data written with one writev at most (IOV_MAX is 1024 on Linux;
+#: header, bloom and trailer take three more); past it they are joined first.
+_MAX_PARTS = 1000
 _FSYNC_MODES = {"never": 0, "chunk": 1, "interval": 2}
 _FSYNC_INTERVAL_S = 1.0
 _DEFAULT_CONFIG = LogConfig()
@@ -79,6 +83,15 @@ def _write_all(fd: int, *parts: bytes) -> None:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class RawRun(NamedTuple):
+    """Whole chunks back to back in one segment file (``StreamLog.raw_run``)."""
+
+    fd: int
+    pos: int
+    size: int
+    refs: list[ChunkRef]
 
 
 class StreamLog:
@@ -314,27 +327,37 @@ class StreamLog:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def append(self, data: Buffer, num_entries: int, num_records: int, *,
+    def append(self, data: Buffer | Sequence[Buffer], num_entries: int, num_records: int, *,
                writer_sequences: dict[str, int] | None = None, timestamp: int | None = None,
                bloom: bytes = b"") -> ChunkRef:
-        """Write one user chunk holding already-encoded entries; the trailer records
-        ``writer_sequences`` (publisher reference -> last publishing id in this chunk)."""
+        """Write one user chunk holding already-encoded entries (one buffer, or a list of
+        buffers written back to back: the publishes' batches, not joined first); the trailer
+        records ``writer_sequences`` (publisher reference -> last publishing id in this
+        chunk)."""
         seg = self._writable_segment()
         if num_records < 1:
             raise ValueError("a chunk holds at least one record")
+        parts: list[Buffer] = \
+            [data] if isinstance(data, (bytes, bytearray, memoryview)) else list(data)
+        if len(parts) > _MAX_PARTS:  # more than one writev takes
+            parts = [b"".join(parts)]
         ts = _now_ms() if timestamp is None else timestamp
         trailer = encode_trailer(writer_sequences) if writer_sequences else b""
         cid = self._next
-        dlen = len(data)
+        dlen = 0
+        crc = 0
+        for part in parts:
+            dlen += len(part)
+            crc = crc32(part, crc)
         blen = len(bloom)
         size = HEADER_SIZE + blen + dlen + len(trailer)
         pos = seg.size
         try:
             header = HEADER.pack(MAGIC_VERSION, CHUNK_USER, num_entries, num_records, ts,
-                                 self._epoch, cid, crc32(data), dlen, len(trailer), blen)
+                                 self._epoch, cid, crc, dlen, len(trailer), blen)
         except struct.error as e:  # entries > 65535, bloom > 255 bytes, ...
             raise ValueError(f"chunk does not fit the Osiris header: {e}") from None
-        self._write(seg, (header, bloom, data, trailer), size)
+        self._write(seg, (header, bloom, *parts, trailer), size)
         if writer_sequences:
             self._tracking.add_sequences(cid, writer_sequences)
         self._written(seg, cid, ts, pos, num_records, size, CHUNK_USER, dlen, blen, self._epoch)
@@ -718,16 +741,10 @@ class StreamLog:
         it IN THE SAME SEGMENT, up to about ``max_bytes`` (always at least one): one pread.
         What a leader sends a follower; the next call starts at the last ref's next_offset and
         goes on in the next segment. [] from ``next_offset`` on."""
-        if offset >= self._next:
+        found = self._run_at(offset)
+        if found is None:
             return []
-        si = max(bisect_right(self._seg_ids, offset) - 1, 0)
-        seg = self._seg(si)
-        ci = max(seg.locate(offset), 0)
-        while ci >= seg.nchunks:  # an empty segment (a roll without snapshot, not yet written)
-            si += 1
-            if si >= len(self._segments):
-                return []
-            seg, ci = self._seg(si), 0
+        seg, ci = found
         start, j, mv = _read_run(seg, ci, max_bytes)
         csize = seg.csize
         out: list[tuple[ChunkRef, memoryview]] = []
@@ -737,6 +754,31 @@ class StreamLog:
                 seg.fill_header(k, mv, off)
             out.append((seg.ref(k), mv[off : off + csize[k]]))
         return out
+
+    def raw_run(self, offset: int, max_bytes: int = 1 << 20) -> RawRun | None:
+        """The run ``read_raw`` would read, not read: where its bytes are in which file, for a
+        leader that sends them with sendfile (no copy through the process). None from
+        ``next_offset`` on. ``fd`` is as ``segment_fd``'s: use it at once."""
+        found = self._run_at(offset)
+        if found is None:
+            return None
+        seg, ci = found
+        start, j, size = _run_span(seg, ci, max_bytes)
+        return RawRun(seg.open_fd(), start, size, [seg.ref(k) for k in range(ci, j)])
+
+    def _run_at(self, offset: int) -> tuple[Segment, int] | None:
+        """The segment and chunk index a raw run from ``offset`` starts at; None past the end."""
+        if offset >= self._next:
+            return None
+        si = max(bisect_right(self._seg_ids, offset) - 1, 0)
+        seg = self._seg(si)
+        ci = max(seg.locate(offset), 0)
+        while ci >= seg.nchunks:  # an empty segment (a roll without snapshot, not yet written)
+            si += 1
+            if si >= len(self._segments):
+                return None
+            seg, ci = self._seg(si), 0
+        return seg, ci
 
     def accept_chunk(self, raw: Buffer) -> ChunkRef:
         """A follower writes one whole chunk its leader sent (see ``accept_chunks``)."""
@@ -967,10 +1009,10 @@ class StreamLog:
                 f"next={self._next}, segments={len(self._segments)})")
 
 
-def _read_run(seg: Segment, ci: int, max_bytes: int) -> tuple[int, int, memoryview]:
+def _run_span(seg: Segment, ci: int, max_bytes: int) -> tuple[int, int, int]:
     """Chunk ``ci`` of ``seg`` and the chunks after it in the segment, up to about
-    ``max_bytes`` (at least the one): one pread. Returns the run's file position, the index
-    after its last chunk, and the bytes."""
+    ``max_bytes`` (at least the one): the run's file position, the index after its last
+    chunk, and its size."""
     csize, n = seg.csize, seg.nchunks
     start = seg.pos[ci]
     total = csize[ci]
@@ -978,6 +1020,13 @@ def _read_run(seg: Segment, ci: int, max_bytes: int) -> tuple[int, int, memoryvi
     while j < n and total + csize[j] <= max_bytes:
         total += csize[j]
         j += 1
+    return start, j, total
+
+
+def _read_run(seg: Segment, ci: int, max_bytes: int) -> tuple[int, int, memoryview]:
+    """``_run_span``'s run, read with one pread: its file position, the index after its last
+    chunk, and the bytes."""
+    start, j, total = _run_span(seg, ci, max_bytes)
     buf = os.pread(seg.open_fd(), total, start)
     if len(buf) != total:
         raise StorageError(f"{seg.path}: short read at {start} ({len(buf)} of {total})")

@@ -167,11 +167,6 @@ class ConnectionState(FramedConnection):
             if feed is not None and feed.conn is self:
                 feed.pump()
 
-    def write_chunks(self, head: bytes, chunks: list[memoryview]) -> None:
-        """A follower's feed: one ReplicaChunks frame, its head and the stored bytes, one writev."""
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.writelines([head, *chunks])
-
     # --- what the connection holds ---------------------------------------------------------------
 
     def drop_subscription(self, sub: Subscription) -> None:

@@ -14,7 +14,7 @@ from ...core.streams import Stream
 from ...protocol import Code
 from ...protocol import frames as f
 from ..directory import Address
-from .peer import PeerLogin, open_peer
+from .peer import PeerLogin, open_buffered_peer
 
 log = logging.getLogger("streamlet.broker")
 
@@ -69,7 +69,7 @@ class Follower:
             backoff = min(2 * backoff, BACKOFF_S[1])
 
     async def _follow(self) -> None:
-        async with open_peer(self.leader, self.credentials) as peer:
+        async with open_buffered_peer(self.leader, self.credentials) as peer:
             lg, stream = self.stream.log, self.stream
             hello = await peer.request(f.ReplicaHello(peer.next_corr(), stream.name, self.epoch,
                                                       self.me, *lg.tail()), f.ReplicaHelloResponse)
@@ -88,7 +88,8 @@ class Follower:
                      *self.leader, self.epoch, tail[2])
             peer.send(f.ReplicaAck(self.epoch, tail[1], tail[2]))
             while True:
-                cmd = f.decode(await peer.frame())
+                # a view of the link's buffer: the chunks are checked and written from it
+                cmd = f.decode(await peer.frame_view())
                 self.heard_at = loop.time()
                 if isinstance(cmd, f.ReplicaChunks):
                     if cmd.epoch != self.epoch:

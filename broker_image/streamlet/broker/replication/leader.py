@@ -4,7 +4,8 @@ and moves the stream's commit point by the pure commit rule (streamlet.replicati
 A follower's link arrives as a connection that sent ReplicaHello and ReplicaStart; from then on a
 ``Feed`` pushes whole chunks (every type, bloom and trailer included) to it as soon as they are
 written (Stream.when_written), as much as the connection's write room allows, each run one
-ReplicaChunks frame written with one writelines. The connection's own back-pressure resumes it.
+ReplicaChunks frame: its head, then the run's bytes sent from the segment file (sendfile over
+plain TCP; FramedConnection.write_file). The connection's own back-pressure resumes it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ...replication.model import EpochAck
 
 log = logging.getLogger("streamlet.broker")
 
-#: Bytes of chunks one ReplicaChunks frame carries at most (one pread).
+#: Bytes of chunks one ReplicaChunks frame carries at most (one sendfile or pread).
 FEED_BYTES = 1 << 20
 #: An idle feed gets a ReplicaCommit this often: followers tell the placement driver how long
 #: ago they heard from their leader (ReplicaContact), which a stopped leader makes grow.
@@ -35,7 +36,7 @@ class FollowerConnection(Protocol):
 
     def write(self, data: bytes) -> None: ...
 
-    def write_chunks(self, head: bytes, chunks: list[memoryview]) -> None: ...
+    def write_file(self, head: bytes, fd: int, pos: int, size: int) -> None: ...
 
 
 class Leader:
@@ -137,19 +138,18 @@ class Feed:
         if self.stopped or self.conn.closing or stream.deleted:
             return  # deleted: when_written would call back at once, for ever
         while self.conn.write_room() > 0:
-            chunks = stream.log.read_raw(self.next, FEED_BYTES)
-            if not chunks:
+            run = stream.log.raw_run(self.next, FEED_BYTES)
+            if run is None:
                 self._idle = True
                 if not self._registered:
                     self._registered = True
                     stream.when_written(self.next, self._on_written)
                 return
             self._idle = False
-            views = [view for _ref, view in chunks]
-            size = sum(len(v) for v in views)
-            self.conn.write_chunks(ReplicaChunks.prefix(lead.epoch, lead.committed_id, size), views)
+            head = ReplicaChunks.prefix(lead.epoch, lead.committed_id, run.size)
+            self.conn.write_file(head, run.fd, run.pos, run.size)  # sendfile when it can
             self.sent_commit = lead.committed_id
-            self.next = chunks[-1][0].next_offset
+            self.next = run.refs[-1].next_offset
 
     def _on_written(self) -> None:
         self._registered = False
