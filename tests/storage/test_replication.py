@@ -141,9 +141,12 @@ def test_raw_run_names_the_bytes_read_raw_reads(tmp_path: Path) -> None:
             assert offset == log.next_offset and log.raw_run(offset, max_bytes) is None
 
 
-def test_append_of_parts_writes_what_append_of_their_join_writes(tmp_path: Path) -> None:
+def test_append_of_parts_writes_what_append_of_their_join_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The batches of a chunk are written as they came (one writev, CRC over the parts), or
     joined past what one writev takes: the files are byte-identical to a joined append."""
+    # a new segment opens with a tracking snapshot stamped with the clock: one clock for both
+    monkeypatch.setattr(log_mod, "_now_ms", lambda: 1_700_000_000_000)
     entries = [simple_entry(bytes([i]) * (i % 7 + 1)) for i in range(40)]
     for limit in (1000, 5):
         old = log_mod._MAX_PARTS
