@@ -32,28 +32,26 @@ class PeerError(Exception):
     """The peer refused or sent what the conversation does not allow."""
 
 
-class Peer:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-        self.corr = 0
+class _Conversation:
+    """Requests and their answers over a peer link; how a frame is sent and read is the
+    subclass's."""
+
+    corr = 0
 
     def send(self, cmd: f.Command) -> None:
-        self.writer.write(f.encode(cmd))
+        raise NotImplementedError
+
+    async def _next_frame(self) -> bytes | memoryview:
+        raise NotImplementedError
 
     def next_corr(self) -> int:
         self.corr += 1
         return self.corr
 
-    async def frame(self) -> bytes:
-        (size,) = _SIZE.unpack(await self.reader.readexactly(4))
-        if size > MAX_FRAME:
-            raise PeerError(f"a frame of {size} bytes")
-        return await self.reader.readexactly(size)
-
     async def answer(self, kind: type[_T]) -> _T:
         """The next frame, which must be ``kind`` (Heartbeats skipped)."""
         while True:
-            cmd = f.decode(await self.frame())
+            cmd = f.decode(await self._next_frame())
             if isinstance(cmd, f.Heartbeat):
                 continue
             if not isinstance(cmd, kind):
@@ -63,6 +61,23 @@ class Peer:
     async def request(self, cmd: f.Command, kind: type[_T]) -> _T:
         self.send(cmd)
         return await self.answer(kind)
+
+
+class Peer(_Conversation):
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    def send(self, cmd: f.Command) -> None:
+        self.writer.write(f.encode(cmd))
+
+    async def frame(self) -> bytes:
+        (size,) = _SIZE.unpack(await self.reader.readexactly(4))
+        if size > MAX_FRAME:
+            raise PeerError(f"a frame of {size} bytes")
+        return await self.reader.readexactly(size)
+
+    async def _next_frame(self) -> bytes:
+        return await self.frame()
 
 
 #: A buffered peer's buffer to begin with; it grows (in MiB steps) to the largest frame seen.
@@ -178,22 +193,17 @@ class _FrameBuffer(asyncio.BufferedProtocol):
         return frame
 
 
-class BufferedPeer:
+class BufferedPeer(_Conversation):
     """A peer read with ``_FrameBuffer``; see the module's doc. Only what a follower's link
     uses: send, frames, requests."""
 
     def __init__(self, proto: _FrameBuffer) -> None:
         self.proto = proto
-        self.corr = 0
 
     def send(self, cmd: f.Command) -> None:
         t = self.proto.transport
         if t is not None and not t.is_closing():
             t.write(f.encode(cmd))
-
-    def next_corr(self) -> int:
-        self.corr += 1
-        return self.corr
 
     async def frame_view(self) -> memoryview:
         """The next frame (after its size prefix) as a view of the buffer: valid until the
@@ -216,18 +226,8 @@ class BufferedPeer:
         self.proto.lent = False  # copied: the buffer may move
         return frame
 
-    async def answer(self, kind: type[_T]) -> _T:
-        while True:
-            cmd = f.decode(await self.frame_view())
-            if isinstance(cmd, f.Heartbeat):
-                continue
-            if not isinstance(cmd, kind):
-                raise PeerError(f"expected {kind.__name__}, got {type(cmd).__name__}")
-            return cmd
-
-    async def request(self, cmd: f.Command, kind: type[_T]) -> _T:
-        self.send(cmd)
-        return await self.answer(kind)
+    async def _next_frame(self) -> memoryview:
+        return await self.frame_view()  # decoded before the next is read: no copy
 
 
 #: The connection_name of a broker's own connections to its peers: what they ask (a Delete of
