@@ -39,3 +39,12 @@ def remove_condition(conditions: list[dict[str, Any]] | None, type_: str) -> lis
 
 def get_condition(conditions: list[dict[str, Any]] | None, type_: str) -> dict[str, Any] | None:
     return next((c for c in conditions or [] if c.get("type") == type_), None)
+
+
+def adopt(ours: list[dict[str, Any]], theirs: list[dict[str, Any]] | None,
+          types: frozenset[str]) -> list[dict[str, Any]]:
+    """``ours`` with the conditions of ``types`` taken from ``theirs``: a writer of a whole
+    list keeps another writer's conditions as they are now, not as its older read had them."""
+    kept = [dict(c) for c in ours if c.get("type") not in types]
+    kept += [dict(c) for c in theirs or [] if c.get("type") in types]
+    return sorted(kept, key=lambda c: c["type"])

@@ -92,6 +92,9 @@ class Driver:
         self.committed: dict[str, tuple[int, int]] = {}
         #: the replicated streams as this tick saw them (the roll's input)
         self.seen: dict[str, rolling.StreamState] = {}
+        #: a drain was asked for at the last look: its end gets an Event even when another
+        #: writer of the Broker's conditions dropped Drained first
+        self.draining = False
 
     # --- a tick --------------------------------------------------------------------------------
 
@@ -206,7 +209,8 @@ class Driver:
                      request: drain.Request) -> None:
         """The transfers drain.progress asks for, and the Broker's Drained condition (absent
         while no pod is drained; an Event when a drain starts, completes and ends)."""
-        if not request.ordinals and not request.problems and get_condition(
+        asked = bool(request.ordinals or request.problems)
+        if not asked and not self.draining and get_condition(
                 (body.get("status") or {}).get("conditions"), drain.DRAINED) is None:
             return  # the usual tick: nothing drained, nothing to clear
         # Read again: the roll, the Broker reconciler and the transfers write its status too.
@@ -216,13 +220,16 @@ class Driver:
         body = fresh
         current = list((body.get("status") or {}).get("conditions") or [])
         had = get_condition(current, drain.DRAINED)
-        if not request.ordinals and not request.problems:
+        if not asked:
             if had is not None:
                 await self._broker_conditions(remove_condition(current, drain.DRAINED))
+            if had is not None or self.draining:
                 await self._event(body, "Normal", drain.DRAIN_ENDED,
                                   "no pod is drained: every pod takes streams again",
                                   involved="Broker")
+            self.draining = False
             return
+        started, self.draining = not self.draining, True
         placed = [p for s in every for p in self._placed(s, broker)]
         result = drain.progress(request.ordinals, placed, broker.replicas, broker.name)
         if members is not None and up is not None:
@@ -241,7 +248,7 @@ class Driver:
         if wanted == current:
             return
         await self._broker_conditions(wanted)
-        if had is None:
+        if had is None and started:
             await self._event(body, "Normal", drain.DRAIN_STARTED,
                               f"draining {drain.pod_names(broker.name, request.ordinals)}: "
                               + message, involved="Broker")

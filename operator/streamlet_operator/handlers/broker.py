@@ -9,12 +9,12 @@ from typing import Any
 
 import kopf
 
-from .. import names
+from .. import drain, names, rolling
 from ..builders import build_all
 from ..builders.export import BROKER_LABEL, EXPORT_USER_COMPONENT, export_permission
 from ..builders.secret import plan_access, unknown_users
 from ..builders.statefulset import IMMUTABLE_SPEC_FIELDS
-from ..conditions import set_condition
+from ..conditions import adopt, set_condition
 from ..constants import GROUP, VERSION
 from ..directory import sync_directory
 from ..failover import members_of
@@ -84,6 +84,10 @@ async def _replicated_members(runtime: Runtime, broker: BrokerModel) -> dict[str
         held = members_of(status)  # a super stream: every partition's
         streams.append((obj["metadata"]["name"], list(held) if held is not None else None))
     return members_held(streams, pods)
+
+
+#: The Broker conditions driver.py owns.
+DRIVER_CONDITIONS = frozenset({drain.DRAINED, rolling.ROLLING})
 
 
 async def reconcile_broker(body: dict[str, Any], runtime: Runtime, index: Any,
@@ -198,6 +202,13 @@ async def _run(body: kopf.Body, memo: Any, patch: kopf.Patch, logger: Logger,
     async with runtime.lock("Broker", meta["namespace"], meta["name"]):
         raw = dict(body)
         status = await reconcile_broker(raw, runtime, stream_placements, logger)
+        # The placement driver writes these from its own fresh reads; kopf's body may be
+        # older, and writing its copies back would undo the driver's last change.
+        fresh = await runtime.kube.get("Broker", meta["namespace"], meta["name"])
+        if fresh is not None:
+            status["conditions"] = adopt(status["conditions"],
+                                         (fresh.get("status") or {}).get("conditions"),
+                                         DRIVER_CONDITIONS)
     write_status(patch, body.get("status"), status)
 
 
