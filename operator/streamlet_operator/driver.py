@@ -181,10 +181,10 @@ class Driver:
             await self._discover(broker, members, obj, unit)
             return
         wanted = (obj["metadata"].get("annotations") or {}).get(failover.FORCE_LEADER)
-        preferred, refused = failover.parse_force(wanted, record.members)
+        preferred, refused = failover.parse_force(wanted, record.members, unit.partition)
         if refused is not None:
             await self._event(obj, "Warning", FORCE_LEADER_REFUSED, refused)
-            await self._unannotate(name)
+            await self._unannotate(name, unit.partition)
         step = failover.next_step(record, self.misses, up, preferred is not None, draining)
         if step is not Step.NONE:
             await self.elect(broker, members, obj, record, up, preferred, draining | drained,
@@ -462,7 +462,7 @@ class Driver:
             await self._event(obj, "Normal", LEADER_ELECTED,
                               f"{which}{pod} leads epoch {outcome.epoch} ({reason})")
         if forced:
-            await self._unannotate(name)
+            await self._unannotate(name, unit.partition if unit is not None else None)
         return True
 
     async def _reassign(self, members: Members, unit: Unit, record: Replication,
@@ -569,9 +569,14 @@ class Driver:
         except Exception as e:
             log.warning("%s/%s: stream directory not updated: %s", self.namespace, name, e)
 
-    async def _unannotate(self, name: str) -> None:
+    async def _unannotate(self, name: str, partition: str | None = None) -> None:
+        """Remove the force-leader annotation, or only ``partition``'s entry of it: read again
+        first, since the partitions of one tick are forced one after another."""
+        fresh = await self.runtime.kube.get("Stream", self.namespace, name) or {}
+        value = (fresh.get("metadata", {}).get("annotations") or {}).get(failover.FORCE_LEADER)
         await self.runtime.kube.patch("Stream", self.namespace, name, {
-            "metadata": {"annotations": {failover.FORCE_LEADER: None}}})
+            "metadata": {"annotations": {
+                failover.FORCE_LEADER: failover.force_rest(value, partition)}}})
 
     async def _event(self, obj: dict[str, Any], kind: str, reason: str, message: str,
                      involved: str = "Stream") -> None:
