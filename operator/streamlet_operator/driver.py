@@ -648,11 +648,13 @@ def _conditioned(current: list[dict[str, Any]], record: Replication, broker: Bro
                  status: dict[str, Any] | None = None, unit: Unit | None = None,
                  unclean: bool = False) -> list[dict[str, Any]]:
     """``current`` with the replication conditions the record gives (and UncleanElection set
-    by an unclean election, cleared by the next clean one). A super stream's partition
+    by an unclean election, cleared by the next clean one, of a super stream once no
+    partition's last election was unclean). A super stream's partition
     (``unit``): the conditions summarise every partition, ``record`` over its own entry in
     ``status``."""
     pod = names.pod(broker.name, record.leader) if record.leader is not None else ""
     result = current
+    elsewhere: list[str] = []
     if unit is None or unit.partition is None:
         wanted = failover.conditions(record, pod)
         which = ""
@@ -663,13 +665,14 @@ def _conditioned(current: list[dict[str, Any]], record: Replication, broker: Bro
                                             "status": status or {}})}
         wanted = failover.summarise(records, lambda o: names.pod(broker.name, o))
         which = f"{unit.partition}: "
+        elsewhere = failover.unclean_elsewhere(records, unit.partition)
     for type_, value, reason, message in wanted:
         result = set_condition(result, type_, value, reason, message)
     if unclean:
         result = set_condition(result, failover.UNCLEAN_ELECTION, True, "UncleanElection",
                                f"{which}{pod} elected in epoch {record.epoch} without a"
                                " majority of the members: messages they confirmed may be lost")
-    elif record.reason == "Elected" and any(
+    elif record.reason == "Elected" and not elsewhere and any(
             c.get("type") == failover.UNCLEAN_ELECTION for c in result):
         result = set_condition(result, failover.UNCLEAN_ELECTION, False, "Elected",
                                f"{which}a clean election in epoch {record.epoch}")

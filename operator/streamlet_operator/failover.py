@@ -193,6 +193,14 @@ def force_rest(value: str | None, partition: str | None) -> str | None:
     return ",".join(f"{p}={o}" for p, o in named.items() if p != partition) or None
 
 
+def unclean_elsewhere(records: Mapping[str, Replication | None], partition: str) -> list[str]:
+    """The partitions other than ``partition`` whose last election was unclean: the Stream's
+    UncleanElection condition stays while any is (a clean election of one partition does not
+    clear what another's lost)."""
+    return sorted(p for p, r in records.items()
+                  if p != partition and r is not None and r.reason == UNCLEAN_ELECTION)
+
+
 Condition = tuple[str, bool, str, str]  # (type, status, reason, message)
 
 

@@ -34,6 +34,7 @@ from streamlet_operator.failover import (
     record_of,
     record_patch,
     summarise,
+    unclean_elsewhere,
     units,
     with_phase,
 )
@@ -308,3 +309,11 @@ def test_directory_names_each_replicated_partition_s_members() -> None:
     assert Placed.from_status(_super({"s-0": READY0.to_dict()})["status"]) == Placed(
         "s", 3, tuple((f"s-{i}", 0) for i in range(3)), None, 3,
         (("s-0", Replicated(1, 0, (0, 1, 2))),))
+
+
+def test_unclean_elsewhere() -> None:
+    unclean = Replication(6, 0, (0, 1, 2), (0,), READY, "UncleanElection")
+    records = {"s-0": R3, "s-1": unclean, "s-2": None, "s-3": unclean}
+    assert unclean_elsewhere(records, "s-0") == ["s-1", "s-3"]
+    assert unclean_elsewhere(records, "s-1") == ["s-3"]  # its own clean election clears it
+    assert unclean_elsewhere({"s-0": R3, "s-1": R3}, "s-0") == []
