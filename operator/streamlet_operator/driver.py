@@ -184,10 +184,10 @@ class Driver:
             await self._discover(broker, members, obj, unit)
             return
         wanted = (obj["metadata"].get("annotations") or {}).get(failover.FORCE_LEADER)
-        preferred, refused = failover.parse_force(wanted, record.members)
+        preferred, refused = failover.parse_force(wanted, record.members, unit.partition)
         if refused is not None:
             await self._event(obj, "Warning", FORCE_LEADER_REFUSED, refused)
-            await self._unannotate(name)
+            await self._unannotate(name, unit.partition)
         step = failover.next_step(record, self.misses, up, preferred is not None, draining)
         if step is not Step.NONE:
             await self.elect(broker, members, obj, record, up, preferred, draining | drained,
@@ -469,7 +469,7 @@ class Driver:
             await self._event(obj, "Normal", LEADER_ELECTED,
                               f"{which}{pod} leads epoch {outcome.epoch} ({reason})")
         if forced:
-            await self._unannotate(name)
+            await self._unannotate(name, unit.partition if unit is not None else None)
         return True
 
     async def _reassign(self, members: Members, unit: Unit, record: Replication,
@@ -576,9 +576,14 @@ class Driver:
         except Exception as e:
             log.warning("%s/%s: stream directory not updated: %s", self.namespace, name, e)
 
-    async def _unannotate(self, name: str) -> None:
+    async def _unannotate(self, name: str, partition: str | None = None) -> None:
+        """Remove the force-leader annotation, or only ``partition``'s entry of it: read again
+        first, since the partitions of one tick are forced one after another."""
+        fresh = await self.runtime.kube.get("Stream", self.namespace, name) or {}
+        value = (fresh.get("metadata", {}).get("annotations") or {}).get(failover.FORCE_LEADER)
         await self.runtime.kube.patch("Stream", self.namespace, name, {
-            "metadata": {"annotations": {failover.FORCE_LEADER: None}}})
+            "metadata": {"annotations": {
+                failover.FORCE_LEADER: failover.force_rest(value, partition)}}})
 
     async def _event(self, obj: dict[str, Any], kind: str, reason: str, message: str,
                      involved: str = "Stream") -> None:
@@ -650,11 +655,13 @@ def _conditioned(current: list[dict[str, Any]], record: Replication, broker: Bro
                  status: dict[str, Any] | None = None, unit: Unit | None = None,
                  unclean: bool = False) -> list[dict[str, Any]]:
     """``current`` with the replication conditions the record gives (and UncleanElection set
-    by an unclean election, cleared by the next clean one). A super stream's partition
+    by an unclean election, cleared by the next clean one, of a super stream once no
+    partition's last election was unclean). A super stream's partition
     (``unit``): the conditions summarise every partition, ``record`` over its own entry in
     ``status``."""
     pod = names.pod(broker.name, record.leader) if record.leader is not None else ""
     result = current
+    elsewhere: list[str] = []
     if unit is None or unit.partition is None:
         wanted = failover.conditions(record, pod)
         which = ""
@@ -665,13 +672,14 @@ def _conditioned(current: list[dict[str, Any]], record: Replication, broker: Bro
                                             "status": status or {}})}
         wanted = failover.summarise(records, lambda o: names.pod(broker.name, o))
         which = f"{unit.partition}: "
+        elsewhere = failover.unclean_elsewhere(records, unit.partition)
     for type_, value, reason, message in wanted:
         result = set_condition(result, type_, value, reason, message)
     if unclean:
         result = set_condition(result, failover.UNCLEAN_ELECTION, True, "UncleanElection",
                                f"{which}{pod} elected in epoch {record.epoch} without a"
                                " majority of the members: messages they confirmed may be lost")
-    elif record.reason == "Elected" and any(
+    elif record.reason == "Elected" and not elsewhere and any(
             c.get("type") == failover.UNCLEAN_ELECTION for c in result):
         result = set_condition(result, failover.UNCLEAN_ELECTION, False, "Elected",
                                f"{which}a clean election in epoch {record.epoch}")

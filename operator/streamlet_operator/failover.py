@@ -145,16 +145,60 @@ def phase_of(record: Replication, in_sync_now: Collection[int]) -> str:
         len(record.members)) else ELECTING
 
 
-def parse_force(value: str | None, members: Collection[int]) -> tuple[int | None, str | None]:
-    """The annotation's ordinal, or why it is refused (not an ordinal, not a member)."""
+def _force_entries(value: str) -> dict[str, str] | None:
+    """``p=ordinal`` entries by partition; None unless every entry is one (a name before "=")."""
+    named = {}
+    for entry in value.split(","):
+        name, eq, text = entry.partition("=")
+        if not eq or not name.strip():
+            return None
+        named[name.strip()] = text.strip()
+    return named
+
+
+def parse_force(value: str | None, members: Collection[int], partition: str | None = None
+                ) -> tuple[int | None, str | None]:
+    """The annotation's ordinal for a stream, or why it is refused (not an ordinal, not a
+    member). The value is an ordinal (every partition of a super stream), or ``p=ordinal``
+    entries separated by commas, one per partition to force (a ``partition`` not named:
+    nothing to force for it)."""
     if value is None:
         return None, None
-    text = value.strip()
+    if "=" not in value:
+        text = value.strip()
+    else:
+        named = _force_entries(value)
+        if named is None:
+            return None, (f"{FORCE_LEADER}: {value!r} is neither an ordinal nor"
+                          " partition=ordinal entries")
+        if partition is None:
+            return None, f"{FORCE_LEADER}: {value!r} names partitions; this is one stream"
+        if partition not in named:
+            return None, None
+        text = named[partition]
     if not text.isdigit():
-        return None, f"{FORCE_LEADER}: {value!r} is not a pod ordinal"
+        return None, f"{FORCE_LEADER}: {text!r} is not a pod ordinal"
     if int(text) not in members:
         return None, f"{FORCE_LEADER}: {text} is not a member (members: {sorted(members)})"
     return int(text), None
+
+
+def force_rest(value: str | None, partition: str | None) -> str | None:
+    """The annotation once ``partition``'s forced election is done (or refused): its entry
+    removed; None (the annotation removed) when nothing is left, or when it was an ordinal
+    for every partition, or cannot be read."""
+    named = _force_entries(value) if value is not None and partition is not None else None
+    if named is None:
+        return None
+    return ",".join(f"{p}={o}" for p, o in named.items() if p != partition) or None
+
+
+def unclean_elsewhere(records: Mapping[str, Replication | None], partition: str) -> list[str]:
+    """The partitions other than ``partition`` whose last election was unclean: the Stream's
+    UncleanElection condition stays while any is (a clean election of one partition does not
+    clear what another's lost)."""
+    return sorted(p for p, r in records.items()
+                  if p != partition and r is not None and r.reason == UNCLEAN_ELECTION)
 
 
 Condition = tuple[str, bool, str, str]  # (type, status, reason, message)

@@ -25,6 +25,7 @@ from streamlet_operator.failover import (
     conditions,
     discovered,
     discovered_partition,
+    force_rest,
     in_sync,
     members_of,
     next_step,
@@ -33,6 +34,7 @@ from streamlet_operator.failover import (
     record_of,
     record_patch,
     summarise,
+    unclean_elsewhere,
     units,
     with_phase,
 )
@@ -133,6 +135,24 @@ def test_discovered(leader: int, holders: list[int], replicas: int,
 def test_parse_force(value: str | None, ordinal: int | None, refused: bool) -> None:
     got, why = parse_force(value, (0, 1, 2))
     assert got == ordinal and (why is not None) is refused
+
+
+@pytest.mark.parametrize(("value", "partition", "ordinal", "refused", "rest"), [
+    ("1", "s-0", 1, False, None),  # an ordinal: every partition, removed after the first
+    ("s-0=1", "s-0", 1, False, None),
+    ("s-0=1, s-2=0", "s-2", 0, False, "s-0=1"),  # only its entry goes
+    ("s-0=1,s-2=0", "s-1", None, False, "s-0=1,s-2=0"),  # not named: nothing to force
+    ("s-0=7,s-2=0", "s-0", None, True, "s-2=0"),  # not a member: refused, its entry dropped
+    ("s-0=x", "s-0", None, True, None),
+    ("s-0=1,2", "s-0", None, True, None),  # mixed: unreadable, removed
+    ("=1", "s-0", None, True, None),
+    ("s-0=1", None, None, True, None),  # partitions named on a single stream
+])
+def test_parse_force_per_partition(value: str, partition: str | None, ordinal: int | None,
+                                   refused: bool, rest: str | None) -> None:
+    got, why = parse_force(value, (0, 1, 2), partition)
+    assert got == ordinal and (why is not None) is refused, why
+    assert force_rest(value, partition) == rest
 
 
 def _table(record: Replication) -> dict[str, tuple[bool, str]]:
@@ -289,3 +309,11 @@ def test_directory_names_each_replicated_partition_s_members() -> None:
     assert Placed.from_status(_super({"s-0": READY0.to_dict()})["status"]) == Placed(
         "s", 3, tuple((f"s-{i}", 0) for i in range(3)), None, 3,
         (("s-0", Replicated(1, 0, (0, 1, 2))),))
+
+
+def test_unclean_elsewhere() -> None:
+    unclean = Replication(6, 0, (0, 1, 2), (0,), READY, "UncleanElection")
+    records = {"s-0": R3, "s-1": unclean, "s-2": None, "s-3": unclean}
+    assert unclean_elsewhere(records, "s-0") == ["s-1", "s-3"]
+    assert unclean_elsewhere(records, "s-1") == ["s-3"]  # its own clean election clears it
+    assert unclean_elsewhere({"s-0": R3, "s-1": R3}, "s-0") == []

@@ -20,7 +20,7 @@ from typing import Any
 from streamlet.client import connect
 from streamlet_operator import names
 from streamlet_operator.brokers import Address, ClientBrokerAdmin
-from streamlet_operator.failover import PARTITIONS_FIELD, Replication
+from streamlet_operator.failover import FORCE_LEADER, PARTITIONS_FIELD, Replication
 from streamlet_operator.kube import Kube
 from tests.operator.conftest import Cluster
 from tests.operator.harness import eventually, read_all
@@ -196,7 +196,8 @@ async def test_two_copies_of_each_partition_on_three_pods(
         cluster: Cluster, kube: Kube, namespace: str, tmp_path: Path) -> None:
     """replicas 2 on 3 pods: each partition on two of them, so the pod that took the Create
     does not hold every partition; the Stream is still Ready, each partition recorded with
-    its two members and its leader, and the directory names them."""
+    its two members and its leader, and the directory names them. The force-leader
+    annotation naming two partitions elects each one's named member, and only theirs."""
     launcher = PeeredLauncher(tmp_path)
     launcher.plan(namespace, "b", PODS)
     kubelet = Kubelet(kube, cluster.pods, launcher)
@@ -222,6 +223,26 @@ async def test_two_copies_of_each_partition_on_three_pods(
             host, port = cluster.pods.pods[(namespace, "b", record.leader)]
             assert streams[partition]["leader"] == f"{host}:{port}"
             await publish((host, port), partition, 10, 0)
+
+        # Forced, two partitions named: each elects its other member; the third is left
+        # alone; the annotation goes once both are done.
+        wanted = {p: next(m for m in got[p].members if m != got[p].leader)
+                  for p in PARTITIONS[:2]}
+        await kube.patch("Stream", namespace, "orders", {"metadata": {"annotations": {
+            FORCE_LEADER: ",".join(f"{p}={m}" for p, m in wanted.items())}}})
+        stream = await partitions_when(
+            kube, namespace, lambda rs: all(rs[p].leader == m for p, m in wanted.items()),
+            "the two named partitions led by their forced members")
+        after = records(stream)
+        assert all(after[p].epoch == got[p].epoch + 1 for p in wanted), after
+        assert after[PARTITIONS[2]] == got[PARTITIONS[2]]
+
+        async def unannotated() -> Any:
+            s = await kube.get("Stream", namespace, "orders")
+            return s if FORCE_LEADER not in ((s or {})["metadata"].get("annotations")
+                                             or {}) else None
+
+        await eventually(unannotated, timeout=FAILOVER_S, what="the annotation removed")
     finally:
         for obj in await kube.list("Stream", namespace):
             await kube.delete("Stream", namespace, obj["metadata"]["name"])
