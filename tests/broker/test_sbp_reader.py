@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from streamlet.broker.sbp.fetching import Reader, Readers, Records
+from streamlet.broker.sbp.fetching import Reader, Readers, Records, take
 from streamlet.core.settings import StreamSettings
 from streamlet.core.streams import Publisher, Stream
 from tests.core.clock import ManualClock
@@ -63,6 +63,16 @@ def test_pieces_give_every_record_once_in_order(stream: Stream, start: int, piec
         first = False
     assert got == [(o, body(o)) for o in range(start, 200)]
     assert reader.start == 200 and reader.held == 0
+
+
+@pytest.mark.parametrize("start", [0, 1, 39, 40, 123, 199])
+@pytest.mark.parametrize("max_bytes", [0, 1, 40, 41, 500, 4000, 1 << 20])
+def test_a_first_piece_is_what_the_rule_takes(stream: Stream, start: int,
+                                              max_bytes: int) -> None:
+    """fetching.take says the rule (the first record always, then within max_bytes); the
+    reader applies it chunk by chunk in C."""
+    stored = [(o, body(o)) for o in range(200)]
+    assert pairs(Reader(stream, start).read(max_bytes)) == take(stored, start, max_bytes)
 
 
 def test_a_piece_after_the_first_may_be_empty_when_its_next_record_is_too_big(

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from streamlet.client import connect
 from streamlet_operator import names
@@ -91,14 +94,34 @@ async def held(admin: ClientBrokerAdmin, address: Address) -> list[str]:
         return [p for p in PARTITIONS if await session.stream_exists(p)]
 
 
-async def test_replicated_super_stream_fails_over_per_partition_and_deletes_everywhere(
-        cluster: Cluster, kube: Kube, namespace: str, tmp_path: Path) -> None:
+@pytest.fixture
+async def pods(cluster: Cluster, kube: Kube, namespace: str,
+               tmp_path: Path) -> AsyncIterator[tuple[Kubelet, PeeredLauncher]]:
+    """Broker b running on PODS peered broker processes; after the test its Streams deleted
+    while the pods still run (their finalizer deletes them on the pods), then the pods."""
     launcher = PeeredLauncher(tmp_path)
     launcher.plan(namespace, "b", PODS)
     kubelet = Kubelet(kube, cluster.pods, launcher)
-    admin = ClientBrokerAdmin()
     try:
         await running_broker(kube, kubelet, namespace, replicas=PODS)
+        yield kubelet, launcher
+    finally:
+        for obj in await kube.list("Stream", namespace):
+            await kube.delete("Stream", namespace, obj["metadata"]["name"])
+        with contextlib.suppress(AssertionError):
+            await eventually(lambda: _no_streams(kube, namespace), timeout=30,
+                             what="streams finalized")
+        for key in [k for k in cluster.pods.pods if k[0] == namespace]:
+            launcher.stop(cluster.pods.pods.pop(key))
+        launcher.stop_all()
+
+
+async def test_replicated_super_stream_fails_over_per_partition_and_deletes_everywhere(
+        cluster: Cluster, kube: Kube, namespace: str,
+        pods: tuple[Kubelet, PeeredLauncher]) -> None:
+    kubelet, launcher = pods
+    admin = ClientBrokerAdmin()
+    try:
         await kube.create(stream_body(namespace, "orders", partitions=3, replicas=3))
 
         # Created: every partition with three members in sync, the leaders on distinct pods.
@@ -181,74 +204,52 @@ async def test_replicated_super_stream_fails_over_per_partition_and_deletes_ever
             assert await held(admin, cluster.pods.pods[(namespace, "b", ordinal)]) == []
     finally:
         await admin.close()
-        # A failure half-way: deleted while the pods run (its finalizer deletes it on them).
-        for obj in await kube.list("Stream", namespace):
-            await kube.delete("Stream", namespace, obj["metadata"]["name"])
-        with contextlib.suppress(AssertionError):
-            await eventually(lambda: _no_streams(kube, namespace), timeout=30,
-                             what="streams finalized")
-        for key in [k for k in cluster.pods.pods if k[0] == namespace]:
-            launcher.stop(cluster.pods.pods.pop(key))
-        launcher.stop_all()
 
 
 async def test_two_copies_of_each_partition_on_three_pods(
-        cluster: Cluster, kube: Kube, namespace: str, tmp_path: Path) -> None:
+        cluster: Cluster, kube: Kube, namespace: str,
+        pods: tuple[Kubelet, PeeredLauncher]) -> None:
     """replicas 2 on 3 pods: each partition on two of them, so the pod that took the Create
     does not hold every partition; the Stream is still Ready, each partition recorded with
     its two members and its leader, and the directory names them. The force-leader
     annotation naming two partitions elects each one's named member, and only theirs."""
-    launcher = PeeredLauncher(tmp_path)
-    launcher.plan(namespace, "b", PODS)
-    kubelet = Kubelet(kube, cluster.pods, launcher)
-    try:
-        await running_broker(kube, kubelet, namespace, replicas=PODS)
-        await kube.create(stream_body(namespace, "orders", partitions=3, replicas=2))
-        stream = await partitions_when(
-            kube, namespace, lambda rs: all(r.phase == "Ready" and len(r.in_sync) == 2
-                                            for r in rs.values()),
-            "every partition Ready with two members in sync")
-        got = records(stream)
-        assert all(len(r.members) == 2 and r.leader in r.members for r in got.values()), got
-        assert condition(stream, "Available")["status"] == "True"
+    await kube.create(stream_body(namespace, "orders", partitions=3, replicas=2))
+    stream = await partitions_when(
+        kube, namespace, lambda rs: all(r.phase == "Ready" and len(r.in_sync) == 2
+                                        for r in rs.values()),
+        "every partition Ready with two members in sync")
+    got = records(stream)
+    assert all(len(r.members) == 2 and r.leader in r.members for r in got.values()), got
+    assert condition(stream, "Available")["status"] == "True"
 
-        async def ready() -> Any:
-            s = await kube.get("Stream", namespace, "orders")
-            return s if condition(s, "Ready").get("status") == "True" else None
+    async def ready() -> Any:
+        s = await kube.get("Stream", namespace, "orders")
+        return s if condition(s, "Ready").get("status") == "True" else None
 
-        await eventually(ready, timeout=FAILOVER_S, what="Ready")
-        streams = (await directory(kube, namespace)).get("streams") or {}
-        for partition, record in got.items():
-            assert record.leader is not None
-            host, port = cluster.pods.pods[(namespace, "b", record.leader)]
-            assert streams[partition]["leader"] == f"{host}:{port}"
-            await publish((host, port), partition, 10, 0)
+    await eventually(ready, timeout=FAILOVER_S, what="Ready")
+    streams = (await directory(kube, namespace)).get("streams") or {}
+    for partition, record in got.items():
+        assert record.leader is not None
+        host, port = cluster.pods.pods[(namespace, "b", record.leader)]
+        assert streams[partition]["leader"] == f"{host}:{port}"
+        await publish((host, port), partition, 10, 0)
 
-        # Forced, two partitions named: each elects its other member; the third is left
-        # alone; the annotation goes once both are done.
-        wanted = {p: next(m for m in got[p].members if m != got[p].leader)
-                  for p in PARTITIONS[:2]}
-        await kube.patch("Stream", namespace, "orders", {"metadata": {"annotations": {
-            FORCE_LEADER: ",".join(f"{p}={m}" for p, m in wanted.items())}}})
-        stream = await partitions_when(
-            kube, namespace, lambda rs: all(rs[p].leader == m for p, m in wanted.items()),
-            "the two named partitions led by their forced members")
-        after = records(stream)
-        assert all(after[p].epoch == got[p].epoch + 1 for p in wanted), after
-        assert after[PARTITIONS[2]] == got[PARTITIONS[2]]
+    # Forced, two partitions named: each elects its other member; the third is left
+    # alone; the annotation goes once both are done.
+    wanted = {p: next(m for m in got[p].members if m != got[p].leader)
+              for p in PARTITIONS[:2]}
+    await kube.patch("Stream", namespace, "orders", {"metadata": {"annotations": {
+        FORCE_LEADER: ",".join(f"{p}={m}" for p, m in wanted.items())}}})
+    stream = await partitions_when(
+        kube, namespace, lambda rs: all(rs[p].leader == m for p, m in wanted.items()),
+        "the two named partitions led by their forced members")
+    after = records(stream)
+    assert all(after[p].epoch == got[p].epoch + 1 for p in wanted), after
+    assert after[PARTITIONS[2]] == got[PARTITIONS[2]]
 
-        async def unannotated() -> Any:
-            s = await kube.get("Stream", namespace, "orders")
-            return s if FORCE_LEADER not in ((s or {})["metadata"].get("annotations")
-                                             or {}) else None
+    async def unannotated() -> Any:
+        s = await kube.get("Stream", namespace, "orders")
+        return s if FORCE_LEADER not in ((s or {})["metadata"].get("annotations")
+                                         or {}) else None
 
-        await eventually(unannotated, timeout=FAILOVER_S, what="the annotation removed")
-    finally:
-        for obj in await kube.list("Stream", namespace):
-            await kube.delete("Stream", namespace, obj["metadata"]["name"])
-        with contextlib.suppress(AssertionError):
-            await eventually(lambda: _no_streams(kube, namespace), timeout=30,
-                             what="streams finalized")
-        for key in [k for k in cluster.pods.pods if k[0] == namespace]:
-            launcher.stop(cluster.pods.pods.pop(key))
-        launcher.stop_all()
+    await eventually(unannotated, timeout=FAILOVER_S, what="the annotation removed")

@@ -39,3 +39,21 @@ def test_large_blocks_are_reused_instead_of_faulted_in_again() -> None:
                              text=True, check=True, timeout=60)
         return int(out.stdout)
     assert faults("keep") * 5 < faults("default")
+
+
+_COLLECTOR = """
+import gc
+from streamlet.broker.memory import GC_YOUNG, settle_collector
+objects = [[i] for i in range(1000)]  # what startup made
+settle_collector()
+young, *rest = gc.get_threshold()
+print(young == GC_YOUNG, gc.get_freeze_count() >= len(objects), rest == [10, 10])
+"""
+
+
+def test_the_collector_is_settled_once_serving() -> None:
+    """Startup's objects are frozen (full collections skip them) and the young generation is
+    collected every GC_YOUNG allocations instead of 700; the older generations keep Python's."""
+    out = subprocess.run([sys.executable, "-c", _COLLECTOR], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.split() == ["True", "True", "True"]

@@ -17,7 +17,7 @@ from ..dirlock import DirectoryLock
 from ..storage.files import files
 from .config import BrokerConfig
 from .mega.connection import MegaConnection
-from .memory import keep_large_blocks
+from .memory import keep_large_blocks, settle_collector
 from .metrics import start_metrics
 from .mgmt import start_management
 from .rabbitmq.connection import Connection
@@ -89,6 +89,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         loop.add_signal_handler(signal.SIGHUP, reloader.hangup)
     if hangups:  # a SIGHUP while starting
         reloader.hangup()
+    settle_collector()
     if ready is not None:
         ready.set()
     await stop.wait()

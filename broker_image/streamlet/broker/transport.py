@@ -186,9 +186,12 @@ class FramedConnection(asyncio.Protocol):
         return fd
 
     def write_room(self) -> int:
-        """Bytes that may be written before the peer counts as not reading (WRITE_HIGH)."""
+        """Bytes that may be written before the peer counts as not reading (WRITE_HIGH); none
+        once the transport closes (what is written then is dropped: nothing more to read)."""
         t = self.transport
-        return 0 if t is None else WRITE_HIGH - t.get_write_buffer_size()
+        if t is None or t.is_closing():
+            return 0
+        return WRITE_HIGH - t.get_write_buffer_size()
 
     def abort(self) -> None:
         """Close: what is buffered is written first."""

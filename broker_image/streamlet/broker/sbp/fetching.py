@@ -3,8 +3,9 @@
 A request names several streams (request indexes). Until ``min_bytes`` are available across
 them nothing is sent (the gate); then each stream is answered as soon as it has data, up to its
 ``batch_max_bytes`` (one record batch at least, so a batch bigger than that still comes), in
-frames of about ``PIECE`` bytes of records: each piece is read while the client takes the one before, and
-the next is read only while the client keeps up (the transport's write room), so one answer
+frames of about ``PIECE`` bytes of records: each piece is read while the client takes the one
+before, and the next is read only while the client keeps up (the transport's write room), so
+one answer
 never holds more than a piece and the transport's buffer. At ``max_wait_ms`` the streams still
 unanswered are answered with what they have (or nothing). The last frame of the fetch has the
 response-end flag. A record batch is one stored message: each goes as a FetchResult of its own,
@@ -53,7 +54,8 @@ KEPT_READER_BYTES = 8 << 20
 
 def take(records: Iterable[Record], start: int, max_bytes: int) -> list[Record]:
     """The records from offset ``start`` on, while their bytes stay within ``max_bytes``; the
-    first one always (a batch bigger than the limit would otherwise never be read)."""
+    first one always (a batch bigger than the limit would otherwise never be read). The rule
+    as a model: ``Reader`` applies it a chunk at a time in C, and is tested against this."""
     out: list[Record] = []
     size = 0
     for offset, body in records:
@@ -89,22 +91,22 @@ class Records:
         first, count = self.runs[-1]
         return first + count - 1
 
-    def add_run(self, first: int, lengths: bytes, bodies: bytes, size: int) -> None:
-        count = len(lengths) // 4
+    def _run(self, first: int, count: int) -> None:
+        """Offsets ``first``..``first + count - 1`` follow: one more run, or the last longer."""
         if self.runs and self.last + 1 == first:
             self.runs[-1] = (self.runs[-1][0], self.runs[-1][1] + count)
         else:
             self.runs.append((first, count))
+
+    def add_run(self, first: int, lengths: bytes, bodies: bytes, size: int) -> None:
+        self._run(first, len(lengths) // 4)
         self.lengths.frombytes(lengths)
         self.bodies.append(bodies)
         self.size = size
 
     def extend(self, more: Records) -> None:
         for first, count in more.runs:
-            if self.runs and self.last + 1 == first:
-                self.runs[-1] = (self.runs[-1][0], self.runs[-1][1] + count)
-            else:
-                self.runs.append((first, count))
+            self._run(first, count)
         self.lengths.extend(more.lengths)
         self.bodies += more.bodies
         self.size += more.size
@@ -139,9 +141,9 @@ class Reader:
         out = Records()
         while True:
             if not self.pending:
-                if out.size >= max_bytes:
+                if out.size >= max_bytes and (taken or len(out)):
                     return out
-                for ref, chunk in self.stream.fetch(self.start, max_bytes - out.size):
+                for ref, chunk in self.stream.fetch(self.start, max(1, max_bytes - out.size)):
                     self.pending.append((chunk[HEADER_SIZE : HEADER_SIZE + ref.data_length],
                                          ref.chunk_id))
                 if not self.pending:
