@@ -10,8 +10,9 @@ Like bench/load.py, the clients cost little per message so the broker is what is
 - **SBP** appends ``per_frame`` record batches (one message each, docs/protocols/sbp.md) per
   APPEND frame, frames pipelined up to ``window`` unanswered batches; the frame is encoded once
   and only its stream identifier changes. FETCH asks for ``batch_max_bytes`` at a time from the
-  offset after the last one answered. Requests are written and answers read with streamlet.sbp.flat
-  (a column of results per C call), not the generated object API.
+  offset after the last one answered, its answers a result per run of batches (run_results).
+  APPEND's requests are written and answers read with streamlet.sbp.flat (a column of results
+  per C call), not the generated object API.
 - **RSIO** appends with every element of demand the broker grants (its ``window``, then one
   more per durable element): one onNext frame encoded once and repeated. A subscription asks
   for ``demand`` elements and more once half were taken, and counts frames by their type byte.
@@ -52,7 +53,7 @@ from streamlet.sbp import write as sbp_write
 from streamlet.sbp.fbs.AppendResponse import AppendResponseT
 from streamlet.sbp.fbs.FetchInfo import FetchInfoT
 from streamlet.sbp.fbs.FetchRequest import FetchRequestT
-from streamlet.sbp.fbs.FetchResponse import FetchResponseT
+from streamlet.sbp.fbs.FetchResponse import FetchResponse
 from streamlet.sbp.flat import Scalars, append_request
 from streamlet.sbp.frame import PREFIX as SBP_PREFIX
 
@@ -234,10 +235,8 @@ class MegaConsumer(_MegaPipeline):
 
 # --- SBP ----------------------------------------------------------------------------------------
 
-#: AppendResult: base_offset (slot 2; -1 in an error's answer); FetchResult: batch_length (2),
-#: base_offset (4; -1 in an error's or an empty answer)
+#: AppendResult: base_offset (slot 2; -1 in an error's answer), request_index (1)
 _APPENDED = Scalars((2, "q", 0), (1, "i", 0))
-_FETCHED = Scalars((2, "i", 0), (4, "q", -1))
 
 
 class _Sbp(_Load, asyncio.Protocol):
@@ -335,10 +334,12 @@ class SbpAppender(_Sbp):
 class SbpFetcher(_Load, asyncio.BufferedProtocol):
     """FETCH a stream from its first offset, ``batch_max_bytes`` at a time, each request from the
     offset after the last answered, until ``total`` batches came. Frames are read in place (a
-    buffered protocol, as bench/client.py's RabbitMQ consumer): each answer's FetchResults are
-    checked (offsets following each other from the one asked, lengths adding up to the payload)
-    without an object per result, and the payload's bytes are counted and skipped, as the
-    RabbitMQ consumer counts a chunk from its header and skips its data."""
+    buffered protocol, as bench/client.py's RabbitMQ consumer). It asks for run_results
+    (streamlet's: a result per run of consecutive offsets, with its batches' lengths, as the
+    project's client does); each answer's results are checked (runs following each other from
+    the offset asked, lengths adding up to each result and the results to the payload), and the
+    payload's bytes are counted and skipped, as the RabbitMQ consumer counts a chunk from its
+    header and skips its data."""
 
     def __init__(self, stream: str, total: int, batch_max_bytes: int = 8 << 20) -> None:
         _Load.__init__(self)
@@ -402,6 +403,7 @@ class SbpFetcher(_Load, asyncio.BufferedProtocol):
         info.batchMaxBytes = self.max_bytes
         req = FetchRequestT()
         req.maxWaitMs, req.minBytes, req.fetchRequests = 1000, 1, [info]
+        req.runResults = True
         self.transport.write(sbp_encode(Opcode.FETCH, 0, 1, sbp_write(req)))
         self.asked = True
 
@@ -409,16 +411,24 @@ class SbpFetcher(_Load, asyncio.BufferedProtocol):
         if flags & Flags.SYSTEM_ERROR:
             self.error("SBP FETCH: a system error")
             return
-        n, ((_, _, size, _), (first, last, _, consecutive)) = _FETCHED.summary(header, 2)
-        if n == 1 and first < 0:  # an empty answer (the long poll's deadline), or an error
-            if size or any(r.status and r.status.code for r in
-                           sbp_read(FetchResponseT, bytes(header)).fetchResponses or []):
-                self.error("SBP FETCH: an error status")
+        answer = FetchResponse.GetRootAs(header, 0)
+        n = size = 0
+        for i in range(answer.FetchResponsesLength()):
+            r = answer.FetchResponses(i)
+            status = r.Status()
+            if status is not None and status.Code():
+                self.error(f"SBP FETCH: status {status.Code()}")
                 return
-            n = 0
-        elif n and (first != self.next_offset or not consecutive):
-            self.error(f"SBP FETCH: offsets {first}..{last}, expected from {self.next_offset}")
-            return
+            count, length = r.BatchLengthsLength(), r.BatchLength()
+            if count and r.BaseOffset() != self.next_offset + n:
+                self.error(f"SBP FETCH: a run from {r.BaseOffset()}, expected "
+                           f"{self.next_offset + n}")
+                return
+            if (int(r.BatchLengthsAsNumpy().sum()) if count else 0) != length:
+                self.error(f"SBP FETCH: batch lengths that do not add up to {length}")
+                return
+            n += count
+            size += length
         if size != payload:
             self.error(f"SBP FETCH: results of {size} bytes, a payload of {payload}")
             return

@@ -214,13 +214,19 @@ async def test_sbp_appender_reads_answers_cut_anywhere() -> None:
 async def test_sbp_fetcher_checks_offsets_and_bytes() -> None:
     from streamlet.sbp import LAST, Opcode
     from streamlet.sbp import encode as sbp_encode
-    from streamlet.sbp.flat import fetch_response
+    from streamlet.sbp.flat import fetch_run_response
 
-    def answer(records: list[tuple[int, bytes]]) -> bytes:
-        runs = [(o, 1) for o, _ in records]
-        return sbp_encode(Opcode.FETCH, LAST, 1, fetch_response(
-            [(0, 7, runs, array("i", [len(b) for _, b in records]))]),
-                          b"".join(b for _, b in records))
+    def answer(records: list[tuple[int, bytes]], total: int | None = None) -> bytes:
+        runs: list[tuple[int, int]] = []
+        for o, _ in records:  # consecutive offsets make one run, as the broker's answer
+            if runs and sum(runs[-1]) == o:
+                runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+            else:
+                runs.append((o, 1))
+        data = b"".join(b for _, b in records)
+        return sbp_encode(Opcode.FETCH, LAST, 1, fetch_run_response(
+            [(0, 7, runs, array("i", [len(b) for _, b in records]),
+              len(data) if total is None else total)]), data)
 
     def feed(proto: SbpFetcher, data: bytes) -> None:  # as the event loop gives a buffered one
         while data:
@@ -245,11 +251,17 @@ async def test_sbp_fetcher_checks_offsets_and_bytes() -> None:
     gap.transport = _Sink()  # type: ignore[assignment]
     gap.start()
     feed(gap, answer([(0, b"a"), (2, b"b")]))  # offset 1 missing: caught
-    assert gap.errors == 1 and "offsets 0..2" in gap.server_errors[0]
+    assert gap.errors == 1 and "a run from 2, expected 1" in gap.server_errors[0]
 
     short = SbpFetcher("s", 5)
     short.transport = _Sink()  # type: ignore[assignment]
     short.start()
-    feed(short, sbp_encode(Opcode.FETCH, LAST, 1, fetch_response(
-        [(0, 7, [(0, 1)], array("i", [3]))]), b"ab"))  # results of 3 bytes, a payload of 2
-    assert short.errors == 1 and "a payload of 2" in short.server_errors[0]
+    feed(short, sbp_encode(Opcode.FETCH, LAST, 1, fetch_run_response(
+        [(0, 7, [(0, 1)], array("i", [2]), 2)]), b"a"))  # a result of 2 bytes, a payload of 1
+    assert short.errors == 1 and "a payload of 1" in short.server_errors[0]
+
+    wrong = SbpFetcher("s", 5)
+    wrong.transport = _Sink()  # type: ignore[assignment]
+    wrong.start()
+    feed(wrong, answer([(0, b"ab"), (1, b"c")], total=4))  # lengths 2 and 1, a result of 4
+    assert wrong.errors == 1 and "do not add up to 4" in wrong.server_errors[0]

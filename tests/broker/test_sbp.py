@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rstream import Consumer as RConsumer
 from rstream import ConsumerOffsetSpecification, OffsetType, RawMessage
 from rstream import Producer as RProducer
 
@@ -419,12 +420,44 @@ async def test_a_large_answer_comes_in_pieces_and_the_next_fetch_goes_on(
         assert await c.fetch("s-pieces", 7, batch_max_bytes=3000) == list(enumerate(bodies))[7:10]
 
 
+async def test_run_results_describe_the_same_batches_as_a_result_each(
+        broker: SbpBroker) -> None:
+    """run_results (streamlet's): a run of consecutive offsets is one result with its batches'
+    lengths; the records are those of the document's form, a result per batch, whatever the
+    limit, across a gap in the offsets (a tracking record, written by a RabbitMQ-protocol
+    consumer's StoreOffset) and over pieces."""
+    from streamlet.sbp.fbs.FetchResponse import FetchResponseT
+    bodies = [bytes([i % 256]) * (1 + i % 700) for i in range(2000)]
+    async with await client(broker) as c:
+        await c.create_stream("s-runs")
+        await c.append("s-runs", bodies[:1000])
+        async with RConsumer(broker.host, broker.port, username="guest",
+                             password="guest") as rc:
+            await rc.store_offset("s-runs", "reader", 10)
+        second = await c.append("s-runs", bodies[1000:])
+        assert second[0] > 1000  # the tracking record took an offset
+        stored = list(zip(list(range(1000)) + second, bodies, strict=True))
+        for start, limit in [(0, 1 << 22), (990, 20_000), (5, 1), (second[0], 300_000)]:
+            at = next(k for k, (o, _) in enumerate(stored) if o >= start)
+            per_batch = await c.fetch("s-runs", start, batch_max_bytes=limit, run_results=False)
+            runs = await c.fetch("s-runs", start, batch_max_bytes=limit)
+            assert runs == per_batch == stored[at : at + len(per_batch)] and per_batch
+        sid = c.send(Opcode.FETCH, _fetch_header([("s-runs", 0)], 0, 0, 1 << 22, runs=True))
+        results = [r for f in [f async for f in c.frames(sid)]
+                   for r in read(FetchResponseT, f.header).fetchResponses]
+        offsets = [r.baseOffset + k for r in results for k in range(len(r.batchLengths))]
+        assert offsets == [o for o, _ in stored]
+        assert any(r.baseOffset == second[0] for r in results)  # the gap starts a run
+        assert all(sum(r.batchLengths) == r.batchLength for r in results)
+        assert len(results) < 20  # a result per run and piece, not per batch
+
+
 def _fetch_header(wanted: list[tuple[str, int]], max_wait_ms: int, min_bytes: int,
-                  batch_max_bytes: int = 1 << 20) -> Any:
+                  batch_max_bytes: int = 1 << 20, runs: bool = False) -> Any:
     from streamlet.sbp.fbs.FetchInfo import FetchInfoT
     from streamlet.sbp.fbs.FetchRequest import FetchRequestT
     req = FetchRequestT()
-    req.maxWaitMs, req.minBytes = max_wait_ms, min_bytes
+    req.maxWaitMs, req.minBytes, req.runResults = max_wait_ms, min_bytes, runs
     infos = []
     for i, (name, offset) in enumerate(wanted):
         f = FetchInfoT()

@@ -15,7 +15,7 @@ from streamlet.sbp.fbs.AppendInfo import AppendInfoT
 from streamlet.sbp.fbs.AppendRequest import AppendRequestT
 from streamlet.sbp.fbs.AppendResponse import AppendResponseT
 from streamlet.sbp.fbs.FetchResponse import FetchResponseT
-from streamlet.sbp.flat import append_infos, append_response, fetch_response
+from streamlet.sbp.flat import append_infos, append_response, fetch_response, fetch_run_response
 
 
 def _python_columns(buf: bytes) -> list[list[int]]:
@@ -115,6 +115,20 @@ def test_fetch_response_reads_back_with_the_generated_reader() -> None:
                                              (1, 8, [], array("i"))]))
     assert [(r.requestIndex, r.streamId, r.batchLength, r.baseOffset, r.status.code)
             for r in t.fetchResponses] == [(0, 9, 3, 5, 0), (0, 9, 0, 6, 0), (1, 8, 0, -1, 0)]
+
+
+def test_fetch_run_response_reads_back_with_the_generated_reader() -> None:
+    """A result per run: its first offset, its bytes, its batches' lengths; none for a stream
+    without records but the empty result; runs that do not hold the lengths are refused."""
+    t = read(FetchResponseT, fetch_run_response([
+        (0, 9, [(5, 2), (9, 3)], array("i", [3, 0, 1 << 20, 2, 7]), 3 + (1 << 20) + 9),
+        (1, 8, [], array("i"), 0), (2, 7, [(1 << 62, 1)], array("i", [4]), 4)]))
+    got = [(r.requestIndex, r.streamId, r.baseOffset, r.batchLength, list(r.batchLengths),
+            r.status.code) for r in t.fetchResponses]
+    assert got == [(0, 9, 5, 3, [3, 0], 0), (0, 9, 9, (1 << 20) + 9, [1 << 20, 2, 7], 0),
+                   (1, 8, -1, 0, [], 0), (2, 7, 1 << 62, 4, [4], 0)]
+    with pytest.raises(ValueError):
+        fetch_run_response([(0, 9, [(5, 1)], array("i", [3, 4]), 7)])
 
 
 def test_mutated_requests_are_read_or_refused_as_malformed() -> None:

@@ -213,17 +213,21 @@ class SbpClient(SocketClient):
         return out
 
     async def fetch(self, name: str, offset: int, *, max_wait_ms: int = 0, min_bytes: int = 0,
-                    batch_max_bytes: int = 1 << 20) -> list[tuple[int, bytes]]:
+                    batch_max_bytes: int = 1 << 20, run_results: bool = True
+                    ) -> list[tuple[int, bytes]]:
         """The record batches of ``name`` from ``offset`` (at most ``batch_max_bytes``, one at
         least), as (offset, bytes); a long poll of ``max_wait_ms`` for ``min_bytes``."""
         got = await self.fetch_many([(name, offset)], max_wait_ms=max_wait_ms,
-                                    min_bytes=min_bytes, batch_max_bytes=batch_max_bytes)
+                                    min_bytes=min_bytes, batch_max_bytes=batch_max_bytes,
+                                    run_results=run_results)
         return got[0]
 
     async def fetch_many(self, wanted: list[tuple[str, int]], *, max_wait_ms: int = 0,
-                         min_bytes: int = 0, batch_max_bytes: int = 1 << 20
-                         ) -> list[list[tuple[int, bytes]]]:
-        """One FETCH for several (stream, offset): the records of each, in ``wanted``'s order."""
+                         min_bytes: int = 0, batch_max_bytes: int = 1 << 20,
+                         run_results: bool = True) -> list[list[tuple[int, bytes]]]:
+        """One FETCH for several (stream, offset): the records of each, in ``wanted``'s order.
+        ``run_results`` (streamlet's) has a run of batches described by one result and their
+        lengths; without it each batch has a result of its own (the document's form)."""
         infos = []
         for i, (name, offset) in enumerate(wanted):
             f = FetchInfoT()
@@ -232,14 +236,22 @@ class SbpClient(SocketClient):
             infos.append(f)
         req = FetchRequestT()
         req.maxWaitMs, req.minBytes, req.fetchRequests = max_wait_ms, min_bytes, infos
+        req.runResults = run_results
         out: list[list[tuple[int, bytes]]] = [[] for _ in wanted]
         for table, payload in await self.request(Opcode.FETCH, req):
             at = 0
             for r in table.fetchResponses or []:
                 _check(r.status)
-                if r.batchLength or r.baseOffset >= 0:
-                    out[r.requestIndex].append((r.baseOffset, payload[at : at + r.batchLength]))
-                at += r.batchLength
+                got = out[r.requestIndex]
+                lengths = [int(n) for n in r.batchLengths] if r.batchLengths is not None else []
+                if not lengths and (r.batchLength or r.baseOffset >= 0):
+                    lengths = [r.batchLength]  # a result per batch
+                if sum(lengths) != r.batchLength:
+                    raise SbpError(ErrorCode.UNKNOWN, f"the broker's batch lengths add up to "
+                                   f"{sum(lengths)}, not {r.batchLength}")
+                for k, n in enumerate(lengths):
+                    got.append((r.baseOffset + k, payload[at : at + n]))
+                    at += n
         return out
 
 

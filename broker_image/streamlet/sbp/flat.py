@@ -315,6 +315,12 @@ _FETCH_VT = struct.pack("<HHHHHHH2x", 14, 32, 8, 4, 16, 20, 24)
 _FETCH_RESULT = struct.Struct("<iiqiIq")
 
 
+#: FetchResult with batch_lengths (run_results) at 40 bytes: soffset, request_index, stream_id,
+#: batch_length, status, base_offset, batch_lengths, padding
+_FETCH_RUN_VT = struct.pack("<HHHHHHHH", 16, 40, 8, 4, 16, 20, 24, 32)
+_FETCH_RUN = struct.Struct("<iiqiIqI4x")
+
+
 def _frame(result_vt: bytes, size: int, n: int) -> tuple[bytearray, int, int]:
     """The buffer for ``n`` results of ``size`` bytes with all but the results and the vector's
     elements written (``fill_*`` write those): root offset, root vtable (at 4), result vtable
@@ -388,3 +394,43 @@ def fetch_response(streams: list[tuple[int, int, list[tuple[int, int]], bytes | 
     buf, at, status = _frame(_FETCH_VT, 32, n)
     fill_fetch(buf, at, status, streams)
     return bytes(buf)
+
+
+def fetch_run_response(streams: list[tuple[int, int, list[tuple[int, int]], bytes | array[int],
+                                           int]]) -> bytes:
+    """A FetchResponse with run_results, every result NONE: per (request index, stream id, its
+    records' offsets as runs of (first, count), their lengths as native int32, their total
+    bytes) one result per run, its ``batch_lengths`` the run's lengths, or one empty result
+    (length 0, offset -1) if it has none. Per record only its length is written (4 bytes, as
+    a stored entry's header), where ``fetch_response`` writes a table."""
+    rows: list[tuple[int, int, int, int, memoryview | bytes]] = []
+    for idx, sid, runs, lengths, total in streams:
+        ints = memoryview(lengths).cast("B").cast("i")
+        if not runs:
+            rows.append((idx, sid, -1, 0, b""))
+        k = 0
+        for first, count in runs:
+            part = ints[k : k + count]
+            rows.append((idx, sid, first, total if len(runs) == 1 else sum(part), part))
+            k += count
+        if k != len(ints):
+            raise ValueError("the runs do not hold as many records as lengths")
+    n = len(rows)
+    buf, at, status = _frame(_FETCH_RUN_VT, 40, n)
+    _elements(buf, at, 40, n)
+    vectors = bytearray(sum(4 + 4 * len(r[4]) for r in rows))
+    start = pos = len(buf)  # the vectors follow the status table, 4-aligned
+    for idx, sid, first, size, part in rows:
+        _FETCH_RUN.pack_into(buf, at, at - 16, idx, sid, size, status - at - 20, first,
+                             pos - at - 32)
+        at += 40
+        count = len(part)
+        _I32.pack_into(vectors, pos - start, count)
+        data = memoryview(part).cast("B") if count else b""
+        if count and not _NATIVE_LE:
+            swapped = array("i", data)
+            swapped.byteswap()
+            data = swapped.tobytes()
+        vectors[pos - start + 4 : pos - start + 4 + 4 * count] = data
+        pos += 4 + 4 * count
+    return bytes(buf + vectors)

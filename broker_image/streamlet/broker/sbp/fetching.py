@@ -9,7 +9,9 @@ one answer
 never holds more than a piece and the transport's buffer. At ``max_wait_ms`` the streams still
 unanswered are answered with what they have (or nothing). The last frame of the fetch has the
 response-end flag. A record batch is one stored message: each goes as a FetchResult of its own,
-with its offset (streamlet's ``base_offset``), its bytes in the payload in the same order.
+with its offset (streamlet's ``base_offset``), its bytes in the payload in the same order; or,
+when the request asks for ``run_results`` (streamlet's), each run of consecutive offsets goes as
+one FetchResult with its batches' lengths in ``batch_lengths``.
 
 No Python runs per record batch on the way out: a chunk's simple entries are cut out in one
 call (storage.entries, in C), their offsets kept as runs and their lengths as an array, and the
@@ -32,7 +34,7 @@ from ...sbp.fbs.FetchInfo import FetchInfoT
 from ...sbp.fbs.FetchRequest import FetchRequestT
 from ...sbp.fbs.FetchResponse import FetchResponseT
 from ...sbp.fbs.FetchResult import FetchResultT
-from ...sbp.flat import fetch_response
+from ...sbp.flat import fetch_response, fetch_run_response
 from ...storage.chunk import HEADER_SIZE, ChunkError, iter_records
 from ...storage.entries import BATCH, FULL, cut_simple
 
@@ -225,6 +227,7 @@ class Fetch:
         self.conn = conn
         self.sid = stream_sid
         self.min_bytes = req.minBytes
+        self.run_results = bool(req.runResults)  # streamlet's: a result per run, not per batch
         self.entries: list[Entry] = []
         self.sending: deque[Entry] = deque()  # answered streams with pieces still to send
         self.open = False
@@ -341,8 +344,12 @@ class Fetch:
             if not e.records:
                 self.sending.popleft()
             end = not self.sending and all(x.answered for x in self.entries)
-            header = fetch_response([(e.info.requestIndex, e.info.streamId, piece.runs,
-                                      piece.lengths)])
+            if self.run_results:
+                header = fetch_run_response([(e.info.requestIndex, e.info.streamId, piece.runs,
+                                              piece.lengths, piece.size)])
+            else:
+                header = fetch_response([(e.info.requestIndex, e.info.streamId, piece.runs,
+                                          piece.lengths)])
             self.conn.answer_raw(Opcode.FETCH, self.sid, header, piece.bodies, end=end)
             if end:
                 self.finish()

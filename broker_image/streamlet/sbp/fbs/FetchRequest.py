@@ -63,7 +63,14 @@ class FetchRequest(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         return o == 0
 
-def FetchRequestStart(builder): builder.StartObject(3)
+    # FetchRequest
+    def RunResults(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+def FetchRequestStart(builder): builder.StartObject(4)
 def Start(builder):
     return FetchRequestStart(builder)
 def FetchRequestAddMaxWaitMs(builder, maxWaitMs): builder.PrependInt32Slot(0, maxWaitMs, 0)
@@ -78,6 +85,9 @@ def AddFetchRequests(builder, fetchRequests):
 def FetchRequestStartFetchRequestsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def StartFetchRequestsVector(builder, numElems):
     return FetchRequestStartFetchRequestsVector(builder, numElems)
+def FetchRequestAddRunResults(builder, runResults): builder.PrependBoolSlot(3, runResults, 0)
+def AddRunResults(builder, runResults):
+    return FetchRequestAddRunResults(builder, runResults)
 def FetchRequestEnd(builder): return builder.EndObject()
 def End(builder):
     return FetchRequestEnd(builder)
@@ -94,6 +104,7 @@ class FetchRequestT(object):
         self.maxWaitMs = 0  # type: int
         self.minBytes = 0  # type: int
         self.fetchRequests = None  # type: List[streamlet.sbp.fbs.FetchInfo.FetchInfoT]
+        self.runResults = False  # type: bool
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -121,6 +132,7 @@ class FetchRequestT(object):
                 else:
                     fetchInfo_ = streamlet.sbp.fbs.FetchInfo.FetchInfoT.InitFromObj(fetchRequest.FetchRequests(i))
                     self.fetchRequests.append(fetchInfo_)
+        self.runResults = fetchRequest.RunResults()
 
     # FetchRequestT
     def Pack(self, builder):
@@ -137,5 +149,6 @@ class FetchRequestT(object):
         FetchRequestAddMinBytes(builder, self.minBytes)
         if self.fetchRequests is not None:
             FetchRequestAddFetchRequests(builder, fetchRequests)
+        FetchRequestAddRunResults(builder, self.runResults)
         fetchRequest = FetchRequestEnd(builder)
         return fetchRequest

@@ -63,7 +63,34 @@ class FetchResult(object):
             return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
         return -1
 
-def FetchResultStart(builder): builder.StartObject(5)
+    # FetchResult
+    def BatchLengths(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # FetchResult
+    def BatchLengthsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int32Flags, o)
+        return 0
+
+    # FetchResult
+    def BatchLengthsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # FetchResult
+    def BatchLengthsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        return o == 0
+
+def FetchResultStart(builder): builder.StartObject(6)
 def Start(builder):
     return FetchResultStart(builder)
 def FetchResultAddStreamId(builder, streamId): builder.PrependInt64Slot(0, streamId, 0)
@@ -81,12 +108,18 @@ def AddStatus(builder, status):
 def FetchResultAddBaseOffset(builder, baseOffset): builder.PrependInt64Slot(4, baseOffset, -1)
 def AddBaseOffset(builder, baseOffset):
     return FetchResultAddBaseOffset(builder, baseOffset)
+def FetchResultAddBatchLengths(builder, batchLengths): builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(batchLengths), 0)
+def AddBatchLengths(builder, batchLengths):
+    return FetchResultAddBatchLengths(builder, batchLengths)
+def FetchResultStartBatchLengthsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartBatchLengthsVector(builder, numElems):
+    return FetchResultStartBatchLengthsVector(builder, numElems)
 def FetchResultEnd(builder): return builder.EndObject()
 def End(builder):
     return FetchResultEnd(builder)
 import streamlet.sbp.fbs.Status
 try:
-    from typing import Optional
+    from typing import List, Optional
 except:
     pass
 
@@ -99,6 +132,7 @@ class FetchResultT(object):
         self.batchLength = 0  # type: int
         self.status = None  # type: Optional[streamlet.sbp.fbs.Status.StatusT]
         self.baseOffset = -1  # type: int
+        self.batchLengths = None  # type: List[int]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -122,11 +156,26 @@ class FetchResultT(object):
         if fetchResult.Status() is not None:
             self.status = streamlet.sbp.fbs.Status.StatusT.InitFromObj(fetchResult.Status())
         self.baseOffset = fetchResult.BaseOffset()
+        if not fetchResult.BatchLengthsIsNone():
+            if np is None:
+                self.batchLengths = []
+                for i in range(fetchResult.BatchLengthsLength()):
+                    self.batchLengths.append(fetchResult.BatchLengths(i))
+            else:
+                self.batchLengths = fetchResult.BatchLengthsAsNumpy()
 
     # FetchResultT
     def Pack(self, builder):
         if self.status is not None:
             status = self.status.Pack(builder)
+        if self.batchLengths is not None:
+            if np is not None and type(self.batchLengths) is np.ndarray:
+                batchLengths = builder.CreateNumpyVector(self.batchLengths)
+            else:
+                FetchResultStartBatchLengthsVector(builder, len(self.batchLengths))
+                for i in reversed(range(len(self.batchLengths))):
+                    builder.PrependInt32(self.batchLengths[i])
+                batchLengths = builder.EndVector()
         FetchResultStart(builder)
         FetchResultAddStreamId(builder, self.streamId)
         FetchResultAddRequestIndex(builder, self.requestIndex)
@@ -134,5 +183,7 @@ class FetchResultT(object):
         if self.status is not None:
             FetchResultAddStatus(builder, status)
         FetchResultAddBaseOffset(builder, self.baseOffset)
+        if self.batchLengths is not None:
+            FetchResultAddBatchLengths(builder, batchLengths)
         fetchResult = FetchResultEnd(builder)
         return fetchResult
