@@ -3,7 +3,8 @@ the RabbitMQ Stream protocol on one streamlet broker, in one run (streamlet only
 none of them).
 
 Each protocol produces ``proto_count`` messages into its own empty stream (the RabbitMQ protocol
-with bench/load.py's publisher, the others with bench/protoload.py's pipelined clients). Then
+with bench/load.py's publisher, the others with bench/protoload.py's pipelined clients); SBP and
+its RabbitMQ-protocol baseline move ``sbp_bytes`` at each size, enough for a rate. Then
 each reads back the stream the RabbitMQ protocol wrote, from its first offset, so every consumer
 reads the same chunks. MEGA and RSIO run at ``small`` bytes; SBP and its RabbitMQ baseline at
 ``small`` and ``large``. An SBP record batch is stored as one message (docs/protocols/sbp.md),
@@ -37,19 +38,28 @@ def protocols(server: Server, sz: Sizes) -> list[Row]:
         return []
     rows: list[Row] = []
     for size, protos in plan(sz):
-        rows += _one_size(server, ports, size, sz.proto_count, protos)
+        rows += _one_size(server, ports, size, counts(sz, size, protos), protos)
     return rows
 
 
-def _one_size(server: Server, ports: dict[str, int], size: int, count: int,
+def counts(sz: Sizes, size: int, protos: tuple[tuple[str, str], ...]) -> dict[str, int]:
+    """Messages per protocol: ``proto_count``, but ``sbp_bytes`` worth for SBP and its
+    baseline (MEGA and RSIO, far slower, read only the first ``proto_count`` of the
+    baseline's stream, and compare with the baseline's rate)."""
+    big = max(sz.proto_count, sz.sbp_bytes // size)
+    return {p: big if p in BOTH_SIZES else sz.proto_count for p, _ in protos}
+
+
+def _one_size(server: Server, ports: dict[str, int], size: int, count_of: dict[str, int],
               protos: tuple[tuple[str, str], ...]) -> list[Row]:
     streams = {p: f"bench-proto-{p}-{size}" for p, _ in protos}
     admin_sync(server.port, create=list(streams.values()), delete=list(streams.values()))
-    label = f"{count:,} x {size} B"
     rows: list[Row] = []
     try:
         for proto, name in protos:
             kind = "publish" if proto == BASELINE else f"{proto}_produce"
+            count = count_of[proto]
+            label = f"{count:,} x {size} B"
             results, sampler = _phase(server, [Job(kind, ports[proto], [streams[proto]],
                                                    {"count": count, "size": size})])
             row = _publish_row(f"{proto}-produce-{size}", f"{name}: produce {label}", server,
@@ -59,6 +69,8 @@ def _one_size(server: Server, ports: dict[str, int], size: int, count: int,
             rows.append(row)
         for proto, name in protos:
             kind = "consume" if proto == BASELINE else f"{proto}_consume"
+            count = count_of[proto]
+            label = f"{count:,} x {size} B"
             results, sampler = _phase(server, [Job(kind, ports[proto], [streams[BASELINE]],
                                                    {"count": count, "size": size})])
             row = _consume_row(f"{proto}-consume-{size}", f"{name}: consume {label}", server,

@@ -8,8 +8,9 @@ Like bench/load.py, the clients cost little per message so the broker is what is
   slot comes round again only after the window moved past it, so its bytes were answered and
   the transport no longer holds them. Answers are cut by their fixed layouts, not decoded.
 - **SBP** appends ``per_frame`` record batches (one message each, docs/protocols/sbp.md) per
-  APPEND frame, frames pipelined up to ``window`` unanswered batches; the frame is encoded once
-  and only its stream identifier changes. FETCH asks for ``batch_max_bytes`` at a time from the
+  APPEND frame, as one AppendRun (streamlet's: the project's client sends that too, and gets a
+  result per run answered), frames pipelined up to ``window`` unanswered batches; the frame is
+  encoded once and only its stream identifier changes. FETCH asks for ``batch_max_bytes`` at a time from the
   offset after the last one answered, its answers a result per run of batches (run_results).
   APPEND's requests are written and answers read with streamlet.sbp.flat (a column of results
   per C call), not the generated object API.
@@ -50,11 +51,13 @@ from streamlet.sbp import decode as sbp_decode
 from streamlet.sbp import encode as sbp_encode
 from streamlet.sbp import read as sbp_read
 from streamlet.sbp import write as sbp_write
+from streamlet.sbp.fbs.AppendRequest import AppendRequestT
 from streamlet.sbp.fbs.AppendResponse import AppendResponseT
+from streamlet.sbp.fbs.AppendRun import AppendRunT
 from streamlet.sbp.fbs.FetchInfo import FetchInfoT
 from streamlet.sbp.fbs.FetchRequest import FetchRequestT
 from streamlet.sbp.fbs.FetchResponse import FetchResponse
-from streamlet.sbp.flat import Scalars, append_request
+from streamlet.sbp.flat import Scalars
 from streamlet.sbp.frame import PREFIX as SBP_PREFIX
 
 _U32 = struct.Struct(">I")
@@ -235,8 +238,9 @@ class MegaConsumer(_MegaPipeline):
 
 # --- SBP ----------------------------------------------------------------------------------------
 
-#: AppendResult: base_offset (slot 2; -1 in an error's answer), request_index (1)
-_APPENDED = Scalars((2, "q", 0), (1, "i", 0))
+#: AppendResult: base_offset (slot 2; -1 in an error's answer), request_index (1), batch_count
+#: (5, streamlet's: the batches of a run it answers)
+_APPENDED = Scalars((2, "q", 0), (1, "i", 0), (5, "i", 1))
 
 
 class _Sbp(_Load, asyncio.Protocol):
@@ -291,8 +295,11 @@ class SbpAppender(_Sbp):
         self.next_sid = 0
 
     def _frame(self, n: int, size: int) -> tuple[bytes, bytes]:
-        header = append_request(10_000, [self.sid] * n, list(range(n)), [size] * n)
-        raw = sbp_encode(Opcode.APPEND, 0, 0, header, body_of(size) * n)
+        run = AppendRunT()
+        run.streamId, run.requestIndex, run.batchLengths = self.sid, 0, [size] * n
+        req = AppendRequestT()
+        req.timeoutMs, req.appendRuns = 10_000, [run]
+        raw = sbp_encode(Opcode.APPEND, 0, 0, sbp_write(req), body_of(size) * n)
         return raw[:8], raw[12:]  # the frame around its stream identifier
 
     def pump(self) -> None:
@@ -307,16 +314,19 @@ class SbpAppender(_Sbp):
             self.sent += n
 
     def answer(self, sid: int, end: bool, header: bytes, payload: bytes | memoryview) -> None:
-        offsets, _ = _APPENDED.read(header, 2)
+        offsets, _, counts = _APPENDED.read(header, 2)
         if not offsets:
             return
         if min(offsets) < 0:
             self.refused(header)
             return
-        self.offset_sum += sum(offsets)
-        self.max_offset = max(self.max_offset, max(offsets))
-        self.confirmed += len(offsets)
-        self.answered += len(offsets)
+        n = 0
+        for base, count in zip(offsets, counts, strict=True):  # a result per run answered
+            self.offset_sum += count * base + count * (count - 1) // 2
+            self.max_offset = max(self.max_offset, base + count - 1)
+            n += count
+        self.confirmed += n
+        self.answered += n
         if self.answered >= self.total:
             self.finish()
 

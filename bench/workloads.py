@@ -41,13 +41,17 @@ class Sizes:
     fail_after: float = 2.0  # and keep publishing this long after the first new confirm
     catchup_bytes: int = 1_000_000_000  # published while a member is stopped (replicated)
     proto_count: int = 100_000  # of `small` messages, per protocol (protocols)
+    #: bytes SBP and its RabbitMQ-protocol baseline move at each size (protocols): 100,000
+    #: messages take the RabbitMQ consumer 10-50 ms, too short for a rate
+    sbp_bytes: int = 500_000_000
 
     @classmethod
     def quick(cls) -> Sizes:
         return cls(pub_small=20_000, pub_large=5_000, fan_count=2_000, lat_seconds=1.0,
                    lat_warmup=0.2, many_total=10_000, stall_count=5_000, stall_hold=0.5,
                    consume_reps=1, physical_bytes=64 << 20, fail_kill_after=1.0,
-                   fail_after=0.5, catchup_bytes=20_000_000, proto_count=5_000)
+                   fail_after=0.5, catchup_bytes=20_000_000, proto_count=5_000,
+                   sbp_bytes=500_000)
 
 
 @dataclass

@@ -316,6 +316,68 @@ async def test_long_runs_cut_over_chunks_answer_each_batch_with_its_offset(
         assert [o for o, _, _ in got[:3000]] == list(range(3000))
 
 
+def _runs_header(runs: list[tuple[str, int, list[bytes]]]) -> Any:
+    from streamlet.sbp.fbs.AppendRequest import AppendRequestT
+    from streamlet.sbp.fbs.AppendRun import AppendRunT
+    req = AppendRequestT()
+    req.appendRuns = []
+    for name, first, batches in runs:
+        run = AppendRunT()
+        run.streamId, run.requestIndex = stream_id(name), first
+        run.batchLengths = [len(b) for b in batches]
+        req.appendRuns.append(run)
+    return req
+
+
+async def test_append_runs_are_answered_a_result_per_run(broker: SbpBroker) -> None:
+    """AppendRuns (streamlet's): a run of batches to one stream, its request indexes following
+    each other; answered with a result per run confirmed (batch_count), a long run over
+    several chunks in several results, every index once, at the offset its bytes are at; a
+    run to an unknown stream refused index by index. The document's form and runs in one
+    request, or lengths that are not the payload's: a system error, nothing appended."""
+    from streamlet.sbp.fbs.AppendResponse import AppendResponseT
+    async with await client(broker) as c:
+        for n in ("s-runs-a", "s-runs-b"):
+            await c.create_stream(n)
+        a1 = [b"a%d" % i for i in range(3000)]
+        b1 = [b"b%d" % i for i in range(7)]
+        a2 = [b"c%d" % i for i in range(20)]
+        ghost = [b"g", b"h"]
+        runs = [("s-runs-a", 0, a1), ("s-runs-b", 3000, b1), ("nowhere", 3007, ghost),
+                ("s-runs-a", 3009, a2)]
+        sid = c.send(Opcode.APPEND, _runs_header(runs), b"".join(b"".join(r[2]) for r in runs))
+        answered: dict[int, tuple[int, int]] = {}
+        results = 0
+        async for f in c.frames(sid):
+            for r in read(AppendResponseT, f.header).appendResponses:
+                results += 1
+                for k in range(r.batchCount):
+                    assert r.requestIndex + k not in answered
+                    answered[r.requestIndex + k] = (r.status.code, r.baseOffset + k
+                                                    if r.baseOffset >= 0 else -1)
+        assert sorted(answered) == list(range(3029)) and results < 20
+        assert {answered[3007], answered[3008]} == {(ErrorCode.STREAM_NOT_FOUND, -1)}
+        sent = ([("s-runs-a", b) for b in a1] + [("s-runs-b", b) for b in b1]
+                + [("nowhere", b) for b in ghost] + [("s-runs-a", b) for b in a2])
+        for name in ("s-runs-a", "s-runs-b"):
+            stored = dict(await c.fetch(name, 0, batch_max_bytes=1 << 22))
+            mine = {answered[i][1]: body for i, (n, body) in enumerate(sent) if n == name}
+            assert stored == mine and all(answered[i][0] == 0 for i, (n, _) in enumerate(sent)
+                                          if n == name)
+
+        both = _runs_header([("s-runs-b", 0, [b"x"])])
+        both.appendRequests = _append_header([("s-runs-b", b"y")]).appendRequests
+        short = _runs_header([("s-runs-b", 0, [b"xyz"])])
+        for header, payload in [(both, b"xy"), (short, b"xy")]:
+            with pytest.raises(SbpError) as e:
+                async for _ in c.frames(c.send(Opcode.APPEND, header, payload)):
+                    pass
+            assert e.value.code == ErrorCode.INVALID_REQUEST
+        assert len(await c.fetch("s-runs-b", 0)) == 7  # nothing appended
+        assert await c.append("s-runs-b", [b"1", b"22"]) == [7, 8]
+        assert await c.append("s-runs-b", [b"3"], runs=False) == [9]
+
+
 def _append_header(batches: list[tuple[str, bytes]]) -> Any:
     from streamlet.sbp.fbs.AppendInfo import AppendInfoT
     from streamlet.sbp.fbs.AppendRequest import AppendRequestT

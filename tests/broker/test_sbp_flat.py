@@ -14,8 +14,16 @@ from streamlet.sbp import Malformed, flat, read, write
 from streamlet.sbp.fbs.AppendInfo import AppendInfoT
 from streamlet.sbp.fbs.AppendRequest import AppendRequestT
 from streamlet.sbp.fbs.AppendResponse import AppendResponseT
+from streamlet.sbp.fbs.AppendRun import AppendRunT
 from streamlet.sbp.fbs.FetchResponse import FetchResponseT
-from streamlet.sbp.flat import append_infos, append_response, fetch_response, fetch_run_response
+from streamlet.sbp.flat import (
+    append_infos,
+    append_response,
+    append_run_response,
+    append_runs,
+    fetch_response,
+    fetch_run_response,
+)
 
 
 def _python_columns(buf: bytes) -> list[list[int]]:
@@ -129,6 +137,58 @@ def test_fetch_run_response_reads_back_with_the_generated_reader() -> None:
                    (1, 8, -1, 0, [], 0), (2, 7, 1 << 62, 4, [4], 0)]
     with pytest.raises(ValueError):
         fetch_run_response([(0, 9, [(5, 1)], array("i", [3, 4]), 7)])
+
+
+def _runs_request(rng: random.Random) -> tuple[bytes, list[tuple[int, int, list[int]]]]:
+    want = [(rng.randrange(-1 << 63, 1 << 63), rng.randrange(-1 << 31, 1 << 31),
+             [rng.randrange(-1 << 31, 1 << 31) for _ in range(rng.randrange(0, 5))])
+            for _ in range(rng.randrange(1, 4))]
+    req = AppendRequestT()
+    req.timeoutMs, req.appendRuns = 1, []
+    for sid, idx, lengths in want:
+        run = AppendRunT()
+        run.streamId, run.requestIndex, run.batchLengths = sid, idx, lengths
+        req.appendRuns.append(run)
+    return write(req), want
+
+
+def test_append_runs_read_what_the_generated_builder_writes() -> None:
+    """AppendRuns (streamlet's) as the generated code writes them; None for the document's
+    form; mutated, they are read or refused as Malformed, never another error."""
+    rng = random.Random(15)
+    for _ in range(200):
+        header, want = _runs_request(rng)
+        assert append_runs(header) == append_runs(header, python=True) == want
+    for python in (False, True):
+        assert append_runs(b"", python) is None
+        assert append_runs(_request(rng, 3)[0], python) is None
+    refused = 0
+    for _ in range(5000):
+        data = bytearray(_runs_request(rng)[0])
+        for _ in range(rng.randrange(1, 4)):
+            if rng.random() < 0.2 and len(data) > 1:
+                del data[rng.randrange(len(data)):]
+            elif data:
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        got: list[object] = []
+        for python in (False, True):  # C and Python: the same runs, or both refuse
+            try:
+                got.append(append_runs(bytes(data), python))
+            except Malformed:
+                got.append("refused")
+        assert got[0] == got[1], bytes(data).hex()
+        refused += got[0] == "refused"
+    assert refused > 100
+
+
+def test_append_run_response_reads_back_with_the_generated_reader() -> None:
+    """A range of request indexes is one result with its batch_count; a list, one each."""
+    t = read(AppendResponseT, append_run_response([(range(3, 7), 9, 100, 5),
+                                                   ([1, 2], 8, 50, 6)]))
+    assert [(r.requestIndex, r.batchCount, r.streamId, r.baseOffset, r.streamAppendTimeMs,
+             r.status.code) for r in t.appendResponses] == [
+        (3, 4, 9, 100, 5, 0), (1, 1, 8, 50, 6, 0), (2, 1, 8, 51, 6, 0)]
+    assert read(AppendResponseT, append_run_response([])).appendResponses == []
 
 
 def test_mutated_requests_are_read_or_refused_as_malformed() -> None:

@@ -22,6 +22,7 @@ from streamlet.sbp import Opcode, SbpSplitter, decode, encode, read, stream_id, 
 from streamlet.sbp.fbs.AppendInfo import AppendInfoT
 from streamlet.sbp.fbs.AppendRequest import AppendRequestT
 from streamlet.sbp.fbs.AppendResponse import AppendResponseT
+from streamlet.sbp.fbs.AppendRun import AppendRunT
 from streamlet.sbp.fbs.CreateStreamsRequest import CreateStreamsRequestT
 from streamlet.sbp.fbs.DescribeStreamsRequest import DescribeStreamsRequestT
 from streamlet.sbp.fbs.FetchInfo import FetchInfoT
@@ -67,12 +68,22 @@ def random_frame(rng: random.Random, sid: int, asked: dict[int, list[tuple[str, 
                    for _ in range(rng.randrange(0, 6))]
         asked[sid] = batches
         header = AppendRequestT()
-        infos = []
-        for i, (name, data) in enumerate(batches):
-            info = AppendInfoT()
-            info.streamId, info.requestIndex, info.batchLength = stream_id(name), i, len(data)
-            infos.append(info)
-        header.appendRequests = infos
+        if rng.random() < 0.5:  # the document's form: a table per batch
+            infos = []
+            for i, (name, data) in enumerate(batches):
+                info = AppendInfoT()
+                info.streamId, info.requestIndex, info.batchLength = stream_id(name), i, len(data)
+                infos.append(info)
+            header.appendRequests = infos
+        else:  # streamlet's AppendRuns: consecutive batches to one stream
+            header.appendRuns = []
+            for i, (name, data) in enumerate(batches):
+                if i and batches[i - 1][0] == name:
+                    header.appendRuns[-1].batchLengths.append(len(data))
+                    continue
+                run = AppendRunT()
+                run.streamId, run.requestIndex, run.batchLengths = stream_id(name), i, [len(data)]
+                header.appendRuns.append(run)
         payload = b"".join(d for _, d in batches)
     elif op is Opcode.FETCH:
         header = FetchRequestT()
@@ -81,6 +92,7 @@ def random_frame(rng: random.Random, sid: int, asked: dict[int, list[tuple[str, 
         f.batchMaxBytes = rng.randrange(-1, 500)
         header.fetchRequests, header.minBytes = [f], rng.randrange(-1, 100)
         header.maxWaitMs = 0  # no timers left behind: answered at once
+        header.runResults = rng.random() < 0.5  # streamlet's: a result per run
     elif op is Opcode.CREATE_STREAMS:
         header = CreateStreamsRequestT()
         s = StreamT()
@@ -149,10 +161,11 @@ async def test_fuzz_in_process(broker: Broker, caplog: pytest.LogCaptureFixture)
             t = read(AppendResponseT, f.header)
             for r in t.appendResponses or []:
                 if r.status.code == 0:
-                    name, data = asked[f.stream_id][r.requestIndex]
-                    key = (name, r.baseOffset)
-                    assert key not in appended, "an offset given to two batches"
-                    appended[key] = data
+                    for k in range(r.batchCount):  # more than 1 answering an AppendRun
+                        name, data = asked[f.stream_id][r.requestIndex + k]
+                        key = (name, r.baseOffset + k)
+                        assert key not in appended, "an offset given to two batches"
+                        appended[key] = data
         wire.conn.connection_lost(None)
     assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")], \
         "the broker logged an error (an exception in a handler)"

@@ -36,6 +36,7 @@ from ..sbp import (
 )
 from ..sbp.fbs.AppendInfo import AppendInfoT
 from ..sbp.fbs.AppendRequest import AppendRequestT
+from ..sbp.fbs.AppendRun import AppendRunT
 from ..sbp.fbs.CreateStreamsRequest import CreateStreamsRequestT
 from ..sbp.fbs.DeleteStreamsRequest import DeleteStreamsRequestT
 from ..sbp.fbs.DescribeStreamsRequest import DescribeStreamsRequestT
@@ -195,18 +196,35 @@ class SbpClient(SocketClient):
             payload.append(data)
         req = AppendRequestT()
         req.timeoutMs, req.appendRequests = timeout_ms, infos
+        return await self._append(req, b"".join(payload), len(infos))
+
+    async def _append(self, req: AppendRequestT, payload: bytes, n: int
+                      ) -> list[tuple[int, int, str]]:
         got: dict[int, tuple[int, int, str]] = {}
-        for table, _ in await self.request(Opcode.APPEND, req, b"".join(payload)):
+        for table, _ in await self.request(Opcode.APPEND, req, payload):
             for r in table.appendResponses or []:
                 st = r.status
-                got[r.requestIndex] = (r.baseOffset, st.code if st else 0,
-                                       text(st.message) if st else "")
-        return [got.get(i, (-1, ErrorCode.UNKNOWN, "no answer")) for i in range(len(infos))]
+                code, message = (st.code, text(st.message)) if st else (0, "")
+                for k in range(r.batchCount):  # streamlet's: an AppendRun's answered batches
+                    got[r.requestIndex + k] = (r.baseOffset + k if r.baseOffset >= 0 else -1,
+                                               code, message)
+        return [got.get(i, (-1, ErrorCode.UNKNOWN, "no answer")) for i in range(n)]
 
-    async def append(self, name: str, batches: list[bytes]) -> list[int]:
-        """Append record batches to one stream; their offsets (SbpError for the first refused)."""
+    async def append(self, name: str, batches: list[bytes], timeout_ms: int = 10_000,
+                     runs: bool = True) -> list[int]:
+        """Append record batches to one stream; their offsets (SbpError for the first refused).
+        ``runs``: as one AppendRun (streamlet's, answered as a run), else a table per batch."""
+        if runs:
+            run = AppendRunT()
+            run.streamId, run.requestIndex = stream_id(name), 0
+            run.batchLengths = [len(b) for b in batches]
+            req = AppendRequestT()
+            req.timeoutMs, req.appendRuns = timeout_ms, [run]
+            answers = await self._append(req, b"".join(batches), len(batches))
+        else:
+            answers = await self.append_many(((name, b) for b in batches), timeout_ms)
         out = []
-        for offset, code, message in await self.append_many((name, b) for b in batches):
+        for offset, code, message in answers:
             if code != ErrorCode.NONE:
                 raise SbpError(code, message)
             out.append(offset)

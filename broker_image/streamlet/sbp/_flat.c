@@ -10,7 +10,9 @@
  * vector (its elements from byte 60, as flat._frame lays it out) points to each.
  * read_columns(buf, vector_slot, fields): a vector of tables of scalar fields (APPEND's
  * AppendInfo, the answers' results), a list per field, every position checked as flat.py's
- * reader checks it (ValueError where it raises Malformed). flat.py has the same functions in Python; both must give identical results
+ * reader checks it (ValueError where it raises Malformed).
+ * read_runs(buf, vector_slot): APPEND's AppendRuns (streamlet's), as flat.append_runs reads
+ * them. flat.py has the same functions in Python; both must give identical results
  * (tests/broker/test_sbp_flat.py). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -342,10 +344,119 @@ done:
     return result;
 }
 
+/* A field of `width` bytes of the table at `t` (vtable `vt` of `size`): its position, 0 when
+ * absent, -1 with an error set when it is past the header. */
+static long long field_at(long long len, const unsigned char *p, long long t, long long vt,
+                          long long size, int k, int width) {
+    long long off = slot(p, vt, size, k);
+    if (off && t + off + width > len) {
+        bad("a field outside the header", t + off);
+        return -1;
+    }
+    return off ? t + off : 0;
+}
+
+/* read_runs(buf, vector_slot): the AppendRuns (streamlet's) of the vector in field
+ * `vector_slot` of the root table, as (stream_id, request_index, [batch_lengths]) each; None
+ * when the root has no such field. Every position checked as flat.append_runs checks it. */
+static PyObject *read_runs(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    int vslot;
+    if (!PyArg_ParseTuple(args, "y*i", &view, &vslot))
+        return NULL;
+    const unsigned char *p = view.buf;
+    long long len = view.len, size;
+    PyObject *out = NULL, *result = NULL;
+    if (len == 0) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    if (len < 8) {
+        bad("a short extended header", len);
+        goto done;
+    }
+    long long root = rd32(p), vt = vtable(p, len, root, &size);
+    if (vt < 0)
+        goto done;
+    long long off = slot(p, vt, size, vslot);
+    if (!off) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    long long at = root + off;
+    if (at + 4 > len) {
+        bad("a vector offset outside the header", at);
+        goto done;
+    }
+    long long vec = at + rd32(p + at);
+    if (vec + 4 > len) {
+        bad("a vector outside the header", vec);
+        goto done;
+    }
+    long long n = rd32(p + vec);
+    if (vec + 4 + 4 * n > len) {
+        bad("a vector longer than the header", vec);
+        goto done;
+    }
+    if (!(out = PyList_New(n)))
+        goto done;
+    for (long long i = 0; i < n; i++) {
+        long long e = vec + 4 + 4 * i, t = e + rd32(p + e), tsize;
+        long long tvt = vtable(p, len, t, &tsize);
+        if (tvt < 0)
+            goto done;
+        long long fs = field_at(len, p, t, tvt, tsize, 0, 8);
+        long long fi = field_at(len, p, t, tvt, tsize, 1, 4);
+        long long fl = field_at(len, p, t, tvt, tsize, 2, 4);
+        if (fs < 0 || fi < 0 || fl < 0)
+            goto done;
+        long long sid = fs ? (long long)(int64_t)(rd32(p + fs) | ((uint64_t)rd32(p + fs + 4) << 32))
+                           : 0;
+        long long idx = fi ? (long long)(int32_t)rd32(p + fi) : 0;
+        long long lv = 0, count = 0;
+        if (fl) {
+            lv = fl + rd32(p + fl);
+            if (lv + 4 > len) {
+                bad("a vector outside the header", lv);
+                goto done;
+            }
+            count = rd32(p + lv);
+            if (lv + 4 + 4 * count > len) {
+                bad("a vector longer than the header", lv);
+                goto done;
+            }
+        }
+        PyObject *lengths = PyList_New(count);
+        if (!lengths)
+            goto done;
+        for (long long k = 0; k < count; k++) {
+            PyObject *v = PyLong_FromLong((long)(int32_t)rd32(p + lv + 4 + 4 * k));
+            if (!v) {
+                Py_DECREF(lengths);
+                goto done;
+            }
+            PyList_SET_ITEM(lengths, k, v);
+        }
+        PyObject *row = Py_BuildValue("(LLN)", sid, idx, lengths);
+        if (!row)
+            goto done;
+        PyList_SET_ITEM(out, i, row);
+    }
+    result = out;
+    out = NULL;
+done:
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"fill_append", fill_append, METH_VARARGS, "Write an APPEND answer's results."},
     {"fill_fetch", fill_fetch, METH_VARARGS, "Write a FETCH answer's results."},
     {"read_columns", read_columns, METH_VARARGS, "Read a vector of scalar tables by column."},
+    {"read_runs", read_runs, METH_VARARGS, "Read an APPEND request's AppendRuns."},
     {NULL, NULL, 0, NULL},
 };
 

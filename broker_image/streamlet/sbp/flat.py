@@ -259,6 +259,59 @@ def append_columns(header: bytes | memoryview) -> tuple[list[int], list[int], li
     return ids, indexes, lengths
 
 
+_I64 = struct.Struct("<q")
+#: AppendRequest's append_runs (slot 2, streamlet's); AppendRun: stream_id (0), request_index
+#: (1), batch_lengths (2)
+_RUNS_SLOT = 2
+
+
+def append_runs(header: bytes | memoryview, python: bool = False
+                ) -> list[tuple[int, int, list[int]]] | None:
+    """An AppendRequest's runs (streamlet's): (stream id, first request index, batch lengths)
+    each, in request order; None when it has no ``append_runs`` field (the document's form).
+    In C (``_flat.read_runs``) where it was built: the same values and refusals."""
+    if _read_runs is not None and not python:
+        try:
+            return _read_runs(header, _RUNS_SLOT)  # type: ignore[no-any-return]
+        except ValueError as e:
+            raise Malformed(str(e)) from None
+    if not header or not _field(header, root(header), _RUNS_SLOT):  # type: ignore[arg-type]
+        return None
+    buf = bytes(header)
+    top = root(buf)
+    out = []
+    for t in table_vector(buf, top, _RUNS_SLOT):
+        sid, idx = _scalar(buf, t, 0, _I64, 0), _scalar(buf, t, 1, _I32, 0)
+        out.append((sid, idx, _ints(buf, t, 2)))
+    return out
+
+
+def _scalar(buf: bytes, table: int, slot: int, kind: struct.Struct, default: int) -> int:
+    off = _field(buf, table, slot)
+    if not off:
+        return default
+    if table + off + kind.size > len(buf):
+        raise Malformed(f"a field at {table + off} outside the header")
+    return int(kind.unpack_from(buf, table + off)[0])
+
+
+def _ints(buf: bytes, table: int, slot: int) -> list[int]:
+    """The int32 vector in field ``slot`` of ``table`` (empty when absent)."""
+    off = _field(buf, table, slot)
+    if not off:
+        return []
+    at = table + off
+    if at + 4 > len(buf):
+        raise Malformed(f"a vector offset at {at} outside the header")
+    vec = at + _U32.unpack_from(buf, at)[0]
+    if vec + 4 > len(buf):
+        raise Malformed(f"a vector at {vec} outside the header")
+    n = _U32.unpack_from(buf, vec)[0]
+    if vec + 4 + 4 * n > len(buf):
+        raise Malformed(f"a vector of {n} ints at {vec} in a header of {len(buf)} bytes")
+    return list(struct.unpack_from(f"<{n}i", buf, vec + 4))
+
+
 def append_infos(header: bytes | memoryview) -> list[tuple[int, int, int]]:
     """``append_columns`` as (stream id, request index, batch length) per batch."""
     return list(zip(*append_columns(header), strict=True))
@@ -311,6 +364,9 @@ _ROOT = struct.Struct("<iiIII")  # soffset, throttle, status offset, vector offs
 _APPEND_VT = struct.pack("<HHHHHHH2x", 14, 40, 8, 4, 16, 24, 32)
 _APPEND_RESULT = struct.Struct("<iiqqqI4x")
 #: FetchResult at 32 bytes: soffset, request_index, stream_id, batch_length, status, base_offset
+#: the same with batch_count (streamlet's) in the padding at 36
+_APPEND_RUN_VT = struct.pack("<HHHHHHHH", 16, 40, 8, 4, 16, 24, 32, 36)
+_APPEND_RUN = struct.Struct("<iiqqqIi")
 _FETCH_VT = struct.pack("<HHHHHHH2x", 14, 32, 8, 4, 16, 20, 24)
 _FETCH_RESULT = struct.Struct("<iiqiIq")
 
@@ -373,8 +429,9 @@ def _fill_fetch(buf: bytearray, at: int, status: int,
 try:  # in C where a compiler was there at install time: the same results
     from ._flat import fill_append, fill_fetch
     from ._flat import read_columns as _read_columns
+    from ._flat import read_runs as _read_runs
 except ImportError:
-    fill_append, fill_fetch, _read_columns = _fill_append, _fill_fetch, None
+    fill_append, fill_fetch, _read_columns, _read_runs = _fill_append, _fill_fetch, None, None
 
 
 def append_response(runs: list[tuple[list[int], int, int, int]]) -> bytes:
@@ -382,6 +439,23 @@ def append_response(runs: list[tuple[list[int], int, int, int]]) -> bytes:
     (request indexes, stream id, the first's offset, append time ms)."""
     buf, at, status = _frame(_APPEND_VT, 40, sum(len(r[0]) for r in runs))
     fill_append(buf, at, status, runs)
+    return bytes(buf)
+
+
+def append_run_response(runs: list[tuple[Sequence[int], int, int, int]]) -> bytes:
+    """``append_response`` for a request with runs (streamlet's): a run of request indexes
+    given as a ``range`` is one result with its ``batch_count``; a list, a result per index."""
+    rows: list[tuple[int, int, int, int, int]] = []
+    for indexes, sid, offset, ms in runs:
+        if isinstance(indexes, range) and indexes.step == 1:
+            rows.append((indexes.start, len(indexes), sid, offset, ms))
+        else:
+            rows += [(idx, 1, sid, offset + k, ms) for k, idx in enumerate(indexes)]
+    buf, at, status = _frame(_APPEND_RUN_VT, 40, len(rows))
+    _elements(buf, at, 40, len(rows))
+    for idx, count, sid, offset, ms in rows:
+        _APPEND_RUN.pack_into(buf, at, at - 16, idx, sid, offset, ms, status - at - 32, count)
+        at += 40
     return bytes(buf)
 
 
@@ -420,13 +494,13 @@ def fetch_run_response(streams: list[tuple[int, int, list[tuple[int, int]], byte
     _elements(buf, at, 40, n)
     vectors = bytearray(sum(4 + 4 * len(r[4]) for r in rows))
     start = pos = len(buf)  # the vectors follow the status table, 4-aligned
-    for idx, sid, first, size, part in rows:
+    for idx, sid, first, size, sizes in rows:
         _FETCH_RUN.pack_into(buf, at, at - 16, idx, sid, size, status - at - 20, first,
                              pos - at - 32)
         at += 40
-        count = len(part)
+        count = len(sizes)
         _I32.pack_into(vectors, pos - start, count)
-        data = memoryview(part).cast("B") if count else b""
+        data: memoryview | bytes = memoryview(sizes).cast("B") if count else b""
         if count and not _NATIVE_LE:
             swapped = array("i", data)
             swapped.byteswap()

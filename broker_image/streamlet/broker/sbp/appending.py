@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 import time
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -25,7 +26,7 @@ from ...core.streams import Publisher, Stream
 from ...sbp import ErrorCode, Malformed, Opcode, status
 from ...sbp.fbs.AppendResponse import AppendResponseT
 from ...sbp.fbs.AppendResult import AppendResultT
-from ...sbp.flat import append_columns, append_response
+from ...sbp.flat import append_columns, append_response, append_run_response, append_runs
 from ...storage.entries import consecutive_ids, join_simple
 
 if TYPE_CHECKING:
@@ -58,6 +59,22 @@ def _runs(ids: list[int]) -> list[tuple[int, int]]:
     return out
 
 
+def _batches(header: bytes | memoryview) -> list[tuple[int, Sequence[int], list[int]]]:
+    """A request's batches as runs to one stream: (stream id, request indexes, lengths). The
+    document's form, a table per batch, is read a column at a time and cut where the stream
+    changes; streamlet's AppendRuns are runs already, their indexes a ``range`` (answered as
+    runs too)."""
+    runs = append_runs(header)
+    ids, indexes, lengths = append_columns(header)
+    if runs is not None:
+        if ids:
+            raise Malformed("append_requests and append_runs in one request")
+        return [(sid, range(first, first + len(sizes)), sizes) for sid, first, sizes in runs]
+    if ids and ids.count(ids[0]) == len(ids):  # one stream for the whole frame: usual
+        return [(ids[0], indexes, lengths)]
+    return [(ids[i], indexes[i:j], lengths[i:j]) for i, j in _runs(ids)]
+
+
 @dataclass(slots=True)
 class Frame:
     """One APPEND request frame: its answers still to come."""
@@ -76,7 +93,7 @@ class Group:
     stream: Stream
     stream_id: int
     first: int
-    indexes: list[int]
+    indexes: Sequence[int]  # a range for an AppendRun's batches
     left: int = 0  # batches not answered yet
     done: list[tuple[int, int]] = field(default_factory=list)  # answered (from, count)
 
@@ -106,37 +123,36 @@ class Appends:
 
     def start(self, sid: int, header: bytes | memoryview, payload: memoryview) -> None:
         try:
-            ids, indexes, lengths = append_columns(header)
+            runs = _batches(header)
         except Malformed as e:
             self.conn.system_error(Opcode.APPEND, sid, ErrorCode.INVALID_REQUEST, str(e))
             return
-        if (min(lengths) if lengths else 0) < 0 or sum(lengths) != len(payload):
+        sizes = [sum(lengths) for _, _, lengths in runs]
+        count = sum(len(lengths) for _, _, lengths in runs) if len(runs) > 1 else (
+            len(runs[0][2]) if runs else 0)
+        if (count and min(min(lengths) for _, _, lengths in runs if lengths) < 0
+                or sum(sizes) != len(payload)):
             self.conn.system_error(Opcode.APPEND, sid, ErrorCode.INVALID_REQUEST,
                                    f"batch lengths do not add up to the payload's "
                                    f"{len(payload)} bytes")
             return
-        frame = Frame(sid, len(ids))
+        frame = Frame(sid, count)
         now: list[AppendResultT] = []
         streams: dict[int, Stream | tuple[int, str]] = {}
-        # a run of batches to one stream is one group; one stream for the whole frame is usual
-        runs = ([(0, len(ids))] if ids and ids.count(ids[0]) == len(ids) else _runs(ids))
         at = 0
-        for i, j in runs:
-            stream_id = ids[i]
+        for (stream_id, indexes, lengths), size in zip(runs, sizes, strict=True):
             got = streams.get(stream_id)
             if got is None:
                 got = streams[stream_id] = self.conn.writable_stream(stream_id)
-            size = sum(lengths[i:j])
             if isinstance(got, tuple):
-                now += [refused((stream_id, idx), *got) for idx in indexes[i:j]]
-            else:
-                self._publish(frame, got, stream_id, indexes[i:j], lengths[i:j],
-                              payload[at : at + size])
+                now += [refused((stream_id, idx), *got) for idx in indexes]
+            elif lengths:
+                self._publish(frame, got, stream_id, indexes, lengths, payload[at : at + size])
             at += size
-        if now or not ids:
+        if now or not count:
             self.answer_refused(frame, now)
 
-    def _publish(self, frame: Frame, stream: Stream, stream_id: int, indexes: list[int],
+    def _publish(self, frame: Frame, stream: Stream, stream_id: int, indexes: Sequence[int],
                  lengths: list[int], payload: memoryview) -> None:
         pub = self.publishers.get(stream)
         if pub is None:
@@ -179,15 +195,23 @@ class Appends:
         header.appendResponses = results
         self.conn.answer(Opcode.APPEND, frame.stream_id, header, end=frame.remaining <= 0)
 
-    def answer_done(self, frame: Frame, runs: list[tuple[list[int], int, int, int]]) -> None:
-        frame.remaining -= sum(len(r[0]) for r in runs)
-        self.conn.answer_raw(Opcode.APPEND, frame.stream_id, append_response(runs),
-                             end=frame.remaining <= 0)
+    def answer_done(self, frames: list[tuple[Frame, list[tuple[Sequence[int], int, int, int]]]]
+                    ) -> None:
+        """An answer per frame, all in one write."""
+        out = []
+        for frame, runs in frames:
+            frame.remaining -= sum(len(r[0]) for r in runs)
+            if isinstance(runs[0][0], range):  # streamlet's AppendRuns: a result per run
+                header = append_run_response(runs)
+            else:
+                header = append_response(runs)  # type: ignore[arg-type]
+            out.append((frame.stream_id, header, frame.remaining <= 0))
+        self.conn.answers_raw(Opcode.APPEND, out)
 
     # --- the core's Session port, for the connection -------------------------------------------
 
     def confirmed(self, ids: list[bytes]) -> None:
-        by_frame: dict[int, tuple[Frame, list[tuple[list[int], int, int, int]]]] = {}
+        by_frame: dict[int, tuple[Frame, list[tuple[Sequence[int], int, int, int]]]] = {}
         failed: list[tuple[Group, int, int]] = []
         ms = now_ms()
         for blob in ids:
@@ -205,8 +229,8 @@ class Appends:
                 (g.indexes[at : at + count] if at or count < len(g.indexes) else g.indexes,
                  g.stream_id, offset, ms))
             self._settle(g, at, count)
-        for frame, rows in by_frame.values():
-            self.answer_done(frame, rows)
+        if by_frame:
+            self.answer_done(list(by_frame.values()))
         for g, at, count in failed:
             self._settle(g, at, count)
             self.answer_refused(g.frame, [refused((g.stream_id, i), ErrorCode.UNKNOWN,

@@ -143,6 +143,17 @@ class SbpConnection(FramedConnection):
         size = sum(len(p) for p in body)
         t.writelines([head(opcode, flags, sid, len(header), size), header, *body])
 
+    def answers_raw(self, opcode: int, answers: list[tuple[int, bytes, bool]]) -> None:
+        """Answer frames without payload, (stream identifier, header written, end) each, in one
+        write (one system call, where a frame each would make one each)."""
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        parts: list[bytes] = []
+        for sid, header, end in answers:
+            parts += (head(opcode, LAST if end else Flags.RESPONSE, sid, len(header), 0), header)
+        t.writelines(parts)
+
     def answer(self, opcode: int, sid: int, table: Any,
                payload: list[memoryview | bytes] | None = None, end: bool = True) -> None:
         self.send(opcode, LAST if end else Flags.RESPONSE, sid, write(table), payload)

@@ -56,7 +56,32 @@ class AppendRequest(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
         return o == 0
 
-def AppendRequestStart(builder): builder.StartObject(2)
+    # AppendRequest
+    def AppendRuns(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            from streamlet.sbp.fbs.AppendRun import AppendRun
+            obj = AppendRun()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # AppendRequest
+    def AppendRunsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # AppendRequest
+    def AppendRunsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        return o == 0
+
+def AppendRequestStart(builder): builder.StartObject(3)
 def Start(builder):
     return AppendRequestStart(builder)
 def AppendRequestAddTimeoutMs(builder, timeoutMs): builder.PrependInt32Slot(0, timeoutMs, 0)
@@ -68,10 +93,17 @@ def AddAppendRequests(builder, appendRequests):
 def AppendRequestStartAppendRequestsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def StartAppendRequestsVector(builder, numElems):
     return AppendRequestStartAppendRequestsVector(builder, numElems)
+def AppendRequestAddAppendRuns(builder, appendRuns): builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(appendRuns), 0)
+def AddAppendRuns(builder, appendRuns):
+    return AppendRequestAddAppendRuns(builder, appendRuns)
+def AppendRequestStartAppendRunsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartAppendRunsVector(builder, numElems):
+    return AppendRequestStartAppendRunsVector(builder, numElems)
 def AppendRequestEnd(builder): return builder.EndObject()
 def End(builder):
     return AppendRequestEnd(builder)
 import streamlet.sbp.fbs.AppendInfo
+import streamlet.sbp.fbs.AppendRun
 try:
     from typing import List
 except:
@@ -83,6 +115,7 @@ class AppendRequestT(object):
     def __init__(self):
         self.timeoutMs = 0  # type: int
         self.appendRequests = None  # type: List[streamlet.sbp.fbs.AppendInfo.AppendInfoT]
+        self.appendRuns = None  # type: List[streamlet.sbp.fbs.AppendRun.AppendRunT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -109,6 +142,14 @@ class AppendRequestT(object):
                 else:
                     appendInfo_ = streamlet.sbp.fbs.AppendInfo.AppendInfoT.InitFromObj(appendRequest.AppendRequests(i))
                     self.appendRequests.append(appendInfo_)
+        if not appendRequest.AppendRunsIsNone():
+            self.appendRuns = []
+            for i in range(appendRequest.AppendRunsLength()):
+                if appendRequest.AppendRuns(i) is None:
+                    self.appendRuns.append(None)
+                else:
+                    appendRun_ = streamlet.sbp.fbs.AppendRun.AppendRunT.InitFromObj(appendRequest.AppendRuns(i))
+                    self.appendRuns.append(appendRun_)
 
     # AppendRequestT
     def Pack(self, builder):
@@ -120,9 +161,19 @@ class AppendRequestT(object):
             for i in reversed(range(len(self.appendRequests))):
                 builder.PrependUOffsetTRelative(appendRequestslist[i])
             appendRequests = builder.EndVector()
+        if self.appendRuns is not None:
+            appendRunslist = []
+            for i in range(len(self.appendRuns)):
+                appendRunslist.append(self.appendRuns[i].Pack(builder))
+            AppendRequestStartAppendRunsVector(builder, len(self.appendRuns))
+            for i in reversed(range(len(self.appendRuns))):
+                builder.PrependUOffsetTRelative(appendRunslist[i])
+            appendRuns = builder.EndVector()
         AppendRequestStart(builder)
         AppendRequestAddTimeoutMs(builder, self.timeoutMs)
         if self.appendRequests is not None:
             AppendRequestAddAppendRequests(builder, appendRequests)
+        if self.appendRuns is not None:
+            AppendRequestAddAppendRuns(builder, appendRuns)
         appendRequest = AppendRequestEnd(builder)
         return appendRequest

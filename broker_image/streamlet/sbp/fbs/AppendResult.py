@@ -63,7 +63,14 @@ class AppendResult(object):
             return obj
         return None
 
-def AppendResultStart(builder): builder.StartObject(5)
+    # AppendResult
+    def BatchCount(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 1
+
+def AppendResultStart(builder): builder.StartObject(6)
 def Start(builder):
     return AppendResultStart(builder)
 def AppendResultAddStreamId(builder, streamId): builder.PrependInt64Slot(0, streamId, 0)
@@ -81,6 +88,9 @@ def AddStreamAppendTimeMs(builder, streamAppendTimeMs):
 def AppendResultAddStatus(builder, status): builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(status), 0)
 def AddStatus(builder, status):
     return AppendResultAddStatus(builder, status)
+def AppendResultAddBatchCount(builder, batchCount): builder.PrependInt32Slot(5, batchCount, 1)
+def AddBatchCount(builder, batchCount):
+    return AppendResultAddBatchCount(builder, batchCount)
 def AppendResultEnd(builder): return builder.EndObject()
 def End(builder):
     return AppendResultEnd(builder)
@@ -99,6 +109,7 @@ class AppendResultT(object):
         self.baseOffset = 0  # type: int
         self.streamAppendTimeMs = 0  # type: int
         self.status = None  # type: Optional[streamlet.sbp.fbs.Status.StatusT]
+        self.batchCount = 1  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -122,6 +133,7 @@ class AppendResultT(object):
         self.streamAppendTimeMs = appendResult.StreamAppendTimeMs()
         if appendResult.Status() is not None:
             self.status = streamlet.sbp.fbs.Status.StatusT.InitFromObj(appendResult.Status())
+        self.batchCount = appendResult.BatchCount()
 
     # AppendResultT
     def Pack(self, builder):
@@ -134,5 +146,6 @@ class AppendResultT(object):
         AppendResultAddStreamAppendTimeMs(builder, self.streamAppendTimeMs)
         if self.status is not None:
             AppendResultAddStatus(builder, status)
+        AppendResultAddBatchCount(builder, self.batchCount)
         appendResult = AppendResultEnd(builder)
         return appendResult
