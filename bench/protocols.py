@@ -4,12 +4,13 @@ none of them).
 
 Each protocol produces ``proto_count`` messages into its own empty stream (the RabbitMQ protocol
 with bench/load.py's publisher, the others with bench/protoload.py's pipelined clients); SBP and
-its RabbitMQ-protocol baseline move ``sbp_bytes`` at each size, enough for a rate. Then
-each reads back the stream the RabbitMQ protocol wrote, from its first offset, so every consumer
-reads the same chunks. MEGA and RSIO run at ``small`` bytes; SBP and its RabbitMQ baseline at
-``small`` and ``large``. An SBP record batch is stored as one message (docs/protocols/sbp.md),
-so SBP's rows count batches of ``size`` bytes as the RabbitMQ rows count messages. The rows'
-ratio column compares each protocol with the RabbitMQ protocol's row of the same size and run.
+its RabbitMQ-protocol baseline move ``sbp_bytes`` at each size, enough for a rate. Then SBP
+reads back the stream the RabbitMQ protocol wrote, from its first offset, so both read the same
+chunks; MEGA and RSIO (``proto_count`` messages) read back their own. MEGA and RSIO run at
+``small`` bytes; SBP and its RabbitMQ baseline at ``small`` and ``large``. An SBP record batch
+is stored as one message (docs/protocols/sbp.md), so SBP's rows count batches of ``size``
+bytes as the RabbitMQ rows count messages. The rows' ratio column compares each protocol with
+the RabbitMQ protocol's row of the same size and run.
 """
 
 from __future__ import annotations
@@ -71,7 +72,10 @@ def _one_size(server: Server, ports: dict[str, int], size: int, count_of: dict[s
             kind = "consume" if proto == BASELINE else f"{proto}_consume"
             count = count_of[proto]
             label = f"{count:,} x {size} B"
-            results, sampler = _phase(server, [Job(kind, ports[proto], [streams[BASELINE]],
+            # the RabbitMQ protocol's stream, or one of as many messages as asked for: RSIO's
+            # demand may run past ``count`` in a longer stream
+            source = streams[BASELINE if count == count_of[BASELINE] else proto]
+            results, sampler = _phase(server, [Job(kind, ports[proto], [source],
                                                    {"count": count, "size": size})])
             row = _consume_row(f"{proto}-consume-{size}", f"{name}: consume {label}", server,
                                size, count, results, sampler)
