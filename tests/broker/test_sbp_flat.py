@@ -189,6 +189,9 @@ def test_append_run_response_reads_back_with_the_generated_reader() -> None:
              r.status.code) for r in t.appendResponses] == [
         (3, 4, 9, 100, 5, 0), (1, 1, 8, 50, 6, 0), (2, 1, 8, 51, 6, 0)]
     assert read(AppendResponseT, append_run_response([])).appendResponses == []
+    one = read(AppendResponseT, append_run_response([(range(7, 107), 9, 1 << 40, 55)]))
+    assert [(r.requestIndex, r.batchCount, r.baseOffset, r.streamAppendTimeMs)
+            for r in one.appendResponses] == [(7, 100, 1 << 40, 55)]  # its own layout
 
 
 def test_mutated_requests_are_read_or_refused_as_malformed() -> None:

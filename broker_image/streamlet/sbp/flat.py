@@ -445,6 +445,12 @@ def append_response(runs: list[tuple[list[int], int, int, int]]) -> bytes:
 def append_run_response(runs: list[tuple[Sequence[int], int, int, int]]) -> bytes:
     """``append_response`` for a request with runs (streamlet's): a run of request indexes
     given as a ``range`` is one result with its ``batch_count``; a list, a result per index."""
+    if len(runs) == 1 and isinstance(runs[0][0], range) and runs[0][0].step == 1:
+        indexes, sid, offset, ms = runs[0]  # the usual answer: one run, one result
+        buf = bytearray(_ONE_RUN)
+        _APPEND_RUN.pack_into(buf, _ONE_AT, _ONE_AT - 16, indexes.start, sid, offset, ms,
+                              _ONE_STATUS - _ONE_AT - 32, len(indexes))
+        return bytes(buf)
     rows: list[tuple[int, int, int, int, int]] = []
     for indexes, sid, offset, ms in runs:
         if isinstance(indexes, range) and indexes.step == 1:
@@ -508,3 +514,13 @@ def fetch_run_response(streams: list[tuple[int, int, list[tuple[int, int]], byte
         vectors[pos - start + 4 : pos - start + 4 + 4 * count] = data
         pos += 4 + 4 * count
     return bytes(buf + vectors)
+
+
+def _one_run_layout() -> tuple[bytes, int, int]:
+    """An answer of one AppendRun result, laid out once: only the result's fields change."""
+    buf, at, status = _frame(_APPEND_RUN_VT, 40, 1)
+    _elements(buf, at, 40, 1)
+    return bytes(buf), at, status
+
+
+_ONE_RUN, _ONE_AT, _ONE_STATUS = _one_run_layout()

@@ -128,10 +128,9 @@ class Appends:
             self.conn.system_error(Opcode.APPEND, sid, ErrorCode.INVALID_REQUEST, str(e))
             return
         sizes = [sum(lengths) for _, _, lengths in runs]
-        count = sum(len(lengths) for _, _, lengths in runs) if len(runs) > 1 else (
-            len(runs[0][2]) if runs else 0)
-        if (count and min(min(lengths) for _, _, lengths in runs if lengths) < 0
-                or sum(sizes) != len(payload)):
+        every = runs[0][2] if len(runs) == 1 else [n for _, _, ls in runs for n in ls]
+        count = len(every)
+        if count and min(every) < 0 or sum(sizes) != len(payload):
             self.conn.system_error(Opcode.APPEND, sid, ErrorCode.INVALID_REQUEST,
                                    f"batch lengths do not add up to the payload's "
                                    f"{len(payload)} bytes")
