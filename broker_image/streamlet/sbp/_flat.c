@@ -64,6 +64,26 @@ static inline long long slot(const unsigned char *p, long long vt, long long siz
     return at + 2 <= size ? rd16(p + vt + at) : 0;
 }
 
+/* The vector a uoffset field at `at` points to: the position of its length (its elements of
+ * 4 bytes follow), their count in `*n`; -1 with an error set when any of it is past the header. */
+static long long vector_at(const unsigned char *p, long long len, long long at, long long *n) {
+    if (at + 4 > len) {
+        bad("a vector offset outside the header", at);
+        return -1;
+    }
+    long long vec = at + rd32(p + at);
+    if (vec + 4 > len) {
+        bad("a vector outside the header", vec);
+        return -1;
+    }
+    *n = rd32(p + vec);
+    if (vec + 4 + 4 * *n > len) {
+        bad("a vector longer than the header", vec);
+        return -1;
+    }
+    return vec;
+}
+
 #define MAX_FIELDS 8
 
 /* read_columns(buf, vector_slot, fields[, summary]): the tables of the vector in field
@@ -107,23 +127,8 @@ static PyObject *read_columns(PyObject *self, PyObject *args) {
     if (vt < 0)
         goto done;
     long long off = slot(p, vt, size, vslot), n = 0, vec = 0;
-    if (off) {
-        long long at = root + off;
-        if (at + 4 > len) {
-            bad("a vector offset outside the header", at);
-            goto done;
-        }
-        vec = at + rd32(p + at);
-        if (vec + 4 > len) {
-            bad("a vector outside the header", vec);
-            goto done;
-        }
-        n = rd32(p + vec);
-        if (vec + 4 + 4 * n > len) {
-            bad("a vector longer than the header", vec);
-            goto done;
-        }
-    }
+    if (off && (vec = vector_at(p, len, root + off, &n)) < 0)
+        goto done;
     for (Py_ssize_t f = 0; f < nf; f++) {
         consecutive[f] = 1;
         if (!summary && !(cols[f] = PyList_New(n)))
@@ -385,22 +390,8 @@ static PyObject *read_runs(PyObject *self, PyObject *args) {
         Py_INCREF(result);
         goto done;
     }
-    long long at = root + off;
-    if (at + 4 > len) {
-        bad("a vector offset outside the header", at);
-        goto done;
-    }
-    long long vec = at + rd32(p + at);
-    if (vec + 4 > len) {
-        bad("a vector outside the header", vec);
-        goto done;
-    }
-    long long n = rd32(p + vec);
-    if (vec + 4 + 4 * n > len) {
-        bad("a vector longer than the header", vec);
-        goto done;
-    }
-    if (!(out = PyList_New(n)))
+    long long n, vec = vector_at(p, len, root + off, &n);
+    if (vec < 0 || !(out = PyList_New(n)))
         goto done;
     for (long long i = 0; i < n; i++) {
         long long e = vec + 4 + 4 * i, t = e + rd32(p + e), tsize;
@@ -416,18 +407,8 @@ static PyObject *read_runs(PyObject *self, PyObject *args) {
                            : 0;
         long long idx = fi ? (long long)(int32_t)rd32(p + fi) : 0;
         long long lv = 0, count = 0;
-        if (fl) {
-            lv = fl + rd32(p + fl);
-            if (lv + 4 > len) {
-                bad("a vector outside the header", lv);
-                goto done;
-            }
-            count = rd32(p + lv);
-            if (lv + 4 + 4 * count > len) {
-                bad("a vector longer than the header", lv);
-                goto done;
-            }
-        }
+        if (fl && (lv = vector_at(p, len, fl, &count)) < 0)
+            goto done;
         PyObject *lengths = PyList_New(count);
         if (!lengths)
             goto done;

@@ -62,11 +62,12 @@ def root(buf: bytes) -> int:
     return _U32.unpack_from(buf, 0)[0]
 
 
-def table_vector(buf: bytes, table: int, slot: int) -> list[int]:
-    """The positions of the tables of the vector in field ``slot`` of ``table``."""
+def _vector(buf: bytes, table: int, slot: int) -> tuple[int, int]:
+    """Where the elements of the vector (of 4-byte elements) in field ``slot`` of ``table``
+    start, and how many there are: (0, 0) when the field is absent."""
     off = _field(buf, table, slot)
     if not off:
-        return []
+        return 0, 0
     at = table + off
     if at + 4 > len(buf):
         raise Malformed(f"a vector offset at {at} outside the header")
@@ -75,9 +76,17 @@ def table_vector(buf: bytes, table: int, slot: int) -> list[int]:
         raise Malformed(f"a vector at {vec} outside the header")
     n = _U32.unpack_from(buf, vec)[0]
     if vec + 4 + 4 * n > len(buf):
-        raise Malformed(f"a vector of {n} tables at {vec} in a header of {len(buf)} bytes")
-    elems = struct.unpack_from(f"<{n}I", buf, vec + 4)
-    return list(map(add, range(vec + 4, vec + 4 + 4 * n, 4), elems))
+        raise Malformed(f"a vector of {n} elements at {vec} in a header of {len(buf)} bytes")
+    return vec + 4, n
+
+
+def table_vector(buf: bytes, table: int, slot: int) -> list[int]:
+    """The positions of the tables of the vector in field ``slot`` of ``table``."""
+    first, n = _vector(buf, table, slot)
+    if not n:
+        return []
+    elems = struct.unpack_from(f"<{n}I", buf, first)
+    return list(map(add, range(first, first + 4 * n, 4), elems))
 
 
 class Scalars:
@@ -297,19 +306,8 @@ def _scalar(buf: bytes, table: int, slot: int, kind: struct.Struct, default: int
 
 def _ints(buf: bytes, table: int, slot: int) -> list[int]:
     """The int32 vector in field ``slot`` of ``table`` (empty when absent)."""
-    off = _field(buf, table, slot)
-    if not off:
-        return []
-    at = table + off
-    if at + 4 > len(buf):
-        raise Malformed(f"a vector offset at {at} outside the header")
-    vec = at + _U32.unpack_from(buf, at)[0]
-    if vec + 4 > len(buf):
-        raise Malformed(f"a vector at {vec} outside the header")
-    n = _U32.unpack_from(buf, vec)[0]
-    if vec + 4 + 4 * n > len(buf):
-        raise Malformed(f"a vector of {n} ints at {vec} in a header of {len(buf)} bytes")
-    return list(struct.unpack_from(f"<{n}i", buf, vec + 4))
+    first, n = _vector(buf, table, slot)
+    return list(struct.unpack_from(f"<{n}i", buf, first)) if n else []
 
 
 def append_infos(header: bytes | memoryview) -> list[tuple[int, int, int]]:
@@ -445,11 +443,12 @@ def append_response(runs: list[tuple[list[int], int, int, int]]) -> bytes:
 def append_run_response(runs: list[tuple[Sequence[int], int, int, int]]) -> bytes:
     """``append_response`` for a request with runs (streamlet's): a run of request indexes
     given as a ``range`` is one result with its ``batch_count``; a list, a result per index."""
-    if len(runs) == 1 and isinstance(runs[0][0], range) and runs[0][0].step == 1:
-        indexes, sid, offset, ms = runs[0]  # the usual answer: one run, one result
+    first = runs[0][0] if len(runs) == 1 else None
+    if isinstance(first, range) and first.step == 1:  # the usual answer: one run, one result
+        _, sid, offset, ms = runs[0]
         buf = bytearray(_ONE_RUN)
-        _APPEND_RUN.pack_into(buf, _ONE_AT, _ONE_AT - 16, indexes.start, sid, offset, ms,
-                              _ONE_STATUS - _ONE_AT - 32, len(indexes))
+        _APPEND_RUN.pack_into(buf, _ONE_AT, _ONE_AT - 16, first.start, sid, offset, ms,
+                              _ONE_STATUS - _ONE_AT - 32, len(first))
         return bytes(buf)
     rows: list[tuple[int, int, int, int, int]] = []
     for indexes, sid, offset, ms in runs:
