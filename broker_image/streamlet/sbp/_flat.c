@@ -84,6 +84,19 @@ static long long vector_at(const unsigned char *p, long long len, long long at, 
     return vec;
 }
 
+/* The offset of field `k` of the root table (0: absent), the root's position in `*root`; -1
+ * with an error set for a header too short or a root table that cannot be read. */
+static long long root_field(const unsigned char *p, long long len, int k, long long *root) {
+    long long size;
+    if (len < 8) {
+        bad("a short extended header", len);
+        return -1;
+    }
+    *root = rd32(p);
+    long long vt = vtable(p, len, *root, &size);
+    return vt < 0 ? -1 : slot(p, vt, size, k);
+}
+
 #define MAX_FIELDS 8
 
 /* read_columns(buf, vector_slot, fields[, summary]): the tables of the vector in field
@@ -101,7 +114,7 @@ static PyObject *read_columns(PyObject *self, PyObject *args) {
     long long first[MAX_FIELDS] = {0}, last[MAX_FIELDS] = {0}, sum[MAX_FIELDS] = {0};
     int consecutive[MAX_FIELDS];
     const unsigned char *p = view.buf;
-    long long len = view.len, size;
+    long long len = view.len;
     Py_ssize_t nf = PyTuple_GET_SIZE(spec);
     int slots[MAX_FIELDS], widths[MAX_FIELDS];
     long long defaults[MAX_FIELDS], offs[MAX_FIELDS];
@@ -119,15 +132,8 @@ static PyObject *read_columns(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    if (len < 8) {
-        bad("a short extended header", len);
-        goto done;
-    }
-    long long root = rd32(p), vt = vtable(p, len, root, &size);
-    if (vt < 0)
-        goto done;
-    long long off = slot(p, vt, size, vslot), n = 0, vec = 0;
-    if (off && (vec = vector_at(p, len, root + off, &n)) < 0)
+    long long root, off = root_field(p, len, vslot, &root), n = 0, vec = 0;
+    if (off < 0 || (off && (vec = vector_at(p, len, root + off, &n)) < 0))
         goto done;
     for (Py_ssize_t f = 0; f < nf; f++) {
         consecutive[f] = 1;
@@ -370,21 +376,16 @@ static PyObject *read_runs(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*i", &view, &vslot))
         return NULL;
     const unsigned char *p = view.buf;
-    long long len = view.len, size;
+    long long len = view.len;
     PyObject *out = NULL, *result = NULL;
     if (len == 0) {
         result = Py_None;
         Py_INCREF(result);
         goto done;
     }
-    if (len < 8) {
-        bad("a short extended header", len);
+    long long root, off = root_field(p, len, vslot, &root);
+    if (off < 0)
         goto done;
-    }
-    long long root = rd32(p), vt = vtable(p, len, root, &size);
-    if (vt < 0)
-        goto done;
-    long long off = slot(p, vt, size, vslot);
     if (!off) {
         result = Py_None;
         Py_INCREF(result);
