@@ -1,7 +1,8 @@
-"""FlatBuffers by hand for the three tables on SBP's hot path: APPEND's request (one AppendInfo
-per record batch) and the APPEND and FETCH answers (one result per batch). The generated object
-API costs several microseconds per table, more than storing a 100-byte batch; these cost one
-struct call per table. Everything else goes through headers.py's ``read``/``write``.
+"""FlatBuffers by hand for the tables on SBP's hot path: APPEND's request (one AppendInfo per
+record batch, or streamlet's AppendRuns) and the APPEND and FETCH answers (one result per
+batch, or per run with streamlet's run forms). The generated object API costs several
+microseconds per table, more than storing a 100-byte batch; these cost one struct call per
+table. Everything else goes through headers.py's ``read``/``write``.
 
 Reading checks every position it follows (a bad offset is Malformed, never an IndexError or a
 wrong field); writing lays the buffer out front to back: vtables first, then the root table,

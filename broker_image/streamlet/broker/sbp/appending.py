@@ -4,11 +4,15 @@ is; its answer goes out once the core confirms it (written, or on a majority of 
 stream), with the offset it got.
 
 No Python runs per batch on the hot path: the request's AppendInfo tables are read a column at a
-time by streamlet.sbp.flat, the consecutive batches of a frame to one stream go to the core as
-one PublishBatch (a Group: consecutive publishing ids, so consecutive offsets) whose entries are
-joined in C (storage.entries), and the answers' results are written in C too (sbp.flat). Answers are grouped per confirm: one response frame per request frame per
-confirm, the last with the response-end flag, so the batches of one frame can be answered out of
-order and over several frames. Refusals (rare) are answered through the generated object API.
+time by streamlet.sbp.flat (streamlet's AppendRuns, runs already, in one C call), the
+consecutive batches of a frame to one stream go to the core as one PublishBatch (a Group:
+consecutive publishing ids, so consecutive offsets) whose entries are joined in C
+(storage.entries), and the answers' results are written in C too (sbp.flat; an AppendRun's
+part confirmed is one result with its batch_count). Answers are grouped per confirm: one
+response frame per request frame per confirm, the last with the response-end flag, so the
+batches of one frame can be answered out of order and over several frames; a confirm's frames
+go out in one write. Refusals (rare) are answered through the generated object API, a result
+per batch.
 """
 
 from __future__ import annotations
