@@ -1,11 +1,12 @@
 """APPEND's bookkeeping (broker/sbp/appending.py) on a real core Stream in memory, manual clock,
 replicated (a confirm waits for the commit): a run of batches answered part by part as the
 commit moves, the rest answered NOT_PRIMARY when the stream moves away, and a sealed stream's
-refusal; every request index answered once, the last answer with the end flag."""
+refusal; every request index answered once, the last answer with the end flag. In the
+document's form (a table per batch) and streamlet's (AppendRuns, a result per run)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from streamlet.sbp import ErrorCode, read, write
 from streamlet.sbp.fbs.AppendInfo import AppendInfoT
 from streamlet.sbp.fbs.AppendRequest import AppendRequestT
 from streamlet.sbp.fbs.AppendResponse import AppendResponseT
+from streamlet.sbp.fbs.AppendRun import AppendRunT
 from tests.core.clock import ManualClock
 
 SID = 42  # the stream's SBP id, as the fake connection knows it
@@ -42,8 +44,14 @@ class FakeConn:
     def answer_raw(self, opcode: int, sid: int, header: bytes, payload: Any = None,
                    end: bool = True) -> None:
         t = read(AppendResponseT, header)
-        self.answers.append(([(r.requestIndex, r.baseOffset, r.status.code if r.status else 0)
-                              for r in t.appendResponses or []], end))
+        self.answers.append(([(r.requestIndex + k, r.baseOffset + k if r.baseOffset >= 0 else -1,
+                               r.status.code if r.status else 0)
+                              for r in t.appendResponses or []
+                              for k in range(r.batchCount)], end))  # an AppendRun's, expanded
+
+    def answers_raw(self, opcode: int, answers: list[tuple[int, bytes, bool]]) -> None:
+        for sid, header, end in answers:
+            self.answer_raw(opcode, sid, header, None, end)
 
     def system_error(self, *args: Any) -> None:
         raise AssertionError(args)
@@ -62,7 +70,8 @@ class FakeConn:
         self.appends.rejected(ids, why)
 
 
-def _request(stream_ids: list[int]) -> bytes:
+def _infos(stream_ids: list[int]) -> bytes:
+    """The document's form: a table per batch of 2 bytes."""
     infos = []
     for i, sid in enumerate(stream_ids):
         info = AppendInfoT()
@@ -71,6 +80,23 @@ def _request(stream_ids: list[int]) -> bytes:
     req = AppendRequestT()
     req.appendRequests = infos
     return write(req)
+
+
+def _runs(stream_ids: list[int]) -> bytes:
+    """streamlet's AppendRuns: consecutive batches to one stream as one run."""
+    req = AppendRequestT()
+    req.appendRuns = []
+    for i, sid in enumerate(stream_ids):
+        if i and stream_ids[i - 1] == sid:
+            req.appendRuns[-1].batchLengths.append(2)
+            continue
+        run = AppendRunT()
+        run.streamId, run.requestIndex, run.batchLengths = sid, i, [2]
+        req.appendRuns.append(run)
+    return write(req)
+
+
+FORMS = pytest.mark.parametrize("_request", [_infos, _runs], ids=["infos", "runs"])
 
 
 @pytest.fixture
@@ -82,8 +108,9 @@ def replicated(tmp_path: Path) -> Iterator[tuple[Stream, ManualClock]]:
     stream.close()
 
 
+@FORMS
 def test_a_run_is_answered_part_by_part_then_the_rest_not_primary(
-        replicated: tuple[Stream, ManualClock]) -> None:
+        replicated: tuple[Stream, ManualClock], _request: Callable[[list[int]], bytes]) -> None:
     stream, clock = replicated
     conn = FakeConn(stream)
     conn.appends.start(7, _request([SID, 99, SID, SID]), memoryview(b"aabbccdd"))
@@ -101,8 +128,9 @@ def test_a_run_is_answered_part_by_part_then_the_rest_not_primary(
     assert not conn.appends.waiting and not conn.appends.starts and not conn.appends.offsets
 
 
+@FORMS
 def test_a_sealed_stream_refuses_every_batch_of_the_run(
-        replicated: tuple[Stream, ManualClock]) -> None:
+        replicated: tuple[Stream, ManualClock], _request: Callable[[list[int]], bytes]) -> None:
     stream, _ = replicated
     conn = FakeConn(stream)
     stream.sealed = True
