@@ -285,12 +285,11 @@ def append_runs(header: bytes | memoryview, python: bool = False
             return _read_runs(header, _RUNS_SLOT)  # type: ignore[no-any-return]
         except ValueError as e:
             raise Malformed(str(e)) from None
-    if not header or not _field(header, root(header), _RUNS_SLOT):  # type: ignore[arg-type]
-        return None
     buf = bytes(header)
-    top = root(buf)
+    if not buf or not _field(buf, root(buf), _RUNS_SLOT):
+        return None
     out = []
-    for t in table_vector(buf, top, _RUNS_SLOT):
+    for t in table_vector(buf, root(buf), _RUNS_SLOT):
         sid, idx = _scalar(buf, t, 0, _I64, 0), _scalar(buf, t, 1, _I32, 0)
         out.append((sid, idx, _ints(buf, t, 2)))
     return out
