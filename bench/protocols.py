@@ -45,8 +45,8 @@ def protocols(server: Server, sz: Sizes) -> list[Row]:
 
 def counts(sz: Sizes, size: int, protos: tuple[tuple[str, str], ...]) -> dict[str, int]:
     """Messages per protocol: ``proto_count``, but ``sbp_bytes`` worth for SBP and its
-    baseline (MEGA and RSIO, far slower, read only the first ``proto_count`` of the
-    baseline's stream, and compare with the baseline's rate)."""
+    baseline (MEGA and RSIO, far slower, compare their ``proto_count`` messages with the
+    baseline's rate)."""
     big = max(sz.proto_count, sz.sbp_bytes // size)
     return {p: big if p in BOTH_SIZES else sz.proto_count for p, _ in protos}
 

@@ -10,10 +10,10 @@ Like bench/load.py, the clients cost little per message so the broker is what is
 - **SBP** appends ``per_frame`` record batches (one message each, docs/protocols/sbp.md) per
   APPEND frame, as one AppendRun (streamlet's: the project's client sends that too, and gets a
   result per run answered), frames pipelined up to ``window`` unanswered batches; the frame is
-  encoded once and only its stream identifier changes. FETCH asks for ``batch_max_bytes`` at a time from the
-  offset after the last one answered, its answers a result per run of batches (run_results).
-  APPEND's requests are written and answers read with streamlet.sbp.flat (a column of results
-  per C call), not the generated object API.
+  encoded once and only its stream identifier changes. FETCH asks for ``batch_max_bytes`` at a
+  time from the offset after the last one answered, its answers a result per run of batches
+  (run_results). APPEND's answers are read with streamlet.sbp.flat (a column of results per C
+  call), not the generated object API.
 - **RSIO** appends with every element of demand the broker grants (its ``window``, then one
   more per durable element): one onNext frame encoded once and repeated. A subscription asks
   for ``demand`` elements and more once half were taken, and counts frames by their type byte.

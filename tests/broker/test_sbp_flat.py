@@ -6,7 +6,10 @@ refused as Malformed, never another exception."""
 from __future__ import annotations
 
 import random
+import struct
+import sys
 from array import array
+from collections.abc import Sequence
 
 import pytest
 
@@ -24,6 +27,39 @@ from streamlet.sbp.flat import (
     fetch_response,
     fetch_run_response,
 )
+
+#: an AppendRequest's root vtable (timeout_ms at 4, the vector at 8) and AppendInfo's at 24 bytes:
+#: soffset, request_index (4), stream_id (8), batch_length (16), padding
+_REQUEST_VT = struct.pack("<HHHH", 8, 12, 4, 8)
+_INFO_VT = struct.pack("<HHHHH2x", 10, 24, 8, 4, 16)
+
+
+def even_request(timeout_ms: int, ids: Sequence[int], indexes: Sequence[int],
+                 lengths: Sequence[int]) -> bytes:
+    """An AppendRequest as another encoder may lay it out: evenly spaced AppendInfo tables of
+    one vtable (the generated builder pads them unevenly), which flat's Python reader reads a
+    column at a time through strided views. Layout: the root offset, the two vtables (at 4 and
+    12), the root table (24), the vector (36), the tables (8-aligned)."""
+    n = len(ids)
+    first = (40 + 4 * n + 7) & ~7
+    buf = bytearray(first + 24 * n)
+    struct.pack_into("<I8s12siiII", buf, 0, 24, _REQUEST_VT, _INFO_VT, 24 - 4, timeout_ms, 4, n)
+    if not n:
+        return bytes(buf)
+    # element i at 40 + 4i points to the table at first + 24i
+    struct.pack_into(f"<{n}I", buf, 40, *range(first - 40, first - 40 + 20 * n, 20))
+    if sys.byteorder != "little":
+        for i, (sid, idx, length) in enumerate(zip(ids, indexes, lengths, strict=True)):
+            at = first + 24 * i
+            struct.pack_into("<iiqi4x", buf, at, at - 12, idx, sid, length)
+        return bytes(buf)
+    region = memoryview(buf)[first:]
+    ints, longs = region.cast("i"), region.cast("q")
+    ints[0::6] = array("i", range(first - 12, first - 12 + 24 * n, 24))  # the vtable at 12
+    ints[1::6] = array("i", indexes)
+    longs[1::3] = array("q", ids)
+    ints[4::6] = array("i", lengths)
+    return bytes(buf)
 
 
 def _python_columns(buf: bytes) -> list[list[int]]:
@@ -60,7 +96,7 @@ def test_append_request_reads_back_by_both_readers(n: int) -> None:
     strided views (evenly spaced tables, one vtable), agreeing with the table-at-a-time path."""
     want = [((1 << 40) + i % 2, i - 5, 100 + i % 3) for i in range(n)]
     ids, indexes, lengths = (list(c) for c in zip(*want, strict=True)) if n else ([], [], [])
-    header = flat.append_request(777, ids, indexes, lengths)
+    header = even_request(777, ids, indexes, lengths)
     t = read(AppendRequestT, header)
     assert t.timeoutMs == 777
     assert [(i.streamId, i.requestIndex, i.batchLength)
@@ -200,8 +236,8 @@ def test_mutated_requests_are_read_or_refused_as_malformed() -> None:
     for _ in range(10000):
         header, want = _request(rng, rng.randrange(0, 6))
         if rng.random() < 0.5:  # flat's own layout: the strided path's checks
-            header = flat.append_request(1, *(list(c) for c in zip(*want, strict=True))) \
-                if want else flat.append_request(1, [], [], [])
+            header = even_request(1, *(list(c) for c in zip(*want, strict=True))) \
+                if want else even_request(1, [], [], [])
         data = bytearray(header)
         for _ in range(rng.randrange(1, 4)):
             if rng.random() < 0.2 and len(data) > 1:

@@ -315,39 +315,6 @@ def append_infos(header: bytes | memoryview) -> list[tuple[int, int, int]]:
     return list(zip(*append_columns(header), strict=True))
 
 
-#: an AppendRequest's root vtable (timeout_ms at 4, the vector at 8) and AppendInfo's at 24 bytes:
-#: soffset, request_index (4), stream_id (8), batch_length (16), padding
-_REQUEST_VT = struct.pack("<HHHH", 8, 12, 4, 8)
-_INFO_VT = struct.pack("<HHHHH2x", 10, 24, 8, 4, 16)
-
-
-def append_request(timeout_ms: int, ids: Sequence[int], indexes: Sequence[int],
-                   lengths: Sequence[int]) -> bytes:
-    """An AppendRequest, laid out as ``append_columns`` reads fastest: evenly spaced AppendInfo
-    tables of one vtable (the generated builder pads them unevenly). Layout: the root offset,
-    the two vtables (at 4 and 12), the root table (24), the vector (36), the tables (8-aligned)."""
-    n = len(ids)
-    first = (40 + 4 * n + 7) & ~7
-    buf = bytearray(first + 24 * n)
-    struct.pack_into("<I8s12siiII", buf, 0, 24, _REQUEST_VT, _INFO_VT, 24 - 4, timeout_ms, 4, n)
-    if not n:
-        return bytes(buf)
-    # element i at 40 + 4i points to the table at first + 24i
-    struct.pack_into(f"<{n}I", buf, 40, *range(first - 40, first - 40 + 20 * n, 20))
-    if not _NATIVE_LE:
-        for i, (sid, idx, length) in enumerate(zip(ids, indexes, lengths, strict=True)):
-            at = first + 24 * i
-            struct.pack_into("<iiqi4x", buf, at, at - 12, idx, sid, length)
-        return bytes(buf)
-    region = memoryview(buf)[first:]
-    ints, longs = region.cast("i"), region.cast("q")
-    ints[0::6] = array("i", range(first - 12, first - 12 + 24 * n, 24))  # the vtable at 12
-    ints[1::6] = array("i", indexes)
-    longs[1::3] = array("q", ids)
-    ints[4::6] = array("i", lengths)
-    return bytes(buf)
-
-
 # --- the answers ---------------------------------------------------------------------------------
 
 # Both answers are {throttle_time_ms: int, status: Status, <results>: [Result]}; their root
@@ -361,10 +328,10 @@ _ROOT = struct.Struct("<iiIII")  # soffset, throttle, status offset, vector offs
 #: AppendResult at 40 bytes: soffset, request_index, stream_id, base_offset, append time, status
 _APPEND_VT = struct.pack("<HHHHHHH2x", 14, 40, 8, 4, 16, 24, 32)
 _APPEND_RESULT = struct.Struct("<iiqqqI4x")
-#: FetchResult at 32 bytes: soffset, request_index, stream_id, batch_length, status, base_offset
 #: the same with batch_count (streamlet's) in the padding at 36
 _APPEND_RUN_VT = struct.pack("<HHHHHHHH", 16, 40, 8, 4, 16, 24, 32, 36)
 _APPEND_RUN = struct.Struct("<iiqqqIi")
+#: FetchResult at 32 bytes: soffset, request_index, stream_id, batch_length, status, base_offset
 _FETCH_VT = struct.pack("<HHHHHHH2x", 14, 32, 8, 4, 16, 20, 24)
 _FETCH_RESULT = struct.Struct("<iiqiIq")
 
