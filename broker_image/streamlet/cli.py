@@ -552,7 +552,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         run(config)
     except OSError as e:
-        where = e.filename or f"{config.host}:{config.port}"  # metrics' or HTTP's own address
+        where = e.filename or f"{config.host}:{config.port}"  # the listener's own address
         print(f"streamlet: cannot serve on {where}: {e.strerror}", file=sys.stderr)
         return 1
     except ConfigError as e:  # found when the broker starts, e.g. unreadable TLS certificates

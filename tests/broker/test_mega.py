@@ -28,7 +28,7 @@ class MegaBroker(BrokerProcess):
     mega_port: int
 
     def start(self) -> MegaBroker:
-        super().start()  # waits for the RabbitMQ port: MEGA's is bound after it
+        super().start()  # the RabbitMQ port opens last (test_listeners): a belt-and-braces wait
         wait_for_port(self.host, self.mega_port, proc=self.proc)
         return self
 

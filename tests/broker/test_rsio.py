@@ -48,7 +48,7 @@ class RsioBroker(BrokerProcess):
     rsio_port: int
 
     def start(self) -> RsioBroker:
-        super().start()  # waits for the RabbitMQ port: RSIO's is bound after it
+        super().start()  # the RabbitMQ port opens last (test_listeners): a belt-and-braces wait
         wait_for_port(self.host, self.rsio_port, proc=self.proc)
         return self
 

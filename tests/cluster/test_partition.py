@@ -280,7 +280,10 @@ def test_no_majority_elects_nobody_until_an_unclean_election_is_asked_for(
     epoch, leader = wait_until(lambda: (r := c.record("u")) is not None and r[1] != NO_LEADER
                                and r, 60, "a leader elected uncleanly")
     assert leader == 2 and c.driver.records["u"].unclean
-    assert json.loads((tmp_path / "driver.json").read_text())["u"]["unclean"] is True
+    # the driver's thread saves its record just after changing it: wait for the file
+    saved = wait_until(lambda: (u := json.loads((tmp_path / "driver.json").read_text())["u"])
+                       ["leader"] == 2 and u, 30, "the unclean election saved")
+    assert saved["unclean"] is True and saved["epoch"] == epoch
     wait_until(lambda: not request.exists(), 30, "the request taken up")
     streams = asyncio.run(gather_streams(ClusterState(0, HOST), [], tmp_path, ("guest", "guest")))
     assert [(s["name"], s["leader"], s["unclean"]) for s in streams] == [("u", 2, True)]

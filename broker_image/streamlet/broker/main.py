@@ -73,14 +73,15 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
             loop.add_signal_handler(sig, stop.set)
         loop.add_signal_handler(signal.SIGHUP, hangups.append, None)
     broker = Broker(config, LISTENERS)
-    await broker.start()
     metrics = management = None
     try:
         metrics = await start_metrics(broker)  # [listeners.metrics]: /metrics on this loop
         management = await start_management(broker)  # [listeners.http]: /api/ on this loop
+        await broker.start()  # the stream ports last: once they answer, /metrics and /api/ do
     except OSError:
-        if metrics is not None:
-            await metrics.close()
+        for server in (metrics, management):
+            if server is not None:
+                await server.close()
         await broker.stop()
         raise
     reloader = Reloader(broker, seen)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import ssl
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -104,13 +105,20 @@ class Broker:
         loop = asyncio.get_running_loop()
         if self.config.resume_roles:
             self.members.resume()
-        for listener in self.config.listeners:  # one protocol factory per entry of the table
+        # One protocol factory per entry of the table, the first (the RabbitMQ port, which
+        # clients, probes and tests wait for) opened last: who finds it open finds all open.
+        for listener in reversed(self.config.listeners):
             factory, tls = self.protocols[listener.protocol], listener.tls
-            server = await loop.create_server(
-                lambda f=factory, t=tls, p=listener.protocol: self._connection(f, t, p),
-                listener.host, listener.port,
-                ssl=self.tls.listening if tls and self.tls else None, reuse_address=True, backlog=1024)
-            self._servers.append(server)
+            try:
+                server = await loop.create_server(
+                    lambda f=factory, t=tls, p=listener.protocol: self._connection(f, t, p),
+                    listener.host, listener.port, backlog=1024, reuse_address=True,
+                    ssl=self.tls.listening if tls and self.tls else None)
+            except OSError as e:  # the serve command names the address: this listener's
+                why = os.strerror(e.errno) if e.errno else str(e)
+                raise OSError(e.errno, f"{why} ({listener.protocol}{' TLS' if tls else ''})",
+                              f"{listener.host}:{listener.port}") from e
+            self._servers.insert(0, server)  # in the table's order
             for sock in server.sockets:
                 log.info("streamlet listening for %s%s on %s", listener.protocol,
                          " (TLS)" if tls else "", sock.getsockname()[:2])

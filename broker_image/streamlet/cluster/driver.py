@@ -208,10 +208,10 @@ class LocalDriver:
             return
         if outcome.leader == NO_LEADER:
             return
-        record.leader = outcome.leader
-        record.pids = {str(m): alive.get(m) or 0 for m in outcome.assigned}
         assert outcome.decision is not None
+        record.pids = {str(m): alive.get(m) or 0 for m in outcome.assigned}
         record.unclean = outcome.decision.unclean
+        record.leader = outcome.leader  # last: a reader that sees the leader sees the rest
         if record.unclean:
             log.warning("stream %s: UNCLEAN election, as asked: member %d leads epoch %d without "
                         "a majority (fenced: %s); messages confirmed by the others may be lost",
