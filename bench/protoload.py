@@ -344,12 +344,12 @@ class SbpAppender(_Sbp):
 class SbpFetcher(_Load, asyncio.BufferedProtocol):
     """FETCH a stream from its first offset, ``batch_max_bytes`` at a time, each request from the
     offset after the last answered, until ``total`` batches came. Frames are read in place (a
-    buffered protocol, as bench/client.py's RabbitMQ consumer). It asks for run_results
-    (streamlet's: a result per run of consecutive offsets, with its batches' lengths, as the
-    project's client does); each answer's results are checked (runs following each other from
-    the offset asked, lengths adding up to each result and the results to the payload), and the
-    payload's bytes are counted and skipped, as the RabbitMQ consumer counts a chunk from its
-    header and skips its data."""
+    buffered protocol, as bench/client.py's RabbitMQ consumer). It asks for length_prefixed
+    (streamlet's: a result per run of consecutive offsets with its batch count, each batch in
+    the payload behind its length, as the project's client does); each answer's results are
+    checked (runs following each other from the offset asked, the results adding up to the
+    payload), and the payload's bytes are counted and skipped, as the RabbitMQ consumer counts a
+    chunk from its header and skips its data."""
 
     def __init__(self, stream: str, total: int, batch_max_bytes: int = 8 << 20) -> None:
         _Load.__init__(self)
@@ -413,7 +413,7 @@ class SbpFetcher(_Load, asyncio.BufferedProtocol):
         info.batchMaxBytes = self.max_bytes
         req = FetchRequestT()
         req.maxWaitMs, req.minBytes, req.fetchRequests = 1000, 1, [info]
-        req.runResults = True
+        req.runResults = req.lengthPrefixed = True
         self.transport.write(sbp_encode(Opcode.FETCH, 0, 1, sbp_write(req)))
         self.asked = True
 
@@ -429,13 +429,13 @@ class SbpFetcher(_Load, asyncio.BufferedProtocol):
             if status is not None and status.Code():
                 self.error(f"SBP FETCH: status {status.Code()}")
                 return
-            count, length = r.BatchLengthsLength(), r.BatchLength()
+            count, length = r.BatchCount(), r.BatchLength()
             if count and r.BaseOffset() != self.next_offset + n:
                 self.error(f"SBP FETCH: a run from {r.BaseOffset()}, expected "
                            f"{self.next_offset + n}")
                 return
-            if (int(r.BatchLengthsAsNumpy().sum()) if count else 0) != length:
-                self.error(f"SBP FETCH: batch lengths that do not add up to {length}")
+            if length < 4 * count:
+                self.error(f"SBP FETCH: {count} length-prefixed batches in {length} bytes")
                 return
             n += count
             size += length
@@ -443,7 +443,7 @@ class SbpFetcher(_Load, asyncio.BufferedProtocol):
             self.error(f"SBP FETCH: results of {size} bytes, a payload of {payload}")
             return
         self.records += n
-        self.data_bytes += size
+        self.data_bytes += size - 4 * n  # the batches' bytes, without their length prefixes
         self.next_offset += n
         if flags & Flags.RESPONSE_END:
             self.asked = False

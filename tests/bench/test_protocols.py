@@ -8,7 +8,6 @@ import json
 import random
 import subprocess
 import sys
-from array import array
 from pathlib import Path
 
 import pytest
@@ -216,7 +215,7 @@ async def test_sbp_appender_reads_answers_cut_anywhere() -> None:
 async def test_sbp_fetcher_checks_offsets_and_bytes() -> None:
     from streamlet.sbp import LAST, Opcode
     from streamlet.sbp import encode as sbp_encode
-    from streamlet.sbp.flat import fetch_run_response
+    from streamlet.sbp.flat import fetch_prefixed_response
 
     def answer(records: list[tuple[int, bytes]], total: int | None = None) -> bytes:
         runs: list[tuple[int, int]] = []
@@ -225,10 +224,10 @@ async def test_sbp_fetcher_checks_offsets_and_bytes() -> None:
                 runs[-1] = (runs[-1][0], runs[-1][1] + 1)
             else:
                 runs.append((o, 1))
-        data = b"".join(b for _, b in records)
-        return sbp_encode(Opcode.FETCH, LAST, 1, fetch_run_response(
-            [(0, 7, runs, array("i", [len(b) for _, b in records]),
-              len(data) if total is None else total)]), data)
+        data = b"".join(len(b).to_bytes(4, "big") + b for _, b in records)  # length-prefixed
+        return sbp_encode(Opcode.FETCH, LAST, 1, fetch_prefixed_response(
+            [(0, 7, runs, [len(data) if total is None else total] if len(runs) == 1
+              else [4 + len(b) for _, b in records])]), data)
 
     def feed(proto: SbpFetcher, data: bytes) -> None:  # as the event loop gives a buffered one
         while data:
@@ -258,12 +257,12 @@ async def test_sbp_fetcher_checks_offsets_and_bytes() -> None:
     short = SbpFetcher("s", 5)
     short.transport = _Sink()  # type: ignore[assignment]
     short.start()
-    feed(short, sbp_encode(Opcode.FETCH, LAST, 1, fetch_run_response(
-        [(0, 7, [(0, 1)], array("i", [2]), 2)]), b"a"))  # a result of 2 bytes, a payload of 1
-    assert short.errors == 1 and "a payload of 1" in short.server_errors[0]
+    feed(short, sbp_encode(Opcode.FETCH, LAST, 1, fetch_prefixed_response(
+        [(0, 7, [(0, 1)], [6])]), b"\0\0\0\1a"))  # a result of 6 bytes, a payload of 5
+    assert short.errors == 1 and "a payload of 5" in short.server_errors[0]
 
     wrong = SbpFetcher("s", 5)
     wrong.transport = _Sink()  # type: ignore[assignment]
     wrong.start()
-    feed(wrong, answer([(0, b"ab"), (1, b"c")], total=4))  # lengths 2 and 1, a result of 4
-    assert wrong.errors == 1 and "do not add up to 4" in wrong.server_errors[0]
+    feed(wrong, answer([(0, b""), (1, b"")], total=7))  # two batches cannot be in 7 bytes
+    assert wrong.errors == 1 and "2 length-prefixed batches in 7 bytes" in wrong.server_errors[0]

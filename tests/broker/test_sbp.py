@@ -502,8 +502,9 @@ async def test_run_results_describe_the_same_batches_as_a_result_each(
         for start, limit in [(0, 1 << 22), (990, 20_000), (5, 1), (second[0], 300_000)]:
             at = next(k for k, (o, _) in enumerate(stored) if o >= start)
             per_batch = await c.fetch("s-runs", start, batch_max_bytes=limit, run_results=False)
-            runs = await c.fetch("s-runs", start, batch_max_bytes=limit)
-            assert runs == per_batch == stored[at : at + len(per_batch)] and per_batch
+            runs = await c.fetch("s-runs", start, batch_max_bytes=limit, length_prefixed=False)
+            prefixed = await c.fetch("s-runs", start, batch_max_bytes=limit)
+            assert runs == prefixed == per_batch == stored[at : at + len(per_batch)] and per_batch
         sid = c.send(Opcode.FETCH, _fetch_header([("s-runs", 0)], 0, 0, 1 << 22, runs=True))
         results = [r for f in [f async for f in c.frames(sid)]
                    for r in read(FetchResponseT, f.header).fetchResponses]
@@ -512,6 +513,16 @@ async def test_run_results_describe_the_same_batches_as_a_result_each(
         assert any(r.baseOffset == second[0] for r in results)  # the gap starts a run
         assert all(sum(r.batchLengths) == r.batchLength for r in results)
         assert len(results) < 20  # a result per run and piece, not per batch
+        # length-prefixed: a count per run, no lengths; each frame's payload its runs' bytes
+        header = _fetch_header([("s-runs", 0)], 0, 0, 1 << 22, runs=True)
+        header.lengthPrefixed = True
+        frames = [f async for f in c.frames(c.send(Opcode.FETCH, header))]
+        results = [r for f in frames for r in read(FetchResponseT, f.header).fetchResponses]
+        offsets = [r.baseOffset + k for r in results for k in range(r.batchCount)]
+        assert offsets == [o for o, _ in stored] and not any(r.batchLengths for r in results)
+        assert any(r.baseOffset == second[0] for r in results)
+        assert sum(r.batchLength for r in results) == sum(len(f.payload) for f in frames) == (
+            sum(4 + len(b) for _, b in stored))
 
 
 def _fetch_header(wanted: list[tuple[str, int]], max_wait_ms: int, min_bytes: int,
@@ -627,19 +638,23 @@ async def test_sbp_append_read_by_rstream_and_the_client(broker: SbpBroker) -> N
     assert seen == list(enumerate(bodies))
 
 
-async def test_rstream_publish_fetched_by_sbp(broker: SbpBroker) -> None:
+@pytest.mark.parametrize("form", [{}, {"length_prefixed": False}, {"run_results": False}],
+                         ids=["length-prefixed", "run-results", "a-result-each"])
+async def test_rstream_publish_fetched_by_sbp(broker: SbpBroker, form: dict[str, bool]) -> None:
+    """Every FETCH form gives RabbitMQ-protocol messages as rstream reads them, those of a
+    sub-entry batch (read by the general reader, not cut in C) included."""
+    name = f"x-rmq-to-sbp-{len(form)}-{sorted(form)}"
     async with RProducer(broker.host, broker.port, username="guest", password="guest") as rp:
-        await rp.create_stream("x-rmq-to-sbp")
-        await rp.send_batch("x-rmq-to-sbp", [RawMessage(b"rs-%d" % i) for i in range(200)])
-        await rp.send_sub_entry("x-rmq-to-sbp", [RawMessage(b"sub-%d" % i) for i in range(5)])
-    want = await rstream_consume(broker, "x-rmq-to-sbp",
-                                 ConsumerOffsetSpecification(OffsetType.FIRST), 205)
+        await rp.create_stream(name)
+        await rp.send_batch(name, [RawMessage(b"rs-%d" % i) for i in range(200)])
+        await rp.send_sub_entry(name, [RawMessage(b"sub-%d" % i) for i in range(5)])
+    want = await rstream_consume(broker, name, ConsumerOffsetSpecification(OffsetType.FIRST), 205)
     got: list[tuple[int, bytes]] = []
     async with await client(broker) as c:
         while len(got) < 205:
             start = got[-1][0] + 1 if got else 0
-            got += await c.fetch("x-rmq-to-sbp", start, max_wait_ms=5000, min_bytes=1,
-                                 batch_max_bytes=500)
+            got += await c.fetch(name, start, max_wait_ms=5000, min_bytes=1,
+                                 batch_max_bytes=500, **form)
     assert got == want
 
 

@@ -24,6 +24,7 @@ from streamlet.sbp.flat import (
     append_response,
     append_run_response,
     append_runs,
+    fetch_prefixed_response,
     fetch_response,
     fetch_run_response,
 )
@@ -173,6 +174,21 @@ def test_fetch_run_response_reads_back_with_the_generated_reader() -> None:
                    (1, 8, -1, 0, [], 0), (2, 7, 1 << 62, 4, [4], 0)]
     with pytest.raises(ValueError):
         fetch_run_response([(0, 9, [(5, 1)], array("i", [3, 4]), 7)])
+
+
+def test_fetch_prefixed_response_reads_back_with_the_generated_reader() -> None:
+    """A result per run: its first offset, its payload bytes, its batch count, no lengths (its
+    vtable after the results: negative soffsets, which the generated reader follows); none for
+    a stream without records but the empty result; a size per run or a ValueError."""
+    t = read(FetchResponseT, fetch_prefixed_response([
+        (0, 9, [(5, 2), (9, 3)], [11, (1 << 20) + 21]), (1, 8, [], []),
+        (2, 7, [(1 << 62, 1)], [8])]))
+    got = [(r.requestIndex, r.streamId, r.baseOffset, r.batchLength, r.batchCount,
+            r.batchLengths, r.status.code) for r in t.fetchResponses]
+    assert got == [(0, 9, 5, 11, 2, None, 0), (0, 9, 9, (1 << 20) + 21, 3, None, 0),
+                   (1, 8, -1, 0, 0, None, 0), (2, 7, 1 << 62, 8, 1, None, 0)]
+    with pytest.raises(ValueError):
+        fetch_prefixed_response([(0, 9, [(5, 1)], [3, 4])])
 
 
 def _runs_request(rng: random.Random) -> tuple[bytes, list[tuple[int, int, list[int]]]]:

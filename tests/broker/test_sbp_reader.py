@@ -19,14 +19,17 @@ from tests.core.test_stream_ports import FakeSession, batch
 
 
 def pairs(r: Records) -> list[tuple[int, bytes]]:
+    """The records read, from their lengths or (length-prefixed) from the payload."""
     payload, at, out = b"".join(r.bodies), 0, []
+    prefixed = bool(r.count) and not r.lengths
     sizes = iter(r.lengths)
     for first, count in r.runs:
         for offset in range(first, first + count):
-            n = next(sizes)
+            n = int.from_bytes(payload[at : at + 4]) if prefixed else next(sizes)
+            at += 4 if prefixed else 0
             out.append((offset, payload[at : at + n]))
             at += n
-    assert at == len(payload) == r.size
+    assert at == len(payload) == sum(r.run_bytes) == r.size + (4 * r.count if prefixed else 0)
     return out
 
 
@@ -49,12 +52,14 @@ def body(offset: int) -> bytes:
     return bytes([offset % 251]) * (1 + offset % 40)
 
 
+@pytest.mark.parametrize("prefixed", [False, True])
 @pytest.mark.parametrize("start", [0, 17, 40, 199])
 @pytest.mark.parametrize("piece", [40, 41, 77, 333, 1 << 20])  # >= the largest record
-def test_pieces_give_every_record_once_in_order(stream: Stream, start: int, piece: int) -> None:
+def test_pieces_give_every_record_once_in_order(stream: Stream, start: int, piece: int,
+                                                prefixed: bool) -> None:
     reader, got, first = Reader(stream, start), [], True
     while True:
-        r = reader.read(piece, taken=not first)
+        r = reader.read(piece, not first, prefixed)
         if not r:
             break
         # a piece keeps to its limit, but for the first record of the answer
@@ -65,14 +70,16 @@ def test_pieces_give_every_record_once_in_order(stream: Stream, start: int, piec
     assert reader.start == 200 and reader.held == 0
 
 
+@pytest.mark.parametrize("prefixed", [False, True])
 @pytest.mark.parametrize("start", [0, 1, 39, 40, 123, 199])
 @pytest.mark.parametrize("max_bytes", [0, 1, 40, 41, 500, 4000, 1 << 20])
 def test_a_first_piece_is_what_the_rule_takes(stream: Stream, start: int,
-                                              max_bytes: int) -> None:
-    """fetching.take says the rule (the first record always, then within max_bytes); the
-    reader applies it chunk by chunk in C."""
+                                              max_bytes: int, prefixed: bool) -> None:
+    """fetching.take says the rule (the first record always, then within max_bytes: the
+    batches' bytes, length prefixes not counted); the reader applies it chunk by chunk in C."""
     stored = [(o, body(o)) for o in range(200)]
-    assert pairs(Reader(stream, start).read(max_bytes)) == take(stored, start, max_bytes)
+    got = Reader(stream, start).read(max_bytes, False, prefixed)
+    assert pairs(got) == take(stored, start, max_bytes)
 
 
 def test_a_piece_after_the_first_may_be_empty_when_its_next_record_is_too_big(
@@ -83,11 +90,12 @@ def test_a_piece_after_the_first_may_be_empty_when_its_next_record_is_too_big(
     assert pairs(reader.read(1, taken=True)) == [(40, body(40))]
 
 
-def test_records_from_pieces_extend_as_one(stream: Stream) -> None:
+@pytest.mark.parametrize("prefixed", [False, True])
+def test_records_from_pieces_extend_as_one(stream: Stream, prefixed: bool) -> None:
     reader = Reader(stream, 5)
     whole = Records()
     for _ in range(6):
-        whole.extend(reader.read(100, taken=bool(whole)))
+        whole.extend(reader.read(100, bool(whole), prefixed))
     assert pairs(whole) == [(o, body(o)) for o in range(5, 5 + len(whole))]
     assert whole.runs == [(5, len(whole))]  # consecutive runs merged
 

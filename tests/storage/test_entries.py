@@ -35,7 +35,7 @@ def test_c_and_python_cut_alike() -> None:
         if data and rng.random() < 0.15:
             del data[rng.randrange(len(data)):]  # truncated
         args = (bytes(data), 10, 10 + rng.randrange(-2, 6), rng.choice((0, 50, 1000, 1 << 30)),
-                rng.choice((0, 40)), rng.random() < 0.5)
+                rng.choice((0, 40)), rng.random() < 0.5, rng.random() < 0.5)
         try:
             want = cut_simple(*args, python=True)
         except ChunkError as e:
@@ -45,6 +45,19 @@ def test_c_and_python_cut_alike() -> None:
             continue
         assert cut_simple(*args) == want
     assert errors > 50  # the truncations reach the checks
+
+
+@pytest.mark.parametrize("python", [True, False])
+def test_unjoined_entries_are_a_view_of_the_chunk(python: bool) -> None:
+    """join=False (SBP's length-prefixed FETCH): the entries taken as stored, not copied."""
+    data = b"".join(simple_entry(bytes([i]) * (10 + i)) for i in range(6))
+    mv = memoryview(data)
+    cut = cut_simple(mv, 100, 101, 25, join=False, python=python)  # 11 + 12 B: 101 and 102
+    assert (cut.first, cut.n, cut.lengths, cut.size) == (101, 2, b"", 23)
+    assert bytes(cut.bodies) == simple_entry(bytes([1]) * 11) + simple_entry(bytes([2]) * 12)
+    assert isinstance(cut.bodies, memoryview) and cut.bodies.obj is data
+    none = cut_simple(mv, 100, 200, 25, join=False, python=python)
+    assert (none.n, bytes(none.bodies)) == (0, b"")
 
 
 @pytest.mark.parametrize("python", [True, False])

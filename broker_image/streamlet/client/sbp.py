@@ -16,6 +16,7 @@ change too: tests/cluster/test_sbp_failover.py).
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -52,6 +53,8 @@ from .socket import SocketClient
 
 #: a response's frames, or the error that ended the connection
 _Item = Frame | BaseException
+
+_U32 = struct.Struct(">I")
 
 
 class SbpError(Exception):
@@ -231,21 +234,24 @@ class SbpClient(SocketClient):
         return out
 
     async def fetch(self, name: str, offset: int, *, max_wait_ms: int = 0, min_bytes: int = 0,
-                    batch_max_bytes: int = 1 << 20, run_results: bool = True
-                    ) -> list[tuple[int, bytes]]:
+                    batch_max_bytes: int = 1 << 20, run_results: bool = True,
+                    length_prefixed: bool = True) -> list[tuple[int, bytes]]:
         """The record batches of ``name`` from ``offset`` (at most ``batch_max_bytes``, one at
         least), as (offset, bytes); a long poll of ``max_wait_ms`` for ``min_bytes``."""
         got = await self.fetch_many([(name, offset)], max_wait_ms=max_wait_ms,
                                     min_bytes=min_bytes, batch_max_bytes=batch_max_bytes,
-                                    run_results=run_results)
+                                    run_results=run_results, length_prefixed=length_prefixed)
         return got[0]
 
     async def fetch_many(self, wanted: list[tuple[str, int]], *, max_wait_ms: int = 0,
                          min_bytes: int = 0, batch_max_bytes: int = 1 << 20,
-                         run_results: bool = True) -> list[list[tuple[int, bytes]]]:
+                         run_results: bool = True, length_prefixed: bool = True
+                         ) -> list[list[tuple[int, bytes]]]:
         """One FETCH for several (stream, offset): the records of each, in ``wanted``'s order.
         ``run_results`` (streamlet's) has a run of batches described by one result and their
-        lengths; without it each batch has a result of its own (the document's form)."""
+        lengths, or with ``length_prefixed`` (streamlet's too) by one result and their count,
+        each batch in the payload behind its length; without ``run_results`` each batch has a
+        result of its own (the document's form)."""
         infos = []
         for i, (name, offset) in enumerate(wanted):
             f = FetchInfoT()
@@ -255,12 +261,16 @@ class SbpClient(SocketClient):
         req = FetchRequestT()
         req.maxWaitMs, req.minBytes, req.fetchRequests = max_wait_ms, min_bytes, infos
         req.runResults = run_results
+        req.lengthPrefixed = run_results and length_prefixed
         out: list[list[tuple[int, bytes]]] = [[] for _ in wanted]
         for table, payload in await self.request(Opcode.FETCH, req):
             at = 0
             for r in table.fetchResponses or []:
                 _check(r.status)
                 got = out[r.requestIndex]
+                if req.lengthPrefixed:
+                    at = _prefixed(got, r.baseOffset, r.batchCount, r.batchLength, payload, at)
+                    continue
                 lengths = [int(n) for n in r.batchLengths] if r.batchLengths is not None else []
                 if not lengths and (r.batchLength or r.baseOffset >= 0):
                     lengths = [r.batchLength]  # a result per batch
@@ -271,6 +281,21 @@ class SbpClient(SocketClient):
                     got.append((r.baseOffset + k, payload[at : at + n]))
                     at += n
         return out
+
+
+def _prefixed(got: list[tuple[int, bytes]], offset: int, count: int, size: int, payload: bytes,
+              at: int) -> int:
+    """A length-prefixed run's ``count`` batches from ``payload[at:]`` (``size`` bytes) into
+    ``got``; where the next run starts."""
+    end = at + size
+    for k in range(count):
+        if end - at < 4 or (n := _U32.unpack_from(payload, at)[0]) > end - at - 4:
+            raise SbpError(ErrorCode.UNKNOWN, f"batch {k} of a run of {count} is cut short")
+        got.append((offset + k, payload[at + 4 : at + 4 + n]))
+        at += 4 + n
+    if at != end:
+        raise SbpError(ErrorCode.UNKNOWN, f"a run of {count} batches holds {end - at} bytes more")
+    return end
 
 
 async def follow(host: str, port: int, name: str) -> SbpClient:

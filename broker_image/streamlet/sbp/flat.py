@@ -482,6 +482,38 @@ def fetch_run_response(streams: list[tuple[int, int, list[tuple[int, int]], byte
     return bytes(buf + vectors)
 
 
+#: FetchResult with batch_count (length_prefixed) at 40 bytes: soffset, request_index,
+#: stream_id, batch_length, status, base_offset, batch_count, padding. Its vtable (7 slots,
+#: batch_lengths absent) is longer than _frame's room: it goes after the status table, so the
+#: results' soffsets are negative (a vtable may be on either side of its table).
+_FETCH_PREFIXED_VT = struct.pack("<HHHHHHHHH2x", 18, 40, 8, 4, 16, 20, 24, 0, 32)
+_FETCH_PREFIXED = struct.Struct("<iiqiIqi4x")
+
+
+def fetch_prefixed_response(streams: list[tuple[int, int, list[tuple[int, int]], list[int]]]
+                            ) -> bytes:
+    """A FetchResponse with length_prefixed, every result NONE: per (request index, stream id,
+    its records' offsets as runs of (first, count), each run's payload bytes) one result per
+    run with its ``batch_count``, or one empty result (length 0, offset -1) if it has none.
+    Nothing is written per record: the payload says each one's length."""
+    rows: list[tuple[int, int, int, int, int]] = []
+    for idx, sid, runs, sizes in streams:
+        if len(runs) != len(sizes):
+            raise ValueError("a payload size per run")
+        if not runs:
+            rows.append((idx, sid, -1, 0, 0))
+        rows += [(idx, sid, first, size, count) for (first, count), size in zip(runs, sizes, strict=True)]
+    n = len(rows)
+    buf, at, status = _frame(_FETCH_RUN_VT, 40, n)
+    _elements(buf, at, 40, n)
+    vt = len(buf)
+    for idx, sid, first, size, count in rows:
+        _FETCH_PREFIXED.pack_into(buf, at, at - vt, idx, sid, size, status - at - 20, first,
+                                  count)
+        at += 40
+    return bytes(buf + _FETCH_PREFIXED_VT)
+
+
 def _one_run_layout() -> tuple[bytes, int, int]:
     """An answer of one AppendRun result, laid out once: only the result's fields change."""
     buf, at, status = _frame(_APPEND_RUN_VT, 40, 1)

@@ -2,13 +2,14 @@
  * of SBP's FETCH (each record batch is one simple entry; its answer lists every entry's length
  * and sends the bodies without their headers).
  *
- * cut_simple(data, offset, start, max_bytes, size, taken) walks the simple entries of a chunk's
+ * cut_simple(data, offset, start, max_bytes, size, taken, join) walks the simple entries of a chunk's
  * data section whose first entry has offset `offset`, skips those before `start`, and takes the
  * rest while the bytes taken stay within `max_bytes` (`size` already taken before; the first
  * entry of a read is always taken, `taken` says whether one was). It returns
  *   (first, count, lengths, bodies, size, stop, pos, offset)
  * `first` the offset of the first entry taken (-1: none), `lengths` their sizes as native int32,
- * `bodies` their bodies joined, `stop` 0 (the data ended), 1 (max_bytes reached) or 2 (a
+ * `bodies` their bodies joined (with `join` false: `lengths` is empty and `bodies` the entries
+ * taken as they are, a slice of `data`, no copy), `stop` 0 (the data ended), 1 (max_bytes reached) or 2 (a
  * sub-entry batch at byte `pos`, offset `offset`: for the general reader).
  *
  * join_simple(payload, lengths) is the other way: the bodies of `payload`, `lengths` (a list of
@@ -26,9 +27,13 @@ static inline uint32_t be32(const unsigned char *p) {
 
 static PyObject *cut_simple(PyObject *self, PyObject *args) {
     Py_buffer view;
+    PyObject *data;
     long long offset, start, max_bytes, size;
-    int taken;
-    if (!PyArg_ParseTuple(args, "y*LLLLp", &view, &offset, &start, &max_bytes, &size, &taken))
+    int taken, join = 1;
+    if (!PyArg_ParseTuple(args, "OLLLLp|p", &data, &offset, &start, &max_bytes, &size, &taken,
+                          &join))
+        return NULL;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
         return NULL;
     const unsigned char *p = view.buf;
     Py_ssize_t end = view.len, pos = 0;
@@ -66,6 +71,14 @@ static PyObject *cut_simple(PyObject *self, PyObject *args) {
         }
         offset += 1;
         pos += 4 + n;
+    }
+    if (!join) { /* the entries as they are: a slice of data */
+        lengths = PyBytes_FromStringAndSize(NULL, 0);
+        bodies = PySequence_GetSlice(data, from < 0 ? pos : from, pos);
+        if (lengths != NULL && bodies != NULL)
+            result = Py_BuildValue("(LLOOLinL)", first, count, lengths, bodies, size, stop, pos,
+                                   offset);
+        goto done;
     }
     /* pass 2: the lengths and the bodies */
     lengths = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * 4);

@@ -20,8 +20,10 @@ END, FULL, BATCH = 0, 1, 2
 class Cut(NamedTuple):
     first: int  # the offset of the first entry taken, -1 if none
     n: int  # entries taken
-    lengths: bytes  # ``count`` native int32: array("i").frombytes reads them
-    bodies: bytes
+    lengths: bytes  # ``count`` native int32: array("i").frombytes reads them (joined only)
+    #: joined: the bodies without their headers; else the entries taken as they are in
+    #: ``data`` (each behind its 4-byte length): a view of it, not a copy
+    bodies: bytes | memoryview
     size: int  # bytes taken, those before the call included
     stop: int  # END (the data ended), FULL (max_bytes reached), BATCH (a sub-entry batch)
     pos: int  # where the walk stopped: at BATCH, the sub-entry batch's byte
@@ -29,10 +31,11 @@ class Cut(NamedTuple):
 
 
 def _cut_python(data: bytes | memoryview, offset: int, start: int, max_bytes: int, size: int,
-                taken: bool) -> tuple[int, int, bytes, bytes, int, int, int, int]:
+                taken: bool, join: bool = True
+                ) -> tuple[int, int, bytes, bytes | memoryview, int, int, int, int]:
     lengths: array[int] = array("i")
     bodies: list[bytes | memoryview] = []
-    first, pos, end, stop = -1, 0, len(data), END
+    first, pos, end, stop, at = -1, 0, len(data), END, -1
     mv = memoryview(data)
     u32 = _U32.unpack_from
     while pos < end:
@@ -49,12 +52,14 @@ def _cut_python(data: bytes | memoryview, offset: int, start: int, max_bytes: in
                 stop = FULL
                 break
             if first < 0:
-                first = offset
+                first, at = offset, pos
             lengths.append(n)
             bodies.append(mv[pos + 4 : pos + 4 + n])
             size += n
         offset += 1
         pos += 4 + n
+    if not join:
+        return first, len(lengths), b"", mv[at if at >= 0 else pos : pos], size, stop, pos, offset
     return first, len(lengths), lengths.tobytes(), b"".join(bodies), size, stop, pos, offset
 
 
@@ -98,13 +103,15 @@ def join_simple(payload: bytes | memoryview, lengths: list[int], python: bool = 
 
 
 def cut_simple(data: bytes | memoryview, offset: int, start: int, max_bytes: int, size: int = 0,
-               taken: bool = False, python: bool = False) -> Cut:
+               taken: bool = False, join: bool = True, python: bool = False) -> Cut:
     """The simple entries of ``data`` (a chunk's data section, its first entry at ``offset``)
-    from offset ``start``, while ``size`` plus their bytes stay within ``max_bytes`` (the first
-    entry of a read is always taken: ``taken`` says whether an earlier call took one). Stops at
-    a sub-entry batch (BATCH) for the general reader. Raises ChunkError on a truncated entry."""
+    from offset ``start``, while ``size`` plus their bodies' bytes stay within ``max_bytes``
+    (the first entry of a read is always taken: ``taken`` says whether an earlier call took
+    one). ``join``: their bodies joined and their lengths; else the entries as stored, a view
+    of ``data``. Stops at a sub-entry batch (BATCH) for the general reader. Raises ChunkError on
+    a truncated entry."""
     cut = _cut_python if python or _cut_c is None else _cut_c
     try:
-        return Cut(*cut(data, offset, start, max_bytes, size, taken))
+        return Cut(*cut(data, offset, start, max_bytes, size, taken, join))
     except ValueError as e:
         raise ChunkError(str(e)) from None

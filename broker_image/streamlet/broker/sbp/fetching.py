@@ -21,6 +21,7 @@ answer's results written in one call (sbp.flat, in C too).
 from __future__ import annotations
 
 import asyncio
+import struct
 from array import array
 from collections import deque
 from collections.abc import Iterable
@@ -34,7 +35,7 @@ from ...sbp.fbs.FetchInfo import FetchInfoT
 from ...sbp.fbs.FetchRequest import FetchRequestT
 from ...sbp.fbs.FetchResponse import FetchResponseT
 from ...sbp.fbs.FetchResult import FetchResultT
-from ...sbp.flat import fetch_response, fetch_run_response
+from ...sbp.flat import fetch_prefixed_response, fetch_response, fetch_run_response
 from ...storage.chunk import HEADER_SIZE, ChunkError, iter_records
 from ...storage.entries import BATCH, FULL, cut_simple
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from .connection import SbpConnection
 
 Record = tuple[int, bytes | memoryview]
+_U32 = struct.Struct(">I")
 
 #: a stream's answer goes out in frames of about this many bytes: one frame of the whole
 #: ``batch_max_bytes`` would make the broker and the client take turns (read, then send, then
@@ -77,45 +79,55 @@ def gate_open(min_bytes: int, available: int) -> bool:
 
 @dataclass(slots=True)
 class Records:
-    """Record batches read for one stream: their offsets as runs of (first, count), their
-    lengths, their bodies joined in pieces."""
+    """Record batches read for one stream: their offsets as runs of (first, count), the
+    payload bytes of each run, their lengths (none when length-prefixed), their bodies joined
+    in pieces (or, length-prefixed, views of the entries as stored)."""
 
     runs: list[tuple[int, int]] = field(default_factory=list)
+    run_bytes: list[int] = field(default_factory=list)
     lengths: array[int] = field(default_factory=lambda: array("i"))
     bodies: list[bytes | memoryview] = field(default_factory=list)
-    size: int = 0
+    size: int = 0  # the batches' bytes, without length prefixes: what budgets count
+    count: int = 0
 
     def __len__(self) -> int:
-        return len(self.lengths)
+        return self.count
 
     @property
     def last(self) -> int:
         first, count = self.runs[-1]
         return first + count - 1
 
-    def _run(self, first: int, count: int) -> None:
+    def _run(self, first: int, count: int, nbytes: int) -> None:
         """Offsets ``first``..``first + count - 1`` follow: one more run, or the last longer."""
         if self.runs and self.last + 1 == first:
             self.runs[-1] = (self.runs[-1][0], self.runs[-1][1] + count)
+            self.run_bytes[-1] += nbytes
         else:
             self.runs.append((first, count))
+            self.run_bytes.append(nbytes)
+        self.count += count
 
-    def add_run(self, first: int, lengths: bytes, bodies: bytes, size: int) -> None:
-        self._run(first, len(lengths) // 4)
+    def add_run(self, first: int, count: int, lengths: bytes, bodies: bytes | memoryview,
+                size: int) -> None:
+        self._run(first, count, len(bodies))
         self.lengths.frombytes(lengths)
         self.bodies.append(bodies)
         self.size = size
 
     def extend(self, more: Records) -> None:
-        for first, count in more.runs:
-            self._run(first, count)
+        for (first, count), nbytes in zip(more.runs, more.run_bytes, strict=True):
+            self._run(first, count, nbytes)
         self.lengths.extend(more.lengths)
         self.bodies += more.bodies
         self.size += more.size
 
-    def add(self, offset: int, body: bytes | memoryview) -> None:
-        self.add_run(offset, array("i", [len(body)]).tobytes(), bytes(body),
-                     self.size + len(body))
+    def add(self, offset: int, body: bytes | memoryview, prefixed: bool = False) -> None:
+        if prefixed:
+            self.add_run(offset, 1, b"", _U32.pack(len(body)) + body, self.size + len(body))
+        else:
+            self.add_run(offset, 1, array("i", [len(body)]).tobytes(), bytes(body),
+                         self.size + len(body))
 
 
 class Reader:
@@ -137,9 +149,10 @@ class Reader:
         #: chunks read and not cut to their end: (data section left, its first entry's offset)
         self.pending: deque[tuple[memoryview, int]] = deque()
 
-    def read(self, max_bytes: int, taken: bool = False) -> Records:
+    def read(self, max_bytes: int, taken: bool = False, prefixed: bool = False) -> Records:
         """Records from ``start`` while their bytes stay within ``max_bytes``; the first always
-        unless ``taken`` (a piece after the first: the answer's limit holds)."""
+        unless ``taken`` (a piece after the first: the answer's limit holds). ``prefixed``:
+        the entries as stored (each behind its length), views of the chunk read, not copies."""
         out = Records()
         while True:
             if not self.pending:
@@ -151,20 +164,21 @@ class Reader:
                 if not self.pending:
                     return out
             data, offset = self.pending[0]
-            cut = cut_simple(data, offset, self.start, max_bytes, out.size, taken or len(out) > 0)
+            cut = cut_simple(data, offset, self.start, max_bytes, out.size, taken or len(out) > 0,
+                             not prefixed)
             if cut.n:
-                out.add_run(cut.first, cut.lengths, cut.bodies, cut.size)
+                out.add_run(cut.first, cut.n, cut.lengths, cut.bodies, cut.size)
             self.start = max(self.start, cut.offset)
             if cut.stop == FULL:
                 self.pending[0] = (data[cut.pos :], cut.offset)
                 return out
             self.pending.popleft()
             if cut.stop == BATCH and not self._batch(data[cut.pos :], cut.offset, out,
-                                                     max_bytes, taken):
+                                                     max_bytes, taken, prefixed):
                 return out
 
     def _batch(self, data: memoryview, offset: int, out: Records, max_bytes: int,
-               taken: bool) -> bool:
+               taken: bool, prefixed: bool) -> bool:
         """The rest of a chunk holding a sub-entry batch, by the general reader; False once
         ``max_bytes`` is reached (the chunk is read again from there next time: rare)."""
         for body in iter_records(data):
@@ -172,7 +186,7 @@ class Reader:
                 if (taken or len(out)) and out.size + len(body) > max_bytes:
                     self.start = offset
                     return False
-                out.add(offset, body)
+                out.add(offset, body, prefixed)
             offset += 1
         self.start = max(self.start, offset)
         return True
@@ -227,7 +241,9 @@ class Fetch:
         self.conn = conn
         self.sid = stream_sid
         self.min_bytes = req.minBytes
-        self.run_results = bool(req.runResults)  # streamlet's: a result per run, not per batch
+        #: streamlet's forms: a result per run, not per batch; and its batches length-prefixed
+        self.prefixed = bool(req.lengthPrefixed)
+        self.run_results = bool(req.runResults) or self.prefixed
         self.entries: list[Entry] = []
         self.sending: deque[Entry] = deque()  # answered streams with pieces still to send
         self.open = False
@@ -294,7 +310,7 @@ class Fetch:
         if e.size >= first or e.reader is None:
             return
         try:
-            e.records.extend(e.reader.read(first - e.size, taken=len(e.records) > 0))
+            e.records.extend(e.reader.read(first - e.size, len(e.records) > 0, self.prefixed))
         except ChunkError as err:
             e.error = (ErrorCode.STORAGE_ERROR, f"a stored chunk cannot be read ({err})")
 
@@ -306,7 +322,7 @@ class Fetch:
         if budget <= 0 or e.reader is None or e.stream is None or e.stream.deleted:
             return Records()
         try:
-            return e.reader.read(min(self.conn.piece_bytes, budget), taken=True)
+            return e.reader.read(min(self.conn.piece_bytes, budget), True, self.prefixed)
         except ChunkError:
             return Records()
 
@@ -344,7 +360,10 @@ class Fetch:
             if not e.records:
                 self.sending.popleft()
             end = not self.sending and all(x.answered for x in self.entries)
-            if self.run_results:
+            if self.prefixed:
+                header = fetch_prefixed_response([(e.info.requestIndex, e.info.streamId,
+                                                   piece.runs, piece.run_bytes)])
+            elif self.run_results:
                 header = fetch_run_response([(e.info.requestIndex, e.info.streamId, piece.runs,
                                               piece.lengths, piece.size)])
             else:

@@ -70,7 +70,14 @@ class FetchRequest(object):
             return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
         return False
 
-def FetchRequestStart(builder): builder.StartObject(4)
+    # FetchRequest
+    def LengthPrefixed(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+def FetchRequestStart(builder): builder.StartObject(5)
 def Start(builder):
     return FetchRequestStart(builder)
 def FetchRequestAddMaxWaitMs(builder, maxWaitMs): builder.PrependInt32Slot(0, maxWaitMs, 0)
@@ -88,6 +95,9 @@ def StartFetchRequestsVector(builder, numElems):
 def FetchRequestAddRunResults(builder, runResults): builder.PrependBoolSlot(3, runResults, 0)
 def AddRunResults(builder, runResults):
     return FetchRequestAddRunResults(builder, runResults)
+def FetchRequestAddLengthPrefixed(builder, lengthPrefixed): builder.PrependBoolSlot(4, lengthPrefixed, 0)
+def AddLengthPrefixed(builder, lengthPrefixed):
+    return FetchRequestAddLengthPrefixed(builder, lengthPrefixed)
 def FetchRequestEnd(builder): return builder.EndObject()
 def End(builder):
     return FetchRequestEnd(builder)
@@ -105,6 +115,7 @@ class FetchRequestT(object):
         self.minBytes = 0  # type: int
         self.fetchRequests = None  # type: List[streamlet.sbp.fbs.FetchInfo.FetchInfoT]
         self.runResults = False  # type: bool
+        self.lengthPrefixed = False  # type: bool
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -133,6 +144,7 @@ class FetchRequestT(object):
                     fetchInfo_ = streamlet.sbp.fbs.FetchInfo.FetchInfoT.InitFromObj(fetchRequest.FetchRequests(i))
                     self.fetchRequests.append(fetchInfo_)
         self.runResults = fetchRequest.RunResults()
+        self.lengthPrefixed = fetchRequest.LengthPrefixed()
 
     # FetchRequestT
     def Pack(self, builder):
@@ -150,5 +162,6 @@ class FetchRequestT(object):
         if self.fetchRequests is not None:
             FetchRequestAddFetchRequests(builder, fetchRequests)
         FetchRequestAddRunResults(builder, self.runResults)
+        FetchRequestAddLengthPrefixed(builder, self.lengthPrefixed)
         fetchRequest = FetchRequestEnd(builder)
         return fetchRequest

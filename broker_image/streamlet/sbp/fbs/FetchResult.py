@@ -90,7 +90,14 @@ class FetchResult(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
         return o == 0
 
-def FetchResultStart(builder): builder.StartObject(6)
+    # FetchResult
+    def BatchCount(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 0
+
+def FetchResultStart(builder): builder.StartObject(7)
 def Start(builder):
     return FetchResultStart(builder)
 def FetchResultAddStreamId(builder, streamId): builder.PrependInt64Slot(0, streamId, 0)
@@ -114,6 +121,9 @@ def AddBatchLengths(builder, batchLengths):
 def FetchResultStartBatchLengthsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def StartBatchLengthsVector(builder, numElems):
     return FetchResultStartBatchLengthsVector(builder, numElems)
+def FetchResultAddBatchCount(builder, batchCount): builder.PrependInt32Slot(6, batchCount, 0)
+def AddBatchCount(builder, batchCount):
+    return FetchResultAddBatchCount(builder, batchCount)
 def FetchResultEnd(builder): return builder.EndObject()
 def End(builder):
     return FetchResultEnd(builder)
@@ -133,6 +143,7 @@ class FetchResultT(object):
         self.status = None  # type: Optional[streamlet.sbp.fbs.Status.StatusT]
         self.baseOffset = -1  # type: int
         self.batchLengths = None  # type: List[int]
+        self.batchCount = 0  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -163,6 +174,7 @@ class FetchResultT(object):
                     self.batchLengths.append(fetchResult.BatchLengths(i))
             else:
                 self.batchLengths = fetchResult.BatchLengthsAsNumpy()
+        self.batchCount = fetchResult.BatchCount()
 
     # FetchResultT
     def Pack(self, builder):
@@ -185,5 +197,6 @@ class FetchResultT(object):
         FetchResultAddBaseOffset(builder, self.baseOffset)
         if self.batchLengths is not None:
             FetchResultAddBatchLengths(builder, batchLengths)
+        FetchResultAddBatchCount(builder, self.batchCount)
         fetchResult = FetchResultEnd(builder)
         return fetchResult
