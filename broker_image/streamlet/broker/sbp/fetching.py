@@ -47,8 +47,10 @@ _U32 = struct.Struct(">I")
 
 #: a stream's answer goes out in frames of about this many bytes: one frame of the whole
 #: ``batch_max_bytes`` would make the broker and the client take turns (read, then send, then
-#: wait while the client reads); in pieces, the client reads one while the next is cut
-PIECE = 512 << 10
+#: wait while the client reads); in pieces, the client reads one while the next is cut. Each
+#: frame costs both sides Python (its tables): 2 MiB, the connection's write buffer high mark,
+#: read 1,000 B batches a third faster than 512 KiB pieces (docs/performance.md)
+PIECE = 2 << 20
 #: a stream's answer is at most this many bytes (its batch_max_bytes is capped there): with
 #: pieces, an answer's size no longer sets the memory it takes
 MAX_FETCH_BYTES = 64 << 20
