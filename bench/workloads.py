@@ -7,6 +7,7 @@ and returns :class:`Row` values with exact counts (what was sent, confirmed, con
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -152,6 +153,10 @@ class RssSampler:
 
 
 def _phase(server: Server, jobs: list[Job], **kw: Any) -> tuple[list[dict[str, Any]], RssSampler]:
+    # What earlier phases wrote goes to disk first: else a phase pays for the writeback of the
+    # phases before it (the kernel throttles writers past its dirty limits), and the rows of a
+    # run favour whichever protocol or server went first.
+    os.sync()
     sampler = RssSampler(server)
     try:
         results = run_parallel(jobs, on_start=sampler.start, **kw)

@@ -1,9 +1,10 @@
 """Starting the broker's listeners: the RabbitMQ port opens last, so whoever waits for it (a
-client, a readiness probe, the tests' BrokerProcess) finds every other listener open; a port
-that cannot be listened on stops the broker with that listener's address."""
+client, a readiness probe, the tests' BrokerProcess) finds every other listener open; a
+configured port that cannot be listened on stops the broker with that listener's address."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
@@ -17,19 +18,37 @@ from tests.support.brokers import BrokerProcess, free_port
 OTHERS = ("--mega-port", "--rsio-port", "--sbp-port", "--metrics-port", "--http-port")
 
 
+def distinct_ports(n: int) -> list[int]:
+    """``n`` free ports, all different (free_port one after another may repeat one)."""
+    with contextlib.ExitStack() as held:
+        socks = [held.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
 def test_every_listener_answers_once_the_rabbitmq_port_does(
         broker_factory: Callable[..., BrokerProcess]) -> None:
     for _ in range(3):  # a race would lose some of these
-        ports = {flag: free_port() for flag in OTHERS}
-        b = broker_factory(extra_args=[a for flag, p in ports.items() for a in (flag, str(p))])
-        for port in ports.values():  # one attempt each: open now or never was
-            with socket.create_connection((b.host, port), timeout=10):
-                pass
+        main, *others = distinct_ports(1 + len(OTHERS))
+        ports = dict(zip(OTHERS, others, strict=True))
+        b = broker_factory(port=main,
+                           extra_args=[a for flag, p in ports.items() for a in (flag, str(p))])
+        for flag, port in ports.items():  # one attempt each: open now or never was
+            try:
+                socket.create_connection((b.host, port), timeout=10).close()
+            except OSError as e:
+                raise AssertionError(f"{flag} {port}: {e}; the broker's log:\n"
+                                     f"{b.log_text()[-3000:]}") from e
         b.stop()
 
 
-@pytest.mark.parametrize("flag, name", [("--sbp-port", "sbp"), ("--rsio-port", "rsio")])
-def test_a_stream_port_taken_names_its_listener(tmp_path: Path, flag: str, name: str) -> None:
+@pytest.mark.parametrize("flag, name", [("--sbp-port", "sbp"), ("--rsio-port", "rsio"),
+                                        ("--metrics-port", "metrics"),
+                                        ("--http-port", "management API")])
+def test_a_port_taken_stops_the_broker_naming_its_listener(tmp_path: Path, flag: str,
+                                                          name: str) -> None:
+    """A configured listener's port taken: exit 1, its address and what it is for said."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -228,23 +226,6 @@ def logged(b: BrokerProcess, text: str, timeout: float = 30) -> bool:
             return True
         time.sleep(0.05)
     return False
-
-
-def _serve(data: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "streamlet", "serve", "--host", "127.0.0.1",
-                             "--port", str(free_port()), "--data-dir", str(data), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def test_a_configured_port_taken_stops_the_broker(tmp_path: Path) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        proc = _serve(tmp_path / "data", "--metrics-port", str(port))
-        out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 1
-    assert f"cannot serve on 127.0.0.1:{port}: Address already in use (metrics)" in out
 
 
 def test_the_default_port_taken_is_skipped(broker_factory: Callable[..., BrokerProcess]) -> None:

@@ -11,11 +11,14 @@ unanswered are answered with what they have (or nothing). The last frame of the 
 response-end flag. A record batch is one stored message: each goes as a FetchResult of its own,
 with its offset (streamlet's ``base_offset``), its bytes in the payload in the same order; or,
 when the request asks for ``run_results`` (streamlet's), each run of consecutive offsets goes as
-one FetchResult with its batches' lengths in ``batch_lengths``.
+one FetchResult with its batches' lengths in ``batch_lengths``; with ``length_prefixed``
+(streamlet's too) each batch goes behind its length, as stored, and a run's result gives its
+``batch_count``.
 
 No Python runs per record batch on the way out: a chunk's simple entries are cut out in one
-call (storage.entries, in C), their offsets kept as runs and their lengths as an array, and the
-answer's results written in one call (sbp.flat, in C too).
+call (storage.entries, in C), their offsets kept as runs and their lengths as an array (or,
+length-prefixed, the entries taken as views of the chunk read: no copy), and the answer's
+results written in one call (sbp.flat).
 """
 
 from __future__ import annotations
