@@ -93,6 +93,7 @@ def random_frame(rng: random.Random, sid: int, asked: dict[int, list[tuple[str, 
         header.fetchRequests, header.minBytes = [f], rng.randrange(-1, 100)
         header.maxWaitMs = 0  # no timers left behind: answered at once
         header.runResults = rng.random() < 0.5  # streamlet's: a result per run
+        header.lengthPrefixed = rng.random() < 0.3  # and its batches as stored
     elif op is Opcode.CREATE_STREAMS:
         header = CreateStreamsRequestT()
         s = StreamT()
