@@ -4,7 +4,6 @@ configured port that cannot be listened on stops the broker with that listener's
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import subprocess
 import sys
@@ -13,18 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.brokers import BrokerProcess, free_port
+from tests.support.brokers import BrokerProcess, distinct_ports, free_port
 
 OTHERS = ("--mega-port", "--rsio-port", "--sbp-port", "--metrics-port", "--http-port")
 
-
-def distinct_ports(n: int) -> list[int]:
-    """``n`` free ports, all different (free_port one after another may repeat one)."""
-    with contextlib.ExitStack() as held:
-        socks = [held.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
 
 
 def test_every_listener_answers_once_the_rabbitmq_port_does(

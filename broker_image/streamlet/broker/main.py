@@ -74,15 +74,19 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         loop.add_signal_handler(signal.SIGHUP, hangups.append, None)
     broker = Broker(config, LISTENERS)
     metrics = management = None
+
+    async def close() -> None:
+        for server in (metrics, management):
+            if server is not None:
+                await server.close()
+        await broker.stop()
+
     try:
         metrics = await start_metrics(broker)  # [listeners.metrics]: /metrics on this loop
         management = await start_management(broker)  # [listeners.http]: /api/ on this loop
         await broker.start()  # the stream ports last: once they answer, /metrics and /api/ do
     except OSError:
-        for server in (metrics, management):
-            if server is not None:
-                await server.close()
-        await broker.stop()
+        await close()
         raise
     reloader = Reloader(broker, seen)
     reloading = asyncio.create_task(reloader.run())
@@ -95,10 +99,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         ready.set()
     await stop.wait()
     reloading.cancel()
-    for server in (metrics, management):
-        if server is not None:
-            await server.close()
-    await broker.stop()
+    await close()
 
 
 #: held while a broker serves from a data directory: a second broker there would share its

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import ssl
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -24,6 +23,7 @@ from .budget import FrameBudget
 from .clock import LoopClock
 from .config import BrokerConfig, ConfigError, Permission, User
 from .directory import CHECK_INTERVAL_S, EMPTY, Directory, DirectoryFile, seal_changes
+from .listening import listen_error
 from .memory import TRIM_INTERVAL_S, return_free_memory
 from .periodic import every
 from .replication.create import Cluster
@@ -114,10 +114,9 @@ class Broker:
                     lambda f=factory, t=tls, p=listener.protocol: self._connection(f, t, p),
                     listener.host, listener.port, backlog=1024, reuse_address=True,
                     ssl=self.tls.listening if tls and self.tls else None)
-            except OSError as e:  # the serve command names the address: this listener's
-                why = os.strerror(e.errno) if e.errno else str(e)
-                raise OSError(e.errno, f"{why} ({listener.protocol}{' TLS' if tls else ''})",
-                              f"{listener.host}:{listener.port}") from e
+            except OSError as e:
+                raise listen_error(e, f"{listener.protocol}{' TLS' if tls else ''}",
+                                   listener.host, listener.port) from e
             self._servers.insert(0, server)  # in the table's order
             for sock in server.sockets:
                 log.info("streamlet listening for %s%s on %s", listener.protocol,

@@ -498,11 +498,11 @@ def fetch_prefixed_response(streams: list[tuple[int, int, list[tuple[int, int]],
     Nothing is written per record: the payload says each one's length."""
     rows: list[tuple[int, int, int, int, int]] = []
     for idx, sid, runs, sizes in streams:
-        if len(runs) != len(sizes):
-            raise ValueError("a payload size per run")
         if not runs:
             rows.append((idx, sid, -1, 0, 0))
-        rows += [(idx, sid, first, size, count) for (first, count), size in zip(runs, sizes, strict=True)]
+        # a payload size per run, or a ValueError
+        rows += [(idx, sid, first, size, count)
+                 for (first, count), size in zip(runs, sizes, strict=True)]
     n = len(rows)
     buf, at, status = _frame(_FETCH_RUN_VT, 40, n)
     _elements(buf, at, 40, n)

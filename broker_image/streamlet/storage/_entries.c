@@ -2,15 +2,15 @@
  * of SBP's FETCH (each record batch is one simple entry; its answer lists every entry's length
  * and sends the bodies without their headers).
  *
- * cut_simple(data, offset, start, max_bytes, size, taken, join) walks the simple entries of a chunk's
- * data section whose first entry has offset `offset`, skips those before `start`, and takes the
- * rest while the bytes taken stay within `max_bytes` (`size` already taken before; the first
- * entry of a read is always taken, `taken` says whether one was). It returns
+ * cut_simple(data, offset, start, max_bytes, size, taken, join) walks the simple entries of a
+ * chunk's data section whose first entry has offset `offset`, skips those before `start`, and
+ * takes the rest while the bytes taken stay within `max_bytes` (`size` already taken before;
+ * the first entry of a read is always taken, `taken` says whether one was). It returns
  *   (first, count, lengths, bodies, size, stop, pos, offset)
  * `first` the offset of the first entry taken (-1: none), `lengths` their sizes as native int32,
  * `bodies` their bodies joined (with `join` false: `lengths` is empty and `bodies` the entries
- * taken as they are, a slice of `data`, no copy), `stop` 0 (the data ended), 1 (max_bytes reached) or 2 (a
- * sub-entry batch at byte `pos`, offset `offset`: for the general reader).
+ * taken as they are, a slice of `data`, no copy), `stop` 0 (the data ended), 1 (max_bytes
+ * reached) or 2 (a sub-entry batch at byte `pos`, offset `offset`: for the general reader).
  *
  * join_simple(payload, lengths) is the other way: the bodies of `payload`, `lengths` (a list of
  * ints) long, each behind its simple entry header; a chunk's data section as is.

@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import replace
 
+from ..listening import listen_error, reason
 from .messages import Request, Response, parse_head, render
 
 log = logging.getLogger("streamlet.broker")
@@ -48,10 +48,10 @@ class HttpServer:
         try:
             await self.start(host, port)
         except OSError as e:
-            why = os.strerror(e.errno) if e.errno else str(e)  # asyncio's names the address
             if required:
-                raise OSError(e.errno, f"{why} ({self.what})", f"{host}:{port}") from e
-            log.warning("no %s: cannot listen on %s:%d (%s); %s", missing, host, port, why, hint)
+                raise listen_error(e, self.what, host, port) from e
+            log.warning("no %s: cannot listen on %s:%d (%s); %s", missing, host, port, reason(e),
+                        hint)
             return False
         return True
 

@@ -246,9 +246,10 @@ class Fetch:
         self.conn = conn
         self.sid = stream_sid
         self.min_bytes = req.minBytes
-        #: streamlet's forms: a result per run, not per batch; and its batches length-prefixed
+        #: streamlet's forms: a result per run, not per batch; length-prefixed batches (which
+        #: implies a result per run: pump() asks it first)
+        self.run_results = bool(req.runResults)
         self.prefixed = bool(req.lengthPrefixed)
-        self.run_results = bool(req.runResults) or self.prefixed
         self.entries: list[Entry] = []
         self.sending: deque[Entry] = deque()  # answered streams with pieces still to send
         self.open = False
