@@ -16,11 +16,12 @@ from streamlet.broker.sbp.appending import Appends
 from streamlet.core.ports import Refusal
 from streamlet.core.settings import StreamSettings
 from streamlet.core.streams import Stream
-from streamlet.sbp import ErrorCode, read, write
+from streamlet.sbp import ErrorCode, Opcode, SbpSplitter, decode, encode, read, write
 from streamlet.sbp.fbs.AppendInfo import AppendInfoT
 from streamlet.sbp.fbs.AppendRequest import AppendRequestT
 from streamlet.sbp.fbs.AppendResponse import AppendResponseT
 from streamlet.sbp.fbs.AppendRun import AppendRunT
+from streamlet.sbp.flat import append_run
 from tests.core.clock import ManualClock
 
 SID = 42  # the stream's SBP id, as the fake connection knows it
@@ -52,6 +53,13 @@ class FakeConn:
     def answers_raw(self, opcode: int, answers: list[tuple[int, bytes, bool]]) -> None:
         for sid, header, end in answers:
             self.answer_raw(opcode, sid, header, None, end)
+
+    def write(self, data: bytes) -> None:
+        """Whole answer frames (append_run_frames: the usual frame's answers)."""
+        for raw in SbpSplitter(0).feed(data):
+            f = decode(raw)
+            assert f is not None and f.opcode == Opcode.APPEND and f.is_response
+            self.answer_raw(f.opcode, f.stream_id, bytes(f.header), None, f.is_end)
 
     def system_error(self, *args: Any) -> None:
         raise AssertionError(args)
@@ -138,3 +146,23 @@ def test_a_sealed_stream_refuses_every_batch_of_the_run(
     assert conn.answers == [([(0, -1, ErrorCode.NOT_PRIMARY), (1, -1, ErrorCode.NOT_PRIMARY)],
                              True)]
     assert not conn.appends.waiting
+
+
+def test_the_usual_frame_is_answered_as_its_run_is_committed(
+        replicated: tuple[Stream, ManualClock]) -> None:
+    """One run to one stream (start_run, the hot path): answered once committed, as one
+    result; to a stream not here, every batch refused at once."""
+    stream, clock = replicated
+    conn = FakeConn(stream)
+    for sid, to, payload in ((5, SID, b"aabbcc"), (6, 99, b"aabb")):
+        raw = encode(Opcode.APPEND, 0, sid, _runs([to] * (len(payload) // 2)), payload)
+        run = append_run(raw)
+        assert run is not None
+        conn.appends.start_run(memoryview(raw), run)
+    assert conn.answers == [([(0, -1, ErrorCode.STREAM_NOT_FOUND),
+                              (1, -1, ErrorCode.STREAM_NOT_FOUND)], True)]
+    clock.advance(1)
+    assert stream.log.next_offset == 3 and len(conn.answers) == 1  # written, not committed
+    stream.commit(3)
+    assert conn.answers[1] == ([(0, 0, 0), (1, 1, 0), (2, 2, 0)], True)
+    assert not conn.appends.waiting and not conn.appends.offsets

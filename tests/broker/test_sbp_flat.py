@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from streamlet.sbp import Malformed, flat, read, write
+from streamlet.sbp import Flags, Malformed, Opcode, SbpSplitter, decode, encode, flat, read, write
 from streamlet.sbp.fbs.AppendInfo import AppendInfoT
 from streamlet.sbp.fbs.AppendRequest import AppendRequestT
 from streamlet.sbp.fbs.AppendResponse import AppendResponseT
@@ -22,6 +22,8 @@ from streamlet.sbp.fbs.FetchResponse import FetchResponseT
 from streamlet.sbp.flat import (
     append_infos,
     append_response,
+    append_run,
+    append_run_frames,
     append_run_response,
     append_runs,
     fetch_prefixed_response,
@@ -231,6 +233,78 @@ def test_append_runs_read_what_the_generated_builder_writes() -> None:
         assert got[0] == got[1], bytes(data).hex()
         refused += got[0] == "refused"
     assert refused > 100
+
+
+def _usual_frame(rng: random.Random) -> tuple[bytes, tuple[int, int, int, list[int]] | None]:
+    """An APPEND frame of one AppendRun whose lengths add up to its payload (the usual one), or
+    now and then one that is not: several runs, none, no batch, a response, another opcode."""
+    sid, idx = rng.randrange(-1 << 63, 1 << 63), rng.randrange(-1 << 31, 1 << 31)
+    lengths = [rng.choice((0, 1, 100, rng.randrange(300))) for _ in range(rng.randrange(1, 6))]
+    run = AppendRunT()
+    run.streamId, run.requestIndex, run.batchLengths = sid, idx, lengths
+    req = AppendRequestT()
+    req.timeoutMs, req.appendRuns = 1, [run]
+    opcode, flags, usual = Opcode.APPEND, 0, True
+    match rng.randrange(8):
+        case 0:
+            req.appendRuns, usual = [run, run], False
+        case 1:
+            run.batchLengths, usual = [], False
+        case 2:
+            flags, usual = int(Flags.RESPONSE), False
+        case 3:
+            opcode, usual = Opcode.FETCH, False
+    frame_sid = rng.randrange(1 << 32)
+    raw = encode(opcode, flags, frame_sid, write(req), rng.randbytes(sum(lengths)))
+    return raw, (frame_sid, sid, idx, lengths) if usual else None
+
+
+def test_append_run_reads_the_usual_frame_in_c_and_python() -> None:
+    """append_run: the usual APPEND frame's run and where its lengths and payload are, None for
+    any other frame; C and Python alike on frames and on mutations of them, which are never an
+    error (the general path answers what is wrong)."""
+    rng = random.Random(16)
+    for _ in range(300):
+        raw, want = _usual_frame(rng)
+        got = append_run(raw)
+        assert got == append_run(raw, python=True)
+        if want is None:
+            assert got is None
+            continue
+        assert got is not None
+        frame_sid, sid, idx, count, lengths_at, payload_at = got
+        assert (frame_sid, sid, idx) == want[:3]
+        assert list(struct.unpack_from(f"<{count}i", raw, lengths_at)) == want[3]
+        assert len(raw) - payload_at == sum(want[3])
+    hits = 0
+    for _ in range(20000):
+        data = bytearray(_usual_frame(rng)[0])
+        for _ in range(rng.randrange(1, 4)):
+            if rng.random() < 0.2 and len(data) > 1:
+                del data[rng.randrange(len(data)):]
+            elif data:
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        got = append_run(bytes(data))
+        assert got == append_run(bytes(data), python=True), bytes(data).hex()
+        hits += got is not None
+    assert 1000 < hits < 19000  # some mutations stay usual (a payload byte), most do not
+
+
+def test_append_run_frames_read_back_as_frames() -> None:
+    """Each answer is a whole frame: its flags and stream identifier, and one AppendRun result
+    the generated reader reads."""
+    answers = [(7, False, 3, 100, 9, 1 << 40, 55), (8, True, 0, 1, -2, 0, 56)]
+    data = append_run_frames(answers)
+    frames = list(SbpSplitter(0).feed(data))
+    assert len(frames) == 2
+    for raw, (sid, end, idx, count, stream, offset, ms) in zip(frames, answers, strict=True):
+        f = decode(raw)
+        assert f is not None and (f.opcode, f.stream_id, f.is_response, f.is_end) == (
+            Opcode.APPEND, sid, True, end)
+        [r] = read(AppendResponseT, f.header).appendResponses
+        assert (r.requestIndex, r.batchCount, r.streamId, r.baseOffset, r.streamAppendTimeMs,
+                r.status.code) == (idx, count, stream, offset, ms, 0)
+    assert append_run_frames([]) == b""
 
 
 def test_append_run_response_reads_back_with_the_generated_reader() -> None:

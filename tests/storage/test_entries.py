@@ -92,6 +92,23 @@ def test_join_simple(python: bool) -> None:
     assert (cut.n, cut.bodies, array("i", cut.lengths).tolist()) == (2, b"x" * 300, [100, 200])
 
 
+@pytest.mark.parametrize("python", [True, False])
+def test_join_simple_takes_packed_lengths(python: bool) -> None:
+    """Lengths as little-endian int32s (a FlatBuffers [int] as SBP's APPEND carries it) join
+    as the list does, and are refused alike."""
+    def packed(lengths: list[int]) -> memoryview:
+        return memoryview(struct.pack(f"<{len(lengths)}i", *lengths))
+
+    assert join_simple(b"abcdef", packed([1, 0, 5]), python=python) == join_simple(
+        b"abcdef", [1, 0, 5], python=python)
+    assert join_simple(b"", b"", python=python) == b""
+    for lengths in ([1, 2], [-1, 7], [3, 3, 1]):
+        with pytest.raises(ChunkError):
+            join_simple(b"abcdef", packed(lengths), python=python)
+    with pytest.raises(ChunkError, match="whole number"):
+        join_simple(b"abcdef", b"\x06\x00\x00", python=python)
+
+
 @pytest.mark.parametrize("first,n", [(0, 0), (1, 3), (123_456_789, 100), ((1 << 63) - 1, 2)])
 def test_consecutive_ids_in_c_and_python(first: int, n: int) -> None:
     want = b"".join(struct.pack(">Q", first + i) for i in range(n))

@@ -12,7 +12,8 @@
  * AppendInfo, the answers' results), a list per field, every position checked as flat.py's
  * reader checks it (ValueError where it raises Malformed).
  * read_runs(buf, vector_slot): APPEND's AppendRuns (streamlet's), as flat.append_runs reads
- * them. flat.py has the same functions in Python; both must give identical results
+ * them. append_run(frame): a whole APPEND frame of one AppendRun read at once (the usual one:
+ * a client's batches to one stream), or None for the general path. flat.py has the same functions in Python; both must give identical results
  * (tests/broker/test_sbp_flat.py). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -434,11 +435,90 @@ done:
     return result;
 }
 
+static inline uint32_t be32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+/* One_run's frame checks: a request APPEND (magic, opcode, no response flag, its length and
+ * FlatBuffers format) whose extended header holds no append_requests and exactly one AppendRun
+ * of at least one batch, the lengths none negative and adding up to the payload. Its fields in
+ * `out`: stream_id, request_index, batch count, the lengths' position, the payload's. 0 when
+ * the frame is anything else (the general path reads it, and answers what is wrong); never an
+ * error set. */
+static int usual_append(const unsigned char *f, long long flen, long long out[5]) {
+    if (flen < 16 || f[4] != 23 || f[5] != 0x10 || f[6] != 0x01 || (f[7] & 1) ||
+        be32(f) != flen || f[12] != 0x01)
+        return 0;
+    long long hlen = ((long long)f[13] << 16) | (f[14] << 8) | f[15];
+    if (16 + hlen > flen || hlen < 8)
+        return 0;
+    const unsigned char *p = f + 16;
+    long long root, rsize, rvt, n, t, tsize, tvt;
+    root = rd32(p);
+    if ((rvt = vtable(p, hlen, root, &rsize)) < 0)
+        goto other;
+    long long infos = slot(p, rvt, rsize, 1), runs = slot(p, rvt, rsize, 2);
+    if (infos) {  /* the document's form beside runs: present but empty is still usual */
+        if (vector_at(p, hlen, root + infos, &n) < 0 || n)
+            goto other;
+    }
+    long long vec;
+    if (!runs || (vec = vector_at(p, hlen, root + runs, &n)) < 0 || n != 1)
+        goto other;
+    t = vec + 4 + rd32(p + vec + 4);
+    if ((tvt = vtable(p, hlen, t, &tsize)) < 0)
+        goto other;
+    long long fs = field_at(hlen, p, t, tvt, tsize, 0, 8);
+    long long fi = field_at(hlen, p, t, tvt, tsize, 1, 4);
+    long long fl = field_at(hlen, p, t, tvt, tsize, 2, 4);
+    long long lv, count;
+    if (fs < 0 || fi < 0 || fl <= 0 || (lv = vector_at(p, hlen, fl, &count)) < 0 || !count)
+        goto other;
+    long long total = 0, payload = flen - 16 - hlen;
+    for (long long k = 0; k < count; k++) {
+        int32_t size = (int32_t)rd32(p + lv + 4 + 4 * k);
+        if (size < 0 || (total += size) > payload)
+            goto other;
+    }
+    if (total != payload)
+        goto other;
+    out[0] = fs ? (long long)(int64_t)(rd32(p + fs) | ((uint64_t)rd32(p + fs + 4) << 32)) : 0;
+    out[1] = fi ? (long long)(int32_t)rd32(p + fi) : 0;
+    out[2] = count;
+    out[3] = 16 + lv + 4;
+    out[4] = 16 + hlen;
+    return 1;
+other:
+    PyErr_Clear();  /* the reading helpers set errors: here they only mean "not usual" */
+    return 0;
+}
+
+/* append_run(frame): for the usual APPEND frame (usual_append), (frame stream identifier,
+ * stream_id, request_index, count, lengths_at, payload_at), the positions in the frame of
+ * its batch lengths (`count` little-endian int32) and of its payload; None for any other. */
+static PyObject *append_run(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    long long r[5];
+    PyObject *result;
+    if (usual_append(view.buf, view.len, r))
+        result = Py_BuildValue("(kLLLLL)", (unsigned long)be32((unsigned char *)view.buf + 8),
+                               r[0], r[1], r[2], r[3], r[4]);
+    else {
+        result = Py_None;
+        Py_INCREF(result);
+    }
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"fill_append", fill_append, METH_VARARGS, "Write an APPEND answer's results."},
     {"fill_fetch", fill_fetch, METH_VARARGS, "Write a FETCH answer's results."},
     {"read_columns", read_columns, METH_VARARGS, "Read a vector of scalar tables by column."},
     {"read_runs", read_runs, METH_VARARGS, "Read an APPEND request's AppendRuns."},
+    {"append_run", append_run, METH_O, "The usual APPEND frame's run, or None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -23,7 +23,7 @@ from array import array
 from collections.abc import Sequence
 from operator import add, itemgetter, sub
 
-from .frame import Malformed
+from .frame import PREFIX_SIZE, Flags, Malformed, Opcode, decode, head
 
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
@@ -295,6 +295,41 @@ def append_runs(header: bytes | memoryview, python: bool = False
     return out
 
 
+#: (frame stream identifier, stream_id, request_index, batch count, where the lengths are,
+#: where the payload is): append_run's answer
+UsualAppend = tuple[int, int, int, int, int, int]
+
+
+def append_run(frame: bytes | memoryview, python: bool = False) -> UsualAppend | None:
+    """A whole APPEND frame read at once when it is the usual one: a request whose header has
+    exactly one AppendRun (no AppendInfo) of at least one batch, the lengths none negative and
+    adding up to the payload. The lengths are ``count`` little-endian int32 at ``lengths_at``
+    in ``frame``, the payload from ``payload_at`` to its end. None for any other frame, which
+    the general path (decode, ``append_runs``) reads and answers. In C (``_flat.append_run``)
+    where it was built: the same answers."""
+    if _append_run is not None and not python:
+        return _append_run(frame)  # type: ignore[no-any-return]
+    try:
+        f = decode(frame)
+        if f is None or f.opcode != Opcode.APPEND or f.is_response:
+            return None
+        buf = bytes(f.header)
+        top = root(buf)
+        tables = table_vector(buf, top, _RUNS_SLOT)
+        if _vector(buf, top, 1)[1] or len(tables) != 1:
+            return None
+        t = tables[0]
+        sid, idx = _scalar(buf, t, 0, _I64, 0), _scalar(buf, t, 1, _I32, 0)
+        at, n = _vector(buf, t, 2)
+        lengths = struct.unpack_from(f"<{n}i", buf, at)
+    except Malformed:
+        return None
+    payload = len(f.payload)
+    if not n or min(lengths) < 0 or sum(lengths) != payload:
+        return None
+    return f.stream_id, sid, idx, n, PREFIX_SIZE + at, len(frame) - payload
+
+
 def _scalar(buf: bytes, table: int, slot: int, kind: struct.Struct, default: int) -> int:
     off = _field(buf, table, slot)
     if not off:
@@ -392,11 +427,13 @@ def _fill_fetch(buf: bytearray, at: int, status: int,
 
 
 try:  # in C where a compiler was there at install time: the same results
+    from ._flat import append_run as _append_run
     from ._flat import fill_append, fill_fetch
     from ._flat import read_columns as _read_columns
     from ._flat import read_runs as _read_runs
 except ImportError:
-    fill_append, fill_fetch, _read_columns, _read_runs = _fill_append, _fill_fetch, None, None
+    fill_append, fill_fetch = _fill_append, _fill_fetch
+    _read_columns = _read_runs = _append_run = None
 
 
 def append_response(runs: list[tuple[list[int], int, int, int]]) -> bytes:
@@ -409,14 +446,8 @@ def append_response(runs: list[tuple[list[int], int, int, int]]) -> bytes:
 
 def append_run_response(runs: list[tuple[Sequence[int], int, int, int]]) -> bytes:
     """``append_response`` for a request with runs (streamlet's): a run of request indexes
-    given as a ``range`` is one result with its ``batch_count``; a list, a result per index."""
-    first = runs[0][0] if len(runs) == 1 else None
-    if isinstance(first, range) and first.step == 1:  # the usual answer: one run, one result
-        _, sid, offset, ms = runs[0]
-        buf = bytearray(_ONE_RUN)
-        _APPEND_RUN.pack_into(buf, _ONE_AT, _ONE_AT - 16, first.start, sid, offset, ms,
-                              _ONE_STATUS - _ONE_AT - 32, len(first))
-        return bytes(buf)
+    given as a ``range`` is one result with its ``batch_count``; a list, a result per index.
+    (``append_run_frames`` writes the usual answer, one run, faster.)"""
     rows: list[tuple[int, int, int, int, int]] = []
     for indexes, sid, offset, ms in runs:
         if isinstance(indexes, range) and indexes.step == 1:
@@ -522,3 +553,26 @@ def _one_run_layout() -> tuple[bytes, int, int]:
 
 
 _ONE_RUN, _ONE_AT, _ONE_STATUS = _one_run_layout()
+#: a whole answer frame of one AppendRun result: its flags and stream identifier at byte 7
+_ONE_FRAME = head(Opcode.APPEND, 0, 0, len(_ONE_RUN), 0) + _ONE_RUN
+_FLAGS_SID = struct.Struct(">BI")
+_MORE, _END = int(Flags.RESPONSE), int(Flags.RESPONSE | Flags.RESPONSE_END)
+
+#: an answer ``append_run_frames`` writes: (frame stream identifier, the last answer to its
+#: request, first request index, batch count, stream id, base offset, append time ms)
+RunAnswer = tuple[int, bool, int, int, int, int, int]
+
+
+def append_run_frames(answers: list[RunAnswer]) -> bytes:
+    """Whole APPEND answer frames, one AppendRun result each (a run of a request's batches
+    confirmed with consecutive offsets), for one write: each a copy of one layout with its
+    two places filled, no table built."""
+    size, at = len(_ONE_FRAME), 16 + _ONE_AT
+    buf = bytearray(_ONE_FRAME * len(answers))
+    flags_sid, result = _FLAGS_SID.pack_into, _APPEND_RUN.pack_into
+    soffset, status = _ONE_AT - 16, _ONE_STATUS - _ONE_AT - 32
+    for sid, end, index, count, stream, offset, ms in answers:
+        flags_sid(buf, at - 16 - _ONE_AT + 7, _END if end else _MORE, sid)
+        result(buf, at, soffset, index, stream, offset, ms, status, count)
+        at += size
+    return bytes(buf)

@@ -13,7 +13,8 @@
  * reached) or 2 (a sub-entry batch at byte `pos`, offset `offset`: for the general reader).
  *
  * join_simple(payload, lengths) is the other way: the bodies of `payload`, `lengths` (a list of
- * ints) long, each behind its simple entry header; a chunk's data section as is.
+ * ints, or little-endian int32s packed in a buffer) long, each behind its simple entry
+ * header; a chunk's data section as is.
  * entries.py has the same functions in Python; both must give identical results
  * (tests/storage/test_entries.py checks that). */
 #define PY_SSIZE_T_CLEAN
@@ -104,11 +105,21 @@ done:
 }
 
 static PyObject *join_simple(PyObject *self, PyObject *args) {
-    Py_buffer view;
+    Py_buffer view, packed = {0};
     PyObject *lengths, *out = NULL;
-    if (!PyArg_ParseTuple(args, "y*O!", &view, &PyList_Type, &lengths))
+    if (!PyArg_ParseTuple(args, "y*O", &view, &lengths))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(lengths), pos = 0;
+    int listed = PyList_Check(lengths);
+    Py_ssize_t n, pos = 0;
+    if (listed)
+        n = PyList_GET_SIZE(lengths);
+    else if (PyObject_GetBuffer(lengths, &packed, PyBUF_SIMPLE) < 0)
+        goto done;
+    else if (packed.len % 4) {
+        PyErr_SetString(PyExc_ValueError, "packed lengths not a whole number of int32");
+        goto done;
+    } else
+        n = packed.len / 4;
     if (n > (PY_SSIZE_T_MAX - view.len) / 4) {
         PyErr_SetString(PyExc_ValueError, "too many entries");
         goto done;
@@ -117,10 +128,16 @@ static PyObject *join_simple(PyObject *self, PyObject *args) {
     if (out == NULL)
         goto done;
     unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
+    const unsigned char *le = packed.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
-        long long size = PyLong_AsLongLong(PyList_GET_ITEM(lengths, i));
-        if (size == -1 && PyErr_Occurred())
-            goto fail;
+        long long size;
+        if (listed) {
+            size = PyLong_AsLongLong(PyList_GET_ITEM(lengths, i));
+            if (size == -1 && PyErr_Occurred())
+                goto fail;
+        } else
+            size = (int32_t)((uint32_t)le[4 * i] | (uint32_t)le[4 * i + 1] << 8 |
+                             (uint32_t)le[4 * i + 2] << 16 | (uint32_t)le[4 * i + 3] << 24);
         if (size < 0 || size >= 0x80000000LL || size > view.len - pos) {
             PyErr_Format(PyExc_ValueError, "entry %zd: %lld bytes, %zd left", i, size,
                          view.len - pos);
@@ -139,6 +156,8 @@ static PyObject *join_simple(PyObject *self, PyObject *args) {
 fail:
     Py_CLEAR(out);
 done:
+    if (packed.obj)
+        PyBuffer_Release(&packed);
     PyBuffer_Release(&view);
     return out;
 }

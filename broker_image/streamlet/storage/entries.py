@@ -63,7 +63,11 @@ def _cut_python(data: bytes | memoryview, offset: int, start: int, max_bytes: in
     return first, len(lengths), lengths.tobytes(), b"".join(bodies), size, stop, pos, offset
 
 
-def _join_python(payload: bytes | memoryview, lengths: list[int]) -> bytes:
+def _join_python(payload: bytes | memoryview, lengths: list[int] | bytes | memoryview) -> bytes:
+    if not isinstance(lengths, list):
+        if len(lengths) % 4:
+            raise ValueError("packed lengths not a whole number of int32")
+        lengths = list(struct.unpack(f"<{len(lengths) // 4}i", lengths))
     if any(n < 0 or n >= 0x80000000 for n in lengths) or sum(lengths) != len(payload):
         raise ValueError(f"entries of {sum(lengths)} bytes in a payload of {len(payload)}")
     mv = memoryview(payload)
@@ -92,9 +96,12 @@ def consecutive_ids(first: int, n: int, python: bool = False) -> bytes:
     return (_ids_python if python or _ids_c is None else _ids_c)(first, n)
 
 
-def join_simple(payload: bytes | memoryview, lengths: list[int], python: bool = False) -> bytes:
+def join_simple(payload: bytes | memoryview, lengths: list[int] | bytes | memoryview,
+                python: bool = False) -> bytes:
     """The bodies of ``payload``, ``lengths`` long, each as a simple entry (its size, its
-    bytes): a chunk's data section. Raises ChunkError unless the lengths add up to the payload."""
+    bytes): a chunk's data section. ``lengths``: a list, or little-endian int32s packed in a
+    buffer (as a FlatBuffers ``[int]`` arrives: SBP's APPEND). Raises ChunkError unless the
+    lengths add up to the payload."""
     join = _join_python if python or _join_c is None else _join_c
     try:
         return join(payload, lengths)

@@ -30,7 +30,15 @@ from ...core.streams import Publisher, Stream
 from ...sbp import ErrorCode, Malformed, Opcode, status
 from ...sbp.fbs.AppendResponse import AppendResponseT
 from ...sbp.fbs.AppendResult import AppendResultT
-from ...sbp.flat import append_columns, append_response, append_run_response, append_runs
+from ...sbp.flat import (
+    RunAnswer,
+    UsualAppend,
+    append_columns,
+    append_response,
+    append_run_frames,
+    append_run_response,
+    append_runs,
+)
 from ...storage.entries import consecutive_ids, join_simple
 
 if TYPE_CHECKING:
@@ -155,8 +163,20 @@ class Appends:
         if now or not count:
             self.answer_refused(frame, now)
 
+    def start_run(self, raw: memoryview, run: UsualAppend) -> None:
+        """The usual frame, one run of batches to one stream, checked by ``append_run``."""
+        sid, stream_id, index, count, lengths_at, payload_at = run
+        frame = Frame(sid, count)
+        indexes = range(index, index + count)
+        got = self.conn.writable_stream(stream_id)
+        if isinstance(got, tuple):
+            self.answer_refused(frame, [refused((stream_id, idx), *got) for idx in indexes])
+            return
+        self._publish(frame, got, stream_id, indexes, raw[lengths_at : lengths_at + 4 * count],
+                      raw[payload_at:])
+
     def _publish(self, frame: Frame, stream: Stream, stream_id: int, indexes: Sequence[int],
-                 lengths: list[int], payload: memoryview) -> None:
+                 lengths: list[int] | memoryview, payload: memoryview) -> None:
         pub = self.publishers.get(stream)
         if pub is None:
             self.next_publisher += 1
@@ -201,15 +221,23 @@ class Appends:
     def answer_done(self, frames: list[tuple[Frame, list[tuple[Sequence[int], int, int, int]]]]
                     ) -> None:
         """An answer per frame, all in one write."""
-        out = []
+        usual: list[RunAnswer] = []
+        other = []
         for frame, runs in frames:
             frame.remaining -= sum(len(r[0]) for r in runs)
-            if isinstance(runs[0][0], range):  # streamlet's AppendRuns: a result per run
-                header = append_run_response(runs)
+            end = frame.remaining <= 0
+            indexes = runs[0][0]
+            if len(runs) == 1 and isinstance(indexes, range):  # one run: one result
+                _, sid, offset, ms = runs[0]
+                usual.append((frame.stream_id, end, indexes.start, len(indexes), sid, offset, ms))
+            elif isinstance(indexes, range):  # streamlet's AppendRuns: a result per run
+                other.append((frame.stream_id, append_run_response(runs), end))
             else:
-                header = append_response(runs)  # type: ignore[arg-type]
-            out.append((frame.stream_id, header, frame.remaining <= 0))
-        self.conn.answers_raw(Opcode.APPEND, out)
+                other.append((frame.stream_id, append_response(runs), end))  # type: ignore[arg-type]
+        if usual:
+            self.conn.write(append_run_frames(usual))
+        if other:
+            self.conn.answers_raw(Opcode.APPEND, other)
 
     # --- the core's Session port, for the connection -------------------------------------------
 

@@ -43,6 +43,7 @@ from ...sbp import (
     write,
 )
 from ...sbp.fbs.GoAway import GoAwayT
+from ...sbp.flat import append_run
 from ...sbp.frame import head
 from ..replication.members import Refused
 from ..transport import FramedConnection
@@ -81,6 +82,11 @@ class SbpConnection(FramedConnection):
         self.opened = True  # no handshake: the frame deadline applies from the first byte
 
     def handle_frame(self, raw: memoryview) -> None:
+        run = append_run(raw)  # the usual APPEND frame, read in one C call: the hot path
+        if run is not None:
+            if not self.going_away:
+                self._handle(Opcode.APPEND, run[0], self.appends.start_run, raw, run)
+            return
         try:
             frame = decode(raw)
         except Malformed as e:
@@ -101,11 +107,14 @@ class SbpConnection(FramedConnection):
         except Malformed as e:
             self.system_error(opcode, frame.stream_id, ErrorCode.INVALID_REQUEST, str(e))
             return
+        self._handle(opcode, frame.stream_id, HANDLERS[opcode], self, frame, header)
+
+    def _handle(self, opcode: int, sid: int, handler: Callable[..., None], *args: Any) -> None:
         try:
-            HANDLERS[opcode](self, frame, header)
+            handler(*args)
         except Exception:  # a bug costs this request a system error, never the broker
             log.exception("connection %s: SBP %s failed", self.peer, Opcode(opcode).name)
-            self.system_error(opcode, frame.stream_id, ErrorCode.UNKNOWN, "internal error")
+            self.system_error(opcode, sid, ErrorCode.UNKNOWN, "internal error")
 
     def frame_too_large(self, error: FrameTooLarge) -> None:
         reason = error.reason if isinstance(error, FramingLost) else str(error)
