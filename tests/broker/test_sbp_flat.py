@@ -65,6 +65,17 @@ def even_request(timeout_ms: int, ids: Sequence[int], indexes: Sequence[int],
     return bytes(buf)
 
 
+def mutated(rng: random.Random, data: bytes) -> bytes:
+    """``data`` with one to three changes: a byte replaced, or the end cut off."""
+    out = bytearray(data)
+    for _ in range(rng.randrange(1, 4)):
+        if rng.random() < 0.2 and len(out) > 1:
+            del out[rng.randrange(len(out)):]
+        elif out:
+            out[rng.randrange(len(out))] = rng.randrange(256)
+    return bytes(out)
+
+
 def _python_columns(buf: bytes) -> list[list[int]]:
     """AppendInfo's columns read by the Python reader (the C one aside)."""
     return flat._APPEND_INFO.columns(buf, flat.table_vector(buf, flat.root(buf), 1))
@@ -218,19 +229,14 @@ def test_append_runs_read_what_the_generated_builder_writes() -> None:
         assert append_runs(_request(rng, 3)[0], python) is None
     refused = 0
     for _ in range(5000):
-        data = bytearray(_runs_request(rng)[0])
-        for _ in range(rng.randrange(1, 4)):
-            if rng.random() < 0.2 and len(data) > 1:
-                del data[rng.randrange(len(data)):]
-            elif data:
-                data[rng.randrange(len(data))] = rng.randrange(256)
+        data = mutated(rng, _runs_request(rng)[0])
         got: list[object] = []
         for python in (False, True):  # C and Python: the same runs, or both refuse
             try:
-                got.append(append_runs(bytes(data), python))
+                got.append(append_runs(data, python))
             except Malformed:
                 got.append("refused")
-        assert got[0] == got[1], bytes(data).hex()
+        assert got[0] == got[1], data.hex()
         refused += got[0] == "refused"
     assert refused > 100
 
@@ -278,14 +284,9 @@ def test_append_run_reads_the_usual_frame_in_c_and_python() -> None:
         assert len(raw) - payload_at == sum(want[3])
     hits = 0
     for _ in range(20000):
-        data = bytearray(_usual_frame(rng)[0])
-        for _ in range(rng.randrange(1, 4)):
-            if rng.random() < 0.2 and len(data) > 1:
-                del data[rng.randrange(len(data)):]
-            elif data:
-                data[rng.randrange(len(data))] = rng.randrange(256)
-        got = append_run(bytes(data))
-        assert got == append_run(bytes(data), python=True), bytes(data).hex()
+        data = mutated(rng, _usual_frame(rng)[0])
+        got = append_run(data)
+        assert got == append_run(data, python=True), data.hex()
         hits += got is not None
     assert 1000 < hits < 19000  # some mutations stay usual (a payload byte), most do not
 
@@ -328,23 +329,18 @@ def test_mutated_requests_are_read_or_refused_as_malformed() -> None:
         if rng.random() < 0.5:  # flat's own layout: the strided path's checks
             header = even_request(1, *(list(c) for c in zip(*want, strict=True))) \
                 if want else even_request(1, [], [], [])
-        data = bytearray(header)
-        for _ in range(rng.randrange(1, 4)):
-            if rng.random() < 0.2 and len(data) > 1:
-                del data[rng.randrange(len(data)):]  # truncated
-            elif data:
-                data[rng.randrange(len(data))] = rng.randrange(256)
+        data = mutated(rng, header)
         try:
-            rows = append_infos(bytes(data))
+            rows = append_infos(data)
         except Malformed:
             refused += 1
             if flat._read_columns is not None and data:  # the Python reader refuses it too
                 with pytest.raises(Malformed):
-                    _python_columns(bytes(data))
+                    _python_columns(data)
             continue
         assert all(len(r) == 3 and all(isinstance(v, int) for v in r) for r in rows)
         if flat._read_columns is not None and data:  # C and Python read alike
-            assert list(zip(*_python_columns(bytes(data)), strict=True)) == rows
+            assert list(zip(*_python_columns(data), strict=True)) == rows
     assert refused > 100  # the mutations do reach the checks
 
 
