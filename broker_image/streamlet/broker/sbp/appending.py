@@ -13,6 +13,11 @@ response frame per request frame per confirm, the last with the response-end fla
 batches of one frame can be answered out of order and over several frames; a confirm's frames
 go out in one write. Refusals (rare) are answered through the generated object API, a result
 per batch.
+
+The usual frame, one AppendRun to one stream, has less Python still (``start_run``): the
+connection reads the whole frame in one C call (sbp.flat.append_run), its batches are joined
+from the lengths vector as it arrived, and its answer is a whole frame copied from one layout
+(sbp.flat.append_run_frames). Any other frame takes ``start``.
 """
 
 from __future__ import annotations
