@@ -13,7 +13,8 @@
  * reader checks it (ValueError where it raises Malformed).
  * read_runs(buf, vector_slot): APPEND's AppendRuns (streamlet's), as flat.append_runs reads
  * them. append_run(frame): a whole APPEND frame of one AppendRun read at once (the usual one:
- * a client's batches to one stream), or None for the general path. flat.py has the same functions in Python; both must give identical results
+ * a client's batches to one stream), or None for the general path. flat.py has the same
+ * functions in Python; both must give identical results
  * (tests/broker/test_sbp_flat.py). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -439,7 +440,7 @@ static inline uint32_t be32(const unsigned char *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
 }
 
-/* One_run's frame checks: a request APPEND (magic, opcode, no response flag, its length and
+/* append_run's checks: a request APPEND (magic, opcode, no response flag, its length and
  * FlatBuffers format) whose extended header holds no append_requests and exactly one AppendRun
  * of at least one batch, the lengths none negative and adding up to the payload. Its fields in
  * `out`: stream_id, request_index, batch count, the lengths' position, the payload's. 0 when

@@ -258,6 +258,8 @@ def _strided(mv: memoryview, start: int, stride: int, n: int, code: str, size: i
 
 #: AppendInfo: stream_id (slot 0, long), request_index (1, int), batch_length (2, int)
 _APPEND_INFO = Scalars((0, "q", 0), (1, "i", 0), (2, "i", 0))
+#: AppendRequest's append_requests: the vector of AppendInfo tables (slot 1)
+_INFOS_SLOT = 1
 
 
 def append_columns(header: bytes | memoryview) -> tuple[list[int], list[int], list[int]]:
@@ -265,7 +267,7 @@ def append_columns(header: bytes | memoryview) -> tuple[list[int], list[int], li
     empty header is the table with every field at its default (as headers.read has it): none."""
     if not header:
         return [], [], []
-    ids, indexes, lengths = _APPEND_INFO.read(header, 1)
+    ids, indexes, lengths = _APPEND_INFO.read(header, _INFOS_SLOT)
     return ids, indexes, lengths
 
 
@@ -316,7 +318,7 @@ def append_run(frame: bytes | memoryview, python: bool = False) -> UsualAppend |
         buf = bytes(f.header)
         top = root(buf)
         tables = table_vector(buf, top, _RUNS_SLOT)
-        if _vector(buf, top, 1)[1] or len(tables) != 1:
+        if _vector(buf, top, _INFOS_SLOT)[1] or len(tables) != 1:
             return None
         t = tables[0]
         sid, idx = _scalar(buf, t, 0, _I64, 0), _scalar(buf, t, 1, _I32, 0)
@@ -567,12 +569,12 @@ def append_run_frames(answers: list[RunAnswer]) -> bytes:
     """Whole APPEND answer frames, one AppendRun result each (a run of a request's batches
     confirmed with consecutive offsets), for one write: each a copy of one layout with its
     two places filled, no table built."""
-    size, at = len(_ONE_FRAME), 16 + _ONE_AT
+    size, frame = len(_ONE_FRAME), 0
     buf = bytearray(_ONE_FRAME * len(answers))
     flags_sid, result = _FLAGS_SID.pack_into, _APPEND_RUN.pack_into
-    soffset, status = _ONE_AT - 16, _ONE_STATUS - _ONE_AT - 32
+    at, soffset, status = PREFIX_SIZE + _ONE_AT, _ONE_AT - 16, _ONE_STATUS - _ONE_AT - 32
     for sid, end, index, count, stream, offset, ms in answers:
-        flags_sid(buf, at - 16 - _ONE_AT + 7, _END if end else _MORE, sid)
-        result(buf, at, soffset, index, stream, offset, ms, status, count)
-        at += size
+        flags_sid(buf, frame + 7, _END if end else _MORE, sid)
+        result(buf, frame + at, soffset, index, stream, offset, ms, status, count)
+        frame += size
     return bytes(buf)
