@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from streamlet.broker.sbp.fetching import gate_open, take
+from streamlet.broker.sbp.fetching import FILE, READ, STOP, gate_open, next_source, take
 from streamlet.broker.sbp.places import Names, RangeFacts, Server, range_of, server_of
 from streamlet.sbp import stream_id
+from streamlet.storage import ChunkRef
 
 RECORDS = [(0, b"a" * 10), (1, b"b" * 10), (3, b"c" * 10), (4, b"d" * 50)]
 
@@ -28,6 +29,28 @@ def test_take(start: int, max_bytes: int, offsets: list[int]) -> None:
 ])
 def test_gate(min_bytes: int, available: int, opens: bool) -> None:
     assert gate_open(min_bytes, available) is opens
+
+
+def _chunk(first: int, size: int, simple: bool = True) -> ChunkRef:
+    return ChunkRef(first, 10, 0, 0, 0, 8, 48 + size, 0, size, 1, simple)
+
+
+@pytest.mark.parametrize(("chunk", "start", "commit_end", "budget", "sent", "source"), [
+    (_chunk(100, 500), 100, 200, 1000, 0, FILE),  # the whole chunk, from the file
+    (_chunk(100, 500), 100, 200, 500, 0, FILE),  # exactly the budget
+    (_chunk(100, 500, simple=False), 100, 200, 1000, 0, READ),  # may hold a sub-entry batch
+    (_chunk(100, 500), 105, 200, 1000, 0, READ),  # from inside the chunk
+    (_chunk(110, 500), 100, 200, 1000, 0, READ),  # a gap before it (retention, tracking)
+    (_chunk(100, 5000), 100, 6000, 10_000, 0, READ),  # past a frame's room (file_max 4000)
+    (_chunk(100, 500), 100, 200, 400, 0, READ),  # the first piece, past the budget: part of it
+    (_chunk(100, 500), 100, 200, 400, 600, STOP),  # later: the answer ends at a chunk's end
+    (_chunk(100, 500), 100, 200, 0, 1000, STOP),  # the budget spent
+    (_chunk(100, 500), 100, 100, 1000, 0, STOP),  # not committed yet
+    (None, 100, 100, 1000, 0, STOP),  # nothing stored from there
+])
+def test_next_source(chunk: ChunkRef | None, start: int, commit_end: int, budget: int, sent: int,
+                     source: str) -> None:
+    assert next_source(chunk, start, commit_end, budget, sent, 4000) == source
 
 
 ME = Server(0, "h0:5555")

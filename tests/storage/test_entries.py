@@ -116,3 +116,12 @@ def test_consecutive_ids_in_c_and_python(first: int, n: int) -> None:
     assert entries.consecutive_ids(first, n) == want
     with pytest.raises(ValueError):
         entries.consecutive_ids(first, -1)
+
+
+@pytest.mark.parametrize("python", [False, True])
+def test_simple_only(python: bool) -> None:
+    data = join_simple(b"abcdef", [1, 2, 3])
+    batch = bytes([0x80]) + struct.pack(">HII", 1, 5, 9) + simple_entry(b"hello")
+    for buf, want in [(data, True), (b"", True), (data[:-1], False), (data + batch, False),
+                      (data + b"\x00\x00", False)]:
+        assert entries.simple_only(buf, python) is want

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import struct
 from pathlib import Path
 
 import pytest
@@ -303,3 +304,20 @@ def test_one_writer_per_directory(tmp_path: Path) -> None:
         StreamLog(d)
     log.close()
     StreamLog(d).close()
+
+
+def test_the_log_knows_which_chunks_it_wrote_hold_simple_entries_only(tmp_path: Path) -> None:
+    """ChunkRef.simple: true for a chunk appended here with simple entries only (SBP sends
+    those from the file as they are); false with a sub-entry batch (even of one record, as
+    many entries as records), and for every chunk once the log is opened again (unknown)."""
+    one_record_batch = bytes([0x80]) + struct.pack(">HII", 1, 5, 9) + simple_entry(b"hello")
+    with StreamLog(tmp_path / "s") as log:
+        simple = log.append([simple_entry(b"a"), simple_entry(b"bc")], 2, 2)
+        batched = log.append(simple_entry(b"x") + one_record_batch, 2, 2)
+        torn = log.append([simple_entry(b"y") + simple_entry(b"z")], 2, 3)
+        assert (simple.simple, batched.simple, torn.simple) == (True, False, False)
+        found = [log.find_chunk(r.chunk_id) for r in (simple, batched, torn)]
+        assert [r.simple for r in found if r is not None] == [True, False, False]
+    with StreamLog(tmp_path / "s") as log:
+        again = log.find_chunk(0)
+        assert again == simple and again is not None and not again.simple

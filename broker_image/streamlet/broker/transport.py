@@ -152,8 +152,8 @@ class FramedConnection(asyncio.Protocol):
         if t is None or t.is_closing():
             return
         done, sent = 0, 0  # of head, of the file's part: written to the socket directly
-        if not self.tls and not t.get_write_buffer_size():
-            sock = self._socket_fd(t)
+        sock = -1 if self.tls or t.get_write_buffer_size() else self._socket_fd(t)
+        if sock >= 0:
             try:
                 done = os.write(sock, head)
                 if done == len(head):
@@ -180,9 +180,12 @@ class FramedConnection(asyncio.Protocol):
             t.write(rest)
 
     def _socket_fd(self, t: asyncio.Transport) -> int:
+        """The socket's descriptor; -1 for a transport without one (then write_file writes
+        through the transport)."""
         fd: int = self._sock_fd
         if fd < 0:
-            fd = self._sock_fd = t.get_extra_info("socket").fileno()
+            sock = t.get_extra_info("socket")
+            fd = self._sock_fd = sock.fileno() if sock is not None else -1
         return fd
 
     def write_room(self) -> int:

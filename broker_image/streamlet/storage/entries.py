@@ -30,7 +30,7 @@ class Cut(NamedTuple):
     offset: int  # and its offset
 
 
-def _cut_python(data: bytes | memoryview, offset: int, start: int, max_bytes: int, size: int,
+def _cut_python(data: bytes | bytearray | memoryview, offset: int, start: int, max_bytes: int, size: int,
                 taken: bool, join: bool = True
                 ) -> tuple[int, int, bytes, bytes | memoryview, int, int, int, int]:
     lengths: array[int] = array("i")
@@ -90,6 +90,15 @@ except ImportError:  # no compiler at install time: the Python path gives the sa
     _cut_c = _join_c = _ids_c = None
 
 
+def simple_only(data: bytes | bytearray | memoryview, python: bool = False) -> bool:
+    """Whether ``data`` is whole simple entries and nothing else (no sub-entry batch, nothing
+    cut short): a walk over the entries' headers, no copy."""
+    try:
+        return cut_simple(data, 0, 0, 1 << 62, 0, False, False, python).stop == END
+    except ChunkError:
+        return False
+
+
 def consecutive_ids(first: int, n: int, python: bool = False) -> bytes:
     """Publishing ids ``first``..``first + n - 1``, each a big-endian u64: a publish batch's
     id array (SBP's batches get consecutive ids of their connection)."""
@@ -109,7 +118,7 @@ def join_simple(payload: bytes | memoryview, lengths: list[int] | bytes | memory
         raise ChunkError(str(e)) from None
 
 
-def cut_simple(data: bytes | memoryview, offset: int, start: int, max_bytes: int, size: int = 0,
+def cut_simple(data: bytes | bytearray | memoryview, offset: int, start: int, max_bytes: int, size: int = 0,
                taken: bool = False, join: bool = True, python: bool = False) -> Cut:
     """The simple entries of ``data`` (a chunk's data section, its first entry at ``offset``)
     from offset ``start``, while ``size`` plus their bodies' bytes stay within ``max_bytes``

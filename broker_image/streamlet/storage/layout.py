@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 EPOCH = 1  # the first epoch of a stream (and the only one of a stream that never changed leader)
 
@@ -48,6 +48,11 @@ class ChunkRef:
     bloom_size: int
     data_length: int
     epoch: int = EPOCH  # the leader epoch the chunk was written in (header and index record)
+    #: known to hold simple entries only (no sub-entry batch): its data section is a run of
+    #: length-prefixed records as is. Known for the chunks this process appended; False for
+    #: the others (recovered, or copied from a leader), whatever they hold. What the process
+    #: knows of the chunk, not the chunk: refs compare without it
+    simple: bool = field(default=False, compare=False)
 
     @property
     def next_offset(self) -> int:

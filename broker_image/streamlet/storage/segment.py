@@ -152,7 +152,7 @@ class Segment:
 
     __slots__ = ("bloom", "cached", "csize", "dlen", "epochs", "fd", "first_epoch", "first_ts",
                  "id", "ids", "index_path", "last_epoch", "last_id", "last_ts", "loaded",
-                 "nchunks", "nrec", "path", "pos", "size", "ts", "types")
+                 "nchunks", "nrec", "path", "pos", "simple", "size", "ts", "types")
 
     def __init__(self, directory: Path, seg_id: int) -> None:
         self.id = seg_id
@@ -179,11 +179,12 @@ class Segment:
         self.dlen = array("I")
         self.bloom = array("h")  # -1: header fields not read yet
         self.epochs = array("Q")
+        self.simple = array("B")  # 1: ChunkRef.simple (known only for chunks appended here)
 
     # -- table ---------------------------------------------------------------------------------
 
     def add(self, chunk_id: int, ts: int, pos: int, nrec: int, size: int, ctype: int,
-            dlen: int, bloom: int, epoch: int) -> None:
+            dlen: int, bloom: int, epoch: int, simple: bool = False) -> None:
         self.ids.append(chunk_id)
         self.ts.append(ts)
         self.pos.append(pos)
@@ -193,6 +194,7 @@ class Segment:
         self.dlen.append(dlen)
         self.bloom.append(bloom)
         self.epochs.append(epoch)
+        self.simple.append(simple)
         if not self.nchunks:
             self.first_ts = ts
             self.first_epoch = epoch
@@ -208,7 +210,7 @@ class Segment:
 
     def pop(self) -> None:
         for a in (self.ids, self.ts, self.pos, self.nrec, self.csize, self.types, self.dlen,
-                  self.bloom, self.epochs):
+                  self.bloom, self.epochs, self.simple):
             a.pop()
         self.nchunks -= 1
         n = self.nchunks
@@ -248,7 +250,7 @@ class Segment:
             self.fill_header(i)
         return ChunkRef(self.ids[i], self.nrec[i], self.ts[i], self.types[i], self.id,
                         self.pos[i], self.csize[i], self.bloom[i], self.dlen[i],
-                        self.epochs[i])
+                        self.epochs[i], bool(self.simple[i]))
 
     def fill_header(self, i: int, buf: bytes | memoryview | None = None, at: int = 0) -> None:
         """Cache bloom size and data length of chunk ``i`` from its header (read if not given)."""
@@ -364,6 +366,7 @@ class Segment:
             self.csize.append(size - pos[-1])
             self.dlen = array("I", bytes(4 * n))
             self.bloom = array("h", [-1]) * n
+            self.simple = array("B", bytes(n))
             self.nchunks, self.size = n, size
             self.first_ts, self.last_ts = self.ts[0], self.ts[-1]
             self.first_epoch, self.last_epoch = self.epochs[0], self.epochs[-1]
@@ -396,7 +399,7 @@ class Segment:
             setattr(self, name, array("q"))
         self.nrec, self.dlen = array("I"), array("I")
         self.types, self.bloom = array("B"), array("h")
-        self.epochs = array("Q")
+        self.epochs, self.simple = array("Q"), array("B")
         self.nchunks = 0
         self.size = FILE_HEADER_SIZE
         self.first_epoch = self.last_epoch = 0

@@ -68,6 +68,8 @@ class SbpConnection(FramedConnection):
         #: records (half a frame at most: room for the results)
         self.max_fetch_bytes = MAX_FETCH_BYTES
         self.piece_bytes = max(min(PIECE, cfg.sbp_max_frame_bytes // 2), 1)
+        #: a chunk sent whole from its file is at most this big (half a frame, as a piece)
+        self.file_piece_bytes = max(cfg.sbp_max_frame_bytes // 2, 1)
         self.names = Names()
         self.appends = Appends(self)
         self.fetches: set[Fetch] = set()
@@ -171,6 +173,14 @@ class SbpConnection(FramedConnection):
                    payload: list[memoryview | bytes] | None = None, end: bool = True) -> None:
         """``answer`` with a header already written (streamlet.sbp.flat)."""
         self.send(opcode, LAST if end else Flags.RESPONSE, sid, header, payload)
+
+    def answer_file(self, opcode: int, sid: int, header: bytes, fd: int, pos: int, size: int,
+                    payload: int, end: bool) -> None:
+        """``answer_raw`` for a payload of ``payload`` bytes, the first ``size`` of them from
+        the file ``fd`` at ``pos`` (a stored chunk's data section: sendfile where it can,
+        transport.write_file); the rest follows by write_file."""
+        flags = LAST if end else Flags.RESPONSE
+        self.write_file(head(opcode, flags, sid, len(header), payload) + header, fd, pos, size)
 
     def system_error(self, opcode: int, sid: int, code: int, message: str) -> None:
         self.send(opcode, LAST | Flags.SYSTEM_ERROR, sid, system_error(code, message))

@@ -18,12 +18,15 @@ one FetchResult with its batches' lengths in ``batch_lengths``; with ``length_pr
 No Python runs per record batch on the way out: a chunk's simple entries are cut out in one
 call (storage.entries, in C), their offsets kept as runs and their lengths as an array (or,
 length-prefixed, the entries taken as views of the chunk read: no copy), and the answer's
-results written in one call (sbp.flat).
+results written in one call (sbp.flat). Length-prefixed over plain TCP, whole chunks of simple
+entries are not read at all: their data sections go from the segment file (sendfile), several
+to a frame (``next_source`` decides, per piece).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 from array import array
 from collections import deque
@@ -41,9 +44,13 @@ from ...sbp.fbs.FetchResult import FetchResultT
 from ...sbp.flat import fetch_prefixed_response, fetch_response, fetch_run_response
 from ...storage.chunk import HEADER_SIZE, ChunkError, iter_records
 from ...storage.entries import BATCH, FULL, cut_simple
+from ...storage.layout import ChunkRef
+from ...storage.segment import StorageError
 
 if TYPE_CHECKING:
     from .connection import SbpConnection
+
+log_ = logging.getLogger("streamlet.broker")
 
 Record = tuple[int, bytes | memoryview]
 _U32 = struct.Struct(">I")
@@ -75,6 +82,28 @@ def take(records: Iterable[Record], start: int, max_bytes: int) -> list[Record]:
         out.append((offset, body))
         size += len(body)
     return out
+
+
+#: where the next piece of an answer comes from (next_source)
+FILE, READ, STOP = "file", "read", "stop"
+
+
+def next_source(chunk: ChunkRef | None, start: int, commit_end: int, budget: int, sent: int,
+                file_max: int) -> str:
+    """Where a length-prefixed answer's next piece comes from, ``chunk`` being the stored chunk
+    holding offset ``start`` (or the first after it). FILE: that chunk whole, its data section
+    sent from the segment file as it is (simple entries only, from its first offset,
+    committed, within the budget and ``file_max``); STOP: the answer ends (nothing committed
+    from ``start``, the budget spent, or the whole chunk past what is left of it once something
+    was sent: an answer ends at a chunk's end rather than read part of one); READ: read a
+    piece (the chunk has a sub-entry batch, is not known to have none, or starts earlier)."""
+    if budget <= 0 or start >= commit_end or chunk is None or chunk.chunk_id >= commit_end:
+        return STOP
+    if chunk.chunk_id != start or not chunk.simple or chunk.data_length > file_max:
+        return READ
+    if chunk.data_length <= budget:
+        return FILE
+    return STOP if sent else READ
 
 
 def gate_open(min_bytes: int, available: int) -> bool:
@@ -154,14 +183,17 @@ class Reader:
         #: chunks read and not cut to their end: (data section left, its first entry's offset)
         self.pending: deque[tuple[memoryview, int]] = deque()
 
-    def read(self, max_bytes: int, taken: bool = False, prefixed: bool = False) -> Records:
+    def read(self, max_bytes: int, taken: bool = False, prefixed: bool = False,
+             chunk_end: bool = False) -> Records:
         """Records from ``start`` while their bytes stay within ``max_bytes``; the first always
         unless ``taken`` (a piece after the first: the answer's limit holds). ``prefixed``:
-        the entries as stored (each behind its length), views of the chunk read, not copies."""
+        the entries as stored (each behind its length), views of the chunk read, not copies.
+        ``chunk_end``: stop at the end of a chunk once something is taken (the next piece may
+        then come from the file)."""
         out = Records()
         while True:
             if not self.pending:
-                if out.size >= max_bytes and (taken or len(out)):
+                if out.size >= max_bytes and (taken or len(out)) or chunk_end and len(out):
                     return out
                 for ref, chunk in self.stream.fetch(self.start, max(1, max_bytes - out.size)):
                     self.pending.append((chunk[HEADER_SIZE : HEADER_SIZE + ref.data_length],
@@ -235,10 +267,18 @@ class Entry:
     watching: bool = False  # a when_stored callback is registered
     answered: bool = False
     sent: int = 0  # bytes of records sent, the piece going out included
+    #: bytes the gate counts without reading them: whole chunks that will go from the file,
+    #: up to offset ``avail_end``
+    avail: int = 0
+    avail_end: int = 0
 
     @property
     def size(self) -> int:
         return self.records.size
+
+    @property
+    def has_data(self) -> bool:
+        return bool(self.records) or self.avail > 0
 
 
 class Fetch:
@@ -250,6 +290,8 @@ class Fetch:
         #: implies a result per run: pump() asks it first)
         self.run_results = bool(req.runResults)
         self.prefixed = bool(req.lengthPrefixed)
+        #: whole chunks may go from the segment files (sendfile: plain TCP only)
+        self.files = self.prefixed and not conn.tls
         self.entries: list[Entry] = []
         self.sending: deque[Entry] = deque()  # answered streams with pieces still to send
         self.open = False
@@ -291,13 +333,14 @@ class Fetch:
         for e in waiting:
             self._collect(e)
         if not self.open:
-            self.open = gate_open(self.min_bytes, sum(e.size for e in waiting))
+            self.open = gate_open(self.min_bytes, sum(e.size + e.avail for e in waiting))
         if self.open:
-            self._answer([e for e in waiting if e.records or e.error is not None])
+            self._answer([e for e in waiting if e.has_data or e.error is not None])
         for e in self.entries:
             if not e.answered and not e.watching and e.stream is not None:
                 e.watching = True
-                after = e.reader.start if e.reader is not None else e.info.fetchOffset
+                after = e.avail_end if e.avail else \
+                    e.reader.start if e.reader is not None else e.info.fetchOffset
                 e.stream.when_stored(after, partial(self._woken, e))
 
     def _woken(self, entry: Entry) -> None:
@@ -315,22 +358,66 @@ class Fetch:
         first = min(e.info.batchMaxBytes, max(self.conn.piece_bytes, self.min_bytes))
         if e.size >= first or e.reader is None:
             return
+        if self.files and not e.records:
+            e.avail, e.avail_end = self._file_bytes(e, first)
+            if e.avail:
+                return
         try:
             e.records.extend(e.reader.read(first - e.size, len(e.records) > 0, self.prefixed))
         except ChunkError as err:
             e.error = (ErrorCode.STORAGE_ERROR, f"a stored chunk cannot be read ({err})")
 
-    def _next_piece(self, e: Entry) -> Records:
-        """The piece after ``e.records``, within the stream's batch_max_bytes; nothing once the
-        budget is spent or the stream has no more (or its chunk cannot be read now: the client
-        asks again from there and is told)."""
+    def _file_bytes(self, e: Entry, want: int) -> tuple[int, int]:
+        """Without reading: the committed bytes from the reader's start in whole chunks, up to
+        ``want``, and the offset after them, if the answer's first piece will be a chunk sent
+        from the file; else (0, 0)."""
+        src, chunk = self._source(e)
+        if chunk is None or e.stream is None:
+            return 0, 0
+        log, commit_end, n, after = e.stream.log, e.stream.commit_end, 0, chunk.chunk_id
+        at: ChunkRef | None = chunk
+        while at is not None and at.chunk_id < commit_end and n < want:
+            n, after = n + at.data_length, at.next_offset
+            at = log.next_chunk(at)
+        return n, after
+
+    def _source(self, e: Entry) -> tuple[str, ChunkRef | None]:
+        """next_source for ``e``'s next piece, and the chunk when it is FILE."""
+        stream, reader = e.stream, e.reader
+        if stream is None or reader is None or stream.deleted:
+            return STOP, None
+        budget = e.info.batchMaxBytes - e.sent
+        if not self.files or reader.pending:
+            return (READ if budget > 0 and reader.start < stream.commit_end else STOP), None
+        ref = stream.log.find_chunk(reader.start)
+        src = next_source(ref, reader.start, stream.commit_end, budget, e.sent,
+                          self.conn.file_piece_bytes)
+        return src, ref if src == FILE else None
+
+    def _next_piece(self, e: Entry, first: bool = False) -> Records:
+        """The piece after ``e.records`` (or, ``first``, the answer's first), within the
+        stream's batch_max_bytes; nothing once the budget is spent or the stream has no more
+        (or its chunk cannot be read now: the client asks again from there and is told; the
+        first piece says so)."""
         budget = e.info.batchMaxBytes - e.sent
         if budget <= 0 or e.reader is None or e.stream is None or e.stream.deleted:
             return Records()
         try:
-            return e.reader.read(min(self.conn.piece_bytes, budget), True, self.prefixed)
-        except ChunkError:
+            return e.reader.read(min(self.conn.piece_bytes, budget), not first, self.prefixed,
+                                 self.files)
+        except ChunkError as err:
+            if first:
+                e.error = (ErrorCode.STORAGE_ERROR, f"a stored chunk cannot be read ({err})")
             return Records()
+
+    def _more(self, e: Entry) -> bool:
+        """Whether ``e``'s answer goes on after the piece going out (a piece to be read is
+        read now, into ``e.records``: the piece going out says whether it is the last)."""
+        src, _ = self._source(e)
+        if src == READ:
+            e.records = self._next_piece(e)
+            return bool(e.records)
+        return src == FILE
 
     def deadline(self) -> None:
         """max_wait_ms passed: every stream still unanswered gets what it has."""
@@ -346,8 +433,8 @@ class Fetch:
         """Answer ``entries``: errors and empty answers in one frame now, data in pieces."""
         for e in entries:
             e.answered = True
-        plain = [e for e in entries if e.error is not None or not e.records]
-        self.sending.extend(e for e in entries if e.error is None and e.records)
+        plain = [e for e in entries if e.error is not None or not e.has_data]
+        self.sending.extend(e for e in entries if e.error is None and e.has_data)
         ended = all(e.answered for e in self.entries) and not self.sending
         if plain or ended:
             self._send_tables(plain, ended)
@@ -361,11 +448,34 @@ class Fetch:
         this again once it reads)."""
         while self.sending and not self.done and self.conn.write_room() > 0:
             e = self.sending[0]
-            piece, e.sent = e.records, e.sent + e.size
-            e.records = self._next_piece(e)
-            if not e.records:
+            piece, e.records, chunks = e.records, Records(), []
+            if not piece:  # the answer's first piece, or the one after chunks from the file
+                src, chunk = self._source(e)
+                if chunk is not None:
+                    chunks = self._file_run(e, chunk)
+                elif src == READ:
+                    piece = self._next_piece(e, first=not e.sent)
+            e.avail = 0
+            if chunks:
+                e.sent += sum(c.data_length for c in chunks)
+                assert e.reader is not None
+                e.reader.start = chunks[-1].next_offset
+            elif piece:
+                e.sent += piece.size
+            else:  # nothing after all (retention, a deletion, a chunk unreadable)
+                self.sending.popleft()
+                end = not self.sending and all(x.answered for x in self.entries)
+                if not e.sent or end:
+                    self._send_tables([e] if not e.sent else [], end)
+                if end:
+                    self.finish()
+                continue
+            if not self._more(e):
                 self.sending.popleft()
             end = not self.sending and all(x.answered for x in self.entries)
+            if chunks:
+                self._send_chunks(e, chunks, end)
+                continue
             if self.prefixed:
                 header = fetch_prefixed_response([(e.info.requestIndex, e.info.streamId,
                                                    piece.runs, piece.run_bytes)])
@@ -378,6 +488,53 @@ class Fetch:
             self.conn.answer_raw(Opcode.FETCH, self.sid, header, piece.bodies, end=end)
             if end:
                 self.finish()
+
+    def _file_run(self, e: Entry, chunk: ChunkRef) -> list[ChunkRef]:
+        """``chunk`` and the chunks after it that go in the same frame: simple, committed,
+        their offsets following on, within the budget and a frame (one frame of many small
+        chunks costs both sides less than a frame each)."""
+        assert e.stream is not None
+        log, commit_end = e.stream.log, e.stream.commit_end
+        room = min(e.info.batchMaxBytes - e.sent, self.conn.file_piece_bytes)
+        run, size = [chunk], chunk.data_length
+        at = log.next_chunk(chunk)
+        while (at is not None and at.simple and at.chunk_id == run[-1].next_offset
+               and at.chunk_id < commit_end and size + at.data_length <= room):
+            run.append(at)
+            size += at.data_length
+            at = log.next_chunk(at)
+        return run
+
+    def _send_chunks(self, e: Entry, chunks: list[ChunkRef], end: bool) -> None:
+        """One frame: ``chunks``' records as one run, their data sections sent from the
+        segment files (no copy through the process where the socket takes them at once)."""
+        assert e.stream is not None
+        size = sum(c.data_length for c in chunks)
+        count = chunks[-1].next_offset - chunks[0].chunk_id
+        header = fetch_prefixed_response([(e.info.requestIndex, e.info.streamId,
+                                           [(chunks[0].chunk_id, count)], [size])])
+        log, first = e.stream.log, True
+        for c in chunks:
+            try:
+                fd = log.segment_fd(c)  # found a moment ago: there unless opening it fails
+            except (StorageError, OSError) as err:  # the frame cannot be kept: close
+                log_.warning("connection %s: chunk %d cannot be sent: %s", self.conn.peer,
+                             c.chunk_id, err)
+                if first:  # nothing of the frame went out: the client can be told why
+                    self.conn.goaway(ErrorCode.STORAGE_ERROR,
+                                     f"a stored chunk cannot be read ({err})")
+                elif self.conn.transport is not None:  # a frame cut short: nothing more
+                    self.conn.transport.abort()
+                return
+            at = c.pos + HEADER_SIZE + c.bloom_size
+            if first:
+                self.conn.answer_file(Opcode.FETCH, self.sid, header, fd, at, c.data_length,
+                                      size, end)
+                first = False
+            else:
+                self.conn.write_file(b"", fd, at, c.data_length)
+        if end:
+            self.finish()
 
     def _send_tables(self, entries: list[Entry], end: bool) -> None:
         """An answer through the generated object API: errors and empty answers."""
