@@ -3,9 +3,12 @@ session records what the stream tells it; the wire codes are the adapter's busin
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from streamlet.client.producer import publish_frame
 from streamlet.core.ports import Refusal
@@ -146,3 +149,23 @@ def test_a_publisher_that_wants_offsets_is_told_where_each_batch_went(tmp_path: 
         for first_id, offset in session.placements:
             assert by_offset[offset] == name + b"%d" % first_id
     stream.close()
+
+
+@pytest.mark.parametrize(("made", "simple"), [
+    (lambda: batch(1, [b"a", b"bc"]), True),  # a Publish split: known simple
+    (lambda: dataclasses.replace(batch(1, [b"a", b"bc"]), simple=None), True),  # walked
+    # one record in a sub-entry batch: as many entries as records, still not simple
+    (lambda: dataclasses.replace(batch(1, [b"a"]), count=1, num_records=1, simple=None,
+                                 data=bytes([0x80]) + struct.pack(">HII", 1, 5, 5)
+                                 + b"\x00\x00\x00\x01z"), False),
+])
+def test_a_chunk_is_marked_simple_only_when_every_entry_is(tmp_path: Path,
+                                                           made: Any, simple: bool) -> None:
+    stream = Stream("s", tmp_path / "s", StreamSettings(), "never", ManualClock())
+    publisher = Publisher(1, None, stream, FakeSession())
+    stream.publishers.add(publisher)
+    stream.publish(publisher, made())
+    stream.publish(publisher, batch(9, [b"after"]))  # simple, in the same pending chunk
+    stream.flush()
+    ref = stream.log.find_chunk(0)
+    assert ref is not None and ref.simple is simple

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import struct
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -119,3 +120,14 @@ def test_cut_keeps_filter_values_and_order_flags() -> None:
     assert [head.filter_values, rest.filter_values] == [["a", None], ["b", "c"]]
     assert [(p.first_id, p.last_id, p.increasing) for p in (head, rest)] == [
         (5, 6, True), (2, 9, True)]
+
+
+@pytest.mark.parametrize("split", [publish.parse_publish, publish._split_python])
+def test_a_split_says_whether_every_entry_is_simple(split: Any) -> None:
+    """PublishBatch.simple: the chunk it goes into may be sent from the file by SBP's FETCH
+    only if no entry is a sub-entry batch, even one of a single record."""
+    plain = [f.PublishedMessage.simple(1, b"x"), f.PublishedMessage.simple(2, b"yz")]
+    one = f.PublishedMessage(3, sub_batch([b"only"]))
+    assert split(body(f.Publish(0, plain)), 1).simple is True
+    mixed = split(body(f.Publish(0, [*plain, one])), 1)
+    assert mixed.simple is False and mixed.count == mixed.num_records == 3

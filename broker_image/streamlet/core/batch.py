@@ -38,6 +38,10 @@ class PublishBatch:
     #: ids strictly increasing within the frame (then deduplication needs no per-message work)
     increasing: bool
     filter_values: list[str | None] | None = None  # Publish v2 only
+    #: every entry a simple one (no sub-entry batch), as its maker knows (SBP joins them so,
+    #: a Publish frame's split sees it); None: not known, the stream walks the entries. The
+    #: chunk's ChunkRef.simple (SBP's FETCH sends such chunks from the file)
+    simple: bool | None = None
 
     def messages(self) -> list[tuple[int, bytes, int]]:
         """``(publishing id, entry, records)`` per message: the slow path, for deduplication
@@ -72,4 +76,5 @@ class PublishBatch:
         increasing = self.increasing or all(a < b for a, b in zip(seq, seq[1:], strict=False))
         return PublishBatch(self.publisher_id, j - i, ids, self.data[p:q], records, seq[0],
                             seq[-1], increasing,
-                            self.filter_values[i:j] if self.filter_values is not None else None)
+                            self.filter_values[i:j] if self.filter_values is not None else None,
+                            True if self.simple else None)

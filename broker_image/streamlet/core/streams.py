@@ -26,6 +26,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote
 
 from ..storage import ChunkRef, LogConfig, StreamLog
+from ..storage.entries import simple_only
 from ..storage.files import files
 from .batch import PublishBatch
 from .filtering import chunk_bloom
@@ -98,6 +99,7 @@ class Stream:
         self._count = 0
         self._records = 0
         self._bytes = 0
+        self._simple = True  # the pending entries are all simple (ChunkRef.simple)
         #: packed publishing ids to confirm, per (connection, publisher id)
         self._confirms: dict[tuple[Session, int], list[bytes]] = defaultdict(list)
         self._dirty_refs: dict[str, int] = {}
@@ -224,6 +226,9 @@ class Stream:
             self._filter_values.update(batch.filter_values)
         if publisher.wants_offsets:  # its place in the pending chunk, told once it is written
             self._placed.append((publisher, batch.first_id, self._records))
+        if self._simple and not batch.simple:  # not known: a walk while the bytes are fresh
+            self._simple = batch.simple is None and batch.count == batch.num_records \
+                and simple_only(batch.data)
         self._data.append(batch.data)
         self._count += batch.count
         self._records += batch.num_records
@@ -270,8 +275,9 @@ class Stream:
         if not self._data or self.deleted:
             return
         data, confirms, refs = self._data, self._confirms, self._dirty_refs
-        count, records = self._count, self._records
+        count, records, simple = self._count, self._records, self._simple
         self._data, self._count, self._records, self._bytes = [], 0, 0, 0
+        self._simple = True
         self._confirms, self._dirty_refs = defaultdict(list), {}
         placed, self._placed = self._placed, []
         # what stays pending after a full chunk was written (publish cuts batches) waits from now
@@ -280,7 +286,7 @@ class Stream:
         self._filter_values = set()
         try:
             ref = self.log.append(data, count, records,  # the batches as they came: no join
-                                  writer_sequences=refs or None, bloom=bloom)
+                                  writer_sequences=refs or None, bloom=bloom, simple=simple)
         except (OSError, ValueError) as e:
             self._write_errors.error("stream %s: write failed: %s", self.name, e)
             self.sequences.update({r: self.log.writer_sequences.get(r, 0) for r in refs})

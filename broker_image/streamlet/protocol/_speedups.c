@@ -50,7 +50,7 @@ static PyObject *split_publish_v1(PyObject *self, PyObject *arg) {
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(data);
     const unsigned char *out_end = out + data_len;
     uint64_t first = 0, last = 0, prev = 0;
-    int increasing = 1;
+    int increasing = 1, batched = 0;
     long long records = 0;
     for (int32_t i = 0; i < count; i++) {
         if (end - pos < 9) {
@@ -80,6 +80,7 @@ static PyObject *split_publish_v1(PyObject *self, PyObject *arg) {
             }
             records += ((unsigned)p[pos + 1] << 8) | p[pos + 2];
             size = 11 + (Py_ssize_t)be32(p + pos + 7);
+            batched = 1;
         }
         /* a wrong Count can make entries run past the room left for the later messages */
         if (size > end - pos || size > out_end - out) {
@@ -95,9 +96,11 @@ static PyObject *split_publish_v1(PyObject *self, PyObject *arg) {
         PyErr_Format(PyExc_ValueError, "%zd unexpected bytes after publish", end - pos);
         goto done;
     }
-    result = Py_BuildValue("(iiOOLKKO)", publisher_id, (int)count, ids, data, records,
+    /* PublishBatch's fields in order, filter_values None (v1), simple: no sub-entry batch */
+    result = Py_BuildValue("(iiOOLKKOOO)", publisher_id, (int)count, ids, data, records,
                            (unsigned long long)first, (unsigned long long)last,
-                           increasing ? Py_True : Py_False);
+                           increasing ? Py_True : Py_False, Py_None,
+                           batched ? Py_False : Py_True);
 done:
     Py_XDECREF(ids);
     Py_XDECREF(data);

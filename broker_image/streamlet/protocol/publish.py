@@ -31,6 +31,7 @@ def _split_python(body: bytes | memoryview, version: int) -> PublishBatch:
     entries: list[bytes | memoryview] = []
     filters: list[str | None] | None = [] if version >= 2 else None
     records = 0
+    batched = False
     increasing = True
     prev = -1
     pos = 5
@@ -61,6 +62,7 @@ def _split_python(body: bytes | memoryview, version: int) -> PublishBatch:
                 _, n_records, _, length = _SUB_BATCH.unpack_from(body, pos)
                 size = _SUB_BATCH.size + length
                 records += n_records
+                batched = True
             if size > end - pos:
                 raise Malformed(f"truncated entry at byte {pos}")
             entries.append(body[pos : pos + size])
@@ -72,7 +74,7 @@ def _split_python(body: bytes | memoryview, version: int) -> PublishBatch:
     packed = b"".join(ids)
     first = _U64.unpack_from(packed)[0] if count else 0
     return PublishBatch(pid, count, packed, b"".join(entries), records, first,
-                        prev if count else 0, increasing, filters)
+                        prev if count else 0, increasing, filters, not batched)
 
 
 try:

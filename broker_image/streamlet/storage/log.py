@@ -330,11 +330,12 @@ class StreamLog:
 
     def append(self, data: Buffer | Sequence[Buffer], num_entries: int, num_records: int, *,
                writer_sequences: dict[str, int] | None = None, timestamp: int | None = None,
-               bloom: bytes = b"") -> ChunkRef:
+               bloom: bytes = b"", simple: bool | None = None) -> ChunkRef:
         """Write one user chunk holding already-encoded entries (one buffer, or a list of
         buffers written back to back: the publishes' batches, not joined first); the trailer
         records ``writer_sequences`` (publisher reference -> last publishing id in this
-        chunk)."""
+        chunk). ``simple``: whether every entry is a simple one, as the caller knows it (None:
+        the entries are walked to find out; ChunkRef.simple)."""
         seg = self._writable_segment()
         if num_records < 1:
             raise ValueError("a chunk holds at least one record")
@@ -361,8 +362,8 @@ class StreamLog:
         self._write(seg, (header, bloom, *parts, trailer), size)
         if writer_sequences:
             self._tracking.add_sequences(cid, writer_sequences)
-        # the walk costs a few ns an entry, in C; it lets SBP send the chunk from the file
-        simple = num_entries == num_records and all(map(simple_only, parts))
+        if simple is None:  # SBP's FETCH sends a chunk of simple entries from the file
+            simple = num_entries == num_records and all(map(simple_only, parts))
         self._written(seg, cid, ts, pos, num_records, size, CHUNK_USER, dlen, blen, self._epoch,
                       simple)
         ref = ChunkRef(cid, num_records, ts, CHUNK_USER, seg.id, pos, size, blen, dlen,

@@ -64,7 +64,8 @@ class Inbound:
         ids = struct.pack(f">{len(bodies)}Q", *range(first, self.next_id + 1))
         data = b"".join(_U32.pack(len(b)) + b for b in bodies)
         self.stream.publish(self.publisher, PublishBatch(
-            self.publisher.id, len(bodies), ids, data, len(bodies), first, self.next_id, True))
+            self.publisher.id, len(bodies), ids, data, len(bodies), first, self.next_id, True,
+            simple=True))
 
     def packed(self, count: int, data: bytes) -> None:
         size = self.element_size

@@ -196,7 +196,7 @@ class Appends:
         self.waiting[first] = Group(frame, stream, stream_id, first, indexes, n)
         self.starts.append(first)
         stream.publish(pub, PublishBatch(pub.id, n, consecutive_ids(first, n), entries, n, first,
-                                         first + n - 1, True))
+                                         first + n - 1, True, simple=True))
 
     def _group(self, pid: int) -> Group | None:
         i = bisect_right(self.starts, pid) - 1
