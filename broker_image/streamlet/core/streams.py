@@ -26,7 +26,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote
 
 from ..storage import ChunkRef, LogConfig, StreamLog
-from ..storage.entries import simple_only
+from ..storage.entries import all_simple
 from ..storage.files import files
 from .batch import PublishBatch
 from .filtering import chunk_bloom
@@ -227,8 +227,8 @@ class Stream:
         if publisher.wants_offsets:  # its place in the pending chunk, told once it is written
             self._placed.append((publisher, batch.first_id, self._records))
         if self._simple and not batch.simple:  # not known: a walk while the bytes are fresh
-            self._simple = batch.simple is None and batch.count == batch.num_records \
-                and simple_only(batch.data)
+            self._simple = batch.simple is None \
+                and all_simple((batch.data,), batch.count, batch.num_records)
         self._data.append(batch.data)
         self._count += batch.count
         self._records += batch.num_records

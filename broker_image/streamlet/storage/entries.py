@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 from array import array
+from collections.abc import Iterable
 from itertools import accumulate, chain
 from typing import NamedTuple
 
@@ -30,8 +31,8 @@ class Cut(NamedTuple):
     offset: int  # and its offset
 
 
-def _cut_python(data: bytes | bytearray | memoryview, offset: int, start: int, max_bytes: int, size: int,
-                taken: bool, join: bool = True
+def _cut_python(data: bytes | bytearray | memoryview, offset: int, start: int, max_bytes: int,
+                size: int, taken: bool, join: bool = True
                 ) -> tuple[int, int, bytes, bytes | memoryview, int, int, int, int]:
     lengths: array[int] = array("i")
     bodies: list[bytes | memoryview] = []
@@ -99,6 +100,13 @@ def simple_only(data: bytes | bytearray | memoryview, python: bool = False) -> b
         return False
 
 
+def all_simple(parts: Iterable[bytes | bytearray | memoryview], num_entries: int,
+               num_records: int) -> bool:
+    """Whether entries ``parts`` (``num_entries`` of them holding ``num_records`` records) are
+    all simple: no walk when the counts already say a sub-entry batch is there."""
+    return num_entries == num_records and all(map(simple_only, parts))
+
+
 def consecutive_ids(first: int, n: int, python: bool = False) -> bytes:
     """Publishing ids ``first``..``first + n - 1``, each a big-endian u64: a publish batch's
     id array (SBP's batches get consecutive ids of their connection)."""
@@ -118,8 +126,9 @@ def join_simple(payload: bytes | memoryview, lengths: list[int] | bytes | memory
         raise ChunkError(str(e)) from None
 
 
-def cut_simple(data: bytes | bytearray | memoryview, offset: int, start: int, max_bytes: int, size: int = 0,
-               taken: bool = False, join: bool = True, python: bool = False) -> Cut:
+def cut_simple(data: bytes | bytearray | memoryview, offset: int, start: int, max_bytes: int,
+               size: int = 0, taken: bool = False, join: bool = True,
+               python: bool = False) -> Cut:
     """The simple entries of ``data`` (a chunk's data section, its first entry at ``offset``)
     from offset ``start``, while ``size`` plus their bodies' bytes stay within ``max_bytes``
     (the first entry of a read is always taken: ``taken`` says whether an earlier call took

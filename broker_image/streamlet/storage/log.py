@@ -31,7 +31,7 @@ from streamlet.storage.chunk import (
 )
 
 from .config import LogConfig
-from .entries import simple_only
+from .entries import all_simple
 from .files import files
 from .layout import (
     EPOCH,
@@ -363,7 +363,7 @@ class StreamLog:
         if writer_sequences:
             self._tracking.add_sequences(cid, writer_sequences)
         if simple is None:  # SBP's FETCH sends a chunk of simple entries from the file
-            simple = num_entries == num_records and all(map(simple_only, parts))
+            simple = all_simple(parts, num_entries, num_records)
         self._written(seg, cid, ts, pos, num_records, size, CHUNK_USER, dlen, blen, self._epoch,
                       simple)
         ref = ChunkRef(cid, num_records, ts, CHUNK_USER, seg.id, pos, size, blen, dlen,

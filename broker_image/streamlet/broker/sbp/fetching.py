@@ -50,7 +50,7 @@ from ...storage.segment import StorageError
 if TYPE_CHECKING:
     from .connection import SbpConnection
 
-log_ = logging.getLogger("streamlet.broker")
+log = logging.getLogger("streamlet.broker")
 
 Record = tuple[int, bytes | memoryview]
 _U32 = struct.Struct(">I")
@@ -371,14 +371,14 @@ class Fetch:
         """Without reading: the committed bytes from the reader's start in whole chunks, up to
         ``want``, and the offset after them, if the answer's first piece will be a chunk sent
         from the file; else (0, 0)."""
-        src, chunk = self._source(e)
+        _, chunk = self._source(e)
         if chunk is None or e.stream is None:
             return 0, 0
-        log, commit_end, n, after = e.stream.log, e.stream.commit_end, 0, chunk.chunk_id
+        stored, commit_end, n, after = e.stream.log, e.stream.commit_end, 0, chunk.chunk_id
         at: ChunkRef | None = chunk
         while at is not None and at.chunk_id < commit_end and n < want:
             n, after = n + at.data_length, at.next_offset
-            at = log.next_chunk(at)
+            at = stored.next_chunk(at)
         return n, after
 
     def _source(self, e: Entry) -> tuple[str, ChunkRef | None]:
@@ -494,15 +494,15 @@ class Fetch:
         their offsets following on, within the budget and a frame (one frame of many small
         chunks costs both sides less than a frame each)."""
         assert e.stream is not None
-        log, commit_end = e.stream.log, e.stream.commit_end
+        stored, commit_end = e.stream.log, e.stream.commit_end
         room = min(e.info.batchMaxBytes - e.sent, self.conn.file_piece_bytes)
         run, size = [chunk], chunk.data_length
-        at = log.next_chunk(chunk)
+        at = stored.next_chunk(chunk)
         while (at is not None and at.simple and at.chunk_id == run[-1].next_offset
                and at.chunk_id < commit_end and size + at.data_length <= room):
             run.append(at)
             size += at.data_length
-            at = log.next_chunk(at)
+            at = stored.next_chunk(at)
         return run
 
     def _send_chunks(self, e: Entry, chunks: list[ChunkRef], end: bool) -> None:
@@ -513,13 +513,13 @@ class Fetch:
         count = chunks[-1].next_offset - chunks[0].chunk_id
         header = fetch_prefixed_response([(e.info.requestIndex, e.info.streamId,
                                            [(chunks[0].chunk_id, count)], [size])])
-        log, first = e.stream.log, True
+        stored, first = e.stream.log, True
         for c in chunks:
             try:
-                fd = log.segment_fd(c)  # found a moment ago: there unless opening it fails
+                fd = stored.segment_fd(c)  # found a moment ago: there unless opening it fails
             except (StorageError, OSError) as err:  # the frame cannot be kept: close
-                log_.warning("connection %s: chunk %d cannot be sent: %s", self.conn.peer,
-                             c.chunk_id, err)
+                log.warning("connection %s: chunk %d cannot be sent: %s", self.conn.peer,
+                            c.chunk_id, err)
                 if first:  # nothing of the frame went out: the client can be told why
                     self.conn.goaway(ErrorCode.STORAGE_ERROR,
                                      f"a stored chunk cannot be read ({err})")
