@@ -8,9 +8,10 @@ Like bench/load.py, the clients cost little per message so the broker is what is
   slot comes round again only after the window moved past it, so its bytes were answered and
   the transport no longer holds them. Answers are cut by their fixed layouts, not decoded.
 - **SBP** appends ``per_frame`` record batches (one message each, docs/protocols/sbp.md) per
-  APPEND frame, as one AppendRun (streamlet's: the project's client sends that too, and gets a
-  result per run answered), frames pipelined up to ``window`` unanswered batches; the frame is
-  encoded once and only its stream identifier changes. FETCH asks for ``batch_max_bytes`` at a
+  APPEND frame, as one AppendRun, each batch behind its length (streamlet's length_prefixed:
+  the project's client sends that too, and gets a result per run answered), frames pipelined
+  up to ``window`` unanswered batches; the frame is encoded once and only its stream
+  identifier changes. FETCH asks for ``batch_max_bytes`` at a
   time from the offset after the last one answered, its answers a result per run of batches
   (run_results). APPEND's answers are read with streamlet.sbp.flat (a column of results per C
   call), not the generated object API.
@@ -296,10 +297,10 @@ class SbpAppender(_Sbp):
 
     def _frame(self, n: int, size: int) -> tuple[bytes, bytes]:
         run = AppendRunT()
-        run.streamId, run.requestIndex, run.batchLengths = self.sid, 0, [size] * n
+        run.streamId, run.requestIndex, run.batchCount = self.sid, 0, n
         req = AppendRequestT()
-        req.timeoutMs, req.appendRuns = 10_000, [run]
-        raw = sbp_encode(Opcode.APPEND, 0, 0, sbp_write(req), body_of(size) * n)
+        req.timeoutMs, req.appendRuns, req.lengthPrefixed = 10_000, [run], True
+        raw = sbp_encode(Opcode.APPEND, 0, 0, sbp_write(req), (_U32.pack(size) + body_of(size)) * n)
         return raw[:8], raw[12:]  # the frame around its stream identifier
 
     def pump(self) -> None:

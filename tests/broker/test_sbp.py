@@ -621,19 +621,24 @@ async def test_bad_input_is_answered_or_closed_without_harm(broker: SbpBroker) -
 
 # --- across protocols ------------------------------------------------------------------------------
 
-async def test_sbp_append_read_by_rstream_and_the_client(broker: SbpBroker) -> None:
-    bodies = [b"sbp-%04d" % i for i in range(300)]
+@pytest.mark.parametrize("form", [{}, {"length_prefixed": False}, {"runs": False}],
+                         ids=["length-prefixed", "batch-lengths", "a-table-each"])
+async def test_sbp_append_read_by_rstream_and_the_client(broker: SbpBroker,
+                                                         form: dict[str, bool]) -> None:
+    """Every APPEND form stores a batch as one message, as rstream and the project's RabbitMQ
+    client read it."""
+    name = f"x-sbp-to-rmq-{sorted(form)}"
+    bodies = [b"sbp-%04d" % i + b"x" * (i % 7) for i in range(300)]
     async with await client(broker) as c:
-        await c.create_stream("x-sbp-to-rmq")
+        await c.create_stream(name)
         offsets = []
         for i in range(0, 300, 100):
-            offsets += await c.append("x-sbp-to-rmq", bodies[i : i + 100])
+            offsets += await c.append(name, bodies[i : i + 100], **form)
     assert offsets == list(range(300))
-    got = await rstream_consume(broker, "x-sbp-to-rmq",
-                                ConsumerOffsetSpecification(OffsetType.FIRST), 300)
+    got = await rstream_consume(broker, name, ConsumerOffsetSpecification(OffsetType.FIRST), 300)
     assert got == list(enumerate(bodies))
     async with await connect(broker.host, broker.port) as rc:
-        consumer = await rc.consumer("x-sbp-to-rmq", offset="first")
+        consumer = await rc.consumer(name, offset="first")
         seen = []
         async for m in consumer:
             seen.append((m.offset, m.body))

@@ -20,6 +20,7 @@ from streamlet.sbp.fbs.AppendResponse import AppendResponseT
 from streamlet.sbp.fbs.AppendRun import AppendRunT
 from streamlet.sbp.fbs.FetchResponse import FetchResponseT
 from streamlet.sbp.flat import (
+    PREFIXED,
     append_infos,
     append_response,
     append_run,
@@ -29,6 +30,7 @@ from streamlet.sbp.flat import (
     fetch_prefixed_response,
     fetch_response,
     fetch_run_response,
+    prefixed_lengths,
 )
 
 #: an AppendRequest's root vtable (timeout_ms at 4, the vector at 8) and AppendInfo's at 24 bytes:
@@ -204,15 +206,17 @@ def test_fetch_prefixed_response_reads_back_with_the_generated_reader() -> None:
         fetch_prefixed_response([(0, 9, [(5, 1)], [3, 4])])
 
 
-def _runs_request(rng: random.Random) -> tuple[bytes, list[tuple[int, int, list[int]]]]:
+def _runs_request(rng: random.Random) -> tuple[bytes, list[tuple[int, int, list[int], int]]]:
     want = [(rng.randrange(-1 << 63, 1 << 63), rng.randrange(-1 << 31, 1 << 31),
-             [rng.randrange(-1 << 31, 1 << 31) for _ in range(rng.randrange(0, 5))])
+             [rng.randrange(-1 << 31, 1 << 31) for _ in range(rng.randrange(0, 5))],
+             rng.choice((0, 0, 3, rng.randrange(-1 << 31, 1 << 31))))
             for _ in range(rng.randrange(1, 4))]
     req = AppendRequestT()
-    req.timeoutMs, req.appendRuns = 1, []
-    for sid, idx, lengths in want:
+    req.timeoutMs, req.appendRuns, req.lengthPrefixed = 1, [], rng.random() < 0.5
+    for sid, idx, lengths, count in want:
         run = AppendRunT()
-        run.streamId, run.requestIndex, run.batchLengths = sid, idx, lengths
+        run.streamId, run.requestIndex, run.batchLengths, run.batchCount = \
+            sid, idx, lengths, count
         req.appendRuns.append(run)
     return write(req), want
 
@@ -241,28 +245,41 @@ def test_append_runs_read_what_the_generated_builder_writes() -> None:
     assert refused > 100
 
 
-def _usual_frame(rng: random.Random) -> tuple[bytes, tuple[int, int, int, list[int]] | None]:
-    """An APPEND frame of one AppendRun whose lengths add up to its payload (the usual one), or
-    now and then one that is not: several runs, none, no batch, a response, another opcode."""
+def _usual_frame(rng: random.Random
+                 ) -> tuple[bytes, tuple[int, int, int, list[int], bool] | None]:
+    """An APPEND frame of one AppendRun whose lengths add up to its payload (the usual one),
+    given in batch_lengths or (length_prefixed) in the payload, or now and then one that is not:
+    several runs, none, no batch, lengths both ways or neither, a response, another opcode."""
     sid, idx = rng.randrange(-1 << 63, 1 << 63), rng.randrange(-1 << 31, 1 << 31)
     lengths = [rng.choice((0, 1, 100, rng.randrange(300))) for _ in range(rng.randrange(1, 6))]
+    bodies = [rng.randbytes(n) for n in lengths]
+    prefixed = rng.random() < 0.5
     run = AppendRunT()
-    run.streamId, run.requestIndex, run.batchLengths = sid, idx, lengths
+    run.streamId, run.requestIndex = sid, idx
+    if prefixed:
+        run.batchCount = len(lengths)
+        payload = b"".join(struct.pack(">I", len(b)) + b for b in bodies)
+    else:
+        run.batchLengths, payload = lengths, b"".join(bodies)
     req = AppendRequestT()
-    req.timeoutMs, req.appendRuns = 1, [run]
+    req.timeoutMs, req.appendRuns, req.lengthPrefixed = 1, [run], prefixed
     opcode, flags, usual = Opcode.APPEND, 0, True
-    match rng.randrange(8):
+    match rng.randrange(10):
         case 0:
             req.appendRuns, usual = [run, run], False
         case 1:
-            run.batchLengths, usual = [], False
+            run.batchLengths, run.batchCount, usual = [], 0, False
         case 2:
             flags, usual = int(Flags.RESPONSE), False
         case 3:
             opcode, usual = Opcode.FETCH, False
+        case 4:  # batch_count without length_prefixed, or batch_lengths with it
+            run.batchLengths, run.batchCount, usual = lengths, len(lengths), False
+        case 5 if prefixed:  # one batch more than the payload holds
+            run.batchCount, usual = len(lengths) + 1, False
     frame_sid = rng.randrange(1 << 32)
-    raw = encode(opcode, flags, frame_sid, write(req), rng.randbytes(sum(lengths)))
-    return raw, (frame_sid, sid, idx, lengths) if usual else None
+    raw = encode(opcode, flags, frame_sid, write(req), payload)
+    return raw, (frame_sid, sid, idx, lengths, prefixed) if usual else None
 
 
 def test_append_run_reads_the_usual_frame_in_c_and_python() -> None:
@@ -279,9 +296,13 @@ def test_append_run_reads_the_usual_frame_in_c_and_python() -> None:
             continue
         assert got is not None
         frame_sid, sid, idx, count, lengths_at, payload_at = got
-        assert (frame_sid, sid, idx) == want[:3]
-        assert list(struct.unpack_from(f"<{count}i", raw, lengths_at)) == want[3]
-        assert len(raw) - payload_at == sum(want[3])
+        assert (frame_sid, sid, idx, count) == (*want[:3], len(want[3]))
+        if want[4]:  # each batch behind its length in the payload
+            assert lengths_at == PREFIXED
+            assert prefixed_lengths(raw[payload_at:], count) == (want[3], len(raw) - payload_at)
+        else:
+            assert list(struct.unpack_from(f"<{count}i", raw, lengths_at)) == want[3]
+            assert len(raw) - payload_at == sum(want[3])
     hits = 0
     for _ in range(20000):
         data = mutated(rng, _usual_frame(rng)[0])

@@ -68,7 +68,8 @@ def random_frame(rng: random.Random, sid: int, asked: dict[int, list[tuple[str, 
                    for _ in range(rng.randrange(0, 6))]
         asked[sid] = batches
         header = AppendRequestT()
-        if rng.random() < 0.5:  # the document's form: a table per batch
+        form = rng.random()
+        if form < 0.4:  # the document's form: a table per batch
             infos = []
             for i, (name, data) in enumerate(batches):
                 info = AppendInfoT()
@@ -76,15 +77,20 @@ def random_frame(rng: random.Random, sid: int, asked: dict[int, list[tuple[str, 
                 infos.append(info)
             header.appendRequests = infos
         else:  # streamlet's AppendRuns: consecutive batches to one stream
-            header.appendRuns = []
+            prefixed = form >= 0.7  # each batch behind its length in the payload
+            header.appendRuns, header.lengthPrefixed = [], prefixed
             for i, (name, data) in enumerate(batches):
-                if i and batches[i - 1][0] == name:
+                if not (i and batches[i - 1][0] == name):
+                    run = AppendRunT()
+                    run.streamId, run.requestIndex = stream_id(name), i
+                    run.batchLengths = None if prefixed else []
+                    header.appendRuns.append(run)
+                if prefixed:
+                    header.appendRuns[-1].batchCount += 1
+                else:
                     header.appendRuns[-1].batchLengths.append(len(data))
-                    continue
-                run = AppendRunT()
-                run.streamId, run.requestIndex, run.batchLengths = stream_id(name), i, [len(data)]
-                header.appendRuns.append(run)
-        payload = b"".join(d for _, d in batches)
+        payload = b"".join(struct.pack(">I", len(d)) * bool(header.lengthPrefixed) + d
+                           for _, d in batches)
     elif op is Opcode.FETCH:
         header = FetchRequestT()
         f = FetchInfoT()

@@ -103,7 +103,7 @@ def test_cut_a_batch_into_head_and_rest(sizes: list[int | list[int]], max_entrie
         assert head is whole and rest is None
         return
     assert rest is not None and head.count == head_count
-    assert head.ids + rest.ids == whole.ids and head.data + rest.data == whole.data
+    assert head.ids + rest.ids == whole.ids and bytes(head.data) + rest.data == whole.data
     assert head.num_records + rest.num_records == whole.num_records
     assert head.count == 1 or len(head.data) <= max_bytes
     for part in (head, rest):

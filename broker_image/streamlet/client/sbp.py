@@ -214,16 +214,23 @@ class SbpClient(SocketClient):
         return [got.get(i, (-1, ErrorCode.UNKNOWN, "no answer")) for i in range(n)]
 
     async def append(self, name: str, batches: list[bytes], timeout_ms: int = 10_000,
-                     runs: bool = True) -> list[int]:
+                     runs: bool = True, length_prefixed: bool = True) -> list[int]:
         """Append record batches to one stream; their offsets (SbpError for the first refused).
-        ``runs``: as one AppendRun (streamlet's, answered as a run), else a table per batch."""
+        ``runs``: as one AppendRun (streamlet's, answered as a run), else a table per batch;
+        with ``length_prefixed`` (streamlet's too) each batch goes behind its length in the
+        payload, which the broker stores as it arrives."""
         if runs:
             run = AppendRunT()
             run.streamId, run.requestIndex = stream_id(name), 0
-            run.batchLengths = [len(b) for b in batches]
             req = AppendRequestT()
             req.timeoutMs, req.appendRuns = timeout_ms, [run]
-            answers = await self._append(req, b"".join(batches), len(batches))
+            if length_prefixed:
+                req.lengthPrefixed, run.batchCount = True, len(batches)
+                payload = b"".join(p for b in batches for p in (_U32.pack(len(b)), b))
+            else:
+                run.batchLengths = [len(b) for b in batches]
+                payload = b"".join(batches)
+            answers = await self._append(req, payload, len(batches))
         else:
             answers = await self.append_many(((name, b) for b in batches), timeout_ms)
         out = []

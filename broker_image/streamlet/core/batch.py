@@ -13,7 +13,7 @@ _U32 = struct.Struct(">I")
 _SUB_BATCH = struct.Struct(">BHII")
 
 
-def _entry_at(data: bytes, pos: int) -> tuple[int, int]:
+def _entry_at(data: bytes | memoryview, pos: int) -> tuple[int, int]:
     """The size in bytes and the record count of the stored entry at ``data[pos:]``: a simple
     entry (size-prefixed record) or a sub-entry batch (flag bit, count, lengths, records)."""
     if data[pos] & 0x80 == 0:
@@ -30,8 +30,9 @@ class PublishBatch:
     count: int
     #: the publishing ids packed as big-endian u64s: a PublishConfirm's id array as is
     ids: bytes
-    #: the entries joined, each as stored: a chunk's data as is
-    data: bytes
+    #: the entries joined, each as stored: a chunk's data as is (a view of the frame it came in
+    #: when it arrived so: SBP's length-prefixed APPEND)
+    data: bytes | memoryview
     num_records: int
     first_id: int
     last_id: int
@@ -51,7 +52,7 @@ class PublishBatch:
         data, pos = self.data, 0
         for pid in ids:
             size, records = _entry_at(data, pos)
-            out.append((pid, data[pos : pos + size], records))
+            out.append((pid, bytes(data[pos : pos + size]), records))
             pos += size
         return out
 

@@ -95,7 +95,7 @@ class Stream:
         #: last publishing id accepted per reference, pending writes included
         self.sequences: dict[str, int] = dict(self.log.writer_sequences)
         #: pending publishes: entry blobs, message count, record count, bytes
-        self._data: list[bytes] = []
+        self._data: list[bytes | memoryview] = []
         self._count = 0
         self._records = 0
         self._bytes = 0

@@ -370,8 +370,9 @@ static long long field_at(long long len, const unsigned char *p, long long t, lo
 }
 
 /* read_runs(buf, vector_slot): the AppendRuns (streamlet's) of the vector in field
- * `vector_slot` of the root table, as (stream_id, request_index, [batch_lengths]) each; None
- * when the root has no such field. Every position checked as flat.append_runs checks it. */
+ * `vector_slot` of the root table, as (stream_id, request_index, [batch_lengths], batch_count)
+ * each; None when the root has no such field. Every position checked as flat.append_runs
+ * checks it. */
 static PyObject *read_runs(PyObject *self, PyObject *args) {
     Py_buffer view;
     int vslot;
@@ -404,7 +405,8 @@ static PyObject *read_runs(PyObject *self, PyObject *args) {
         long long fs = field_at(len, p, t, tvt, tsize, 0, 8);
         long long fi = field_at(len, p, t, tvt, tsize, 1, 4);
         long long fl = field_at(len, p, t, tvt, tsize, 2, 4);
-        if (fs < 0 || fi < 0 || fl < 0)
+        long long fc = field_at(len, p, t, tvt, tsize, 3, 4);
+        if (fs < 0 || fi < 0 || fl < 0 || fc < 0)
             goto done;
         long long sid = fs ? (long long)(int64_t)(rd32(p + fs) | ((uint64_t)rd32(p + fs + 4) << 32))
                            : 0;
@@ -423,7 +425,8 @@ static PyObject *read_runs(PyObject *self, PyObject *args) {
             }
             PyList_SET_ITEM(lengths, k, v);
         }
-        PyObject *row = Py_BuildValue("(LLN)", sid, idx, lengths);
+        long long batches = fc ? (long long)(int32_t)rd32(p + fc) : 0;
+        PyObject *row = Py_BuildValue("(LLNL)", sid, idx, lengths, batches);
         if (!row)
             goto done;
         PyList_SET_ITEM(out, i, row);
@@ -442,10 +445,11 @@ static inline uint32_t be32(const unsigned char *p) {
 
 /* append_run's checks: a request APPEND (magic, opcode, no response flag, its length and
  * FlatBuffers format) whose extended header holds no append_requests and exactly one AppendRun
- * of at least one batch, the lengths none negative and adding up to the payload. Its fields in
- * `out`: stream_id, request_index, batch count, the lengths' position, the payload's. 0 when
- * the frame is anything else (the general path reads it, and answers what is wrong); never an
- * error set. */
+ * of at least one batch, the lengths none negative and adding up to the payload: given in
+ * batch_lengths, or (length_prefixed) behind each batch in the payload, batch_count of them
+ * and no batch_lengths. Its fields in `out`: stream_id, request_index, batch count, the
+ * lengths' position (-1: length-prefixed), the payload's. 0 when the frame is anything else
+ * (the general path reads it, and answers what is wrong); never an error set. */
 static int usual_append(const unsigned char *f, long long flen, long long out[5]) {
     if (flen < 16 || f[4] != 23 || f[5] != 0x10 || f[6] != 0x01 || (f[7] & 1) ||
         be32(f) != flen || f[12] != 0x01)
@@ -459,6 +463,10 @@ static int usual_append(const unsigned char *f, long long flen, long long out[5]
     if ((rvt = vtable(p, hlen, root, &rsize)) < 0)
         goto other;
     long long infos = slot(p, rvt, rsize, 1), runs = slot(p, rvt, rsize, 2);
+    long long fp = slot(p, rvt, rsize, 3);
+    if (fp && root + fp + 1 > hlen)
+        goto other;
+    int prefixed = fp && p[root + fp];
     if (infos) {  /* the document's form beside runs: present but empty is still usual */
         if (vector_at(p, hlen, root + infos, &n) < 0 || n)
             goto other;
@@ -472,21 +480,37 @@ static int usual_append(const unsigned char *f, long long flen, long long out[5]
     long long fs = field_at(hlen, p, t, tvt, tsize, 0, 8);
     long long fi = field_at(hlen, p, t, tvt, tsize, 1, 4);
     long long fl = field_at(hlen, p, t, tvt, tsize, 2, 4);
-    long long lv, count;
-    if (fs < 0 || fi < 0 || fl <= 0 || (lv = vector_at(p, hlen, fl, &count)) < 0 || !count)
+    long long fc = field_at(hlen, p, t, tvt, tsize, 3, 4);
+    long long lv = -1, count, total = 0, payload = flen - 16 - hlen;
+    if (fs < 0 || fi < 0 || fc < 0)
         goto other;
-    long long total = 0, payload = flen - 16 - hlen;
-    for (long long k = 0; k < count; k++) {
-        int32_t size = (int32_t)rd32(p + lv + 4 + 4 * k);
-        if (size < 0 || (total += size) > payload)
+    if (prefixed) {  /* walk the lengths in the payload: batch_count of them fill it */
+        const unsigned char *b = f + 16 + hlen;
+        if (fl || !fc || (count = (int32_t)rd32(p + fc)) <= 0)
             goto other;
+        for (long long k = 0; k < count; k++) {
+            if (payload - total < 4)
+                goto other;
+            uint32_t size = be32(b + total);
+            if (size > INT32_MAX || (total += 4 + (long long)size) > payload)
+                goto other;
+        }
+    } else {
+        if (fc || fl <= 0 || (lv = vector_at(p, hlen, fl, &count)) < 0 || !count)
+            goto other;
+        for (long long k = 0; k < count; k++) {
+            int32_t size = (int32_t)rd32(p + lv + 4 + 4 * k);
+            if (size < 0 || (total += size) > payload)
+                goto other;
+        }
+        lv += 16 + 4;
     }
     if (total != payload)
         goto other;
     out[0] = fs ? (long long)(int64_t)(rd32(p + fs) | ((uint64_t)rd32(p + fs + 4) << 32)) : 0;
     out[1] = fi ? (long long)(int32_t)rd32(p + fi) : 0;
     out[2] = count;
-    out[3] = 16 + lv + 4;
+    out[3] = lv;
     out[4] = 16 + hlen;
     return 1;
 other:
@@ -496,7 +520,8 @@ other:
 
 /* append_run(frame): for the usual APPEND frame (usual_append), (frame stream identifier,
  * stream_id, request_index, count, lengths_at, payload_at), the positions in the frame of
- * its batch lengths (`count` little-endian int32) and of its payload; None for any other. */
+ * its batch lengths (`count` little-endian int32; -1 when each is in the payload, before its
+ * batch) and of its payload; None for any other. */
 static PyObject *append_run(PyObject *self, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)

@@ -28,6 +28,7 @@ from .frame import PREFIX_SIZE, Flags, Malformed, Opcode, decode, head
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
+_U8 = struct.Struct("<B")
 _VT = struct.Struct("<HH")
 #: columns map onto the buffer as native integers: FlatBuffers is little-endian
 _NATIVE_LE = sys.byteorder == "little"
@@ -273,15 +274,19 @@ def append_columns(header: bytes | memoryview) -> tuple[list[int], list[int], li
 
 _I64 = struct.Struct("<q")
 #: AppendRequest's append_runs (slot 2, streamlet's); AppendRun: stream_id (0), request_index
-#: (1), batch_lengths (2)
+#: (1), batch_lengths (2), batch_count (3)
 _RUNS_SLOT = 2
+#: AppendRequest's length_prefixed (slot 3, streamlet's, a bool)
+_PREFIXED_SLOT = 3
+_BE32 = struct.Struct(">I")
 
 
 def append_runs(header: bytes | memoryview, python: bool = False
-                ) -> list[tuple[int, int, list[int]]] | None:
-    """An AppendRequest's runs (streamlet's): (stream id, first request index, batch lengths)
-    each, in request order; None when it has no ``append_runs`` field (the document's form).
-    In C (``_flat.read_runs``) where it was built: the same values and refusals."""
+                ) -> list[tuple[int, int, list[int], int]] | None:
+    """An AppendRequest's runs (streamlet's): (stream id, first request index, batch lengths,
+    batch count) each, in request order; None when it has no ``append_runs`` field (the
+    document's form). In C (``_flat.read_runs``) where it was built: the same values and
+    refusals."""
     if _read_runs is not None and not python:
         try:
             return _read_runs(header, _RUNS_SLOT)  # type: ignore[no-any-return]
@@ -293,22 +298,50 @@ def append_runs(header: bytes | memoryview, python: bool = False
     out = []
     for t in table_vector(buf, root(buf), _RUNS_SLOT):
         sid, idx = _scalar(buf, t, 0, _I64, 0), _scalar(buf, t, 1, _I32, 0)
-        out.append((sid, idx, _ints(buf, t, 2)))
+        out.append((sid, idx, _ints(buf, t, 2), _scalar(buf, t, 3, _I32, 0)))
     return out
+
+
+def append_prefixed(header: bytes | memoryview) -> bool:
+    """Whether an AppendRequest says ``length_prefixed`` (each batch in the payload behind its
+    length)."""
+    buf = bytes(header)
+    return bool(buf) and bool(_scalar(buf, root(buf), _PREFIXED_SLOT, _U8, 0))
+
+
+def prefixed_lengths(payload: bytes | memoryview, count: int, at: int = 0
+                     ) -> tuple[list[int], int]:
+    """The lengths of ``count`` batches each behind its length (uint32, big-endian) in
+    ``payload`` from ``at``, and where the last ends. Malformed when one is cut short or says
+    2**31 bytes or more (a FlatBuffers ``int`` length cannot)."""
+    lengths = []
+    for _ in range(count):
+        if len(payload) - at < 4:
+            raise Malformed(f"a batch length cut short at byte {at} of the payload")
+        n = _BE32.unpack_from(payload, at)[0]
+        if n > 0x7FFF_FFFF or len(payload) - at - 4 < n:
+            raise Malformed(f"a batch of {n} bytes at byte {at} of a payload of {len(payload)}")
+        lengths.append(n)
+        at += 4 + n
+    return lengths, at
 
 
 #: (frame stream identifier, stream_id, request_index, batch count, where the lengths are,
 #: where the payload is): append_run's answer
 UsualAppend = tuple[int, int, int, int, int, int]
+#: append_run's lengths_at when each batch's length is in the payload, before it
+PREFIXED = -1
 
 
 def append_run(frame: bytes | memoryview, python: bool = False) -> UsualAppend | None:
     """A whole APPEND frame read at once when it is the usual one: a request whose header has
     exactly one AppendRun (no AppendInfo) of at least one batch, the lengths none negative and
     adding up to the payload. The lengths are ``count`` little-endian int32 at ``lengths_at``
-    in ``frame``, the payload from ``payload_at`` to its end. None for any other frame, which
-    the general path (decode, ``append_runs``) reads and answers. In C (``_flat.append_run``)
-    where it was built: the same answers."""
+    in ``frame``, or with ``length_prefixed`` (``lengths_at`` PREFIXED) each before its batch
+    in the payload, ``batch_count`` of them and no ``batch_lengths``; the payload is from
+    ``payload_at`` to the frame's end. None for any other frame, which the general path
+    (decode, ``append_runs``) reads and answers. In C (``_flat.append_run``) where it was
+    built: the same answers."""
     if _append_run is not None and not python:
         return _append_run(frame)  # type: ignore[no-any-return]
     try:
@@ -320,8 +353,17 @@ def append_run(frame: bytes | memoryview, python: bool = False) -> UsualAppend |
         tables = table_vector(buf, top, _RUNS_SLOT)
         if _vector(buf, top, _INFOS_SLOT)[1] or len(tables) != 1:
             return None
+        prefixed = _scalar(buf, top, _PREFIXED_SLOT, _U8, 0)
         t = tables[0]
         sid, idx = _scalar(buf, t, 0, _I64, 0), _scalar(buf, t, 1, _I32, 0)
+        has_lengths, has_count = _field(buf, t, 2), _field(buf, t, 3)
+        n = _scalar(buf, t, 3, _I32, 0)
+        if prefixed:
+            if has_lengths or n <= 0 or prefixed_lengths(f.payload, n)[1] != len(f.payload):
+                return None
+            return f.stream_id, sid, idx, n, PREFIXED, len(frame) - len(f.payload)
+        if has_count:
+            return None
         at, n = _vector(buf, t, 2)
         lengths = struct.unpack_from(f"<{n}i", buf, at)
     except Malformed:

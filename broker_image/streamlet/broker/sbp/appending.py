@@ -36,13 +36,16 @@ from ...sbp import ErrorCode, Malformed, Opcode, status
 from ...sbp.fbs.AppendResponse import AppendResponseT
 from ...sbp.fbs.AppendResult import AppendResultT
 from ...sbp.flat import (
+    PREFIXED,
     RunAnswer,
     UsualAppend,
     append_columns,
+    append_prefixed,
     append_response,
     append_run_frames,
     append_run_response,
     append_runs,
+    prefixed_lengths,
 )
 from ...storage.entries import consecutive_ids, join_simple
 
@@ -76,20 +79,59 @@ def _runs(ids: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-def _batches(header: bytes | memoryview) -> list[tuple[int, Sequence[int], list[int]]]:
-    """A request's batches as runs to one stream: (stream id, request indexes, lengths). The
-    document's form, a table per batch, is read a column at a time and cut where the stream
-    changes; streamlet's AppendRuns are runs already, their indexes a ``range`` (answered as
-    runs too)."""
+#: a request's batches to one stream: (stream id, request indexes, lengths, whether each batch
+#: is behind its length in the payload)
+Run = tuple[int, Sequence[int], list[int], bool]
+
+
+def _batches(header: bytes | memoryview, payload: memoryview) -> list[Run]:
+    """A request's batches as runs to one stream. The document's form, a table per batch, is
+    read a column at a time and cut where the stream changes; streamlet's AppendRuns are runs
+    already, their indexes a ``range`` (answered as runs too), their lengths in
+    ``batch_lengths`` or, with ``length_prefixed``, in the payload. Malformed unless the
+    batches fill the payload."""
     runs = append_runs(header)
     ids, indexes, lengths = append_columns(header)
+    prefixed = append_prefixed(header)
     if runs is not None:
         if ids:
             raise Malformed("append_requests and append_runs in one request")
-        return [(sid, range(first, first + len(sizes)), sizes) for sid, first, sizes in runs]
+        return _runs_of(runs, prefixed, payload)
+    if prefixed:
+        raise Malformed("length_prefixed is for append_runs, not append_requests")
+    if min(lengths, default=0) < 0 or sum(lengths) != len(payload):
+        raise _unfilled(payload)
     if ids and ids.count(ids[0]) == len(ids):  # one stream for the whole frame: usual
-        return [(ids[0], indexes, lengths)]
-    return [(ids[i], indexes[i:j], lengths[i:j]) for i, j in _runs(ids)]
+        return [(ids[0], indexes, lengths, False)]
+    return [(ids[i], indexes[i:j], lengths[i:j], False) for i, j in _runs(ids)]
+
+
+def _runs_of(runs: list[tuple[int, int, list[int], int]], prefixed: bool,
+             payload: memoryview) -> list[Run]:
+    out: list[Run] = []
+    at = 0
+    for sid, first, sizes, count in runs:
+        if prefixed:
+            if sizes:
+                raise Malformed("an AppendRun with length_prefixed gives batch_count, "
+                                "not batch_lengths")
+            if count < 0:
+                raise Malformed(f"an AppendRun of {count} batches")
+            sizes, at = prefixed_lengths(payload, count, at)
+        elif count:
+            raise Malformed("an AppendRun gives batch_count only with length_prefixed")
+        elif min(sizes, default=0) < 0:
+            raise _unfilled(payload)
+        else:
+            at += sum(sizes)
+        out.append((sid, range(first, first + len(sizes)), sizes, prefixed))
+    if at != len(payload):
+        raise _unfilled(payload)
+    return out
+
+
+def _unfilled(payload: memoryview) -> Malformed:
+    return Malformed(f"batch lengths do not add up to the payload's {len(payload)} bytes")
 
 
 @dataclass(slots=True)
@@ -140,30 +182,26 @@ class Appends:
 
     def start(self, sid: int, header: bytes | memoryview, payload: memoryview) -> None:
         try:
-            runs = _batches(header)
+            runs = _batches(header, payload)
         except Malformed as e:
             self.conn.system_error(Opcode.APPEND, sid, ErrorCode.INVALID_REQUEST, str(e))
             return
-        sizes = [sum(lengths) for _, _, lengths in runs]
-        every = runs[0][2] if len(runs) == 1 else [n for _, _, ls in runs for n in ls]
-        count = len(every)
-        if count and min(every) < 0 or sum(sizes) != len(payload):
-            self.conn.system_error(Opcode.APPEND, sid, ErrorCode.INVALID_REQUEST,
-                                   f"batch lengths do not add up to the payload's "
-                                   f"{len(payload)} bytes")
-            return
+        count = sum(len(lengths) for _, _, lengths, _ in runs)
         frame = Frame(sid, count)
         now: list[AppendResultT] = []
         streams: dict[int, Stream | tuple[int, str]] = {}
         at = 0
-        for (stream_id, indexes, lengths), size in zip(runs, sizes, strict=True):
+        for stream_id, indexes, lengths, prefixed in runs:
+            size = sum(lengths) + 4 * len(lengths) * prefixed
             got = streams.get(stream_id)
             if got is None:
                 got = streams[stream_id] = self.conn.writable_stream(stream_id)
             if isinstance(got, tuple):
                 now += [refused((stream_id, idx), *got) for idx in indexes]
             elif lengths:
-                self._publish(frame, got, stream_id, indexes, lengths, payload[at : at + size])
+                part = payload[at : at + size]
+                self._publish(frame, got, stream_id, indexes,
+                              part if prefixed else join_simple(part, lengths))
             at += size
         if now or not count:
             self.answer_refused(frame, now)
@@ -177,11 +215,16 @@ class Appends:
         if isinstance(got, tuple):
             self.answer_refused(frame, [refused((stream_id, idx), *got) for idx in indexes])
             return
-        self._publish(frame, got, stream_id, indexes, raw[lengths_at : lengths_at + 4 * count],
-                      raw[payload_at:])
+        payload = raw[payload_at:]
+        # Each batch as a simple entry (its size, its bytes): already so when length-prefixed,
+        # so the payload is stored as it arrived; else joined behind their lengths, in C.
+        entries = payload if lengths_at == PREFIXED else \
+            join_simple(payload, raw[lengths_at : lengths_at + 4 * count])
+        self._publish(frame, got, stream_id, indexes, entries)
 
     def _publish(self, frame: Frame, stream: Stream, stream_id: int, indexes: Sequence[int],
-                 lengths: list[int] | memoryview, payload: memoryview) -> None:
+                 entries: bytes | memoryview) -> None:
+        """Publish ``entries``, a simple entry per batch of ``indexes``, as one PublishBatch."""
         pub = self.publishers.get(stream)
         if pub is None:
             self.next_publisher += 1
@@ -191,7 +234,6 @@ class Appends:
         n = len(indexes)
         first = self.next_id + 1
         self.next_id += n
-        entries = join_simple(payload, lengths)  # each batch as a simple entry, in C
         # Registered first: a refusal answers it during publish.
         self.waiting[first] = Group(frame, stream, stream_id, first, indexes, n)
         self.starts.append(first)
@@ -223,10 +265,9 @@ class Appends:
         header.appendResponses = results
         self.conn.answer(Opcode.APPEND, frame.stream_id, header, end=frame.remaining <= 0)
 
-    def answer_done(self, frames: list[tuple[Frame, list[tuple[Sequence[int], int, int, int]]]]
-                    ) -> None:
-        """An answer per frame, all in one write."""
-        usual: list[RunAnswer] = []
+    def answer_done(self, frames: list[tuple[Frame, list[tuple[Sequence[int], int, int, int]]]],
+                    usual: list[RunAnswer]) -> None:
+        """An answer per frame, all in one write; ``usual``: whole answers already made."""
         other = []
         for frame, runs in frames:
             frame.remaining -= sum(len(r[0]) for r in runs)
@@ -249,10 +290,23 @@ class Appends:
     def confirmed(self, ids: list[bytes]) -> None:
         by_frame: dict[int, tuple[Frame, list[tuple[Sequence[int], int, int, int]]]] = {}
         failed: list[tuple[Group, int, int]] = []
+        whole: list[RunAnswer] = []
         ms = now_ms()
+        waiting, offsets = self.waiting, self.offsets
         for blob in ids:
             first = _U64.unpack_from(blob, 0)[0]
             count = len(blob) // 8
+            g = waiting.get(first)
+            # The usual: the whole of a frame that was one run, confirmed at once: one result
+            # answers it, and no more bookkeeping than forgetting it.
+            if g is not None and count == g.frame.remaining == len(g.indexes) \
+                    and type(g.indexes) is range and first in offsets:
+                del waiting[first]
+                self.starts.remove(first)
+                g.frame.remaining = 0
+                whole.append((g.frame.stream_id, True, g.indexes.start, count, g.stream_id,
+                              offsets.pop(first), ms))
+                continue
             g = self._group(first)
             if g is None:
                 continue
@@ -265,8 +319,8 @@ class Appends:
                 (g.indexes[at : at + count] if at or count < len(g.indexes) else g.indexes,
                  g.stream_id, offset, ms))
             self._settle(g, at, count)
-        if by_frame:
-            self.answer_done(list(by_frame.values()))
+        if by_frame or whole:
+            self.answer_done(list(by_frame.values()), whole)
         for g, at, count in failed:
             self._settle(g, at, count)
             self.answer_refused(g.frame, [refused((g.stream_id, i), ErrorCode.UNKNOWN,

@@ -81,7 +81,14 @@ class AppendRequest(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         return o == 0
 
-def AppendRequestStart(builder): builder.StartObject(3)
+    # AppendRequest
+    def LengthPrefixed(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+def AppendRequestStart(builder): builder.StartObject(4)
 def Start(builder):
     return AppendRequestStart(builder)
 def AppendRequestAddTimeoutMs(builder, timeoutMs): builder.PrependInt32Slot(0, timeoutMs, 0)
@@ -99,6 +106,9 @@ def AddAppendRuns(builder, appendRuns):
 def AppendRequestStartAppendRunsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def StartAppendRunsVector(builder, numElems):
     return AppendRequestStartAppendRunsVector(builder, numElems)
+def AppendRequestAddLengthPrefixed(builder, lengthPrefixed): builder.PrependBoolSlot(3, lengthPrefixed, 0)
+def AddLengthPrefixed(builder, lengthPrefixed):
+    return AppendRequestAddLengthPrefixed(builder, lengthPrefixed)
 def AppendRequestEnd(builder): return builder.EndObject()
 def End(builder):
     return AppendRequestEnd(builder)
@@ -116,6 +126,7 @@ class AppendRequestT(object):
         self.timeoutMs = 0  # type: int
         self.appendRequests = None  # type: List[streamlet.sbp.fbs.AppendInfo.AppendInfoT]
         self.appendRuns = None  # type: List[streamlet.sbp.fbs.AppendRun.AppendRunT]
+        self.lengthPrefixed = False  # type: bool
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -150,6 +161,7 @@ class AppendRequestT(object):
                 else:
                     appendRun_ = streamlet.sbp.fbs.AppendRun.AppendRunT.InitFromObj(appendRequest.AppendRuns(i))
                     self.appendRuns.append(appendRun_)
+        self.lengthPrefixed = appendRequest.LengthPrefixed()
 
     # AppendRequestT
     def Pack(self, builder):
@@ -175,5 +187,6 @@ class AppendRequestT(object):
             AppendRequestAddAppendRequests(builder, appendRequests)
         if self.appendRuns is not None:
             AppendRequestAddAppendRuns(builder, appendRuns)
+        AppendRequestAddLengthPrefixed(builder, self.lengthPrefixed)
         appendRequest = AppendRequestEnd(builder)
         return appendRequest

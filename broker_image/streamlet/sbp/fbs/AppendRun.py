@@ -65,7 +65,14 @@ class AppendRun(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         return o == 0
 
-def AppendRunStart(builder): builder.StartObject(3)
+    # AppendRun
+    def BatchCount(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 0
+
+def AppendRunStart(builder): builder.StartObject(4)
 def Start(builder):
     return AppendRunStart(builder)
 def AppendRunAddStreamId(builder, streamId): builder.PrependInt64Slot(0, streamId, 0)
@@ -80,6 +87,9 @@ def AddBatchLengths(builder, batchLengths):
 def AppendRunStartBatchLengthsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def StartBatchLengthsVector(builder, numElems):
     return AppendRunStartBatchLengthsVector(builder, numElems)
+def AppendRunAddBatchCount(builder, batchCount): builder.PrependInt32Slot(3, batchCount, 0)
+def AddBatchCount(builder, batchCount):
+    return AppendRunAddBatchCount(builder, batchCount)
 def AppendRunEnd(builder): return builder.EndObject()
 def End(builder):
     return AppendRunEnd(builder)
@@ -95,6 +105,7 @@ class AppendRunT(object):
         self.streamId = 0  # type: int
         self.requestIndex = 0  # type: int
         self.batchLengths = None  # type: List[int]
+        self.batchCount = 0  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -121,6 +132,7 @@ class AppendRunT(object):
                     self.batchLengths.append(appendRun.BatchLengths(i))
             else:
                 self.batchLengths = appendRun.BatchLengthsAsNumpy()
+        self.batchCount = appendRun.BatchCount()
 
     # AppendRunT
     def Pack(self, builder):
@@ -137,5 +149,6 @@ class AppendRunT(object):
         AppendRunAddRequestIndex(builder, self.requestIndex)
         if self.batchLengths is not None:
             AppendRunAddBatchLengths(builder, batchLengths)
+        AppendRunAddBatchCount(builder, self.batchCount)
         appendRun = AppendRunEnd(builder)
         return appendRun
