@@ -23,7 +23,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ..protocol import FrameTooLarge
-from ..protocol.framing import Splitter
+from ..protocol.framing import ReadBuffer, Splitter
 
 if TYPE_CHECKING:
     from .server import Broker
@@ -45,7 +45,7 @@ def _ended(task: asyncio.Task[None], what: str, peer: str | None) -> None:
         log.error("connection %s: %s failed", peer, what, exc_info=task.exception())
 
 
-class FramedConnection(asyncio.Protocol):
+class FramedConnection(asyncio.BufferedProtocol):
     #: the adapter's view of the connection: past its handshake / going away
     opened = False
     closing = False
@@ -53,7 +53,8 @@ class FramedConnection(asyncio.Protocol):
     def __init__(self, broker: Broker, tls: bool, splitter: Splitter) -> None:
         self.broker = broker
         self.tls = tls
-        self.splitter: Splitter = splitter
+        self.splitter: Splitter = splitter  # its limit is the adapter's to change
+        self.reader = ReadBuffer(splitter)  # reads land there, frames are views of it
         self.transport: asyncio.Transport | None = None
         self.peer: str | None = None
         self.user: str | None = None  # once authenticated (limits and permissions are per user)
@@ -108,7 +109,7 @@ class FramedConnection(asyncio.Protocol):
         self._release_frame()
         if self._waiting:
             self.broker.frame_budget.cancel(self)
-        self.splitter.clear()  # frees a partial frame now
+        self.reader.clear()  # frees a partial frame now
         self.lost()
 
     def pause_writing(self) -> None:
@@ -120,12 +121,15 @@ class FramedConnection(asyncio.Protocol):
         self._set_reading()
         self.writable()
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.reader.space()
+
+    def buffer_updated(self, nbytes: int) -> None:
         self.last_received = time.monotonic()
         try:
             # Pulled one by one: each frame is held to the limit in force when its turn comes
             # (a handshake may raise it for the frames after it in the same read).
-            for frame in self.splitter.feed(data):
+            for frame in self.reader.filled(nbytes):
                 if self.closing:
                     return
                 self.handle_frame(frame)
@@ -134,6 +138,17 @@ class FramedConnection(asyncio.Protocol):
             return
         if not self.closing:
             self._track_incomplete()
+
+    def data_received(self, data: bytes | memoryview) -> None:
+        """Bytes read elsewhere (a test, a relay): as if read into the buffer, in pieces of the
+        room it offers."""
+        view = memoryview(data)
+        while view and not self.closing:
+            room = self.reader.space()
+            n = min(len(room), len(view))
+            room[:n] = view[:n]
+            view = view[n:]
+            self.buffer_updated(n)
 
     # --- writing and closing ----------------------------------------------------------------------
 
@@ -244,7 +259,7 @@ class FramedConnection(asyncio.Protocol):
     def _track_incomplete(self) -> None:
         """After a read: a frame left incomplete has its whole length reserved in the broker's
         FrameBudget (or waits for it, not read meanwhile) and, once opened, a deadline."""
-        s = self.splitter
+        s = self.reader
         if s.begun != self._begun or not s.held:  # the frame held before, if any, is done
             self._begun = s.begun
             self._release_frame()
@@ -280,12 +295,12 @@ class FramedConnection(asyncio.Protocol):
 
     def _on_frame_deadline(self) -> None:
         self._frame_deadline = None
-        if self.closing or not self.splitter.held:
+        if self.closing or not self.reader.held:
             return
         if not self._reading:  # we hold it back (budget, or it does not read): not its delay
             self._start_frame_deadline()
             return
         log.info("connection %s: a frame still incomplete after %ds (%d of %d bytes), closing",
-                 self.peer, self.broker.config.frame_timeout, self.splitter.held,
-                 self.splitter.pending)
+                 self.peer, self.broker.config.frame_timeout, self.reader.held,
+                 self.reader.pending)
         self.abort()

@@ -5,7 +5,10 @@
  *   (publisher_id, count, ids, data, records, first_id, last_id, increasing)
  * where `ids` is the publishing ids packed big-endian (a PublishConfirm body as is) and `data`
  * the entries joined (a chunk's data as is). publish.py has the same function in Python; both
- * must give identical results (tests/unit/test_publish_split.py checks that). */
+ * must give identical results (tests/unit/test_publish_split.py checks that).
+ *
+ * arena(n): a bytearray of n bytes left as malloc gave them, for framing.ReadBuffer: reads
+ * fill it before any byte of it is read, so zeroing it (bytearray(n)) is work for nothing. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -108,8 +111,19 @@ done:
     return result;
 }
 
+static PyObject *arena(PyObject *self, PyObject *arg) {
+    Py_ssize_t n = PyLong_AsSsize_t(arg);
+    if (n < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "a negative size");
+        return NULL;
+    }
+    return PyByteArray_FromStringAndSize(NULL, n);
+}
+
 static PyMethodDef methods[] = {
     {"split_publish_v1", split_publish_v1, METH_O, "Split a Publish v1 body into ids and data."},
+    {"arena", arena, METH_O, "A bytearray of n bytes, not zeroed."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -123,3 +123,100 @@ class FrameSplitter(Splitter):
         if self.max_size and need > self.max_size:
             raise FrameTooLarge(need, self.max_size)
         return need
+
+
+try:  # in C where it was built: not zeroed, as reads fill it before it is read
+    from ._speedups import arena as _arena
+except ImportError:
+    _arena = bytearray
+
+#: A connection's first arena, as big as uvloop's own reads: a peer's burst is taken in few
+#: reads, and a connection closed for bad input has seldom left bytes unread (which would turn
+#: its close into a reset, losing the answers before it). Each next arena is twice the last, up
+#: to ARENA_MAX. An arena is not zeroed: reads fill it before any of it is read.
+ARENA_FIRST = 256 << 10
+ARENA_MAX = 1 << 20
+#: The least room a read is offered: with less left, the next read goes to a new arena.
+MIN_READ = 64 << 10
+
+
+class ReadBuffer:
+    """Where a connection's reads land (an asyncio BufferedProtocol's ``get_buffer``), cut into
+    frames by ``splitter`` as they are whole: the splitter's limits and ``measure`` apply, and
+    ``held``, ``pending``, ``begun`` and ``clear`` mean what they mean on a Splitter.
+
+    Reads go into an arena, front to back, and no byte of it is written twice: a frame is handed
+    out as a view of the arena, never copied, and stays valid for as long as a handler keeps it
+    (the arena lives until its last view goes). A frame that a read leaves incomplete stays
+    where it is and the next read lands after it; only when the arena has too little room left
+    is what arrived of it copied to the start of a new arena, one with room for the whole
+    frame. (Splitter.feed takes bytes the transport already copied out of its own buffer, and
+    copies and joins a frame split over reads.)
+    """
+
+    __slots__ = ("_buf", "_end", "_first", "_need", "_start", "_view", "begun", "splitter")
+
+    def __init__(self, splitter: Splitter) -> None:
+        self.splitter = splitter
+        self._buf = _EMPTY  # the arena
+        self._start = 0  # the first byte not handed out: the incomplete frame's, if any
+        self._end = 0  # the first byte not filled
+        self._need = 0  # the incomplete frame's whole length, once its first bytes say it
+        self._first = -2  # where the frame left incomplete by the last read began (-1: none)
+        self._view = _EMPTY  # the arena up to what was filled, while a read's frames are pulled
+        self.begun = 0
+
+    @property
+    def held(self) -> int:
+        """Bytes of an incomplete frame held between reads."""
+        return self._end - self._start
+
+    @property
+    def pending(self) -> int:
+        """The whole length of the incomplete frame held, 0 if none or unknown yet."""
+        return self._need
+
+    def clear(self) -> None:
+        """Drop the arena and an incomplete frame (the connection is gone)."""
+        self._buf, self._start, self._end, self._need = _EMPTY, 0, 0, 0
+
+    def space(self) -> memoryview:
+        """Where the next read goes: the arena's room after what was filled, if it is
+        MIN_READ at least and holds the rest of the incomplete frame."""
+        held = self._end - self._start
+        rest = max(self._need - held, MIN_READ)
+        if len(self._buf) - self._end < rest:
+            size = min(2 * len(self._buf), ARENA_MAX) if len(self._buf) else ARENA_FIRST
+            arena = memoryview(_arena(max(size, held + rest)))
+            arena[:held] = self._buf[self._start : self._end]  # the incomplete frame's start
+            self._buf, self._start, self._end = arena, 0, held
+        return self._buf[self._end :]
+
+    def filled(self, nbytes: int) -> ReadBuffer:
+        """``nbytes`` were read into ``space()``; returns the buffer, to iterate: the frames
+        now whole, one at a time, each measured when it is pulled (a handler may change a limit
+        for the frames after it). Raises the splitter's FrameTooLarge after the frames before
+        the oversize one."""
+        self._first = self._start if self._end > self._start else -1
+        self._end += nbytes
+        self._view = self._buf[: self._end].toreadonly()  # frames: views no handler can write
+        return self
+
+    def __iter__(self) -> ReadBuffer:
+        return self
+
+    def __next__(self) -> memoryview:
+        view, pos = self._view, self._start
+        if self._end > pos:
+            need = self.splitter.measure(view, pos)
+            if need is not None and self._end - pos >= need:
+                self._start = end = pos + need
+                return view[pos + self.splitter.skip : end]
+            self._need = need or 0
+        else:
+            self._need = 0
+        if self._first != -2:  # this read's end: once
+            if self._end > pos and pos != self._first:
+                self.begun += 1  # a frame newly left incomplete
+            self._first, self._view = -2, _EMPTY
+        raise StopIteration
