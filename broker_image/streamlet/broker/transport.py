@@ -140,8 +140,8 @@ class FramedConnection(asyncio.BufferedProtocol):
             self._track_incomplete()
 
     def data_received(self, data: bytes | memoryview) -> None:
-        """Bytes read elsewhere (a test, a relay): as if read into the buffer, in pieces of the
-        room it offers."""
+        """Bytes read elsewhere (tests feed them so): as if read into the buffer, in pieces of
+        the room it offers."""
         view = memoryview(data)
         while view and not self.closing:
             room = self.reader.space()

@@ -6,7 +6,8 @@ stream), with the offset it got.
 No Python runs per batch on the hot path: the request's AppendInfo tables are read a column at a
 time by streamlet.sbp.flat (streamlet's AppendRuns, runs already, in one C call), the
 consecutive batches of a frame to one stream go to the core as one PublishBatch (a Group:
-consecutive publishing ids, so consecutive offsets) whose entries are joined in C
+consecutive publishing ids, so consecutive offsets) whose entries are the payload itself when
+it is length-prefixed (each batch behind its length: a simple entry) or else joined in C
 (storage.entries), and the answers' results are written in C too (sbp.flat; an AppendRun's
 part confirmed is one result with its batch_count). Answers are grouped per confirm: one
 response frame per request frame per confirm, the last with the response-end flag, so the
@@ -15,8 +16,9 @@ go out in one write. Refusals (rare) are answered through the generated object A
 per batch.
 
 The usual frame, one AppendRun to one stream, has less Python still (``start_run``): the
-connection reads the whole frame in one C call (sbp.flat.append_run), its batches are joined
-from the lengths vector as it arrived, and its answer is a whole frame copied from one layout
+connection reads the whole frame in one C call (sbp.flat.append_run), its payload is stored as
+it arrived (length-prefixed) or its batches joined from the lengths vector as it arrived, and
+its answer, when one confirm covers it, is a whole frame copied from one layout
 (sbp.flat.append_run_frames). Any other frame takes ``start``.
 """
 
