@@ -1,5 +1,6 @@
 """Replication's decisions as pure functions: the commit rule (:mod:`.commit`), elections
-(:mod:`.election`) and where a stream's members go (:mod:`.placement`).
+(:mod:`.election`), where a stream's members go (:mod:`.placement`) and what a member checks
+of a driver's request, and of a claim about its epoch's leader (:mod:`.requests`).
 
 Shared by the broker (the commit point), the operator (elections, placement, rolls) and the
 local ``streamlet cluster`` driver, so it imports none of them: no asyncio, no socket, no

@@ -1,0 +1,109 @@
+"""What a member checks of a driver's Fence and Assign before it saves anything, which peer an
+address is, and two leaders in one epoch: tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamlet.replication.requests import (
+    EpochLeader,
+    assign_refusal,
+    fence_refusal,
+    named_peer,
+    peer_index,
+    two_leaders,
+)
+
+PEERS = [("b-0.b.ns.svc.cluster.local", 5552), ("b-1.b.ns.svc.cluster.local", 5552),
+         ("10.0.0.3", 5551), ("::1", 5552)]
+B0, B1 = PEERS[0], PEERS[1]
+
+
+@pytest.mark.parametrize(("address", "exact", "named"), [
+    pytest.param(B0, 0, 0, id="a configured peer"),
+    pytest.param(("B-1.b.NS.svc.cluster.local.", 5552), 1, 1,
+                 id="host case and a trailing dot do not matter"),
+    pytest.param(("[::1]", 5552), 3, 3, id="IPv6 brackets"),
+    pytest.param(("10.0.0.3", 5552), None, None, id="another port: another listener"),
+    pytest.param(("b-0.b.ns.svc", 5552), None, 0, id="without the cluster domain: named"),
+    pytest.param(("b-0", 5552), None, 0, id="the pod's name alone: one peer starts with it"),
+    pytest.param(("b-0.b.ns.svc", 5551), None, None, id="named, on another port: none"),
+    pytest.param(("b", 5552), None, None, id="a start that is not a label: none"),
+    pytest.param(("b-0.b.ns.svc.cluster.local.evil.com", 5552), None, None,
+                 id="a peer's name extended: none"),
+    pytest.param(("evil.com", 5552), None, None, id="a stranger"),
+    pytest.param(("", 5552), None, None, id="no host"),
+])
+def test_peer_index(address: tuple[str, int], exact: int | None, named: int | None) -> None:
+    assert peer_index(PEERS, address) == exact
+    assert named_peer(PEERS, address) == named
+
+
+def test_a_start_two_peers_share_names_none() -> None:
+    peers = [("b-1.x", 1), ("b-1.y", 1)]
+    assert named_peer(peers, ("b-1", 1)) is None
+
+
+@pytest.mark.parametrize(("epoch", "peers", "refused"), [
+    pytest.param(1, PEERS, None, id="the first epoch"),
+    pytest.param(2**40, PEERS, None, id="a high one"),
+    pytest.param(0, PEERS, "epoch 0: epochs start at 1", id="epoch 0"),
+    pytest.param(-1, PEERS, "epoch -1: epochs start at 1", id="negative"),
+    pytest.param(5, [], "no [cluster] peers", id="a broker in no cluster"),
+])
+def test_fence(epoch: int, peers: list[tuple[str, int]], refused: str | None) -> None:
+    why = fence_refusal(epoch, peers)
+    assert (why is None) == (refused is None)
+    if refused is not None:
+        assert why is not None and refused in why
+
+
+# (epoch, leading, leader, members, peers, me, refusal or None); this broker is member 1
+ASSIGN = [
+    pytest.param(1, False, B0, [0, 1, 2], PEERS, 1, None, id="follower of a peer"),
+    pytest.param(1, True, B1, [0, 1, 2], PEERS, 1, None, id="leader, named as itself"),
+    pytest.param(3, False, ("b-0.b.ns.svc", 5552), [0, 1], PEERS, 1, None,
+                 id="the leader named without the cluster domain"),
+    pytest.param(1, False, B0, [0, 1], [], 1, "no [cluster] peers", id="no cluster"),
+    pytest.param(1, False, B0, [0, 1], PEERS, None, "no [cluster] peers", id="no member id"),
+    pytest.param(0, False, B0, [0, 1], PEERS, 1, "epochs start at 1", id="epoch 0"),
+    pytest.param(1, False, B0, [], PEERS, 1, "no members", id="no members"),
+    pytest.param(1, False, B0, [0, 1, 1], PEERS, 1, "listed twice", id="a member twice"),
+    pytest.param(1, False, B0, [0, 1, 4], PEERS, 1, "members [4]: not among the 4",
+                 id="a member id past the peers"),
+    pytest.param(1, False, B0, [0, 1, -1], PEERS, 1, "members [-1]", id="a negative id"),
+    pytest.param(1, False, B0, [0, 2], PEERS, 1, "not among the members",
+                 id="this broker is no member"),
+    pytest.param(1, False, ("127.0.0.1", 6666), [0, 1], PEERS, 1, "not one of cluster.peers",
+                 id="a leader that is no peer"),
+    pytest.param(1, False, ("10.0.0.3", 5552), [0, 1, 2], PEERS, 1, "not one of cluster.peers",
+                 id="a peer's host on another port (the plain one, with TLS peers)"),
+    pytest.param(1, False, PEERS[2], [0, 1], PEERS, 1, "(member 2) is not among the members",
+                 id="a leader that is a peer but no member"),
+    pytest.param(1, True, B0, [0, 1], PEERS, 1, "told to lead, but the leader named is member 0",
+                 id="leader, another named"),
+    pytest.param(1, False, B1, [0, 1], PEERS, 1, "told to follow itself", id="follow itself"),
+]
+
+
+@pytest.mark.parametrize(("epoch", "leading", "leader", "members", "peers", "me", "refused"),
+                         ASSIGN)
+def test_assign(epoch: int, leading: bool, leader: tuple[str, int], members: list[int],
+                peers: list[tuple[str, int]], me: int | None, refused: str | None) -> None:
+    why = assign_refusal(epoch, leading, leader, members, peers, me)
+    assert (why is None) == (refused is None), why
+    if refused is not None:
+        assert why is not None and refused in why
+
+
+@pytest.mark.parametrize(("known", "claimed", "expected"), [
+    pytest.param(None, EpochLeader(3, 1), False, id="nothing known"),
+    pytest.param(EpochLeader(3, 0), EpochLeader(3, 0), False, id="the same leader"),
+    pytest.param(EpochLeader(3, 0), EpochLeader(3, 2), True, id="another leader, same epoch"),
+    pytest.param(EpochLeader(3, 0), EpochLeader(4, 2), False, id="a later epoch: a new leader"),
+    pytest.param(EpochLeader(4, 0), EpochLeader(3, 2), False, id="an earlier epoch's"),
+    pytest.param(EpochLeader(3, None), EpochLeader(3, 2), False, id="known leader no peer"),
+    pytest.param(EpochLeader(3, 0), EpochLeader(3, None), False, id="claimed leader no peer"),
+])
+def test_two_leaders(known: EpochLeader | None, claimed: EpochLeader, expected: bool) -> None:
+    assert two_leaders(known, claimed) is expected
