@@ -86,6 +86,7 @@ LINKS = "the brokers log in to each other as it"
     (BASE, (ADMIN,), None),
     (BASE, (), "no user left"),
     (replace(BASE, replication_user="app"), (ADMIN,), "replication_user 'app' would be removed"),
+    (replace(BASE, driver_user="app"), (ADMIN,), "driver_user 'app' would be removed"),
     # alone (no cluster), the first user may go: nothing logs in with it
     (BASE, (APP,), None),
     (CLUSTER, (ADMIN, User("app", "new")), None),

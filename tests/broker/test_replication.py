@@ -17,7 +17,7 @@ from streamlet.client.errors import StreamletError
 from streamlet.protocol import Code
 from streamlet.protocol import frames as f
 from streamlet.protocol.constants import Role
-from tests.support.brokers import BrokerProcess, free_port
+from tests.support.brokers import BrokerProcess, distinct_ports, free_port
 from tests.support.raw import RawPeer
 from tests.support.waiting import eventually
 
@@ -26,12 +26,15 @@ Factory = Callable[..., BrokerProcess]
 
 def _members(tmp_path: Path, broker_factory: Factory, n: int = 3,
              cluster: str = "") -> list[BrokerProcess]:
-    """``n`` brokers, member ids 0..n-1; ``cluster``: more lines of their [cluster] section."""
+    """``n`` brokers, member ids 0..n-1, each knowing the others (cluster.peers: a broker in no
+    cluster takes no Fence or Assign); ``cluster``: more lines of their [cluster] section."""
+    ports = distinct_ports(n)
+    peers = ", ".join(f'"127.0.0.1:{p}"' for p in ports)
     brokers = []
     for i in range(n):
         config = tmp_path / f"member{i}.toml"
-        config.write_text(f"[cluster]\nmember = {i}\n{cluster}")
-        brokers.append(broker_factory(config=config))
+        config.write_text(f"[cluster]\nmember = {i}\npeers = [{peers}]\n{cluster}")
+        brokers.append(broker_factory(config=config, port=ports[i]))
     return brokers
 
 

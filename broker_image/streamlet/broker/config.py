@@ -25,6 +25,8 @@ File format (all keys optional)::
                                       # or "auto": the number after the hostname's last '-'
                                       # (a StatefulSet pod's <name>-<ordinal>); env STREAMLET_MEMBER
     replication_user = "guest"        # the user followers log in to their leaders as (default: the first user)
+    driver_user = "operator"          # the placement driver's user (default: replication_user); the
+                                      # replication commands are taken from these two users only
     peers = ["b-0:5552", "b-1:5552"]  # every member's address, by member id: where replicas go
     resume_roles = false              # a restarted member takes up its last role (no placement driver)
     tls = false                       # the links to other brokers over TLS (see replication_tls);
@@ -282,6 +284,8 @@ class BrokerConfig:
     member: int | None = None
     #: the configured user whose credentials followers log in to leaders with (None: the first)
     replication_user: str | None = None
+    #: the configured user the placement driver logs in as (None: the replication user)
+    driver_user: str | None = None
     #: every member's advertised address, by member id (a Create with initial-cluster-size > 1
     #: places the stream's members among them); empty: no replicated creates
     peers: tuple[tuple[str, int], ...] = ()
@@ -471,7 +475,8 @@ _SECTION_KEYS = {
                "frame_timeout", "cluster_name", "users_file", "reload_interval"},
     "storage": {"fsync", "max_open_files"},
     "retention": {"max_age", "max_length_bytes", "max_segment_size_bytes"},
-    "cluster": {"directory_file", "member", "replication_user", "peers", "resume_roles", "tls"},
+    "cluster": {"directory_file", "member", "replication_user", "driver_user", "peers",
+                "resume_roles", "tls"},
     "tls": {"port", "certfile", "keyfile", "cafile", "verify_peer", "advertised_port"},
     "limits": {"max_connections", "max_connections_per_user", "max_streams", "max_partitions",
                "max_buffered_bytes"},
@@ -532,6 +537,8 @@ def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
         changes["member"] = _member(cluster["member"])
     if "replication_user" in cluster:
         changes["replication_user"] = str(cluster["replication_user"])
+    if "driver_user" in cluster:
+        changes["driver_user"] = str(cluster["driver_user"])
     if "peers" in cluster:
         changes["peers"] = _peers(cluster["peers"])
     if "tls" in cluster:
@@ -821,6 +828,8 @@ def _validate(cfg: BrokerConfig) -> None:
                           f"one of 0..{len(cfg.peers) - 1}, got {cfg.member}")
     if cfg.replication_user is not None and all(u.name != cfg.replication_user for u in cfg.users):
         raise ConfigError(f"cluster.replication_user {cfg.replication_user!r} is not a configured user")
+    if cfg.driver_user is not None and all(u.name != cfg.driver_user for u in cfg.users):
+        raise ConfigError(f"cluster.driver_user {cfg.driver_user!r} is not a configured user")
     users = {u.name for u in cfg.users}
     for p in cfg.permissions:
         if p.user not in users:

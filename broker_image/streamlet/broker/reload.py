@@ -90,15 +90,18 @@ def replication_in_use(cfg: BrokerConfig) -> tuple[str, str] | None:
 def check_users(cfg: BrokerConfig, users: tuple[User, ...],
                 replication: tuple[str, str] | None) -> list[str]:
     """Raise ConfigError if ``users`` cannot replace ``cfg.users``; else return the warnings
-    to log. Refused: no user at all; losing cluster.replication_user; and no longer accepting
-    ``replication``, the credentials the brokers' links log in to each other with (each
-    broker took them at its start, so removing that user or changing its password needs the
-    brokers restarted). Which user comes first may change: links keep the one they have."""
+    to log. Refused: no user at all; losing cluster.replication_user or driver_user; and no
+    longer accepting ``replication``, the credentials the brokers' links log in to each other
+    with (each broker took them at its start, so removing that user or changing its password
+    needs the brokers restarted). Which user comes first may change: links keep the one they
+    have, and the replication commands are taken from it (its name, taken at the start)."""
     if not users:
         raise ConfigError("no user left: at least one [[users]] entry is needed")
     names = {u.name for u in users}
     if cfg.replication_user is not None and cfg.replication_user not in names:
         raise ConfigError(f"cluster.replication_user {cfg.replication_user!r} would be removed")
+    if cfg.driver_user is not None and cfg.driver_user not in names:
+        raise ConfigError(f"cluster.driver_user {cfg.driver_user!r} would be removed")
     if replication is not None and replication not in {(u.name, u.password) for u in users}:
         raise ConfigError(f"user {replication[0]!r} would be removed or its password changed, "
                           "but the brokers log in to each other as it (taken at their start): "

@@ -76,12 +76,13 @@ class Broker:
                     if config.tls is not None else None)
         #: how this broker's links log in to the others (over TLS: the reloadable context)
         self.peer_login = PeerLogin(*config.replication_credentials,
-                                    tls=self._peer_context if config.replication_tls else None)
+                                    tls=self._peer_context if config.replication_tls else None,
+                                    peers=config.peers)
         #: the replicated streams this broker is a member of
         self.members = Members(config.member, self.peer_login, config.peers)
         self.forwarder = Forwarder(self.peer_login)
         for vhost in self.vhosts.values():
-            self.members.load(vhost.streams.streams)
+            self.members.load(vhost.streams)  # a state it cannot read sets its stream aside
         self.connections: set[Client] = set()
         #: each connection class's protocol (the listener that made one), for the metrics
         self.protocol_names: dict[type, str] = {}

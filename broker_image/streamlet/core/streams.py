@@ -557,6 +557,10 @@ FDS_PER_STREAM = 2
 FD_RESERVE = 64
 
 
+class StreamUnreadable(OSError):
+    """A create of a stream whose directory was set aside at start (it could not be read)."""
+
+
 class LimitReached(Exception):
     """A create would pass one of the broker's limits: answered 17 (precondition failed)."""
 
@@ -606,7 +610,9 @@ class Limits:
 
 
 class StreamManager:
-    """All streams of this broker, kept under ``<data_dir>/streams/<dir_name(name)>/``."""
+    """All streams of this broker, kept under ``<data_dir>/streams/<dir_name(name)>/``.
+    Recovered at start; one that cannot be read (its ``stream.json``, its log) is set aside
+    (``unreadable``) and the others are served."""
 
     def __init__(self, data_dir: Path, clock: Clock, fsync: str = "never",
                  limits: Limits | None = None) -> None:
@@ -620,6 +626,10 @@ class StreamManager:
         #: publish-to-confirm of every stream here, one histogram: a deleted stream's samples
         #: stay counted (a broker-wide histogram never goes back)
         self.confirm_latency = LatencyHistogram()
+        #: stream directories set aside at start because they could not be read: why, by
+        #: directory. Not served (their names answer "not available"), never removed or
+        #: re-created over: an operator looks at them (docs/reliability.md).
+        self.unreadable: dict[Path, str] = {}
         for d in sorted(self.root.iterdir()):
             meta = d / "stream.json"
             if not d.is_dir():
@@ -628,12 +638,38 @@ class StreamManager:
                 log.warning("removing %s: a stream directory without stream.json", d)
                 _remove(d)
                 continue
-            doc = json.loads(meta.read_text())
-            name = doc.get("name", unquote(d.name))
-            self.streams[name] = Stream(name, d, StreamSettings.from_json(doc["settings"]), fsync,
-                                       clock, self.confirm_latency)
-            log.info("recovered stream %s: offsets %d..%d", name,
-                     self.streams[name].log.first_offset, self.streams[name].log.next_offset)
+            try:
+                stream = self._recover(d, meta)
+            except Exception as e:  # noqa: BLE001 - one stream's damage never stops the start
+                self.set_aside(d, f"{meta}: {type(e).__name__}: {e}")
+                continue
+            self.streams[stream.name] = stream
+            log.info("recovered stream %s: offsets %d..%d", stream.name, stream.log.first_offset,
+                     stream.log.next_offset)
+
+    def _recover(self, d: Path, meta: Path) -> Stream:
+        doc = json.loads(meta.read_bytes())
+        if not isinstance(doc, dict) or not isinstance(doc.get("settings"), dict):
+            raise ValueError("not a stream's settings")
+        name = doc.get("name", unquote(d.name))
+        if not isinstance(name, str) or valid_stream_name(name) is not None:
+            raise ValueError(f"name {name!r}")
+        return Stream(name, d, StreamSettings.from_json(doc["settings"]), self.fsync,
+                      self.clock, self.confirm_latency)
+
+    def set_aside(self, directory: Path, why: str, stream: Stream | None = None) -> None:
+        """Stop serving the stream in ``directory`` (``stream``, when it was opened): its files
+        stay as they are; the name answers "not available" until the broker starts with it
+        readable again."""
+        if stream is not None:
+            self.streams.pop(stream.name, None)
+            stream.log.close()
+        self.unreadable[directory] = why
+        log.error("stream directory %s set aside, not served: %s", directory, why)
+
+    def unreadable_reason(self, name: str) -> str | None:
+        """Why the stream called ``name`` is set aside; None when it is not."""
+        return self.unreadable.get(self.root / dir_name(name)) if self.unreadable else None
 
     def get(self, name: str) -> Stream | None:
         return self.streams.get(name)
@@ -643,6 +679,9 @@ class StreamManager:
         or LimitReached (before anything is done)."""
         self.limits.check(1, f"create {name!r}")
         d = self.root / dir_name(name)
+        if d in self.unreadable:  # set aside: its files are kept, never replaced
+            raise StreamUnreadable(f"create {name!r}: {d} was set aside at start: "
+                                   f"{self.unreadable[d]}")
         if d.exists() and not _remove(d):  # leftover of a delete whose removal failed
             raise OSError(f"cannot remove the leftover directory {d}")
         stream = None

@@ -62,6 +62,7 @@ class BrokerCollector:
         yield self._latency()
         yield from self._disk()
         yield from self._reloads()
+        yield from self._damage()
 
     def _clients(self, streams: list[tuple[str, str, Stream]]) -> Iterator[Metric]:
         protocols = sorted(set(self.broker.protocols) | {self.protocol(c) for c in
@@ -190,3 +191,24 @@ class BrokerCollector:
             last.add_metric([what], at)
         yield failures
         yield last
+
+    def _damage(self) -> Iterator[Metric]:
+        """Streams set aside at start (unreadable), and two leaders seen in one epoch."""
+        broker = self.broker
+        unreadable = GaugeMetricFamily(PREFIX + "streams_unreadable", "Stream directories set "
+                                       "aside at start because their stream.json or "
+                                       "replication.json could not be read (not served; the "
+                                       "broker's log names each and why)", labels=["vhost"])
+        for vhost, v in sorted(broker.vhosts.items()):
+            unreadable.add_metric([vhost], len(v.streams.unreadable))
+        yield unreadable
+        split = CounterMetricFamily(PREFIX + "replication_split_brain", "Times this member saw "
+                                    "two leaders in one epoch of the stream (an Assign, "
+                                    "ReplicaHello or SacJoin naming another leader than the "
+                                    "one it knows)", labels=STREAM_LABELS)
+        for vhost, v in sorted(broker.vhosts.items()):
+            for name, stream in sorted(v.streams.streams.items()):
+                member = broker.members.get(stream)
+                if member is not None and member.two_leaders is not None:
+                    split.add_metric([vhost, name], member.two_leaders.count)
+        yield split

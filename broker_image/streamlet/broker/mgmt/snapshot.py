@@ -54,6 +54,9 @@ class StreamInfo:
     messages_in: int
     messages_out: int
     confirmed: int
+    #: two leaders seen in one epoch (the last time): epoch, the leader this member knew, the
+    #: one claimed (member ids), how many times; None: never
+    split_brain: tuple[int, int, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,8 @@ def stream(broker: Broker, vhost: str, stream: Stream) -> StreamInfo:
     lg, settings = stream.log, stream.settings
     here = broker.config.advertised
     placement = broker.members.placement(stream, here)
+    member = broker.members.get(stream)
+    seen = member.two_leaders if member is not None else None
     if placement is None:
         leader: str | None = address(*here)
         members: tuple[str, ...] = (address(*here),)
@@ -160,7 +165,8 @@ def stream(broker: Broker, vhost: str, stream: Stream) -> StreamInfo:
         publishers=len(stream.publishers), consumers=len(stream.subscriptions),
         writable=not (stream.sealed or stream.deleted), leader=leader, members=members,
         replicated=placement is not None, messages_in=stream.messages_in,
-        messages_out=stream.messages_out, confirmed=stream.confirmed)
+        messages_out=stream.messages_out, confirmed=stream.confirmed,
+        split_brain=None if seen is None else (seen.epoch, seen.known, seen.claimed, seen.count))
 
 
 def publishers(broker: Broker, conns: dict[int, ConnInfo]) -> list[PublisherInfo]:

@@ -70,6 +70,9 @@ def queue(s: StreamInfo, node: str) -> Json:
         # streamlet's own
         "size_bytes": s.size_bytes, "publishers": s.publishers, "writable": s.writable,
         "replicated": s.replicated,
+        # two leaders seen in one epoch (member ids): a split brain (docs/replication.md)
+        "split_brain": None if s.split_brain is None else dict(zip(
+            ("epoch", "known_leader", "claimed_leader", "count"), s.split_brain, strict=True)),
     }
 
 

@@ -1,37 +1,72 @@
-"""The private replication commands (keys 0x7E01-0x7E07, 0x7E10-0x7E11, docs/protocol.md):
-what the placement driver sends (Fence, Assign, ReplicaContact, ReplicaSeal) and what a follower's link sends its leader (ReplicaHello,
-ReplicaStart, ReplicaAck). Each needs the ``configure`` permission on the stream: the driver's
-and the replication user's, never an application's. The work is broker.replication.members'."""
+"""The private replication commands (keys 0x7E01-0x7E0B, 0x7E10-0x7E11, docs/protocol.md):
+what the placement driver sends (Fence, Assign, ReplicaContact, ReplicaSeal), what a follower's
+link sends its leader (ReplicaHello, ReplicaStart, ReplicaAck) and a member's single-active-
+consumer link (SacJoin, SacLeave, SacSteppedDown).
+
+They are authorised by identity, never by a permission: only a connection logged in as the
+replication user (the one this broker's own links log in as, taken at its start) or the
+placement driver's (``cluster.driver_user``, by default the same) may send them; anyone else is
+answered 16 (ACCESS_REFUSED; a command without an answer closes the
+connection with 16). A request no member takes (broker.replication.members.Invalid) is answered
+17 (PRECONDITION_FAILED) before anything is saved. The work is broker.replication.members'."""
 
 from __future__ import annotations
+
+import logging
 
 from ...core.streams import Stream
 from ...protocol import Code
 from ...protocol import frames as f
 from ...protocol.constants import Role as WireRole
 from ..replication.member import Role
-from ..replication.members import Refused
-from .handshake import advertised
+from ..replication.members import Invalid, Refused
 from .state import ConnectionState
+
+log = logging.getLogger("streamlet.broker")
 
 _ROLES = {WireRole.LEADER: Role.LEADER, WireRole.FOLLOWER: Role.FOLLOWER}
 
 
-def _configurable(conn: ConnectionState, name: str) -> Stream | Code:
-    """The stream, or why this connection may not run replication commands on it."""
+def trusted(conn: ConnectionState, what: str) -> bool:
+    """Whether this connection's user may send replication commands (logged when not)."""
+    replication = conn.broker.peer_login.user
+    if conn.user is not None and conn.user in (replication,
+                                               conn.broker.config.driver_user or replication):
+        return True
+    log.warning("connection %s: user %s refused %s: only the replication and placement driver "
+                "users send replication commands", conn.peer, conn.user, what)
+    return False
+
+
+def _target(conn: ConnectionState, cmd: f.Command, name: str) -> Stream | Code:
+    """The stream, or why this connection may not run ``cmd`` on it."""
+    if not trusted(conn, type(cmd).__name__):
+        return Code.ACCESS_REFUSED
     stream = conn.streams.get(name)
     if stream is None:
-        return Code.STREAM_DOES_NOT_EXIST
-    return Code.ACCESS_REFUSED if conn.refused("configure", name) else stream
+        return Code.STREAM_NOT_AVAILABLE if conn.streams.unreadable_reason(name) else \
+            Code.STREAM_DOES_NOT_EXIST
+    return stream
+
+
+def _refuse_silent(conn: ConnectionState, cmd: f.Command) -> bool:
+    """For a command without an answer: close the connection of a user who may not send it."""
+    if trusted(conn, type(cmd).__name__):
+        return False
+    conn.fail(Code.ACCESS_REFUSED, f"{type(cmd).__name__}: not the replication user")
+    return True
 
 
 def on_fence(conn: ConnectionState, cmd: f.Fence) -> None:
-    stream = _configurable(conn, cmd.stream)
+    stream = _target(conn, cmd, cmd.stream)
     if isinstance(stream, Code):
         conn.send(f.FenceResponse(cmd.correlation_id, stream))
         return
     try:
         report = conn.broker.members.fence(stream, cmd.epoch)
+    except Invalid:
+        conn.send(f.FenceResponse(cmd.correlation_id, Code.PRECONDITION_FAILED))
+        return
     except Refused as e:
         conn.send(f.FenceResponse(cmd.correlation_id, Code.STREAM_NOT_AVAILABLE, e.epoch))
         return
@@ -40,25 +75,28 @@ def on_fence(conn: ConnectionState, cmd: f.Fence) -> None:
 
 
 def on_assign(conn: ConnectionState, cmd: f.Assign) -> None:
-    stream = _configurable(conn, cmd.stream)
+    stream = _target(conn, cmd, cmd.stream)
     role = _ROLES.get(cmd.role)  # type: ignore[call-overload]
     if isinstance(stream, Code):
         code = stream
-    elif role is None or not cmd.members:
+    elif role is None:
+        log.warning("stream %s: Assign refused: role %d is neither leader (1) nor follower (2)",
+                    cmd.stream, cmd.role)
         code = Code.PRECONDITION_FAILED
     else:
-        leader = None if role is Role.LEADER else (cmd.leader_host, cmd.leader_port)
         try:
-            conn.broker.members.assign(stream, cmd.epoch, role, leader or advertised(conn),
-                                       tuple(cmd.members))
+            conn.broker.members.assign(stream, cmd.epoch, role,
+                                       (cmd.leader_host, cmd.leader_port), tuple(cmd.members))
             code = Code.OK
+        except Invalid:
+            code = Code.PRECONDITION_FAILED
         except Refused:
             code = Code.STREAM_NOT_AVAILABLE
     conn.send(f.AssignResponse(cmd.correlation_id, code))
 
 
 def on_replica_hello(conn: ConnectionState, cmd: f.ReplicaHello) -> None:
-    stream = _configurable(conn, cmd.stream)
+    stream = _target(conn, cmd, cmd.stream)
     if isinstance(stream, Code):
         conn.send(f.ReplicaHelloResponse(cmd.correlation_id, stream))
         return
@@ -73,6 +111,9 @@ def on_replica_hello(conn: ConnectionState, cmd: f.ReplicaHello) -> None:
 
 
 def on_replica_start(conn: ConnectionState, cmd: f.ReplicaStart) -> None:
+    if not trusted(conn, "ReplicaStart"):
+        conn.send(f.ReplicaStartResponse(cmd.correlation_id, Code.ACCESS_REFUSED))
+        return
     if conn.replica_of is None:
         conn.send(f.ReplicaStartResponse(cmd.correlation_id, Code.PRECONDITION_FAILED))
         return
@@ -89,12 +130,14 @@ def on_replica_start(conn: ConnectionState, cmd: f.ReplicaStart) -> None:
 
 
 def on_replica_ack(conn: ConnectionState, cmd: f.ReplicaAck) -> None:
+    if _refuse_silent(conn, cmd):
+        return
     if conn.feeding is not None and conn.replica_of is not None:
         conn.feeding.on_ack(conn.replica_of[1], cmd.epoch, cmd.chunk_id, cmd.next_offset)
 
 
 def on_replica_contact(conn: ConnectionState, cmd: f.ReplicaContact) -> None:
-    stream = _configurable(conn, cmd.stream)
+    stream = _target(conn, cmd, cmd.stream)
     report = None if isinstance(stream, Code) else conn.broker.members.contact(stream)
     if isinstance(stream, Code) or report is None:
         code = stream if isinstance(stream, Code) else Code.PRECONDITION_FAILED  # not replicated
@@ -109,9 +152,14 @@ def on_replica_contact(conn: ConnectionState, cmd: f.ReplicaContact) -> None:
 
 
 def on_replica_seal(conn: ConnectionState, cmd: f.ReplicaSeal) -> None:
-    stream = _configurable(conn, cmd.stream)
+    stream = _target(conn, cmd, cmd.stream)
     if isinstance(stream, Code):
         conn.send(f.ReplicaSealResponse(cmd.correlation_id, stream))
+        return
+    if not conn.broker.members.in_cluster:
+        log.warning("stream %s: ReplicaSeal refused: this broker has no [cluster] peers",
+                    cmd.stream)
+        conn.send(f.ReplicaSealResponse(cmd.correlation_id, Code.PRECONDITION_FAILED))
         return
     try:
         tail = conn.broker.members.seal(stream, cmd.epoch, bool(cmd.seal))
@@ -126,11 +174,12 @@ def on_replica_seal(conn: ConnectionState, cmd: f.ReplicaSeal) -> None:
 def on_sac_join(conn: ConnectionState, cmd: f.SacJoin) -> None:
     """A member's consumer joins a group this broker decides, as the stream's leader in
     ``cmd.epoch``; the first join binds the connection to the stream and epoch."""
-    stream = _configurable(conn, cmd.stream)
+    stream = _target(conn, cmd, cmd.stream)
     link = conn.sac_link
     if isinstance(stream, Code):
         code = stream
     elif not conn.broker.members.leads(stream, cmd.epoch):
+        conn.broker.members.claimed_here(stream, cmd.epoch, "SacJoin")
         code = Code.STREAM_NOT_AVAILABLE  # the member retries, or hears of a new epoch
     elif link is not None and (link.stream is not stream or link.epoch != cmd.epoch):
         code = Code.PRECONDITION_FAILED  # one stream and epoch per link
@@ -146,10 +195,14 @@ def on_sac_join(conn: ConnectionState, cmd: f.SacJoin) -> None:
 
 
 def on_sac_leave(conn: ConnectionState, cmd: f.SacLeave) -> None:
+    if _refuse_silent(conn, cmd):
+        return
     if conn.sac_link is not None:
         conn.sac_link.leave(cmd.consumer)
 
 
 def on_sac_stepped_down(conn: ConnectionState, cmd: f.SacSteppedDown) -> None:
+    if _refuse_silent(conn, cmd):
+        return
     if conn.sac_link is not None:
         conn.sac_link.stepped_down(cmd.consumer)

@@ -89,8 +89,11 @@ class ConnectionState(FramedConnection):
     def missing(self, name: str) -> Code:
         """The code for a stream this broker does not hold: 6 (not available here) when the
         stream directory says another broker does, as RabbitMQ answers for a stream without a
-        local member (clients look it up again), else 2 (does not exist)."""
+        local member (clients look it up again), or when its files here were set aside at
+        start (unreadable: StreamManager.unreadable), else 2 (does not exist)."""
         assert self.vhost is not None
+        if self.vhost.streams.unreadable_reason(name) is not None:
+            return Code.STREAM_NOT_AVAILABLE
         directory = self.broker.directory()
         known = directory.leader(self.vhost.name, name) is not None or directory.placement(
             self.vhost.name, name) is not None

@@ -40,6 +40,9 @@ def _create(conn: ConnectionState, cmd: f.Create) -> Code | None:
     existing = conn.streams.get(cmd.stream)
     if existing is not None:
         return _exists(cmd, existing.settings)
+    if conn.streams.unreadable_reason(cmd.stream) is not None:
+        log.info("create %r refused: its files here were set aside (unreadable)", cmd.stream)
+        return Code.STREAM_NOT_AVAILABLE
     try:
         settings = parse_create_arguments(cmd.arguments, conn.broker.config.retention)
         size, locator = replication_request(cmd.arguments)
@@ -105,7 +108,9 @@ def _create_replicated(conn: ConnectionState, cmd: f.Create, cluster: Cluster,
 def on_delete(conn: ConnectionState, cmd: f.Delete) -> None:
     held = conn.streams.get(cmd.stream)
     if held is None:
-        conn.send(f.DeleteResponse(cmd.correlation_id, Code.STREAM_DOES_NOT_EXIST))
+        unreadable = conn.streams.unreadable_reason(cmd.stream) is not None
+        conn.send(f.DeleteResponse(cmd.correlation_id, Code.STREAM_NOT_AVAILABLE if unreadable
+                                   else Code.STREAM_DOES_NOT_EXIST))
         return
     if conn.refused("configure", cmd.stream):
         conn.send(f.DeleteResponse(cmd.correlation_id, Code.ACCESS_REFUSED))
@@ -164,6 +169,9 @@ def on_metadata(conn: ConnectionState, cmd: f.Metadata) -> None:
         return own
 
     answer = answer_metadata(cmd.streams, here, advertised(conn), elsewhere, placement)
+    for i, (name, code, leader, replicas) in enumerate(answer.streams):
+        if code == Code.STREAM_DOES_NOT_EXIST and conn.streams.unreadable_reason(name):
+            answer.streams[i] = (name, Code.STREAM_NOT_AVAILABLE, leader, replicas)  # set aside
     for name in cmd.streams:
         stream = conn.streams.get(name)
         if stream is not None:
@@ -177,7 +185,9 @@ def on_metadata(conn: ConnectionState, cmd: f.Metadata) -> None:
 def on_stream_stats(conn: ConnectionState, cmd: f.StreamStats) -> None:
     stream = conn.streams.get(cmd.stream)
     if stream is None:
-        conn.send(f.StreamStatsResponse(cmd.correlation_id, Code.STREAM_DOES_NOT_EXIST))
+        unreadable = conn.streams.unreadable_reason(cmd.stream) is not None
+        conn.send(f.StreamStatsResponse(cmd.correlation_id, Code.STREAM_NOT_AVAILABLE
+                                        if unreadable else Code.STREAM_DOES_NOT_EXIST))
     elif conn.refused("read", cmd.stream):
         conn.send(f.StreamStatsResponse(cmd.correlation_id, Code.ACCESS_REFUSED))
     else:

@@ -1,11 +1,14 @@
 """The replicated streams this broker is a member of, and what the placement driver and the
 followers' links ask of them: Fence, Assign, ReplicaHello, ReplicaStart, ReplicaAck.
 
-Every answer that promises an epoch is given after ``MemberState.save``. A member never takes an
-epoch lower than its own. Roles: the leader takes publishes and commits by its followers' acks;
-a follower's stream is sealed (publishes answered 6: clients ask Metadata, which names the
-leader) and fed by its link; a fenced member (after a Fence, or a restart) is sealed and does
-nothing until assigned. Readers everywhere see committed data only.
+Every answer that promises an epoch is given after ``MemberState.save``, and nothing is saved
+before the request was checked (``Invalid``: streamlet.replication.requests; a broker without
+cluster peers takes none). A member never takes an epoch lower than its own. Roles: the leader
+takes publishes and commits by its followers' acks; a follower's stream is sealed (publishes
+answered 6: clients ask Metadata, which names the leader) and fed by its link; a fenced member
+(after a Fence, or a restart) is sealed and does nothing until assigned. Readers everywhere see
+committed data only. A claim that another member leads this member's epoch (an Assign, a
+ReplicaHello, a SacJoin) is logged and counted: two leaders in one epoch (``TwoLeaders``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,16 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from ...core.streams import Stream
+from ...core.streams import Stream, StreamManager
+from ...replication.requests import (
+    NO_CLUSTER,
+    EpochLeader,
+    assign_refusal,
+    fence_refusal,
+    named_peer,
+    peer_index,
+    two_leaders,
+)
 from ..directory import Address, Placement
 from .follower import Follower
 from .leader import Feed, FollowerConnection, Leader
@@ -35,6 +47,23 @@ class Refused(Exception):
         self.epoch = epoch
 
 
+class Invalid(Exception):
+    """A request no member takes (an epoch 0, a leader that is no peer, a broker in no
+    cluster): refused before anything is saved."""
+
+
+@dataclass
+class TwoLeaders:
+    """What a member saw of two leaders in one epoch: the last time (the epoch, the leader it
+    knew, the one claimed, by what) and how many times."""
+
+    epoch: int
+    known: int
+    claimed: int
+    source: str
+    count: int = 1
+
+
 @dataclass(frozen=True)
 class TailReport:
     """What a fenced member answers: its epoch now, its tail and its epoch vector."""
@@ -52,6 +81,11 @@ class Member:
         self.state = state
         self.leader: Leader | None = None
         self.follower: Follower | None = None
+        #: the leader this member was told of last, in that epoch (kept through a Fence of the
+        #: same epoch and a restart): what a claim about the epoch's leader is checked against
+        self.led_by: EpochLeader | None = None
+        #: two leaders seen in one epoch (None: never)
+        self.two_leaders: TwoLeaders | None = None
 
     def report(self) -> TailReport:
         lg = self.stream.log
@@ -81,17 +115,30 @@ class Members:
         #: single-active-consumer groups, decided at each stream's leader
         self.sac = ReplicatedSac(credentials)
 
-    def load(self, streams: dict[str, Stream]) -> None:
+    @property
+    def in_cluster(self) -> bool:
+        """Whether this broker has cluster peers (and a member id): else it is no member of
+        any replicated stream and refuses every driver request."""
+        return bool(self.peers) and self.me is not None
+
+    def load(self, streams: StreamManager) -> None:
         """At start: every stream with a stored member state is a member again, fenced: it
-        waits for an Assign (or ``resume``)."""
-        for stream in streams.values():
-            stored = MemberState.load(stream.directory)
+        waits for an Assign (or ``resume``). A state that cannot be read sets its stream
+        aside (logged, not served): the other streams start."""
+        for stream in list(streams.streams.values()):
+            try:
+                stored = MemberState.load(stream.directory)
+            except ValueError as e:
+                streams.set_aside(stream.directory, str(e), stream)
+                continue
             if stored is None:
                 continue
             self._fence_stream(stream)
             # Readers wait for a leader's commit: what this log holds past it may be truncated.
             stream.commit_end = stream.log.first_offset
-            self.members[stream] = Member(stream, replace(stored, role=Role.FENCED))
+            member = self.members[stream] = Member(stream, replace(stored, role=Role.FENCED))
+            if stored.role is not Role.FENCED:
+                member.led_by = self._led_by(stored)
             self._stored[stream] = stored
             log.info("stream %s: a replica in epoch %d, fenced until assigned", stream.name,
                      stored.epoch)
@@ -109,8 +156,10 @@ class Members:
                 leader = self.peers[self.me] if self.me is not None and self.me < len(
                     self.peers) else stored.leader
             try:
+                if leader is None:
+                    raise Invalid("no leader stored")
                 self.assign(stream, stored.epoch, stored.role, leader, stored.members)
-            except Refused as e:
+            except (Refused, Invalid) as e:
                 log.warning("stream %s: cannot resume as %s: %s", stream.name,
                             stored.role.value, e)
             else:
@@ -197,6 +246,10 @@ class Members:
                 conn.stream_moved(stream)
 
     def fence(self, stream: Stream, epoch: int) -> TailReport:
+        why = fence_refusal(epoch, self.peers if self.me is not None else ())
+        if why is not None:
+            log.warning("stream %s: Fence in epoch %d refused: %s", stream.name, epoch, why)
+            raise Invalid(why)
         member = self.members.get(stream)
         if member is not None and epoch < member.state.epoch:
             raise Refused(f"fence in epoch {epoch}: the member is in {member.state.epoch}",
@@ -211,14 +264,27 @@ class Members:
         log.info("stream %s: fenced in epoch %d", stream.name, epoch)
         return member.report()
 
-    def assign(self, stream: Stream, epoch: int, role: Role, leader: Address | None,
+    def assign(self, stream: Stream, epoch: int, role: Role, leader: Address,
                members: tuple[int, ...]) -> None:
-        if self.me is None:
-            raise Refused("this broker has no member id ([cluster] member)", 0)
+        """Take ``role`` in ``epoch``; ``leader``: the leader's address as its followers reach
+        it (a peer's; this member's own when it leads)."""
+        why = (assign_refusal(epoch, role is Role.LEADER, leader, members, self.peers, self.me)
+               if role is not Role.FENCED else "an Assign gives a role: leader or follower")
+        if why is not None or self.me is None:
+            log.warning("stream %s: Assign as %s in epoch %d (leader %s:%d, members %s) "
+                        "refused: %s", stream.name, role.value, epoch, *leader, list(members),
+                        why or NO_CLUSTER)
+            raise Invalid(why or NO_CLUSTER)
         member = self.members.get(stream)
         if member is not None and epoch < member.state.epoch:
             raise Refused(f"assign in epoch {epoch}: the member is in {member.state.epoch}",
                           member.state.epoch)
+        index = named_peer(self.peers, leader)
+        assert index is not None  # assign_refusal checked it
+        leader = self.peers[index]  # as configured: where a link goes, what claims are compared with
+        claimed = EpochLeader(epoch, index)
+        if member is not None:
+            self.saw_leader(member, claimed, "Assign")
         state = MemberState(epoch, role, leader, members)
         if member is not None and member.state == state and (member.leader or member.follower):
             return  # the same assignment again (a driver re-driving its step)
@@ -228,6 +294,7 @@ class Members:
             member = self.members[stream] = Member(stream, state)
         member.halt()
         member.state = state
+        member.led_by = claimed
         state.save(stream.directory)
         self.sac.changed(stream, state)
         if role is Role.LEADER:
@@ -243,6 +310,7 @@ class Members:
 
     def hello(self, stream: Stream, epoch: int, member_id: int) -> TailReport:
         """A follower's link asks to follow: only this epoch's leader, only a member."""
+        self.claimed_here(stream, epoch, f"ReplicaHello from member {member_id}")
         member = self._leading(stream, epoch)
         if member_id not in member.state.members:
             raise Refused(f"member {member_id} is not in epoch {epoch}'s members", epoch)
@@ -263,6 +331,35 @@ class Members:
     def leads(self, stream: Stream, epoch: int) -> bool:
         member = self.members.get(stream)
         return member is not None and member.leader is not None and member.state.epoch == epoch
+
+    # --- two leaders in one epoch ------------------------------------------------------------
+
+    def _led_by(self, state: MemberState) -> EpochLeader:
+        if state.role is Role.LEADER:
+            return EpochLeader(state.epoch, self.me)
+        return EpochLeader(state.epoch, None if state.leader is None
+                           else peer_index(self.peers, state.leader))
+
+    def claimed_here(self, stream: Stream, epoch: int, source: str) -> None:
+        """A member's link (ReplicaHello, SacJoin) says this broker leads ``epoch``."""
+        member = self.members.get(stream)
+        if member is not None and self.me is not None:
+            self.saw_leader(member, EpochLeader(epoch, self.me), source)
+
+    def saw_leader(self, member: Member, claimed: EpochLeader, source: str) -> None:
+        """Check ``claimed`` against the leader this member knows for that epoch; two leaders
+        are logged, counted (``streamlet_replication_split_brain_total``) and shown in the
+        stream's status (the management API's queue object, ``split_brain``)."""
+        known = member.led_by
+        if known is None or not two_leaders(known, claimed):
+            return
+        assert known.leader is not None and claimed.leader is not None
+        seen = member.two_leaders
+        member.two_leaders = TwoLeaders(claimed.epoch, known.leader, claimed.leader, source,
+                                        1 if seen is None else seen.count + 1)
+        log.error("stream %s: two leaders in epoch %d: member %d as this member knows, member "
+                  "%d by %s (a split brain: two drivers, or an epoch elected twice)",
+                  member.stream.name, claimed.epoch, known.leader, claimed.leader, source)
 
     def _leading(self, stream: Stream, epoch: int) -> Member:
         member = self.members.get(stream)

@@ -2,6 +2,11 @@
 stream's members on its peers): asyncio streams, the client's handshake machine, frames in and
 out. No heartbeats: each side's liveness is the placement driver's business.
 
+A link goes to a configured peer only (``PeerLogin.peers``, cluster.peers): an address from
+anywhere else (a leader named by a request, a stored state, the stream directory) is refused,
+logged, before anything is sent to it, so the replication user's password never reaches an
+address that is not a peer.
+
 A follower's link to its leader carries every replicated byte, so it reads differently
 (``open_buffered_peer``): the socket is read straight into one buffer (a BufferedProtocol, so
 recv_into) and a frame is handed out as a view of it, where asyncio's StreamReader copies each
@@ -11,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import ssl
 import struct
 from collections.abc import AsyncIterator, Callable
@@ -19,7 +25,10 @@ from typing import TypeVar, cast
 
 from ...protocol import frames as f
 from ...rabbitmq.client import ClientHandshake
+from ...replication.requests import peer_index
 from ..directory import Address
+
+log = logging.getLogger("streamlet.broker")
 
 _SIZE = struct.Struct(">I")
 #: the largest frame a peer sends (a leader's run of chunks: 1 MiB, or one chunk of up to 4 MiB+)
@@ -30,6 +39,10 @@ _T = TypeVar("_T", bound=f.Command)
 
 class PeerError(Exception):
     """The peer refused or sent what the conversation does not allow."""
+
+
+class NotAPeer(PeerError):
+    """A link asked for to an address that is not one of cluster.peers: never made."""
 
 
 class _Conversation:
@@ -244,16 +257,27 @@ class PeerLogin:
     user: str
     password: str
     tls: Callable[[], ssl.SSLContext | None] | None = None
+    #: cluster.peers: the only addresses a link goes to
+    peers: tuple[Address, ...] = ()
 
     def context(self) -> ssl.SSLContext | None:
         return self.tls() if self.tls is not None else None
+
+    def check(self, address: Address) -> None:
+        """Raise NotAPeer (logged) unless ``address`` is one of the configured peers."""
+        if peer_index(self.peers, address) is None:
+            log.error("refused to log in to %s:%d as the replication user: not one of "
+                      "cluster.peers", *address)
+            raise NotAPeer(f"{address[0]}:{address[1]} is not one of cluster.peers")
 
 
 @contextlib.asynccontextmanager
 async def open_peer(address: Address, credentials: PeerLogin, name: str = PEER_CONNECTION,
                     vhost: str = "/") -> AsyncIterator[Peer]:
     """A logged-in connection to ``address``, closed on exit; over TLS when ``credentials``
-    say so, the peer's certificate checked against the host of ``address``."""
+    say so, the peer's certificate checked against the host of ``address``. Raises NotAPeer
+    for an address that is not a configured peer."""
+    credentials.check(address)
     host, port = address
     ctx = credentials.context()
     reader, writer = await asyncio.open_connection(
@@ -273,6 +297,7 @@ async def open_buffered_peer(address: Address, credentials: PeerLogin,
                              name: str = PEER_CONNECTION,
                              vhost: str = "/") -> AsyncIterator[BufferedPeer]:
     """As ``open_peer``, read into one buffer (``BufferedPeer``): a follower's link."""
+    credentials.check(address)
     host, port = address
     ctx = credentials.context()
     loop = asyncio.get_running_loop()
