@@ -200,6 +200,10 @@ _REQUESTS: list[tuple[Callable[[int], f.Command], type[f.Command]]] = [
     (lambda c: f.Partitions(c, "ss"), f.PartitionsResponse),
     (lambda c: f.StreamStats(c, "s"), f.StreamStatsResponse),
     (lambda c: f.ResolveOffsetSpec(c, "s", 1, 0), f.ResolveOffsetSpecResponse),
+    (lambda c: f.Fence(c, "s", 1), f.FenceResponse),
+    (lambda c: f.ReplicaHello(c, "s", 1, 1, 0, -1, 0), f.ReplicaHelloResponse),
+    (lambda c: f.ReplicaContact(c, "s"), f.ReplicaContactResponse),
+    (lambda c: f.ReplicaSeal(c, "s", 1, 1), f.ReplicaSealResponse),
 ]
 
 

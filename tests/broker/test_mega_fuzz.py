@@ -1,8 +1,9 @@
 """Fuzzing the MEGA listener in process (fast): 100,000 random, mostly well-formed requests, some
 mutated, fed into the broker's real MegaConnection (the LISTENERS factory, a broker that never
 listens, a fake transport). Every PRODUCE answered with an offset must find its payload at that
-offset at the end; the broker logs no error and still serves a clean connection. (The socket
-fuzz is test_mega.py's test_fuzz_leaves_the_broker_serving.)"""
+offset at the end; the broker logs no error and still serves a clean connection, and so does a
+broker restarted on the same data (every payload still at its offset). (The socket fuzz is
+test_mega.py's test_fuzz_leaves_the_broker_serving.)"""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from streamlet.storage.chunk import HEADER_SIZE, iter_records
 from tests.broker.test_rsio_fuzz import flush
 from tests.protocol.test_rsio_codec import mutate
 from tests.rabbitmq.test_client_against_server import FakeTransport
+from tests.support.reopen import close, reopen
 
 FUZZ_FRAMES = 100_000
 TOPICS = [b"mf-0"] * 6 + [b"mf-1", b"mf-none", b"amq.x", b"\xff", b"", b"mf-%d" % 2]
@@ -129,3 +131,20 @@ async def test_fuzz_in_process(broker: Broker, caplog: pytest.LogCaptureFixture)
     (resp,) = wire.read({1: MessageType.PRODUCE})
     assert resp.ok and resp.offset is not None
     assert read_at(broker, "mf-0", resp.offset) == b"ok"
+
+    again = reopen(broker, caplog)  # stopped and started on the same data: it serves
+    try:
+        for (topic, offset), payload in produced.items():
+            assert read_at(again, topic.decode(), offset) == payload
+        wire = Wire(again)
+        wire.conn.data_received(encode_request(1, MessageType.PRODUCE, b"mf-0", 0,
+                                               payload=b"restarted"))
+        flush(again)
+        (resp,) = wire.read({1: MessageType.PRODUCE})
+        assert resp.ok and resp.offset is not None
+        wire.conn.data_received(encode_request(2, MessageType.CONSUME, b"mf-0", 0,
+                                               offset=resp.offset))
+        (got,) = wire.read({2: MessageType.CONSUME})
+        assert got.ok and got.message == b"restarted"
+    finally:
+        close(again)

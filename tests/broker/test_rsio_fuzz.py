@@ -5,7 +5,9 @@ into the broker's real RsioConnection (the LISTENERS factory, a broker that neve
 fake transport). The test models what the broker accepted from each append (it decodes what it
 sends exactly as the broker's splitter does) and reads what the broker wrote back, so it knows
 which elements the broker confirmed (its demand given back, its onComplete); every one of them
-must be in the stream at the end, and the broker must have raised nothing.
+must be in the stream at the end, and the broker must have raised nothing. Then the broker is
+restarted on the same data: every confirmed element is still there and it serves an append
+and a read.
 
 Over sockets (short): a real broker process takes random and mutated frames on several
 connections while a well-behaved client publishes; the broker keeps serving and everything the
@@ -55,6 +57,7 @@ from streamlet.storage.chunk import HEADER_SIZE, iter_records
 from tests.broker.test_rsio import rsio_broker
 from tests.protocol.test_rsio_codec import mutate
 from tests.rabbitmq.test_client_against_server import FakeTransport
+from tests.support.reopen import close, reopen
 
 FUZZ_FRAMES = 100_000
 PUBLISHERS = ["fz-0?mode=append&create=true"] * 3 + ["fz-0?mode=append&create=true", "fz-1?mode=append&create=true", "fz-1?mode=append",
@@ -264,6 +267,20 @@ async def test_fuzz_in_process(broker: Broker, caplog: pytest.LogCaptureFixture)
     wire.conn.data_received(encode(Hello(0, ())) + encode(Subscribe("fz-0?end=now", 1, 10)))
     got = wire.read()
     assert got[0] == Subscribed(1, 0) and all(isinstance(m, OnNext) for m in got[1:])
+
+    again = reopen(broker, caplog)  # stopped and started on the same data: it serves
+    try:
+        assert model.durable <= set(stored(again, "fz-0")) | set(stored(again, "fz-1"))
+        wire = Wire(again)
+        wire.conn.data_received(encode(Hello(0, ())) + encode(Subscribe("fz-0?mode=append", 1, 0)))
+        assert wire.read()[0] == Subscribed(1, 0)
+        wire.conn.data_received(encode(Subscribed(1, 0)) + encode(OnNext(1, b"restarted"))
+                                + encode(OnComplete(1)))
+        flush(again)
+        assert OnComplete(1) in wire.read(), "the append confirmed"
+        assert stored(again, "fz-0")[-1] == b"restarted"
+    finally:
+        close(again)
 
 
 async def test_fuzz_over_sockets(tmp_path: Path) -> None:

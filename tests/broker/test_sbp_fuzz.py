@@ -2,7 +2,8 @@
 well-formed, some mutated, fed into the broker's real SbpConnection (the LISTENERS factory, a
 broker that never listens, a fake transport). Every APPEND answered with an offset must find
 its batch at that offset at the end; the broker logs no error and still serves a clean
-connection."""
+connection, and so does a broker restarted on the same data (an APPEND, then a FETCH of it;
+every batch still at its offset)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from streamlet.sbp.fbs.Stream import StreamT
 from tests.broker.test_mega_fuzz import read_at
 from tests.broker.test_rsio_fuzz import flush
 from tests.rabbitmq.test_client_against_server import FakeTransport
+from tests.support.reopen import close, reopen
 
 FUZZ_FRAMES = 100_000
 NAMES = ["sf-0", "sf-0", "sf-0", "sf-1", "sf-none"]
@@ -183,3 +185,27 @@ async def test_fuzz_in_process(broker: Broker, caplog: pytest.LogCaptureFixture)
     wire.conn.data_received(encode(Opcode.PING, 0, 1, b"", b"ok"))
     (pong,) = wire.frames()
     assert bytes(pong.payload) == b"ok"
+
+    again = reopen(broker, caplog)  # stopped and started on the same data: it serves
+    try:
+        for (name, offset), data in appended.items():
+            assert read_at(again, name, offset) == data
+        wire = Wire(again)
+        header = AppendRequestT()
+        info = AppendInfoT()
+        info.streamId, info.requestIndex, info.batchLength = stream_id("sf-0"), 0, 9
+        header.appendRequests = [info]
+        wire.conn.data_received(encode(Opcode.APPEND, 0, 1, write(header), b"restarted"))
+        flush(again)
+        (answer,) = wire.frames()
+        (r,) = read(AppendResponseT, answer.header).appendResponses
+        assert r.status.code == 0
+        fetch = FetchRequestT()
+        f = FetchInfoT()
+        f.streamId, f.fetchOffset, f.batchMaxBytes = stream_id("sf-0"), r.baseOffset, 1000
+        fetch.fetchRequests, fetch.maxWaitMs = [f], 0
+        wire.conn.data_received(encode(Opcode.FETCH, 0, 2, write(fetch), b""))
+        (fetched,) = wire.frames()
+        assert fetched.opcode == Opcode.FETCH and b"restarted" in bytes(fetched.payload)
+    finally:
+        close(again)

@@ -26,6 +26,8 @@ _ERROR_ANSWERS: dict[int, Callable[[int, Code], f.Command]] = {
     Key.RESOLVE_OFFSET_SPEC: lambda c, code: f.ResolveOffsetSpecResponse(c, code, 0, 0),
     Key.REPLICA_HELLO: lambda c, code: f.ReplicaHelloResponse(c, code),
     Key.FENCE: lambda c, code: f.FenceResponse(c, code),
+    Key.REPLICA_CONTACT: lambda c, code: f.ReplicaContactResponse(c, code),
+    Key.REPLICA_SEAL: lambda c, code: f.ReplicaSealResponse(c, code),
 }
 
 
