@@ -76,3 +76,17 @@ def test_a_bad_member_in_the_file_is_refused(tmp_path: Path, monkeypatch: pytest
     cfg.write_text(f"[cluster]\nmember = {value}\n")
     with pytest.raises(ConfigError, match="cluster.member must be an integer in 0..65534"):
         load(cfg)
+
+
+def test_driver_user_names_a_configured_user(tmp_path: Path) -> None:
+    """[cluster] driver_user: the placement driver's identity (default: the replication user);
+    a user that is not configured is a config error, as for replication_user."""
+    users = '[[users]]\nname = "repl"\npassword = "r"\n[[users]]\nname = "ops"\npassword = "o"\n'
+    path = tmp_path / "b.toml"
+    path.write_text(f'[cluster]\ndriver_user = "ops"\n{users}')
+    cfg = load(path)
+    assert (cfg.driver_user, cfg.replication_credentials[0]) == ("ops", "repl")
+    assert load(None).driver_user is None
+    path.write_text(f'[cluster]\ndriver_user = "nobody"\n{users}')
+    with pytest.raises(ConfigError, match="cluster.driver_user 'nobody' is not a configured user"):
+        load(path)
