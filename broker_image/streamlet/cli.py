@@ -13,7 +13,8 @@ from pathlib import Path
 
 from . import __version__
 from .clitools.output import silence_stdout
-from .clitools.values import Parser, non_negative_int, positive_float, positive_int
+from .clitools.values import Parser, non_negative_int, positive_float, positive_int, stream_name
+from .clitools.values import offset as offset_value
 from .clitools.values import port as port_number
 
 #: the client commands' connection options and their defaults, filled in by :func:`parse`
@@ -136,7 +137,7 @@ def build_parser() -> Parser:
                              description=(
         "Print messages as 'offset<TAB>body' lines (body decoded as UTF-8 with replacement)."))
     consume.add_argument("stream")
-    consume.add_argument("--offset", default=None, help=(
+    consume.add_argument("--offset", type=offset_value, default=None, help=(
         "first | last | next | an offset | @<ms timestamp> (default: after the offset stored "
         "for --name if there is one, else first)"))
     consume.add_argument("--count", type=positive_int, help="stop after this many messages")
@@ -156,11 +157,16 @@ def build_parser() -> Parser:
                              parents=[conn])
     ssub = streams.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = ssub.add_parser("create", help="create a stream", parents=[conn])
-    create.add_argument("name")
+    create.add_argument("name", type=stream_name)
     create.add_argument("--max-age", help="retention by age, e.g. 7D, 12h")
     create.add_argument("--max-length-bytes", type=non_negative_int, help="retention by size")
     create.add_argument("--max-segment-size-bytes", type=non_negative_int, help="segment file size")
     create.add_argument("--filter-size-bytes", type=non_negative_int, help="bloom filter size per chunk (16-255)")
+    create.add_argument("--replicas", type=positive_int, metavar="N", help=(
+        "N copies on N brokers of a cluster (cluster up, the operator): a leader and N-1 "
+        "followers, a publish confirmed once a majority holds it (RabbitMQ's "
+        "initial-cluster-size argument; default 1). Refused by a broker that is not in a "
+        "cluster"))
     delete = ssub.add_parser("delete", help="delete a stream", parents=[conn])
     delete.add_argument("name")
     info = ssub.add_parser("info", help="show streams' leader, replicas, offsets, size, retention",
@@ -307,7 +313,9 @@ def _http_options() -> Parser:
     g = p.add_argument_group("management API options")
     # SUPPRESS, as the connection options: given at either level, not undone by the other
     g.add_argument("--http-port", type=port_number, default=argparse.SUPPRESS, metavar="P",
-                   help="the broker's management API port (serve --http-port; default 15672)")
+                   help="the management API's port (default: the one the broker at "
+                        "--host/--port announces; 15672, checked, for a broker that announces "
+                        "none, e.g. RabbitMQ)")
     g.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                    help="one JSON object a line, as the management API gives it")
     return p
@@ -363,8 +371,9 @@ def _cluster_parser(sub: argparse._SubParsersAction[Parser]) -> None:
         "to its placement driver."))
     csub = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = csub.add_parser("up", help="run N brokers, restarting any that exits", description=(
-        "Run N brokers in the foreground: node i serves on HOST:PORT+i with its data in "
-        "DATA_DIR/node-i, its output in DATA_DIR/node-i/broker.log, and "
+        "Run N brokers in the foreground: node i serves on HOST:PORT+i (its metrics on "
+        "15692+i and its management API on 15672+i by default) with its data in "
+        "DATA_DIR/node-i, its output in DATA_DIR/node-i/broker.log (or --log-dir), and "
         "cluster.directory_file = DATA_DIR/directory.json; node i is member i of replicated "
         "streams (a Create with initial-cluster-size places members among the nodes). A node "
         "that exits is restarted after 0.5 s, doubling up to 10 s while it keeps failing (reset "
@@ -383,19 +392,32 @@ def _cluster_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     up.add_argument("--sbp-port", type=int, default=None, metavar="P", help=(
         "node i also serves the Streaming Batch Protocol on P+i (docs/protocols/sbp.md; "
         "default: off)"))
+    up.add_argument("--metrics-port", type=port_number, default=None, metavar="P", help=(
+        "node i serves Prometheus metrics on P+i; 0 turns them off on every node (default: "
+        "15692+i, off on a node whose port is taken)"))
+    up.add_argument("--http-port", type=port_number, default=None, metavar="P", help=(
+        "node i serves the management API on P+i (what 'streamlet streams list --port PORT+i' "
+        "finds); 0 turns it off on every node (default: 15672+i, off on a node whose port is "
+        "taken)"))
+    up.add_argument("--log-dir", type=Path, default=None, metavar="DIR", help=(
+        "write node i's output to DIR/node-i.log, e.g. on another disk than the data, so a "
+        "full data disk does not also swallow the lines saying so (default: "
+        "DATA_DIR/node-i/broker.log)"))
     up.add_argument("--config", type=Path, help=(
         "TOML configuration given to every broker (docs/configuration.md; no [tls] or "
         "[listeners], and cluster.directory_file is set by up)"))
     up.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
                     help="DEBUG, INFO, WARNING: the supervisor's and every broker's (default INFO)")
     status = csub.add_parser("status", help="show the nodes and replicated streams of a running cluster", description=(
-        "Show each node's pid, port and whether it is alive (its process runs and its port "
-        "accepts a connection), then each replicated stream's epoch, leader (marked unclean "
+        "Show each node's pid, port, metrics and management API ports, whether it is alive "
+        "(its process runs and its port accepts a connection) and where its log is, then each "
+        "replicated stream's epoch, leader (marked unclean "
         "when elected by 'elect --force'), members and committed chunk id. Exit 1 when no "
         "cluster runs in DATA_DIR."))
     status.add_argument("--data-dir", required=True, help="the directory given to cluster up")
     status.add_argument("--json", action="store_true", help=(
-        'print {"nodes": [{"index", "pid", "port", "alive"}, ...], "streams": [...]}'))
+        'print {"nodes": [{"index", "pid", "port", "alive", "metrics_port", "http_port", '
+        '"log"}, ...], "streams": [...]}'))
     down = csub.add_parser("down", help="stop a running cluster", description=(
         "Send SIGTERM to the cluster's supervisor and wait until it has stopped every node and "
         "exited. Exit 1 when no cluster runs in DATA_DIR, or it is still running after --timeout."))
@@ -469,7 +491,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         _credentials(args, parser)
         if is_http_command(args):
             args.vhost_filter = getattr(args, "vhost", None)  # given: narrows the list
-            args.http_port = getattr(args, "http_port", 15672)
+            args.http_port = getattr(args, "http_port", None)  # None: the broker's (mgmt.py)
             args.json = getattr(args, "json", False)
             args.stream = getattr(args, "stream", None)
             if getattr(args, "tls", False) or getattr(args, "sasl_mechanism", "PLAIN") != "PLAIN":

@@ -7,6 +7,7 @@ import asyncio
 import ssl
 import sys
 import time
+from collections.abc import Awaitable, Callable
 
 from .client import Client, StreamletError, connect
 from .client.tls import client_context
@@ -91,6 +92,8 @@ async def _run(args: argparse.Namespace) -> int:
             if args.command in ("produce", "consume"):
                 if getattr(args, "routing_key", None) is not None:
                     args.stream = await _partition(client, args.stream, args.routing_key)
+                if args.command == "consume":  # on this broker if it holds the stream
+                    return await consume(client, args, _opener(args))
                 if args.command == "produce" and args.create:
                     await client.create_stream(args.stream, exists_ok=True)
                 leader = await client.leader(args.stream)
@@ -112,6 +115,16 @@ async def _run(args: argparse.Namespace) -> int:
         return 2
 
 
+def _opener(args: argparse.Namespace) -> Callable[[str, int], Awaitable[Client]]:
+    """How a command opens a connection to another broker of the cluster: as it opened its
+    first, with its credentials and TLS."""
+    async def opener(host: str, port: int) -> Client:
+        return await connect(host, port, user=args.user, password=args.password,
+                             vhost=args.vhost, properties=_properties(args),
+                             ssl=_tls_context(args), mechanism=args.sasl_mechanism)
+    return opener
+
+
 async def _client_command(client: Client, args: argparse.Namespace) -> int:
     if args.command == "produce":
         return await produce(client, args)
@@ -119,33 +132,62 @@ async def _client_command(client: Client, args: argparse.Namespace) -> int:
 
 
 def _stream_arguments(args: argparse.Namespace) -> dict[str, str]:
-    """The protocol's Create arguments from the flags given (retention, segment, filter)."""
+    """The protocol's Create arguments from the flags given (retention, segment, filter,
+    copies)."""
     flags = {"max_age": "max-age", "max_length_bytes": "max-length-bytes",
              "max_segment_size_bytes": "stream-max-segment-size-bytes",
-             "filter_size_bytes": "stream-filter-size-bytes"}
+             "filter_size_bytes": "stream-filter-size-bytes",
+             "replicas": "initial-cluster-size"}
     return {arg: str(getattr(args, flag)) for flag, arg in flags.items()
             if getattr(args, flag, None) is not None}
 
 
 async def _streams(client: Client, args: argparse.Namespace) -> int:
     if args.action == "create":
-        arguments = _stream_arguments(args)
-        try:
-            await client.create_stream(args.name, arguments)
-        except StreamletError as e:
-            if e.code != Code.PRECONDITION_FAILED:
-                raise
-            why = await create_refused(client, args.name, arguments)
-            print(f"streamlet: cannot create {args.name}: {why}", file=sys.stderr)
-            return 1
-        print(f"created {args.name}")
-    elif args.action == "delete":
+        return await _create(client, args)
+    if args.action == "delete":
         await client.delete_stream(args.name)
         print(f"deleted {args.name}")
     elif args.action in ("create-super", "delete-super", "partitions"):
         return await _super_streams(client, args)
     else:
-        return await info(client, args)
+        return await info(client, args, _opener(args))
+    return 0
+
+
+async def _create(client: Client, args: argparse.Namespace) -> int:
+    """`streams create`; with --replicas N > 1, the members made are checked: a broker outside
+    a cluster makes a single copy of any Create, so that one is deleted again and refused."""
+    arguments = _stream_arguments(args)
+    try:
+        await client.create_stream(args.name, arguments)
+    except StreamletError as e:
+        if e.code != Code.PRECONDITION_FAILED:
+            raise
+        why = await create_refused(client, args.name, arguments)
+        print(f"streamlet: cannot create {args.name}: {why}", file=sys.stderr)
+        return 1
+    asked = getattr(args, "replicas", None) or 1
+    if asked == 1:
+        print(f"created {args.name}")
+        return 0
+    meta = await client.metadata([args.name])
+    brokers = {b.reference: f"{b.host}:{b.port}" for b in meta.brokers}
+    entry = next((m for m in meta.streams if m.stream == args.name), None)
+    replicas = [brokers.get(r, str(r)) for r in entry.replicas] if entry is not None else []
+    if not replicas:
+        await client.delete_stream(args.name, missing_ok=True)
+        print(f"streamlet: cannot create {args.name} with {asked} replicas: the broker at "
+              f"{args.host}:{args.port} is not in a cluster (no [cluster] peers; 'streamlet "
+              f"cluster up' or the operator runs brokers that are), so nothing was created",
+              file=sys.stderr)
+        return 1
+    leader = brokers.get(entry.leader, "none yet") if entry is not None else "none yet"
+    print(f"created {args.name}: {len(replicas) + 1} copies, leader {leader}, replicas "
+          f"{', '.join(replicas)}")
+    if len(replicas) + 1 < asked:
+        print(f"streamlet: {asked} replicas asked, the cluster has {len(replicas) + 1} "
+              "brokers: one copy on each", file=sys.stderr)
     return 0
 
 

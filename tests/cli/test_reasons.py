@@ -66,3 +66,31 @@ def test_bad_environment_and_log_level(tmp_path: Path) -> None:
                                "got 'abc'")
     code, line = _serve(tmp_path, "--log-level", "LOUD")
     assert code == 2 and "argument --log-level: invalid choice: 'LOUD'" in line
+
+
+@pytest.mark.parametrize("args, why", [
+    (["streams", "create", ""], "streamlet streams create: argument name: a stream name has 1 "
+                                "to 255 bytes, not ''"),
+    (["streams", "create", "amq.x"], "streamlet streams create: argument name: names starting "
+                                     "with 'amq.' are reserved, not 'amq.x'"),
+    (["consume", "s", "--offset", "@abc"],
+     "streamlet consume: argument --offset: must be first, last, next, an offset (0, 1, ...) "
+     "or @ and a timestamp in milliseconds (@1767225600000), not '@abc'"),
+    (["consume", "s", "--offset", "-3"], "not '-3'"),
+    (["streams", "create", "s", "--replicas", "0"], "argument --replicas: must be at least 1"),
+])
+def test_bad_values_are_one_line_before_connecting(args: list[str], why: str) -> None:
+    # no broker: refused while parsing, exit 2
+    res = cli("--port", str(free_port()), *args, check=False)
+    assert res.returncode == 2
+    line = stderr_line(res.stderr)
+    assert why in line and line.endswith("--help)")
+
+
+async def test_first_last_and_timestamps_still_work(shared_broker: BrokerProcess) -> None:
+    c = conn(shared_broker)
+    cli("produce", *c, "offsets-1", "--create", "--count", "3")
+    for offset, first in (("FIRST", "0"), ("2", "2"), ("@0", "0"), ("next", None)):
+        res = cli("consume", *c, "offsets-1", "--offset", offset, "--timeout", "1")
+        lines = res.stdout.decode().splitlines()
+        assert (lines[0].split("\t")[0] if lines else None) == first, offset

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -62,11 +63,26 @@ def handshake(port: int) -> None:
         peer.handshake()
 
 
+def free_bases(nodes: int, count: int) -> list[int]:
+    """``count`` bases of runs of ``nodes`` free ports, the runs apart."""
+    bases: list[int] = []
+    while len(bases) < count:
+        base = free_base(nodes)
+        if all(abs(base - b) >= nodes for b in bases):
+            bases.append(base)
+    return bases
+
+
 class Cluster:
-    """`streamlet cluster up` in the background, with its supervisor's stderr in a file."""
+    """`streamlet cluster up` in the background, with its supervisor's stderr in a file. Its
+    nodes serve no metrics or management API unless ``extra`` asks (up's defaults, 15692+i and
+    15672+i, are contended for by every broker the tests start)."""
 
     def __init__(self, data_dir: Path, nodes: int, extra: list[str] | None = None) -> None:
-        self.data_dir, self.nodes, self.extra = data_dir, nodes, extra or []
+        self.data_dir, self.nodes, self.extra = data_dir, nodes, list(extra or [])
+        for flag in ("--metrics-port", "--http-port"):
+            if flag not in self.extra:
+                self.extra += [flag, "0"]
         self.log = data_dir.parent / f"{data_dir.name}-supervisor.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.base = 0
@@ -148,7 +164,10 @@ def test_up_runs_nodes_that_answer_and_status_lists_them(cluster3: Cluster) -> N
     status = status_json(cluster3.data_dir)
     state = cluster3.state()
     assert set(status) == {"nodes", "streams"} and status["streams"] == []
-    assert [set(n) for n in status["nodes"]] == [{"index", "pid", "port", "alive"}] * 3
+    assert [set(n) for n in status["nodes"]] == [
+        {"index", "pid", "port", "alive", "metrics_port", "http_port", "log"}] * 3
+    assert [(n["metrics_port"], n["http_port"], n["log"]) for n in status["nodes"]] == [
+        (None, None, str(cluster3.data_dir / f"node-{i}" / "broker.log")) for i in range(3)]
     assert [(n["index"], n["port"], n["alive"]) for n in status["nodes"]] == [
         (i, cluster3.base + i, True) for i in range(3)]
     assert [n["pid"] for n in status["nodes"]] == [n["pid"] for n in state["nodes"]]
@@ -163,9 +182,45 @@ def test_up_runs_nodes_that_answer_and_status_lists_them(cluster3: Cluster) -> N
     assert table.returncode == 0
     lines = table.stdout.splitlines()
     assert lines[0] == f"supervisor pid {state['supervisor_pid']}, nodes on {HOST}"
-    assert [line.split()[:4] for line in lines[2:]] == [
-        [str(i), str(n["pid"]), str(cluster3.base + i), "up"]
+    assert [line.split()[:6] for line in lines[2:]] == [
+        [str(i), str(n["pid"]), str(cluster3.base + i), "-", "-", "up"]
         for i, n in enumerate(status["nodes"])]
+
+
+def test_each_node_has_its_own_metrics_api_and_log(tmp_path: Path) -> None:
+    """--metrics-port M --http-port H: node i's on M+i and H+i (the CLI's lists find node i's
+    from its stream port); --log-dir: the logs outside the data directory, status names them."""
+    metrics, http = free_bases(2, 2)
+    logs = tmp_path / "logs"
+    c = Cluster(tmp_path / "c", 2, ["--metrics-port", str(metrics), "--http-port", str(http),
+                                    "--log-dir", str(logs)]).start()
+    try:
+        nodes = status_json(c.data_dir)["nodes"]
+        assert [(n["metrics_port"], n["http_port"], n["log"]) for n in nodes] == [
+            (metrics + i, http + i, str(logs / f"node-{i}.log")) for i in range(2)]
+        for i, port in enumerate(c.ports()):
+            assert "listening for rabbitmq" in (logs / f"node-{i}.log").read_text()
+            assert not (c.data_dir / f"node-{i}" / "broker.log").exists()
+            with urllib.request.urlopen(f"http://{HOST}:{metrics + i}/metrics", timeout=30) as r:
+                assert b"# TYPE" in r.read()
+            overview = urllib.request.Request(f"http://{HOST}:{http + i}/api/overview",
+                                              headers={"Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q="})
+            with urllib.request.urlopen(overview, timeout=30) as r:
+                assert {"protocol": "stream", "port": port} in [
+                    {k: lst[k] for k in ("protocol", "port")} for lst in json.load(r)["listeners"]]
+        made = cli("--port", str(c.ports()[1]), "streams", "create", "on-node-1")
+        assert made.returncode == 0, made.stderr
+        listed = cli("--port", str(c.ports()[1]), "streams", "list", "--json", "--http-port",
+                     str(http + 1))
+        assert listed.returncode == 0, listed.stderr
+        assert [json.loads(line)["name"] for line in listed.stdout.splitlines()] == ["on-node-1"]
+        table = cli("cluster", "status", "--data-dir", str(c.data_dir)).stdout.splitlines()
+        assert table[1].split() == ["node", "pid", "port", "metrics", "http", "state",
+                                    "restarts", "up", "for", "log"]
+        assert [row.split()[3:5] + row.split()[-1:] for row in table[2:4]] == [
+            [str(metrics + i), str(http + i), str(logs / f"node-{i}.log")] for i in range(2)]
+    finally:
+        assert c.stop() == 0, c.log_text()
 
 
 def test_a_killed_node_is_restarted(cluster3: Cluster) -> None:
@@ -276,6 +331,11 @@ def test_status_and_down_without_a_cluster(tmp_path: Path) -> None:
     (["--nodes", "10"], "--nodes must be in 1..9, got 10"),
     (["--port", "65535", "--nodes", "2"], "ports 65535..65536 are not all in 1..65535"),
     (["--config", "/nonexistent/x.toml"], "cannot read config file /nonexistent/x.toml"),
+    (["--port", "6000", "--nodes", "3", "--http-port", "6002"],
+     "port 6002 would be both node 0's management API port and node 2's stream port"),
+    (["--http-port", "65535", "--nodes", "2"],
+     "--http-port: ports 65535..65536 are not all in 1..65535"),
+    (["--metrics-port", "x"], "argument --metrics-port: must be an integer, not 'x'"),
 ])
 def test_up_refuses_bad_arguments(tmp_path: Path, args: list[str], message: str) -> None:
     res = cli("cluster", "up", "--data-dir", str(tmp_path / "c"), *args)
@@ -300,7 +360,8 @@ def test_cluster_help_at_every_level() -> None:
     top = cli("cluster", "--help").stdout
     assert all(action in top for action in ("up", "status", "down"))
     up = cli("cluster", "up", "--help").stdout
-    for flag in ("--nodes", "--port", "--host", "--data-dir", "--config", "--log-level"):
+    for flag in ("--nodes", "--port", "--host", "--data-dir", "--config", "--log-level",
+                 "--metrics-port", "--http-port", "--log-dir"):
         assert flag in up
     assert "--user" not in up
     assert "--json" in cli("cluster", "status", "--help").stdout
@@ -312,7 +373,7 @@ def test_cluster_help_at_every_level() -> None:
 async def test_a_driver_runs_beside_the_nodes_and_is_cancelled_at_stop(tmp_path: Path) -> None:
     """The plug-in point of a placement driver: it sees every change of the state, and is
     cancelled when the supervisor stops (here, at its own request, once node 0 answers)."""
-    specs = plan_nodes(1, HOST, free_base(1), tmp_path)
+    specs = plan_nodes(1, HOST, free_base(1), tmp_path, metrics_port=0, http_port=0)
     specs[0].data_dir.mkdir()
     specs[0].config_file.write_text("")
 

@@ -110,5 +110,11 @@ def test_a_transfer_to_a_non_member_or_without_a_cluster_fails(cluster: Cluster,
     _create_replicated(cluster, "n")
     out = cli("cluster", "transfer", "n", "--to", "7", "--data-dir", str(cluster.data_dir))
     assert out.returncode == 1 and "member 0 leads epoch 1" in out.stdout, out
+    # the reason is the driver's, written back beside the request, not only in its log
+    assert out.stderr == ("streamlet: n not moved to member 7: member 7 is not a member of n "
+                          "([0, 1, 2])\n"), out
+    assert list((cluster.data_dir / "requests").iterdir()) == [], "the outcome was taken"
+    out = cli("cluster", "transfer", "n", "--to", "0", "--data-dir", str(cluster.data_dir))
+    assert (out.returncode, out.stderr) == (0, ""), out  # leads already: done
     out = cli("cluster", "transfer", "n", "--to", "1", "--data-dir", str(tmp_path / "none"))
     assert out.returncode == 1 and "no cluster running" in out.stderr, out

@@ -16,9 +16,11 @@ from streamlet.cluster.plan import (
     MAX_NODES,
     PlanError,
     check_arguments,
+    check_distinct,
     node_config,
     node_member,
     plan_nodes,
+    settle_defaults,
 )
 from streamlet.cluster.state import ClusterState, NodeState, StateUnreadable
 from streamlet.cluster.status import NodeStatus, table, to_json
@@ -90,9 +92,72 @@ def test_plan_nodes_and_their_commands(tmp_path: Path) -> None:
     assert specs[1].command("DEBUG", python="py") == [
         "py", "-m", "streamlet", "serve", "--host", "127.0.0.1", "--port", "6001",
         "--data-dir", str(tmp_path / "node-1"), "--config", str(tmp_path / "node-1" / "broker.toml"),
-        "--advertised-host", "127.0.0.1", "--advertised-port", "6001", "--log-level", "DEBUG"]
+        "--advertised-host", "127.0.0.1", "--advertised-port", "6001", "--log-level", "DEBUG",
+        "--metrics-port", "15693", "--http-port", "15673"]
     with pytest.raises(PlanError):
         plan_nodes(10, "127.0.0.1", 6000, tmp_path)
+    moved = plan_nodes(2, "h", 6000, tmp_path, metrics_port=9100, http_port=0,
+                       log_dir=tmp_path / "logs")
+    assert [(s.metrics_port, s.http_port, s.log_file) for s in moved] == [
+        (9100, 0, tmp_path / "logs" / "node-0.log"), (9101, 0, tmp_path / "logs" / "node-1.log")]
+    assert moved[1].command(python="py")[-4:] == ["--metrics-port", "9101", "--http-port", "0"]
+    assert moved[0].ports() == {"stream": 6000, "metrics": 9100}
+    with pytest.raises(PlanError, match=r"--http-port: ports 65535\.\.65536"):
+        plan_nodes(2, "h", 6000, tmp_path, http_port=65535)
+
+
+# (nodes, --port, --metrics-port, --http-port, ports the machine has taken) -> each node's
+# (metrics, http) after the defaults settled, and how many notes; the defaults are 15692+i and
+# 15672+i, given ports (not None) are never turned off
+SETTLED: list[tuple[str, int, int, int | None, int | None, set[int],
+                    list[tuple[int, int]], int]] = [
+    ("defaults free", 3, 5552, None, None, set(), [(15692, 15672), (15693, 15673),
+                                                    (15694, 15674)], 0),
+    ("a default taken: off on that node only", 3, 5552, None, None, {15673},
+     [(15692, 15672), (15693, 0), (15694, 15674)], 1),
+    ("both taken on node 0", 2, 5552, None, None, {15672, 15692},
+     [(0, 0), (15693, 15673)], 2),
+    ("a given port is not the defaults' business", 2, 5552, 9100, None, {9100, 15672},
+     [(9100, 0), (9101, 15673)], 1),
+    ("a default the stream ports use", 3, 15670, None, None, set(),
+     [(15692, 0), (15693, 15673), (15694, 15674)], 1),
+    ("0 turns every node's off", 2, 5552, 0, 0, set(), [(0, 0), (0, 0)], 0),
+]
+
+
+@pytest.mark.parametrize(("what", "nodes", "port", "metrics", "http", "taken", "expected",
+                          "notes"), SETTLED, ids=[c[0] for c in SETTLED])
+def test_settle_defaults(tmp_path: Path, what: str, nodes: int, port: int, metrics: int | None,
+                         http: int | None, taken: set[int], expected: list[tuple[int, int]],
+                         notes: int) -> None:
+    specs = plan_nodes(nodes, "h", port, tmp_path,
+                       metrics_port=15692 if metrics is None else metrics,
+                       http_port=15672 if http is None else http)
+    defaults = {f for f, given in (("metrics_port", metrics), ("http_port", http))
+                if given is None}
+    settled, said = settle_defaults(specs, defaults, taken)
+    assert [(s.metrics_port, s.http_port) for s in settled] == expected
+    assert len(said) == notes
+    check_distinct(settled)
+
+
+def test_settle_defaults_says_which_node_and_why(tmp_path: Path) -> None:
+    specs = plan_nodes(2, "h", 5552, tmp_path)
+    _, notes = settle_defaults(specs, {"http_port"}, {15673})
+    assert notes == ["node 1: port 15673 is taken: no management API on node 1 (cluster up "
+                     "--http-port P moves them, 0 turns them off)"]
+
+
+@pytest.mark.parametrize(("kwargs", "refusal"), [
+    ({"metrics_port": 5553}, "port 5553 would be both node 0's metrics port and node 1's "
+                             "stream port"),
+    ({"http_port": 9000, "metrics_port": 9001}, "port 9001 would be both node 0's metrics "
+                                                "port and node 1's management API port"),
+    ({"sbp_port": 15672}, "port 15672"),
+])
+def test_check_distinct_names_both(tmp_path: Path, kwargs: dict[str, Any], refusal: str) -> None:
+    with pytest.raises(PlanError, match=refusal):
+        check_distinct(plan_nodes(2, "h", 5552, tmp_path, **kwargs))
 
 
 D = Path("/d/directory.json")
@@ -164,15 +229,22 @@ def test_toml_refuses_dates() -> None:
 def test_state_round_trip_and_atomic_write(tmp_path: Path) -> None:
     path = tmp_path / "cluster.json"
     assert state_file.read(path) is None
-    s = ClusterState(42, "127.0.0.1", [NodeState(0, 6000, 100, True, 0, 1.5),
+    s = ClusterState(42, "127.0.0.1", [NodeState(0, 6000, 100, True, 0, 1.5, 7000, 8000,
+                                                 "/logs/node-0.log"),
                                        NodeState(1, 6001)])
     state_file.write(path, s)
     assert state_file.read(path) == s
     doc = json.loads(path.read_text())
     assert doc == {"supervisor_pid": 42, "host": "127.0.0.1", "nodes": [
-        {"index": 0, "port": 6000, "pid": 100, "alive": True, "restarts": 0, "started_at": 1.5},
+        {"index": 0, "port": 6000, "pid": 100, "alive": True, "restarts": 0, "started_at": 1.5,
+         "metrics_port": 7000, "http_port": 8000, "log": "/logs/node-0.log"},
         {"index": 1, "port": 6001, "pid": None, "alive": False, "restarts": 0,
-         "started_at": 0.0}]}
+         "started_at": 0.0, "metrics_port": 0, "http_port": 0, "log": ""}]}
+    # a state written before the ports and the log were kept reads as theirs unknown
+    old = {"supervisor_pid": 1, "host": "h", "nodes": [
+        {"index": 0, "port": 1, "pid": None, "alive": False}]}
+    path.write_text(json.dumps(old))
+    assert state_file.read(path) == ClusterState(1, "h", [NodeState(0, 1)])
     s.nodes[1].pid, s.nodes[1].restarts = 101, 2
     state_file.write(path, s)
     assert state_file.read(path) == s
@@ -191,24 +263,28 @@ def test_state_unreadable(tmp_path: Path, text: str) -> None:
 
 def test_status_view() -> None:
     s = ClusterState(42, "127.0.0.1", [])
-    nodes = [NodeStatus(0, 6000, 100, True, True, 0, 1000.0),
-             NodeStatus(1, 6001, 101, True, False, 2, 1090.0),
-             NodeStatus(2, 6002, 102, False, False, 1, 1000.0),
+    nodes = [NodeStatus(0, 6000, 100, True, True, 0, 1000.0, 7000, 8000, "/l/node-0.log"),
+             NodeStatus(1, 6001, 101, True, False, 2, 1090.0, 7001, 8001, "/l/node-1.log"),
+             NodeStatus(2, 6002, 102, False, False, 1, 1000.0, 0, 8002, "/l/node-2.log"),
              NodeStatus(3, 6003, None, False, False, 0, 0.0)]
     assert [(n.alive, n.condition) for n in nodes] == [
         (True, "up"), (False, "starting"), (False, "down"), (False, "down")]
     assert to_json(nodes, []) == {"nodes": [
-        {"index": 0, "pid": 100, "port": 6000, "alive": True},
-        {"index": 1, "pid": 101, "port": 6001, "alive": False},
-        {"index": 2, "pid": 102, "port": 6002, "alive": False},
-        {"index": 3, "pid": None, "port": 6003, "alive": False}], "streams": []}
+        {"index": 0, "pid": 100, "port": 6000, "alive": True, "metrics_port": 7000,
+         "http_port": 8000, "log": "/l/node-0.log"},
+        {"index": 1, "pid": 101, "port": 6001, "alive": False, "metrics_port": 7001,
+         "http_port": 8001, "log": "/l/node-1.log"},
+        {"index": 2, "pid": 102, "port": 6002, "alive": False, "metrics_port": None,
+         "http_port": 8002, "log": "/l/node-2.log"},
+        {"index": 3, "pid": None, "port": 6003, "alive": False, "metrics_port": None,
+         "http_port": None, "log": None}], "streams": []}
     assert table(s, nodes, now=1100.0) == (
         "supervisor pid 42, nodes on 127.0.0.1\n"
-        "node  pid  port  state     restarts  up for\n"
-        "0     100  6000  up        0         1m40s\n"
-        "1     101  6001  starting  2         10s\n"
-        "2     102  6002  down      1         -\n"
-        "3     -    6003  down      0         -\n")
+        "node  pid  port  metrics  http  state     restarts  up for  log\n"
+        "0     100  6000  7000     8000  up        0         1m40s   /l/node-0.log\n"
+        "1     101  6001  7001     8001  starting  2         10s     /l/node-1.log\n"
+        "2     102  6002  -        8002  down      1         -       /l/node-2.log\n"
+        "3     -    6003  -        -     down      0         -       -\n")
 
 
 def test_status_table_marks_an_unclean_leader() -> None:
@@ -238,3 +314,9 @@ def test_requests_round_trip_and_a_bad_file_is_dropped(tmp_path: Path) -> None:
         "elect-a%2Fb.json", "transfer-a%2Fb.json"], "malformed and unknown requests removed"
     requests.done(tmp_path, moved)
     assert requests.read(tmp_path) == [Request(ELECT, "a/b", force=True)]
+    assert requests.outcome(tmp_path, moved) is None  # done as asked: nothing said
+    requests.write(tmp_path, moved)
+    requests.done(tmp_path, moved, "member 2 is not running")
+    assert requests.read(tmp_path) == [Request(ELECT, "a/b", force=True)], "not a request"
+    assert requests.outcome(tmp_path, moved) == "member 2 is not running"
+    assert requests.outcome(tmp_path, moved) is None, "taken once"

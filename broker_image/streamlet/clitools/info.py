@@ -1,17 +1,26 @@
 """`streamlet streams info`: what Metadata (leader, replicas) and StreamStats (offsets, messages,
-size, segments, retention, stored offsets and sequences) say of each stream."""
+size, segments, retention, stored offsets and sequences) say of each stream.
+
+The stats come from the broker connected to when it holds the stream (its leader, or a replica:
+then a replica's view, its committed offset as far as the leader told it), else from the
+stream's leader, connected to for it; only a leader that cannot be reached leaves a stream at
+its leader and replicas ("held by ...")."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Awaitable, Callable
 
-from ..client import Client
+from ..client import Client, StreamletError
 from ..protocol import Code
 
+#: opens a client to another broker (with the command's credentials, TLS and properties)
+Opener = Callable[[str, int], Awaitable[Client]]
 
-async def info(client: Client, args: argparse.Namespace) -> int:
+
+async def info(client: Client, args: argparse.Namespace, opener: Opener | None = None) -> int:
     """Exit 1 when a stream is missing (the others are still shown)."""
     code = 0
     meta = await client.metadata(list(args.names))
@@ -29,10 +38,18 @@ async def info(client: Client, args: argparse.Namespace) -> int:
             "stream": name, "leader": where,
             "replicas": [brokers.get(r, str(r)) for r in entry.replicas]}
         leader = await client.leader(name)
+        replicas = [(b.host, b.port) for b in meta.brokers if b.reference in entry.replicas]
         if leader is None or client.is_local(leader):
             doc.update(await client.stream_stats(name))
-        else:  # held by another broker of the cluster: its stats are there
-            doc["elsewhere"] = True
+        elif any(client.is_local(r) for r in replicas):  # a replica's own view
+            doc.update(await client.stream_stats(name))
+            doc["read_on"] = f"{args.host}:{args.port}"
+        else:  # held by other brokers of the cluster: the leader's stats are there
+            stats = await _stats_at(opener, leader, name)
+            if stats is None:
+                doc["elsewhere"] = True
+            else:
+                doc.update(stats)
         docs.append(doc)
     if args.json:
         for doc in docs:
@@ -43,6 +60,23 @@ async def info(client: Client, args: argparse.Namespace) -> int:
     return code
 
 
+async def _stats_at(opener: Opener | None, address: tuple[str, int],
+                    name: str) -> dict[str, int] | None:
+    """StreamStats of ``name`` asked of the broker at ``address``; None when it cannot be."""
+    if opener is None:
+        return None
+    try:
+        other = await opener(*address)
+    except (OSError, TimeoutError, StreamletError):
+        return None
+    try:
+        return await other.stream_stats(name)
+    except StreamletError:
+        return None
+    finally:
+        await other.close()
+
+
 def describe(doc: dict[str, object]) -> list[str]:
     """Lines for a person: the stream's name, then indented ``what: value`` lines."""
     d = {k: v for k, v in doc.items()}
@@ -50,13 +84,16 @@ def describe(doc: dict[str, object]) -> list[str]:
     replicas = d.get("replicas") or []
     assert isinstance(replicas, list)
     lines.append(f"  replicas: {', '.join(map(str, replicas)) or 'none'}")
+    if d.get("read_on"):
+        lines.append(f"  read on replica {d['read_on']} (its committed offset may trail the "
+                     "leader's by what is in flight)")
     if d.get("elsewhere"):
         lines.append(f"  held by {d['leader']}: ask it for the rest "
                      f"(streamlet streams info --host ... --port ...)")
         return lines
     if "first_offset" not in d:  # a broker without streamlet's keys: RabbitMQ's own
         lines += [f"  {k}: {v}" for k, v in sorted(d.items())
-                  if k not in ("stream", "leader", "replicas")]
+                  if k not in ("stream", "leader", "replicas", "read_on")]
         return lines
     first, committed = int(d["first_offset"]), int(d["committed_offset"])  # type: ignore[call-overload]
     if committed < first:
@@ -67,7 +104,7 @@ def describe(doc: dict[str, object]) -> list[str]:
     size = int(d["size_bytes"])  # type: ignore[call-overload]
     lines.append(f"  size on disk: {_bytes(size)} in {d['segments']} segment(s)")
     lines.append(f"  retention: {_retention(d)}")
-    if d.get("sealed"):
+    if d.get("sealed") and not d.get("read_on"):  # a replica takes none anyway
         lines.append("  sealed: takes no publishes (moving to another broker)")
     for prefix, title in (("offset", "stored consumer offsets"),
                           ("sequence", "publisher sequences")):

@@ -1,4 +1,6 @@
-"""Argument types and a parser whose errors are one line."""
+"""Argument types and a parser whose errors are one line: each type refuses a bad value with
+argparse's ArgumentTypeError, which :class:`Parser` prints as one line (``PROG: argument X:
+why (see PROG --help)``) with exit code 2, before anything connects."""
 
 from __future__ import annotations
 
@@ -51,3 +53,31 @@ def _at_least(value: int, least: int, text: str) -> int:
     if value < least:
         raise argparse.ArgumentTypeError(f"must be at least {least}, not {text}")
     return value
+
+
+#: what consume's --offset takes besides a number and @<ms>
+OFFSET_NAMES = ("first", "last", "next")
+
+
+def offset(text: str) -> str:
+    """consume's --offset: first, last or next (any case), an offset (digits), or @ and a
+    timestamp in milliseconds; returned as given, names in lower case."""
+    if text.lower() in OFFSET_NAMES:
+        return text.lower()
+    digits = text[1:] if text.startswith("@") else text
+    if digits.isascii() and digits.isdigit():
+        return text
+    raise argparse.ArgumentTypeError(
+        f"must be first, last, next, an offset (0, 1, ...) or @ and a timestamp in "
+        f"milliseconds (@1767225600000), not {text!r}")
+
+
+def stream_name(text: str) -> str:
+    """A name the broker can make a stream of (core.streams.valid_stream_name, the broker's own
+    rule: 1 to 255 bytes, no 'amq.' prefix, no NUL or line break)."""
+    from ..core.streams import valid_stream_name
+
+    why = valid_stream_name(text)
+    if why is not None:
+        raise argparse.ArgumentTypeError(f"{why}, not {text!r}")
+    return text

@@ -2,8 +2,8 @@
 exit codes out.
 
 Exit codes: 0 done; 1 no cluster runs there (status, down, elect, transfer), it would not stop
-(down), or the request did not come to pass (elect: no leader; transfer: another leader; or
-the driver did not take it up in time); 2 ``up`` refused before starting anything (bad
+(down), or the request did not come to pass (elect: no leader; transfer: another leader, and
+the driver's reason on stderr; or the driver did not take it up in time); 2 ``up`` refused before starting anything (bad
 arguments or --config, a busy port, a data directory that cannot be made, a cluster already
 running there).
 """
@@ -32,14 +32,18 @@ from . import state as state_file
 from . import status as cluster_status
 from .driver import RECORD, LocalDriver
 from .plan import (
+    DEFAULT_HTTP_PORT,
+    DEFAULT_METRICS_PORT,
     DIRECTORY_FILE,
     LOCK_FILE,
     STATE_FILE,
     NodeSpec,
     PlanError,
+    check_distinct,
     node_config,
     node_member,
     plan_nodes,
+    settle_defaults,
 )
 from .probe import bind_error, pid_alive
 from .requests import ELECT, TRANSFER, Request
@@ -79,19 +83,29 @@ def _user_config(path: Path | None) -> dict[str, Any]:
 def up(args: argparse.Namespace, data_dir: Path) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    given = {"metrics_port": getattr(args, "metrics_port", None),
+             "http_port": getattr(args, "http_port", None)}
+    log_dir = getattr(args, "log_dir", None)
+    log_dir = None if log_dir is None else Path(log_dir).absolute()
     try:
         specs = plan_nodes(args.nodes, args.host, args.port, data_dir,
-                           getattr(args, "sbp_port", None))
+                           getattr(args, "sbp_port", None),
+                           metrics_port=_or(given["metrics_port"], DEFAULT_METRICS_PORT),
+                           http_port=_or(given["http_port"], DEFAULT_HTTP_PORT), log_dir=log_dir)
+        defaults = {field for field, port in given.items() if port is None}
+        check_distinct(settle_defaults(specs, defaults, set())[0])  # the ports given collide
         doc = node_config(_user_config(args.config), data_dir / DIRECTORY_FILE)
         dumps(doc)  # refuses what TOML cannot say, before anything starts
     except (PlanError, ValueError) as e:
         _error(str(e))
         return 2
-    try:
-        data_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        _error(f"cannot create data directory {data_dir}: {e.strerror}")
-        return 2
+    for folder, what in ((data_dir, "data directory"), (log_dir, "log directory")):
+        try:
+            if folder is not None:
+                folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            _error(f"cannot create {what} {folder}: {e.strerror}")
+            return 2
     lock = DirectoryLock(data_dir / LOCK_FILE)
     try:
         lock.acquire()
@@ -104,8 +118,13 @@ def up(args: argparse.Namespace, data_dir: Path) -> int:
         _error(f"cannot lock {data_dir / LOCK_FILE}: {e.strerror}")
         return 2
     try:
-        busy = [why for s in specs for p in (s.port, s.sbp_port)
-                if p and (why := bind_error(s.host, p)) is not None]
+        taken = {p for s in specs for field in defaults
+                 if (p := getattr(s, field)) and bind_error(s.host, p) is not None}
+        specs, notes = settle_defaults(specs, defaults, taken)
+        for note in notes:
+            _error(note)
+        busy = [why for s in specs for p in s.ports().values()
+                if (why := bind_error(s.host, p)) is not None]
         if busy:
             for why in busy:
                 _error(why)
@@ -119,10 +138,15 @@ def up(args: argparse.Namespace, data_dir: Path) -> int:
         credentials = load(specs[0].config_file).replication_credentials
         driver = LocalDriver(data_dir, args.host, [s.port for s in specs], credentials)
         supervisor = Supervisor(specs, data_dir, args.host, log_level=args.log_level,
-                                directory_file=data_dir / DIRECTORY_FILE, drivers=[driver])
+                                directory_file=data_dir / DIRECTORY_FILE, drivers=[driver],
+                                optional_ports=defaults)
         return asyncio.run(supervisor.run())
     finally:
         lock.release()
+
+
+def _or(port: int | None, default: int) -> int:
+    return default if port is None else port
 
 
 def _prepare(specs: list[NodeSpec], doc: dict[str, Any], data_dir: Path) -> str | None:
@@ -210,9 +234,10 @@ def down(data_dir: Path, timeout: float) -> int:
 
 def ask(data_dir: Path, request: Request, timeout: float) -> int:
     """Leave ``request`` for the running driver, wait until it has acted on it, and say what
-    the stream's record is then."""
+    the stream's record is then, and why the driver did not do it when it did not."""
     if _running(data_dir) is None:
         return 1
+    requests.outcome(data_dir, request)  # an earlier request's, not taken up: not this one's
     target = requests.write(data_dir, request)
     deadline = time.monotonic() + timeout
     while target.exists():
@@ -221,6 +246,7 @@ def ask(data_dir: Path, request: Request, timeout: float) -> int:
             _error(f"the placement driver did not take the request up in {timeout:.0f} s")
             return 1
         time.sleep(0.1)
+    why_not = requests.outcome(data_dir, request)
     try:
         record = json.loads((data_dir / RECORD).read_text()).get(request.stream)
     except (OSError, ValueError):
@@ -228,6 +254,10 @@ def ask(data_dir: Path, request: Request, timeout: float) -> int:
     if record is None:
         _error(f"no replicated stream {request.stream} in {data_dir}")
         return 1
+    if why_not is not None and request.kind == TRANSFER:
+        _error(f"{request.stream} not moved to member {request.to}: {why_not}")
+    elif why_not is not None and record["leader"] == NO_LEADER:
+        _error(f"{request.stream}: {why_not}")
     leader, epoch = record["leader"], record["epoch"]
     if leader == NO_LEADER:
         print(f"stream {request.stream}: no leader in epoch {epoch}")

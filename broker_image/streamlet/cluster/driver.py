@@ -119,7 +119,7 @@ class LocalDriver:
         for r in asked.values():
             if r.stream not in self.records:
                 log.warning("request to %s %s: no such replicated stream", r.kind, r.stream)
-                requests.done(self.data_dir, r)
+                requests.done(self.data_dir, r, f"no replicated stream {r.stream}")
         suspects = await self._suspects({self.records[n].leader for n in names} - {NO_LEADER})
         for name in names:
             record = self.records[name]
@@ -132,15 +132,17 @@ class LocalDriver:
                 await self._elect(name, record, alive,
                                   force=forced is not None and forced.force)
                 if forced is not None:
-                    requests.done(self.data_dir, forced)
+                    requests.done(self.data_dir, forced, None if record.leader != NO_LEADER
+                                  else "no member answered the election")
                 continue
             if forced is not None:
                 log.info("stream %s: member %d leads: no election to force", name, record.leader)
-                requests.done(self.data_dir, forced)
+                requests.done(self.data_dir, forced,
+                              f"member {record.leader} leads: no election to force")
             moving = asked.get((requests.TRANSFER, name))
             if moving is not None:  # waits while the stream has no leader
-                await self._transfer(name, record, moving.to, alive)
-                requests.done(self.data_dir, moving)
+                why_not = await self._transfer(name, record, moving.to, alive)
+                requests.done(self.data_dir, moving, why_not)
                 continue
             restarted = [m for m in record.members if m != record.leader and m in alive
                          and record.pids.get(str(m)) != alive[m]]
@@ -220,22 +222,24 @@ class LocalDriver:
         self._publish_directory()
 
     async def _transfer(self, name: str, record: StreamRecord, target: int | None,
-                        alive: Mapping[int, int | None]) -> None:
+                        alive: Mapping[int, int | None]) -> str | None:
         """A planned transfer to ``target``: the leader sealed (no publishes; its feeds and
         commits go on), then, once the target holds the leader's whole log (transfer_ready,
         within TRANSFER_WAIT_S), an election in the next epoch with the target preferred. A
-        target that does not catch up in time leaves the leader leading, unsealed."""
+        target that does not catch up in time leaves the leader leading, unsealed. Returns
+        why the target does not lead (logged too), None when it does."""
         leader, epoch = record.leader, record.epoch
         if target is None or target not in record.members or target not in alive:
-            log.warning("stream %s: cannot transfer to %s: not a running member of %s", name,
-                        target, record.members)
-            return
+            why = (f"member {target} is not a member of {name} ({record.members})"
+                   if target not in record.members else f"member {target} is not running")
+            log.warning("stream %s: cannot transfer: %s", name, why)
+            return why
         if target == leader:
             log.info("stream %s: member %d leads already", name, target)
-            return
+            return None
         if await self.brokers.seal(leader, name, epoch) is None:
             log.warning("stream %s: leader %d could not be sealed: no transfer", name, leader)
-            return
+            return f"leader {leader} could not be sealed (it did not answer): no transfer"
         loop = asyncio.get_running_loop()
         deadline = loop.time() + TRANSFER_WAIT_S
         while True:
@@ -247,16 +251,22 @@ class LocalDriver:
                 break
             if loop.time() > deadline:
                 await self.brokers.seal(leader, name, epoch, on=False)
-                log.warning("stream %s: member %d did not catch up with leader %d in %.0f s "
-                            "(%s vs %s): no transfer", name, target, leader, TRANSFER_WAIT_S,
-                            theirs, ours)
-                return
+                why = (f"member {target} did not catch up with leader {leader} in "
+                       f"{TRANSFER_WAIT_S:.0f} s ({_tail(theirs)} vs {_tail(ours)}): no "
+                       f"transfer, member {leader} leads on")
+                log.warning("stream %s: %s", name, why)
+                return why
             await asyncio.sleep(TRANSFER_POLL_S)
         members = list(record.members)
 
         def decide(answers: dict[int, Tail | None]) -> Decision:
             return transfer(members, epoch, target, answers)
         await self._elect(name, record, alive, decide=decide)
+        if record.leader == target:
+            return None
+        if record.leader == NO_LEADER:
+            return f"the election in epoch {record.epoch} found no majority: no leader yet"
+        return f"the election in epoch {record.epoch} chose member {record.leader}"
 
     async def _assign(self, name: str, record: StreamRecord, member: int, role: Role) -> bool:
         return await self.brokers.assign(member, name, record.epoch, role, record.leader,
@@ -337,6 +347,15 @@ class LocalDriver:
                     found[name] = {"partitions": entry.get("partitions"),
                                    "binding_keys": entry.get("binding_keys")}
         return found
+
+
+def _tail(contact: Contact | None) -> str:
+    """A member's log as a transfer's outcome names it."""
+    if contact is None:
+        return "not answering"
+    if contact.tail is None:
+        return "no log"
+    return f"last chunk {contact.tail.chunk_id} of epoch {contact.tail.epoch}"
 
 
 def _contacts(reports: Mapping[int, Contact | None]) -> str:

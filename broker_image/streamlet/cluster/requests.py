@@ -1,8 +1,10 @@
 """Requests to the running placement driver (``cluster elect --force``, ``cluster transfer``):
 one file each in ``D/requests/``, written whole (a temporary file renamed), read by the driver at
 every tick and removed once it has acted on it; the command waits for that, then reads the
-driver's record. A file is the channel because the driver already lives by its files (its record,
-the directory) and the command may run as another user or after a driver restart."""
+driver's record and the request's outcome: why the driver did not do what was asked (``.outcome``
+beside the request, written before the request is removed; none when it was done). A file is the
+channel because the driver already lives by its files (its record, the directory) and the
+command may run as another user or after a driver restart."""
 
 from __future__ import annotations
 
@@ -71,5 +73,27 @@ def read(data_dir: Path) -> list[Request]:
     return out
 
 
-def done(data_dir: Path, request: Request) -> None:
+def outcome_path(data_dir: Path, request: Request) -> Path:
+    return path(data_dir, request).with_suffix(".outcome")
+
+
+def done(data_dir: Path, request: Request, why_not: str | None = None) -> None:
+    """The driver has acted on ``request``; ``why_not``: why it was not done as asked, for the
+    command to print (written first: the command reads it once the request is gone)."""
+    if why_not is not None:
+        target = outcome_path(data_dir, request)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        tmp.write_text(why_not + "\n")
+        os.replace(tmp, target)
     path(data_dir, request).unlink(missing_ok=True)
+
+
+def outcome(data_dir: Path, request: Request) -> str | None:
+    """Why the driver did not do ``request`` (taken: removed), None when it said nothing."""
+    target = outcome_path(data_dir, request)
+    try:
+        text = target.read_text().strip()
+    except OSError:
+        return None
+    target.unlink(missing_ok=True)
+    return text or None

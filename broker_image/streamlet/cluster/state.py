@@ -4,10 +4,12 @@
 
     {"supervisor_pid": 4242, "host": "127.0.0.1",
      "nodes": [{"index": 0, "pid": 4250, "port": 5552, "alive": true, "restarts": 0,
-                "started_at": 1767225600.0}, ...]}
+                "started_at": 1767225600.0, "metrics_port": 15692, "http_port": 15672,
+                "log": "/home/me/cluster/node-0/broker.log"}, ...]}
 
 ``alive`` is the supervisor's view (the process runs); ``started_at`` is the wall-clock time
-its current process started (0 before the first start). Written whole, atomically (a temporary
+its current process started (0 before the first start); ``metrics_port`` and ``http_port`` are
+0 when off; ``log`` is where the node's output goes. Written whole, atomically (a temporary
 file renamed over it): a reader sees the old state or the new one, never half of one.
 """
 
@@ -32,6 +34,9 @@ class NodeState:
     alive: bool = False
     restarts: int = 0
     started_at: float = 0.0
+    metrics_port: int = 0
+    http_port: int = 0
+    log: str = ""
 
 
 @dataclass
@@ -50,7 +55,9 @@ class ClusterState:
             nodes = [NodeState(index=int(n["index"]), port=int(n["port"]),
                                pid=None if n.get("pid") is None else int(n["pid"]),
                                alive=bool(n["alive"]), restarts=int(n.get("restarts", 0)),
-                               started_at=float(n.get("started_at", 0.0)))
+                               started_at=float(n.get("started_at", 0.0)),
+                               metrics_port=int(n.get("metrics_port", 0)),
+                               http_port=int(n.get("http_port", 0)), log=str(n.get("log", "")))
                      for n in doc["nodes"]]
             return cls(int(doc["supervisor_pid"]), str(doc["host"]), nodes)
         except (KeyError, TypeError, ValueError) as e:

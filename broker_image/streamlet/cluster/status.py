@@ -1,5 +1,6 @@
 """``cluster status``: what runs now, from ``cluster.json`` checked against the processes and
-ports themselves; the streams the nodes hold (to come with replication)."""
+ports themselves (each node's ports, metrics and management API ports and where its log is);
+the replicated streams the placement driver keeps."""
 
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ class NodeStatus:
     listening: bool
     restarts: int
     started_at: float
+    metrics_port: int = 0  # 0: off
+    http_port: int = 0  # 0: off
+    log: str = ""  # where its output goes
 
     @property
     def alive(self) -> bool:
@@ -48,7 +52,7 @@ async def _node_status(host: str, node: NodeState) -> NodeStatus:
     running = node.pid is not None and pid_alive(node.pid)
     listening = running and await port_accepts(host, node.port, CONNECT_TIMEOUT_S)
     return NodeStatus(node.index, node.port, node.pid, running, listening, node.restarts,
-                      node.started_at)
+                      node.started_at, node.metrics_port, node.http_port, node.log)
 
 
 async def gather_nodes(state: ClusterState) -> list[NodeStatus]:
@@ -92,8 +96,9 @@ async def _committed(host: str, port: int, stream: str, credentials: tuple[str, 
 
 
 def to_json(nodes: list[NodeStatus], streams: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"nodes": [{"index": n.index, "pid": n.pid, "port": n.port, "alive": n.alive}
-                      for n in nodes],
+    return {"nodes": [{"index": n.index, "pid": n.pid, "port": n.port, "alive": n.alive,
+                       "metrics_port": n.metrics_port or None, "http_port": n.http_port or None,
+                       "log": n.log or None} for n in nodes],
             "streams": streams}
 
 
@@ -111,11 +116,12 @@ def table(state: ClusterState, nodes: list[NodeStatus], now: float | None = None
     """The nodes as aligned text columns, under a line naming the supervisor; then the
     replicated streams, if any."""
     now = time.time() if now is None else now
-    rows = [("node", "pid", "port", "state", "restarts", "up for")]
+    rows = [("node", "pid", "port", "metrics", "http", "state", "restarts", "up for", "log")]
     for n in nodes:
         up = _uptime(now - n.started_at) if n.running and n.started_at else "-"
         rows.append((str(n.index), "-" if n.pid is None else str(n.pid), str(n.port),
-                     n.condition, str(n.restarts), up))
+                     str(n.metrics_port or "-"), str(n.http_port or "-"), n.condition,
+                     str(n.restarts), up, n.log or "-"))
     lines = [f"supervisor pid {state.supervisor_pid}, nodes on {state.host}"]
     lines += _columns(rows)
     if streams:

@@ -2,7 +2,10 @@
 kubelet restarts a pod's container, until SIGINT or SIGTERM stops them all.
 
 Each node has a task: start the broker, wait for it to exit, wait the backoff
-(:mod:`.backoff`), start it again. Every change is written to ``cluster.json`` (:mod:`.state`).
+(:mod:`.backoff`), start it again; a default metrics or management API port (not given to
+``up``) that something else took meanwhile is left off for the restart, as ``up`` leaves it off
+(plan.settle_defaults), so the node does not fail on it for ever. Every change is written to
+``cluster.json`` (:mod:`.state`).
 Things that run beside the nodes for the supervisor's life (a placement driver, later) are
 ``Driver`` objects given to :class:`Supervisor`: each gets a task, cancelled at stop.
 """
@@ -18,13 +21,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Protocol
 
 from . import state as state_file
 from .backoff import DEFAULT_POLICY, BackoffPolicy, next_delay
-from .plan import GRACE_S, STATE_FILE, NodeSpec
+from .plan import GRACE_S, STATE_FILE, NodeSpec, settle_defaults
+from .probe import bind_error
 from .state import ClusterState, NodeState
 
 log = logging.getLogger("streamlet.cluster")
@@ -70,15 +74,20 @@ class Supervisor:
     def __init__(self, specs: Sequence[NodeSpec], data_dir: Path, host: str,
                  log_level: str = "INFO", policy: BackoffPolicy = DEFAULT_POLICY,
                  grace: float = GRACE_S, directory_file: Path | None = None,
-                 drivers: Sequence[Driver] = ()) -> None:
+                 drivers: Sequence[Driver] = (), optional_ports: Collection[str] = ()) -> None:
+        """``optional_ports``: the NodeSpec port fields (``metrics_port``, ``http_port``) that
+        are defaults, left off at a restart when their port is taken."""
         self.specs = list(specs)
+        self.optional_ports = set(optional_ports)
         self.data_dir = data_dir
         self.directory_file = directory_file
         self.log_level = log_level
         self.policy = policy
         self.grace = grace
         self.drivers = list(drivers)
-        self.state = ClusterState(os.getpid(), host, [NodeState(s.index, s.port) for s in specs])
+        self.state = ClusterState(os.getpid(), host, [
+            NodeState(s.index, s.port, metrics_port=s.metrics_port, http_port=s.http_port,
+                      log=str(s.log_file)) for s in specs])
         self._procs: dict[int, asyncio.subprocess.Process] = {}
         self._stopping = False
         self._stop: asyncio.Event | None = None
@@ -150,6 +159,7 @@ class Supervisor:
 
     async def _start(self, spec: NodeSpec) -> asyncio.subprocess.Process:
         spec.data_dir.mkdir(parents=True, exist_ok=True)
+        spec.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(spec.log_file, "ab") as out:
             out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} started by streamlet "
                       f"cluster (supervisor pid {os.getpid()})\n".encode())
@@ -169,6 +179,8 @@ class Supervisor:
         node = self.state.nodes[spec.index]
         delay: float | None = None
         while not self._stopping:
+            if delay is not None and self.optional_ports:  # a restart
+                spec = self._without_taken(spec)
             try:
                 proc = await self._start(spec)
             except OSError as e:
@@ -201,6 +213,19 @@ class Supervisor:
                 await asyncio.wait_for(self._stop.wait(), delay)
             if not self._stopping:
                 node.restarts += 1
+
+    def _without_taken(self, spec: NodeSpec) -> NodeSpec:
+        """``spec`` with its default side ports that are taken now turned off (logged)."""
+        taken = {p for field in self.optional_ports
+                 if (p := getattr(spec, field)) and bind_error(spec.host, p) is not None}
+        if not taken:
+            return spec
+        [settled], notes = settle_defaults([spec], self.optional_ports, taken)
+        for note in notes:
+            log.warning("%s", note)
+        node = self.state.nodes[spec.index]
+        node.metrics_port, node.http_port = settled.metrics_port, settled.http_port
+        return settled
 
     async def _stop_nodes(self, keepers: list[asyncio.Task[None]]) -> None:
         for proc in list(self._procs.values()):
