@@ -333,3 +333,26 @@ async def test_two_leaders_in_one_epoch_are_noticed(tmp_path: Path,
     # a later epoch names a new leader: no split brain
     assign(brokers, "s", 2, leader=2)
     assert _api_queue(http, "s")["split_brain"]["count"] == 2
+
+
+async def test_an_application_naming_its_connection_as_a_peer_still_deletes_everywhere(
+        tmp_path: Path, broker_factory: Factory) -> None:
+    """A member passes a Delete on to the others unless the Delete came from another member:
+    its connection's name says so only when its user is a cluster identity, so an application
+    that names its connection "streamlet replication" cannot leave copies behind."""
+    ports = distinct_ports(2)
+    brokers = []
+    for i in range(2):
+        config = _config(tmp_path, f"d{i}", f"member = {i}\n{_peers(ports)}")
+        brokers.append(broker_factory(config=config, port=ports[i]))
+    async with await connect(brokers[0].host, brokers[0].port, *APP) as client:
+        await client.create_stream("app-d", arguments={"initial-cluster-size": "2"})
+    for b in brokers:
+        async with await connect(b.host, b.port, *APP) as client:
+            assert await client.stream_exists("app-d")
+    async with await connect(brokers[1].host, brokers[1].port, *APP,
+                             connection_name="streamlet replication") as client:
+        await client.delete_stream("app-d")
+    for b in brokers:
+        async with await connect(b.host, b.port, *APP) as client:
+            assert not await client.stream_exists("app-d"), f"a copy left on {b.port}"

@@ -27,11 +27,16 @@ log = logging.getLogger("streamlet.broker")
 _ROLES = {WireRole.LEADER: Role.LEADER, WireRole.FOLLOWER: Role.FOLLOWER}
 
 
+def cluster_identity(conn: ConnectionState) -> bool:
+    """Whether this connection is logged in as the replication or the placement driver's user."""
+    replication = conn.broker.peer_login.user
+    return conn.user is not None and conn.user in (replication,
+                                                   conn.broker.config.driver_user or replication)
+
+
 def trusted(conn: ConnectionState, what: str) -> bool:
     """Whether this connection's user may send replication commands (logged when not)."""
-    replication = conn.broker.peer_login.user
-    if conn.user is not None and conn.user in (replication,
-                                               conn.broker.config.driver_user or replication):
+    if cluster_identity(conn):
         return True
     log.warning("connection %s: user %s refused %s: only the replication and placement driver "
                 "users send replication commands", conn.peer, conn.user, what)

@@ -18,6 +18,7 @@ from ..replication.create import Cluster, create_replicated, delete_members, pla
 from ..replication.forward import FORWARDED
 from ..replication.peer import PEER_CONNECTION
 from .handshake import advertised
+from .replication import cluster_identity
 from .state import ConnectionState
 
 log = logging.getLogger("streamlet.broker")
@@ -128,7 +129,10 @@ def on_delete(conn: ConnectionState, cmd: f.Delete) -> None:
             broker.stream_gone(stream)  # MetadataUpdate after the answer
 
     cluster = broker.cluster
-    passed_on = conn.client_properties.get("connection_name") in (PEER_CONNECTION, FORWARDED)
+    # Another member passing the Delete on: its name says so, its user proves it (an
+    # application naming its connection so still deletes the stream on every member).
+    passed_on = conn.client_properties.get("connection_name") in (PEER_CONNECTION, FORWARDED) \
+        and cluster_identity(conn)
     if not others or cluster is None or passed_on:
         answered()
         return
