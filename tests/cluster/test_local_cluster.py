@@ -403,3 +403,51 @@ async def test_a_driver_runs_beside_the_nodes_and_is_cancelled_at_stop(tmp_path:
     pid = supervisor.state.nodes[0].pid
     assert pid is not None and (pid, True) in driver.seen and not pid_alive(pid)
     assert not (tmp_path / "cluster.json").exists()
+
+
+async def test_a_default_port_taken_meanwhile_is_left_off_at_the_restart(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A node whose default management API port something took while it was down restarts
+    without it (said in the supervisor's log) instead of failing on it for ever."""
+    http = free_base(1)
+    specs = plan_nodes(1, HOST, free_base(1), tmp_path, metrics_port=0, http_port=http)
+    specs[0].data_dir.mkdir()
+    specs[0].config_file.write_text("")
+    supervisor = Supervisor(specs, tmp_path, HOST, optional_ports={"http_port"})
+    running = asyncio.create_task(supervisor.run())
+    node = supervisor.state.nodes[0]
+    held = socket.socket()
+    try:
+        await asyncio.wait_for(_until(lambda: node.alive and port_accepts(HOST, http)), START_S)
+        first = node.pid
+        assert first is not None and node.http_port == http
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while True:  # the port is free once the process is gone: take it before the restart
+            try:
+                held.bind((HOST, http))
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the killed node's port never came free"
+                await asyncio.sleep(0.01)
+        held.listen(1)
+        await asyncio.wait_for(_until(lambda: node.alive and node.pid != first
+                                      and port_accepts(HOST, node.port)), START_S)
+        assert node.http_port == 0
+        assert (f"node 0: port {http} is taken: no management API on node 0"
+                in caplog.text), caplog.text
+    finally:
+        held.close()
+        supervisor.stop()
+        assert await asyncio.wait_for(running, START_S) == 0
+
+
+async def _until(check: Callable[[], Any]) -> None:
+    """Poll ``check`` (its result awaited when it is a coroutine) until it is truthy."""
+    while True:
+        got = check()
+        if asyncio.iscoroutine(got):
+            got = await got
+        if got:
+            return
+        await asyncio.sleep(0.05)
