@@ -39,11 +39,11 @@ async def info(client: Client, args: argparse.Namespace, opener: Opener | None =
             "replicas": [brokers.get(r, str(r)) for r in entry.replicas]}
         leader = await client.leader(name)
         replicas = [(b.host, b.port) for b in meta.brokers if b.reference in entry.replicas]
-        if leader is None or client.is_local(leader):
-            doc.update(await client.stream_stats(name))
-        elif any(client.is_local(r) for r in replicas):  # a replica's own view
+        if any(client.is_local(r) for r in replicas):  # a replica's own view
             doc.update(await client.stream_stats(name))
             doc["read_on"] = f"{args.host}:{args.port}"
+        elif leader is None or client.is_local(leader):
+            doc.update(await client.stream_stats(name))
         else:  # held by other brokers of the cluster: the leader's stats are there
             stats = await _stats_at(opener, leader, name)
             if stats is None:
