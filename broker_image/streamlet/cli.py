@@ -135,7 +135,11 @@ def build_parser() -> Parser:
 
     consume = sub.add_parser("consume", help="read messages from a stream", parents=[conn],
                              description=(
-        "Print messages as 'offset<TAB>body' lines (body decoded as UTF-8 with replacement)."))
+        "Print messages as 'offset<TAB>body' lines (body decoded as UTF-8 with replacement). "
+        "Over RabbitMQ's protocol it reads on the broker given when that one holds the stream "
+        "(its leader or a replica), else on a member it names; a broker lost meanwhile (a "
+        "leader's failover, a restart) is replaced by another member, or the same one back, "
+        "within 60 s, after the last offset printed: each message once, in order."))
     consume.add_argument("stream")
     consume.add_argument("--offset", type=offset_value, default=None, help=(
         "first | last | next | an offset | @<ms timestamp> (default: after the offset stored "
