@@ -1,33 +1,87 @@
 """`streamlet produce|consume --protocol mega|rsio|sbp`: the same commands over MEGA
 (docs/protocols/mega.md), Reactive Streams IO (docs/protocols/reactive-streams.md) and the
-Streaming Batch Protocol (docs/protocols/sbp.md). Output is the RabbitMQ protocol's: consume
-prints 'offset<TAB>body' lines."""
+Streaming Batch Protocol (docs/protocols/sbp.md), behaving as the RabbitMQ protocol's: consume
+prints 'offset<TAB>body' lines and ends with "consumed N messages from S" on stderr (" (output
+closed)" when the reader of a pipe went away: exit 0); produce ends with "published N messages
+to S"; SIGINT and SIGTERM end either with its summary and 130 or 143 (clitools.stop). A refusal
+names the stream and a reason in words (:func:`reason`, pure), not the protocol's code."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
-from .client.mega import MegaClient, MegaError
+from .client.mega import MegaClient, MegaError, NotMega
 from .client.rsio import RsioClient, RsioError
 from .client.sbp import SbpClient, SbpError
-from .mega import ErrorCode
+from .clitools.lines import line_batches
+from .clitools.output import Output, OutputClosed, silence_stdout, until_reader_gone
+from .clitools.stop import stop
+from .clitools.words import messages
+from .mega import ErrorCode as MegaCode
 from .sbp import ErrorCode as SbpCode
 
-#: MEGA produces in flight at once (each answered once durable)
+#: messages a MEGA produce has in flight at once (each answered once durable)
 MEGA_PIPELINE = 100
+#: offsets a MEGA consume asks for at once
+MEGA_RUN = 64
 #: how often a MEGA consume asks again for an offset not stored yet
 MEGA_POLL_S = 0.2
 #: record batches per SBP APPEND frame
 SBP_BATCHES = 1000
+#: generated messages handed over at a time; an RSIO publish takes this many lines at most
+STEP = 10000
+#: seconds an interrupted produce waits for the answer to what it sent
+CONFIRM_WAIT_S = 5.0
+#: seconds an SBP listener has to answer the PING sent first, an RSIO one its Hello
+PING_S = 10.0
+#: an SBP consume's long poll, when no --timeout bounds it
+SBP_WAIT_MS = 5000
+
+#: MEGA's error codes in words (docs/protocols/mega.md: what streamlet answers them for)
+MEGA_REASONS: dict[int, str] = {
+    MegaCode.INVALID_REQUEST: "not a stream name the broker takes",
+    MegaCode.INVALID_MESSAGE_TYPE: "the broker does not know the request",
+    MegaCode.MESSAGE_TOO_LARGE: "a message is larger than the broker takes "
+                                "([listeners.mega] max_payload_bytes)",
+    MegaCode.TOPIC_NOT_FOUND: "no such stream",
+    MegaCode.TOPIC_ALREADY_EXISTS: "the stream exists",
+    MegaCode.INVALID_OFFSET: "no message at that offset",
+    MegaCode.INTERNAL_ERROR: "the broker failed (its log says why)",
+    MegaCode.NETWORK_ERROR: "this broker does not lead the stream (sealed, moved, or led by "
+                            "another member)",
+    MegaCode.RESOURCE_EXHAUSTED: "a limit of the broker was reached (its log says which)",
+}
+#: SBP's error codes in words; those marked None add the broker's own message
+SBP_REASONS: dict[int, str | None] = {
+    SbpCode.UNKNOWN: None,
+    SbpCode.INVALID_REQUEST: None,
+    SbpCode.UNSUPPORTED_VERSION: "the broker speaks another version of SBP",
+    SbpCode.PD_NOT_LEADER: "this broker does not lead the placement driver",
+    SbpCode.STREAM_NOT_FOUND: "no such stream",
+    SbpCode.STREAM_EXISTS: "the stream exists",
+    SbpCode.NOT_PRIMARY: "this broker does not hold the stream's range (another does)",
+    SbpCode.RANGE_NOT_FOUND: "no such range",
+    SbpCode.OFFSET_OUT_OF_RANGE: "the offset is before the stream's first (removed by "
+                                 "retention)",
+    SbpCode.LIMIT_REACHED: "a limit of the broker was reached (streams or frame size)",
+    SbpCode.STORAGE_ERROR: "the broker could not write the stream (its log says why)",
+    SbpCode.NOT_SUPPORTED: "the broker does not support the request",
+    SbpCode.TIMEOUT: "the broker timed out",
+}
 
 
-def _bodies(args: argparse.Namespace) -> list[bytes]:
-    if args.count is not None:
-        return [b"x" * args.size] * args.count
-    return [line.rstrip(b"\n") for line in sys.stdin.buffer]
+def reason(stream: str, error: Exception) -> str:
+    """A refusal in words, naming the stream (never its SBP id, nor only a code)."""
+    if isinstance(error, MegaError):
+        return f"{stream}: {MEGA_REASONS.get(int(error.code), f'MEGA error {int(error.code)}')}"
+    if isinstance(error, SbpError):
+        words = SBP_REASONS.get(error.code, f"SBP error {error.code}")
+        return f"{stream}: {words or error.message or f'SBP error {error.code}'}"
+    return f"{stream}: {error}"
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -36,127 +90,222 @@ async def run(args: argparse.Namespace) -> int:
         print(f"streamlet: {', '.join(unsupported)}: the RabbitMQ protocol's only",
               file=sys.stderr)
         return 2
-    if args.command == "consume" and args.offset is None:
-        args.offset = "first"  # no stored offset to resume from: these protocols have none
+    if args.command == "consume":
+        if args.offset is None:
+            args.offset = "first"  # no stored offset to resume from: these protocols have none
+        if args.protocol != "rsio" and args.offset != "first" and not args.offset.isdigit():
+            print(f"streamlet: {args.protocol.upper()} reads from an offset: --offset first or "
+                  "a number", file=sys.stderr)
+            return 2
+    where = f"{args.host}:{args.port}"
     try:
+        client: MegaClient | RsioClient | SbpClient
         if args.protocol == "mega":
-            async with await MegaClient.connect(args.host, args.port) as m:
-                return await (_mega_produce(m, args) if args.command == "produce"
-                              else _mega_consume(m, args))
-        if args.protocol == "sbp":
-            async with await SbpClient.connect(args.host, args.port) as c:
-                return await (_sbp_produce(c, args) if args.command == "produce"
-                              else _sbp_consume(c, args))
-        async with await RsioClient.connect(args.host, args.port) as r:
-            return await (_rsio_produce(r, args) if args.command == "produce"
-                          else _rsio_consume(r, args))
+            client = await MegaClient.connect(args.host, args.port)
+        elif args.protocol == "sbp":
+            client = await SbpClient.connect(args.host, args.port)
+            try:  # SBP has no handshake: a PING tells an SBP listener from another port
+                await asyncio.wait_for(client.ping(), PING_S)
+            except (OSError, ConnectionError, TimeoutError, SbpError):
+                await client.close()
+                print(f"streamlet: {_not_a_listener(where, 'sbp')}", file=sys.stderr)
+                return 1
+        else:
+            client = await RsioClient.connect(args.host, args.port, timeout=PING_S)
     except (OSError, TimeoutError) as e:
-        print(f"streamlet: cannot connect to {args.host}:{args.port}: {e}", file=sys.stderr)
+        print(f"streamlet: cannot connect to {where}: {e}", file=sys.stderr)
         return 1
-    except (MegaError, RsioError, SbpError, ConnectionError) as e:
-        print(f"streamlet: {e}", file=sys.stderr)
+    except RsioError as e:  # no hello came back
+        print(f"streamlet: {_not_a_listener(where, args.protocol)}: {e}", file=sys.stderr)
+        return 1
+    try:
+        async with client:
+            if args.command == "produce":
+                return await _produce(_sender(client, args), args)
+            return await _consume(_records(client, args), args)
+    except (MegaError, RsioError, SbpError) as e:
+        print(f"streamlet: {reason(args.stream, e)}", file=sys.stderr)
+        return 1
+    except NotMega as e:
+        print(f"streamlet: {_not_a_listener(where, 'mega')}: {e}", file=sys.stderr)
+        return 1
+    except (OSError, ConnectionError) as e:
+        print(f"streamlet: the connection to {where} failed: {e}", file=sys.stderr)
         return 1
 
 
-def _print(offset: int | None, body: bytes) -> None:
-    sys.stdout.write(f"{'' if offset is None else offset}\t{body.decode('utf-8', 'replace')}\n")
+def _not_a_listener(where: str, protocol: str) -> str:
+    return (f"{where} does not answer as a{'n' if protocol in ('rsio', 'sbp') else ''} "
+            f"{protocol.upper()} listener (the broker's --{protocol}-port)")
 
 
-async def _mega_produce(c: MegaClient, args: argparse.Namespace) -> int:
-    if args.create:
-        try:
-            await c.create_topic(args.stream)
-        except MegaError as e:
-            if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                raise
-    bodies = _bodies(args)
-    for i in range(0, len(bodies), MEGA_PIPELINE):
-        await c.produce_many(args.stream, bodies[i : i + MEGA_PIPELINE])
-    print(f"published {len(bodies)} messages to {args.stream}", file=sys.stderr)
+# --- produce -------------------------------------------------------------------------------
+
+Send = Callable[[list[bytes]], Awaitable[None]]
+
+
+def _sender(client: MegaClient | RsioClient | SbpClient, args: argparse.Namespace) -> Send:
+    """How a batch of messages is sent and awaited until the broker has them durably."""
+    created = not args.create
+
+    async def create() -> None:
+        nonlocal created
+        if created:
+            return
+        created = True
+        if isinstance(client, MegaClient):
+            try:
+                await client.create_topic(args.stream)
+            except MegaError as e:
+                if e.code != MegaCode.TOPIC_ALREADY_EXISTS:
+                    raise
+        elif isinstance(client, SbpClient):
+            try:
+                await client.create_stream(args.stream)
+            except SbpError as e:
+                if e.code != SbpCode.STREAM_EXISTS:
+                    raise
+
+    async def send(batch: list[bytes]) -> None:
+        await create()
+        if isinstance(client, MegaClient):
+            for i in range(0, len(batch), MEGA_PIPELINE):
+                await client.produce_many(args.stream, batch[i : i + MEGA_PIPELINE])
+        elif isinstance(client, SbpClient):
+            for i in range(0, len(batch), SBP_BATCHES):  # an APPEND frame each, a batch a line
+                await client.append(args.stream, batch[i : i + SBP_BATCHES])
+        else:
+            await client.publish(args.stream, batch, create=args.create)
+
+    return send
+
+
+async def _inputs(args: argparse.Namespace) -> AsyncIterator[list[bytes]]:
+    """--count generated messages, or standard input's lines, in batches."""
+    if args.count is None:
+        async for lines in line_batches():
+            for i in range(0, len(lines), STEP):
+                yield lines[i : i + STEP]
+        return
+    body, left = b"x" * args.size, args.count
+    while left:
+        n = min(left, STEP)
+        yield [body] * n
+        left -= n
+
+
+async def _produce(send: Send, args: argparse.Namespace) -> int:
+    sent = confirmed = 0
+    pending: asyncio.Task[None] | None = None
+    try:
+        async for batch in _inputs(args):
+            pending = asyncio.ensure_future(send(batch))
+            sent += len(batch)
+            await asyncio.shield(pending)
+            confirmed += len(batch)
+            pending = None
+    except asyncio.CancelledError as e:
+        stop.caught(e)
+        if pending is not None:  # what was sent may still be answered
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(pending, CONFIRM_WAIT_S)
+                confirmed += sent - confirmed
+        print(f"streamlet: interrupted: {confirmed} of {messages(sent)} sent to {args.stream} "
+              "confirmed", file=sys.stderr)
+        return stop.exit_code
+    print(f"published {messages(confirmed)} to {args.stream}", file=sys.stderr)
     return 0
 
 
-async def _mega_consume(c: MegaClient, args: argparse.Namespace) -> int:
-    if args.offset != "first" and not args.offset.isdigit():
-        print("streamlet: MEGA reads from an offset: --offset first or a number", file=sys.stderr)
-        return 2
-    offset = 0 if args.offset == "first" else int(args.offset)
-    loop = asyncio.get_running_loop()
-    seen, waited_since = 0, loop.time()
-    while args.count is None or seen < args.count:
+# --- consume -------------------------------------------------------------------------------
+
+Record = tuple[int | None, bytes]
+
+
+def _records(client: MegaClient | RsioClient | SbpClient,
+             args: argparse.Namespace) -> AsyncIterator[list[Record]]:
+    if isinstance(client, MegaClient):
+        return _mega_records(client, args.stream, int(_start(args.offset)))
+    if isinstance(client, SbpClient):
+        wait_ms = SBP_WAIT_MS if args.timeout is None else max(int(args.timeout * 1000), 1)
+        return _sbp_records(client, args.stream, int(_start(args.offset)), min(wait_ms,
+                                                                                SBP_WAIT_MS))
+    demand = min(args.count, 512) if args.count else 512
+    return _rsio_records(client, args.stream, _start(args.offset), demand)
+
+
+def _start(offset: str) -> int | str:
+    if offset.isdigit():
+        return int(offset)
+    return 0 if offset == "first" else offset
+
+
+async def _mega_records(c: MegaClient, stream: str, offset: int) -> AsyncIterator[list[Record]]:
+    while True:
         try:
-            _, body = await c.consume(args.stream, offset)
+            got = await c.consume_run(stream, offset, MEGA_RUN)
         except MegaError as e:
-            if e.code != ErrorCode.INVALID_OFFSET:
+            if e.code != MegaCode.INVALID_OFFSET:
                 raise
-            if args.timeout is not None and loop.time() - waited_since >= args.timeout:
-                break
             await asyncio.sleep(MEGA_POLL_S)  # not stored yet: MEGA has no wait
             continue
-        _print(offset, body)
-        offset, seen, waited_since = offset + 1, seen + 1, loop.time()
-    sys.stdout.flush()
-    return 0
+        yield [(offset + i, body) for i, (_, body) in enumerate(got)]
+        offset += len(got)
 
 
-async def _rsio_produce(c: RsioClient, args: argparse.Namespace) -> int:
-    sent = await c.publish(args.stream, _bodies(args), create=args.create)
-    print(f"published {sent} messages to {args.stream}", file=sys.stderr)
-    return 0
-
-
-async def _rsio_consume(c: RsioClient, args: argparse.Namespace) -> int:
-    offset: str | int = int(args.offset) if args.offset.isdigit() else args.offset
-    demand = min(args.count, 512) if args.count else 512
-    sub = await c.subscribe(args.stream, offset=offset, demand=demand)
-    seen = 0
-    it: AsyncIterator[object] = aiter(sub)
-    try:
-        while args.count is None or seen < args.count:
-            try:
-                element = await asyncio.wait_for(anext(it), args.timeout)
-            except (TimeoutError, StopAsyncIteration):
-                break
-            _print(element.offset, element.body)  # type: ignore[attr-defined]
-            seen += 1
-    finally:
-        sys.stdout.flush()
-    return 0
-
-
-async def _sbp_produce(c: SbpClient, args: argparse.Namespace) -> int:
-    if args.create:
-        try:
-            await c.create_stream(args.stream)
-        except SbpError as e:
-            if e.code != SbpCode.STREAM_EXISTS:
-                raise
-    bodies = _bodies(args)
-    for i in range(0, len(bodies), SBP_BATCHES):  # one APPEND frame each, a batch per message
-        await c.append(args.stream, bodies[i : i + SBP_BATCHES])
-    print(f"published {len(bodies)} messages to {args.stream}", file=sys.stderr)
-    return 0
-
-
-async def _sbp_consume(c: SbpClient, args: argparse.Namespace) -> int:
-    start = args.offset or "first"
-    if start != "first" and not start.isdigit():
-        print("streamlet: SBP fetches from an offset: --offset first or a number", file=sys.stderr)
-        return 2
-    offset = 0 if start == "first" else int(start)
-    wait_ms = 5000 if args.timeout is None else max(int(args.timeout * 1000), 1)
-    seen = 0
-    try:
-        while args.count is None or seen < args.count:
-            got = await c.fetch(args.stream, offset, max_wait_ms=wait_ms, min_bytes=1)
-            if not got:  # a long poll that ended empty: --timeout passed
-                if args.timeout is not None:
-                    break
-                continue
-            for at, body in got[: None if args.count is None else args.count - seen]:
-                _print(at, body)
-                seen += 1
+async def _sbp_records(c: SbpClient, stream: str, offset: int,
+                       wait_ms: int) -> AsyncIterator[list[Record]]:
+    while True:
+        got = await c.fetch(stream, offset, max_wait_ms=wait_ms, min_bytes=1)
+        if got:  # else a long poll that ended empty: ask again
+            yield [(at, body) for at, body in got]
             offset = got[-1][0] + 1
+
+
+async def _rsio_records(c: RsioClient, stream: str, offset: int | str,
+                        demand: int) -> AsyncIterator[list[Record]]:
+    sub = await c.subscribe(stream, offset=offset, demand=demand)
+    async for elements in sub.batches():
+        yield [(e.offset, e.body) for e in elements]
+
+
+def _lines(records: list[Record]) -> Iterator[bytes]:
+    for offset, body in records:
+        yield b"%s\t%s\n" % (b"" if offset is None else b"%d" % offset,
+                             body.decode("utf-8", "replace").encode())
+
+
+async def _consume(records: AsyncIterator[list[Record]], args: argparse.Namespace) -> int:
+    out, seen, why = Output(), 0, ""
+    gone = asyncio.ensure_future(until_reader_gone())  # `consume S | head -2` on a quiet stream
+    try:
+        while args.count is None or seen < args.count:
+            step = asyncio.ensure_future(anext(records))
+            try:
+                done, _ = await asyncio.wait({step, gone}, timeout=args.timeout,
+                                             return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                step.cancel()  # nothing when it is done
+            if step not in done:
+                if gone in done:
+                    silence_stdout()
+                    raise OutputClosed
+                break  # --timeout passed without a message
+            try:
+                got = step.result()
+            except StopAsyncIteration:
+                break
+            if args.count is not None:
+                got = got[: args.count - seen]
+            out.write(b"".join(_lines(got)))
+            out.flush()
+            seen += len(got)
+    except OutputClosed:
+        why = " (output closed)"
+    except asyncio.CancelledError as e:
+        stop.caught(e)
+        why = " (interrupted)"
     finally:
-        sys.stdout.flush()
-    return 0
+        gone.cancel()
+    print(f"consumed {messages(seen)} from {args.stream}{why}", file=sys.stderr)
+    return stop.exit_code if stop.requested else 0

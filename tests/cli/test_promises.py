@@ -33,7 +33,7 @@ def test_produce_reference_twice_stores_the_input_once(shared_broker: BrokerProc
                stdin=lines).stderr == b"published 3 messages to dedup\n"
     again = cli("produce", *c, "dedup", "--reference", "ref1", stdin=lines + b"four\n")
     assert stderr_line(again.stderr) == (
-        "published 1 messages to dedup (3 skipped: stored before under reference ref1)")
+        "published 1 message to dedup (3 skipped: stored before under reference ref1)")
     out = cli("consume", *c, "dedup", "--timeout", "1").stdout
     assert [line.split(b"\t")[1] for line in out.splitlines()] == [b"one", b"two", b"three",
                                                                     b"four"]

@@ -29,6 +29,10 @@ class MegaError(Exception):
         self.code = code
 
 
+class NotMega(ConnectionError):
+    """What came back is not a MEGA answer (the port is another protocol's)."""
+
+
 class MegaClient(SocketClient):
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         super().__init__(reader, writer)
@@ -50,8 +54,10 @@ class MegaClient(SocketClient):
                     got = self._pending.pop(response.correlation, None)
                     if got is not None and not got[1].done():
                         got[1].set_result(response)
-        except (OSError, ValueError) as e:
+        except OSError as e:
             error = e
+        except ValueError as e:  # not MEGA's answer: another protocol's port
+            error = NotMega(str(e))
         for _, fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(error)
@@ -77,10 +83,12 @@ class MegaClient(SocketClient):
         return response
 
     async def _pipelined(self, kind: MessageType, topic: str,
-                         items: Iterable[bytes] | Iterable[int]) -> list[Response]:
+                         items: Iterable[bytes] | Iterable[int], check: bool = True
+                         ) -> list[Response]:
         """One request per item, written together, their answers in the items' order: no task
-        per request (what gathering ``request`` calls costs). MegaError for the first error,
-        once every answer is in (the others may have succeeded: a produce is not undone)."""
+        per request (what gathering ``request`` calls costs). With ``check``, MegaError for the
+        first error, once every answer is in (the others may have succeeded: a produce is not
+        undone)."""
         now = int(time.time() * 1000)
         futs, out = [], []
         for item in items:
@@ -91,7 +99,7 @@ class MegaClient(SocketClient):
                        else encode_request(corr, kind, topic, now, offset=item))
         self.writer.write(b"".join(out))
         responses = list(await asyncio.gather(*futs))
-        for response in responses:
+        for response in responses if check else ():
             if not response.ok:
                 raise MegaError(response.code)
         return responses
@@ -106,6 +114,21 @@ class MegaClient(SocketClient):
         """(timestamp, message) of each offset, asked for at once (pipelined)."""
         responses = await self._pipelined(MessageType.CONSUME, topic, list(offsets))
         return [(r.timestamp, r.message) for r in responses if r.message is not None]
+
+    async def consume_run(self, topic: str, offset: int, n: int) -> list[tuple[int, bytes]]:
+        """Up to ``n`` messages from ``offset`` on, (timestamp, message) each, asked for at once:
+        those before the first error; MegaError when ``offset`` itself is answered with one
+        (INVALID_OFFSET: not stored yet, or removed)."""
+        responses = await self._pipelined(MessageType.CONSUME, topic,
+                                          range(offset, offset + n), check=False)
+        out = []
+        for r in responses:
+            if not r.ok or r.message is None:
+                break
+            out.append((r.timestamp, r.message))
+        if not out and responses and not responses[0].ok:
+            raise MegaError(responses[0].code)
+        return out
 
     async def create_topic(self, topic: str) -> None:
         await self.request(MessageType.CREATE_TOPIC, topic)

@@ -130,13 +130,36 @@ class _Subscription:
                 assert isinstance(item, list)
                 for element in item:
                     yield element
-                    self.taken += 1
-                    if self.taken >= self.demand // 2 or self.demand == 1:
-                        self.client.send(Request(self.id, self.taken))
-                        self.taken = 0
+                    self._took(1)
         finally:
-            if self.id in self.client._subs:  # left early: the broker stops
-                self.client._subs.pop(self.id)
+            self._leave()
+
+    async def batches(self) -> AsyncIterator[list[Element]]:
+        """The elements as they came, a list per read from the socket (demand is given back
+        as each list is taken): for a reader that handles them in bulk."""
+        try:
+            while True:
+                item = await self.queue.get()
+                if item is _END:
+                    if self.error is not None:
+                        raise RsioError(self.error)
+                    return
+                assert isinstance(item, list)
+                yield item
+                self._took(len(item))
+        finally:
+            self._leave()
+
+    def _took(self, n: int) -> None:
+        self.taken += n
+        if self.taken >= self.demand // 2 or self.demand == 1:
+            self.client.send(Request(self.id, self.taken))
+            self.taken = 0
+
+    def _leave(self) -> None:
+        if self.id in self.client._subs:  # left early: the broker stops
+            self.client._subs.pop(self.id)
+            with contextlib.suppress(RsioError):  # the connection is gone: nothing to stop
                 self.client.send(Cancel(self.id))
 
 
@@ -177,10 +200,16 @@ class RsioClient(SocketClient):
         self.start_reading()
 
     @classmethod
-    async def connect(cls, host: str, port: int) -> Self:
+    async def connect(cls, host: str, port: int, timeout: float = 30.0) -> Self:
+        """Connected once the broker's Hello came (RsioError when none came within
+        ``timeout`` s, or the peer answered something else: not an RSIO listener)."""
         client = await super().connect(host, port)
         client.send(Hello(VERSION, (EXT_OFFSETS,)))
-        hello = await asyncio.wait_for(client.hello, 30)
+        try:
+            hello = await asyncio.wait_for(client.hello, timeout)
+        except TimeoutError:
+            await SocketClient.close(client)  # no goodbye: it never said hello
+            raise RsioError(f"no Hello within {timeout:g} s") from None
         if hello.version != VERSION:
             await client.close()
             raise RsioError(f"the broker speaks version {hello.version}")

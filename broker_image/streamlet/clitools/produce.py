@@ -16,6 +16,7 @@ from ..client import Client, Producer, StreamletError
 from .lines import line_batches
 from .progress import Progress
 from .stop import stop
+from .words import messages
 
 #: generated messages handed to the producer at a time
 STEP = 10000
@@ -33,7 +34,7 @@ async def produce(client: Client, args: argparse.Namespace) -> int:
             await _generated(producer, args, stored, counts, progress)
         else:
             await _stdin(producer, stored, counts, progress, args.format == "amqp")
-        await producer.flush()
+        await producer.close()  # every confirm awaited (a signal here is an interruption too)
     except asyncio.CancelledError as e:
         stop.caught(e)
         progress.done()
@@ -41,13 +42,12 @@ async def produce(client: Client, args: argparse.Namespace) -> int:
             async with asyncio.timeout(CONFIRM_WAIT_S):
                 await producer.close()
         sent = producer.next_publishing_id - 1 - stored  # a cancelled send_many sent part
-        print(f"streamlet: interrupted: {producer.confirmed_count} of {sent} messages "
+        print(f"streamlet: interrupted: {producer.confirmed_count} of {messages(sent)} "
               f"sent to {args.stream} confirmed{_skipped(counts, args)}", file=sys.stderr)
         return stop.exit_code
     finally:
         progress.done()
-    await producer.close()
-    print(f"published {counts['sent']} messages to {args.stream}{_skipped(counts, args)}",
+    print(f"published {messages(counts['sent'])} to {args.stream}{_skipped(counts, args)}",
           file=sys.stderr)
     return 0
 
