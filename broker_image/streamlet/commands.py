@@ -12,7 +12,9 @@ from collections.abc import Awaitable, Callable
 from .client import Client, StreamletError, connect
 from .client.tls import client_context
 from .clitools.consume import consume
+from .clitools.hints import super_stream_hint
 from .clitools.info import info
+from .clitools.ping import server_line, what_answers
 from .clitools.produce import produce
 from .clitools.stop import stop
 from .clitools.why import create_refused
@@ -79,19 +81,23 @@ async def _run(args: argparse.Namespace) -> int:
         print(f"streamlet: cannot connect to {args.host}:{args.port}: {e}", file=sys.stderr)
         return 1
     except StreamletError as e:
-        print(f"streamlet: {e}", file=sys.stderr)
+        found = None
+        if e.code in (Code.STREAM_NOT_AVAILABLE, Code.INTERNAL_ERROR):  # not the protocol's?
+            found = await what_answers(args.host, args.port)
+        print(f"streamlet: {found} ({e.message})" if found else f"streamlet: {e}",
+              file=sys.stderr)
         return 1
     try:
         async with client:
             if args.command == "ping":
-                props = client.server_properties
-                print(f"ping {args.host}:{args.port}: {props.get('product', 'a broker')} "
-                      f"{props.get('version', '')} answered in "
-                      f"{(time.monotonic() - started) * 1000:.0f} ms".replace("  ", " "))
+                print(f"ping {args.host}:{args.port}: {server_line(client.server_properties)} "
+                      f"answered in {(time.monotonic() - started) * 1000:.0f} ms")
                 return 0
             if args.command in ("produce", "consume"):
                 if getattr(args, "routing_key", None) is not None:
                     args.stream = await _partition(client, args.stream, args.routing_key)
+                elif (hint := await super_stream_hint(client, args.command, args.stream)):
+                    raise ValueError(hint)  # before --create makes a stream of that name
                 if args.command == "consume":  # on this broker if it holds the stream
                     return await consume(client, args, _opener(args))
                 if args.command == "produce" and args.create:
