@@ -92,6 +92,9 @@ class Broker:
         #: when each was last applied (time.time(); absent: never reloaded since the start)
         self.reload_failures: Counter[str] = Counter()
         self.reloaded_at: dict[str, float] = {}
+        #: the management API's port once it listens (None: off), announced to clients in
+        #: PeerProperties (``streamlet_http_port``) so that the CLI's lists find this broker's
+        self.http_port: int | None = None
         self._servers: list[asyncio.Server] = []
         self._retention_task: asyncio.Task[None] | None = None
         self._trim_task: asyncio.Task[None] | None = None

@@ -31,6 +31,6 @@ async def start_management(broker: Broker) -> HttpServer | None:
     if not await server.listen(host, cfg.port, cfg.required, "management API",
                                "set [listeners.http] port or serve --http-port"):
         return None
-    api.port = server.port
+    api.port = broker.http_port = server.port
     log.info("streamlet management API at http://%s:%d/api/", host, server.port)
     return server

@@ -55,6 +55,8 @@ def on_peer_properties(conn: ConnectionState, cmd: f.PeerProperties) -> None:
         "platform": "Python / streamlet",
         "copyright": "streamlet authors",
         "information": "streamlet, a RabbitMQ Stream protocol broker, https://streamlet.dev",
+        # where this broker's management API listens (0: nowhere), for the CLI's lists
+        "streamlet_http_port": str(conn.broker.http_port or 0),
     }))
 
 
