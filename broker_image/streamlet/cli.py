@@ -547,16 +547,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .clitools import mgmt
 
         return mgmt.run(args)
-    from . import commands  # the client side, imported only when used
-
     try:
-        return asyncio.run(commands.run(args))
+        return asyncio.run(_client_command(args))
     except KeyboardInterrupt:  # before the command caught signals (it sums up after that)
         print("streamlet: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `streamlet streams list | head -1`: the reader had enough
         silence_stdout()
         return 0
+
+
+async def _client_command(args: argparse.Namespace) -> int:
+    """A client command, its modules imported when it runs: the RabbitMQ Stream client for
+    the rabbitmq protocol, only the chosen one's for --protocol mega|rsio|sbp, never the
+    broker."""
+    if getattr(args, "protocol", "rabbitmq") != "rabbitmq":
+        from . import other_protocols
+        from .clitools.stop import stoppable
+
+        return await stoppable(lambda: other_protocols.run(args))
+    from . import commands
+
+    return await commands.run(args)
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import ssl
 import sys
 import time
@@ -16,22 +15,14 @@ from .clitools.hints import super_stream_hint
 from .clitools.info import info
 from .clitools.ping import server_line, what_answers
 from .clitools.produce import produce
-from .clitools.stop import stop
-from .clitools.why import create_refused
+from .clitools.stop import stoppable
 from .protocol import Code
 from .protocol.constants import STREAM_DETAILS
 
 
 async def run(args: argparse.Namespace) -> int:
     """The command, stopped cleanly by SIGINT or SIGTERM (see clitools.stop)."""
-    stop.install()
-    try:
-        code = await _run(args)
-    except asyncio.CancelledError as e:  # stopped before the command had anything to sum up
-        stop.caught(e)
-        print("streamlet: interrupted", file=sys.stderr)
-        return stop.exit_code
-    return stop.exit_code if stop.requested else code
+    return await stoppable(lambda: _run(args))
 
 
 async def _partition(client: Client, super_stream: str, key: str) -> str:
@@ -62,10 +53,6 @@ async def _run(args: argparse.Namespace) -> int:
         from .perf.run import perf
 
         return await perf(args)
-    if getattr(args, "protocol", "rabbitmq") != "rabbitmq":  # produce|consume over MEGA or RSIO
-        from . import other_protocols
-
-        return await other_protocols.run(args)
     started = time.monotonic()
     try:
         client = await connect(args.host, args.port, user=args.user, password=args.password,
@@ -170,6 +157,8 @@ async def _create(client: Client, args: argparse.Namespace) -> int:
     except StreamletError as e:
         if e.code != Code.PRECONDITION_FAILED:
             raise
+        from .clitools.why import create_refused  # the broker's rules: imported when needed
+
         why = await create_refused(client, args.name, arguments)
         print(f"streamlet: cannot create {args.name}: {why}", file=sys.stderr)
         return 1

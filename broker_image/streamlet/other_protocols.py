@@ -11,18 +11,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, cast
 
-from .client.mega import MegaClient, MegaError, NotMega
-from .client.rsio import RsioClient, RsioError
-from .client.sbp import SbpClient, SbpError
 from .clitools.lines import line_batches
 from .clitools.output import Output, OutputClosed, silence_stdout, until_reader_gone
 from .clitools.stop import stop
 from .clitools.words import messages
-from .mega import ErrorCode as MegaCode
-from .sbp import ErrorCode as SbpCode
+
+if TYPE_CHECKING:  # each protocol's client is imported when that protocol is used
+    from .client.mega import MegaClient
+    from .client.rsio import RsioClient
+    from .client.sbp import SbpClient
+
+    AnyClient = MegaClient | RsioClient | SbpClient
 
 #: messages a MEGA produce has in flight at once (each answered once durable)
 MEGA_PIPELINE = 100
@@ -41,45 +45,59 @@ PING_S = 10.0
 #: an SBP consume's long poll, when no --timeout bounds it
 SBP_WAIT_MS = 5000
 
-#: MEGA's error codes in words (docs/protocols/mega.md: what streamlet answers them for)
-MEGA_REASONS: dict[int, str] = {
-    MegaCode.INVALID_REQUEST: "not a stream name the broker takes",
-    MegaCode.INVALID_MESSAGE_TYPE: "the broker does not know the request",
-    MegaCode.MESSAGE_TOO_LARGE: "a message is larger than the broker takes "
-                                "([listeners.mega] max_payload_bytes)",
-    MegaCode.TOPIC_NOT_FOUND: "no such stream",
-    MegaCode.TOPIC_ALREADY_EXISTS: "the stream exists",
-    MegaCode.INVALID_OFFSET: "no message at that offset",
-    MegaCode.INTERNAL_ERROR: "the broker failed (its log says why)",
-    MegaCode.NETWORK_ERROR: "this broker does not lead the stream (sealed, moved, or led by "
+@functools.cache
+def mega_reasons() -> dict[int, str]:
+    """MEGA's error codes in words (docs/protocols/mega.md: what streamlet answers them for)."""
+    from .mega import ErrorCode as Mega
+
+    return {
+        Mega.INVALID_REQUEST: "not a stream name the broker takes",
+        Mega.INVALID_MESSAGE_TYPE: "the broker does not know the request",
+        Mega.MESSAGE_TOO_LARGE: "a message is larger than the broker takes ([listeners.mega] "
+                                "max_payload_bytes)",
+        Mega.TOPIC_NOT_FOUND: "no such stream",
+        Mega.TOPIC_ALREADY_EXISTS: "the stream exists",
+        Mega.INVALID_OFFSET: "no message at that offset",
+        Mega.INTERNAL_ERROR: "the broker failed (its log says why)",
+        Mega.NETWORK_ERROR: "this broker does not lead the stream (sealed, moved, or led by "
                             "another member)",
-    MegaCode.RESOURCE_EXHAUSTED: "a limit of the broker was reached (its log says which)",
-}
-#: SBP's error codes in words; those marked None add the broker's own message
-SBP_REASONS: dict[int, str | None] = {
-    SbpCode.UNKNOWN: None,
-    SbpCode.INVALID_REQUEST: None,
-    SbpCode.UNSUPPORTED_VERSION: "the broker speaks another version of SBP",
-    SbpCode.PD_NOT_LEADER: "this broker does not lead the placement driver",
-    SbpCode.STREAM_NOT_FOUND: "no such stream",
-    SbpCode.STREAM_EXISTS: "the stream exists",
-    SbpCode.NOT_PRIMARY: "this broker does not hold the stream's range (another does)",
-    SbpCode.RANGE_NOT_FOUND: "no such range",
-    SbpCode.OFFSET_OUT_OF_RANGE: "the offset is before the stream's first (removed by "
+        Mega.RESOURCE_EXHAUSTED: "a limit of the broker was reached (its log says which)",
+    }
+
+
+@functools.cache
+def sbp_reasons() -> dict[int, str | None]:
+    """SBP's error codes in words; None: the broker's own message says it."""
+    from .sbp import ErrorCode as Sbp
+
+    return {
+        Sbp.UNKNOWN: None,
+        Sbp.INVALID_REQUEST: None,
+        Sbp.UNSUPPORTED_VERSION: "the broker speaks another version of SBP",
+        Sbp.PD_NOT_LEADER: "this broker does not lead the placement driver",
+        Sbp.STREAM_NOT_FOUND: "no such stream",
+        Sbp.STREAM_EXISTS: "the stream exists",
+        Sbp.NOT_PRIMARY: "this broker does not hold the stream's range (another does)",
+        Sbp.RANGE_NOT_FOUND: "no such range",
+        Sbp.OFFSET_OUT_OF_RANGE: "the offset is before the stream's first (removed by "
                                  "retention)",
-    SbpCode.LIMIT_REACHED: "a limit of the broker was reached (streams or frame size)",
-    SbpCode.STORAGE_ERROR: "the broker could not write the stream (its log says why)",
-    SbpCode.NOT_SUPPORTED: "the broker does not support the request",
-    SbpCode.TIMEOUT: "the broker timed out",
-}
+        Sbp.LIMIT_REACHED: "a limit of the broker was reached (streams or frame size)",
+        Sbp.STORAGE_ERROR: "the broker could not write the stream (its log says why)",
+        Sbp.NOT_SUPPORTED: "the broker does not support the request",
+        Sbp.TIMEOUT: "the broker timed out",
+    }
 
 
 def reason(stream: str, error: Exception) -> str:
     """A refusal in words, naming the stream (never its SBP id, nor only a code)."""
+    from .client.mega import MegaError
+
     if isinstance(error, MegaError):
-        return f"{stream}: {MEGA_REASONS.get(int(error.code), f'MEGA error {int(error.code)}')}"
-    if isinstance(error, SbpError):
-        words = SBP_REASONS.get(error.code, f"SBP error {error.code}")
+        code = int(error.code)
+        return f"{stream}: {mega_reasons().get(code, f'MEGA error {code}')}"
+    sbp = sys.modules.get("streamlet.client.sbp")  # an SbpError comes with its module loaded
+    if sbp is not None and isinstance(error, sbp.SbpError):
+        words = sbp_reasons().get(error.code, f"SBP error {error.code}")
         return f"{stream}: {words or error.message or f'SBP error {error.code}'}"
     return f"{stream}: {error}"
 
@@ -99,39 +117,72 @@ async def run(args: argparse.Namespace) -> int:
             return 2
     where = f"{args.host}:{args.port}"
     try:
-        client: MegaClient | RsioClient | SbpClient
-        if args.protocol == "mega":
-            client = await MegaClient.connect(args.host, args.port)
-        elif args.protocol == "sbp":
-            client = await SbpClient.connect(args.host, args.port)
-            try:  # SBP has no handshake: a PING tells an SBP listener from another port
-                await asyncio.wait_for(client.ping(), PING_S)
-            except (OSError, ConnectionError, TimeoutError, SbpError):
-                await client.close()
-                print(f"streamlet: {_not_a_listener(where, 'sbp')}", file=sys.stderr)
-                return 1
-        else:
-            client = await RsioClient.connect(args.host, args.port, timeout=PING_S)
+        client = await _connect(args)
     except (OSError, TimeoutError) as e:
         print(f"streamlet: cannot connect to {where}: {e}", file=sys.stderr)
         return 1
-    except RsioError as e:  # no hello came back
-        print(f"streamlet: {_not_a_listener(where, args.protocol)}: {e}", file=sys.stderr)
+    except NotAListener as e:
+        print(f"streamlet: {_not_a_listener(where, args.protocol)}{e}", file=sys.stderr)
         return 1
+    from .client.mega import MegaError, NotMega  # small: their failures are told apart here
+
     try:
         async with client:
             if args.command == "produce":
                 return await _produce(_sender(client, args), args)
             return await _consume(_records(client, args), args)
-    except (MegaError, RsioError, SbpError) as e:
-        print(f"streamlet: {reason(args.stream, e)}", file=sys.stderr)
-        return 1
     except NotMega as e:
         print(f"streamlet: {_not_a_listener(where, 'mega')}: {e}", file=sys.stderr)
         return 1
     except (OSError, ConnectionError) as e:
         print(f"streamlet: the connection to {where} failed: {e}", file=sys.stderr)
         return 1
+    except Exception as e:
+        if not isinstance(e, (MegaError, *_refusals(args.protocol))):
+            raise
+        print(f"streamlet: {reason(args.stream, e)}", file=sys.stderr)
+        return 1
+
+
+class NotAListener(Exception):
+    """The port answered, but not as the protocol's listener does (the text: what it said)."""
+
+
+async def _connect(args: argparse.Namespace) -> AnyClient:
+    """A client of ``args.protocol`` (imported now), checked to answer as its listener."""
+    if args.protocol == "mega":
+        from .client.mega import MegaClient
+
+        return await MegaClient.connect(args.host, args.port)
+    if args.protocol == "sbp":
+        from .client.sbp import SbpClient, SbpError
+
+        sbp = await SbpClient.connect(args.host, args.port)
+        try:  # SBP has no handshake: a PING tells an SBP listener from another port
+            await asyncio.wait_for(sbp.ping(), PING_S)
+        except (OSError, ConnectionError, TimeoutError, SbpError):
+            await sbp.close()
+            raise NotAListener("") from None
+        return sbp
+    from .client.rsio import RsioClient, RsioError
+
+    try:
+        return await RsioClient.connect(args.host, args.port, timeout=PING_S)
+    except RsioError as e:  # no Hello came back
+        raise NotAListener(f": {e}") from None
+
+
+def _refusals(protocol: str) -> tuple[type[Exception], ...]:
+    """The exceptions by which ``protocol``'s client reports the broker's refusals."""
+    if protocol == "sbp":
+        from .client.sbp import SbpError
+
+        return (SbpError,)
+    if protocol == "rsio":
+        from .client.rsio import RsioError
+
+        return (RsioError,)
+    return ()
 
 
 def _not_a_listener(where: str, protocol: str) -> str:
@@ -144,40 +195,51 @@ def _not_a_listener(where: str, protocol: str) -> str:
 Send = Callable[[list[bytes]], Awaitable[None]]
 
 
-def _sender(client: MegaClient | RsioClient | SbpClient, args: argparse.Namespace) -> Send:
-    """How a batch of messages is sent and awaited until the broker has them durably."""
+def _sender(client: AnyClient, args: argparse.Namespace) -> Send:
+    """How a batch of messages is sent and awaited until the broker has them durably (the
+    stream made first with --create)."""
     created = not args.create
 
-    async def create() -> None:
-        nonlocal created
-        if created:
-            return
-        created = True
-        if isinstance(client, MegaClient):
-            try:
-                await client.create_topic(args.stream)
-            except MegaError as e:
-                if e.code != MegaCode.TOPIC_ALREADY_EXISTS:
-                    raise
-        elif isinstance(client, SbpClient):
-            try:
-                await client.create_stream(args.stream)
-            except SbpError as e:
-                if e.code != SbpCode.STREAM_EXISTS:
-                    raise
-
     async def send(batch: list[bytes]) -> None:
-        await create()
-        if isinstance(client, MegaClient):
+        nonlocal created
+        if not created:
+            created = True
+            await _create(client, args.stream)
+        if args.protocol == "mega":
             for i in range(0, len(batch), MEGA_PIPELINE):
-                await client.produce_many(args.stream, batch[i : i + MEGA_PIPELINE])
-        elif isinstance(client, SbpClient):
+                await cast("MegaClient", client).produce_many(args.stream,
+                                                              batch[i : i + MEGA_PIPELINE])
+        elif args.protocol == "sbp":
             for i in range(0, len(batch), SBP_BATCHES):  # an APPEND frame each, a batch a line
-                await client.append(args.stream, batch[i : i + SBP_BATCHES])
+                await cast("SbpClient", client).append(args.stream, batch[i : i + SBP_BATCHES])
         else:
-            await client.publish(args.stream, batch, create=args.create)
+            await cast("RsioClient", client).publish(args.stream, batch, create=args.create)
 
     return send
+
+
+async def _create(client: AnyClient, stream: str) -> None:
+    """--create: the stream made unless it exists (RSIO's publish makes it itself)."""
+    from .client.mega import MegaClient, MegaError
+
+    if isinstance(client, MegaClient):
+        from .mega import ErrorCode as Mega
+
+        try:
+            await client.create_topic(stream)
+        except MegaError as e:
+            if e.code != Mega.TOPIC_ALREADY_EXISTS:
+                raise
+        return
+    sbp = sys.modules.get("streamlet.client.sbp")
+    if sbp is not None and isinstance(client, sbp.SbpClient):
+        from .sbp import ErrorCode as Sbp
+
+        try:
+            await client.create_stream(stream)
+        except sbp.SbpError as e:
+            if e.code != Sbp.STREAM_EXISTS:
+                raise
 
 
 async def _inputs(args: argparse.Namespace) -> AsyncIterator[list[bytes]]:
@@ -222,16 +284,15 @@ async def _produce(send: Send, args: argparse.Namespace) -> int:
 Record = tuple[int | None, bytes]
 
 
-def _records(client: MegaClient | RsioClient | SbpClient,
-             args: argparse.Namespace) -> AsyncIterator[list[Record]]:
-    if isinstance(client, MegaClient):
-        return _mega_records(client, args.stream, int(_start(args.offset)))
-    if isinstance(client, SbpClient):
+def _records(client: AnyClient, args: argparse.Namespace) -> AsyncIterator[list[Record]]:
+    if args.protocol == "mega":
+        return _mega_records(cast("MegaClient", client), args.stream, int(_start(args.offset)))
+    if args.protocol == "sbp":
         wait_ms = SBP_WAIT_MS if args.timeout is None else max(int(args.timeout * 1000), 1)
-        return _sbp_records(client, args.stream, int(_start(args.offset)), min(wait_ms,
-                                                                                SBP_WAIT_MS))
+        return _sbp_records(cast("SbpClient", client), args.stream, int(_start(args.offset)),
+                            min(wait_ms, SBP_WAIT_MS))
     demand = min(args.count, 512) if args.count else 512
-    return _rsio_records(client, args.stream, _start(args.offset), demand)
+    return _rsio_records(cast("RsioClient", client), args.stream, _start(args.offset), demand)
 
 
 def _start(offset: str) -> int | str:
@@ -241,11 +302,14 @@ def _start(offset: str) -> int | str:
 
 
 async def _mega_records(c: MegaClient, stream: str, offset: int) -> AsyncIterator[list[Record]]:
+    from .client.mega import MegaError
+    from .mega import ErrorCode as Mega
+
     while True:
         try:
             got = await c.consume_run(stream, offset, MEGA_RUN)
         except MegaError as e:
-            if e.code != MegaCode.INVALID_OFFSET:
+            if e.code != Mega.INVALID_OFFSET:
                 raise
             await asyncio.sleep(MEGA_POLL_S)  # not stored yet: MEGA has no wait
             continue

@@ -12,6 +12,7 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -59,3 +60,17 @@ class Stop:
 
 #: the one per process: a CLI runs one command
 stop = Stop()
+
+
+async def stoppable(command: Callable[[], Awaitable[int]]) -> int:
+    """Run a command (a coroutine function, called once the signals are caught) and return its
+    exit code: 128 + the signal's number when a signal stopped it, and "interrupted" said for
+    it when it ended before it had anything to sum up."""
+    stop.install()
+    try:
+        code = await command()
+    except asyncio.CancelledError as e:
+        stop.caught(e)
+        print("streamlet: interrupted", file=sys.stderr)
+        return stop.exit_code
+    return stop.exit_code if stop.requested else code
