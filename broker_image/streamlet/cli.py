@@ -116,10 +116,11 @@ def build_parser() -> Parser:
         "Publish messages: each line of standard input is one message, or --count generated "
         "messages of --size bytes. Waits for every confirm."))
     produce.add_argument("stream")
-    produce.add_argument("--count", type=non_negative_int,
+    produce.add_argument("--count", type=positive_int,
                          help="publish this many generated messages instead of stdin")
-    produce.add_argument("--size", type=non_negative_int, default=100,
-                         help="size of generated messages (default 100)")
+    produce.add_argument("--size", type=non_negative_int, default=None, help=(
+        "size of generated messages, with --count (default 100; standard input's lines are "
+        "sent as they are)"))
     produce.add_argument("--reference", help=(
         "publisher reference: message i of the input (line i, or generated message i) gets "
         "publishing id i, and those up to the sequence stored for the reference are skipped, "
@@ -198,10 +199,15 @@ def build_parser() -> Parser:
     dsuper = ssub.add_parser("delete-super", help="delete a super stream and its partitions",
                              parents=[conn])
     dsuper.add_argument("name")
-    lsuper = ssub.add_parser("partitions", help="list a super stream's partitions and binding keys",
-                             parents=[conn])
+    lsuper = ssub.add_parser("partitions", help="list a super stream's partitions; with --keys, "
+                             "where routing keys go", parents=[conn], description=(
+        "Print the partitions of super stream NAME, one a line, in order (the Partitions "
+        "command). With --keys K1,K2: then a line 'route K<TAB>partition,...' for each key, "
+        "naming the partitions the Route command sends it to ('-': none), as a super stream "
+        "producer routing by key (and produce --routing-key) would."))
     lsuper.add_argument("name")
-    lsuper.add_argument("--keys", help="comma-separated routing keys to route (default: none)")
+    lsuper.add_argument("--keys", metavar="K1,K2", help=(
+        "comma-separated routing keys: print where each routes (default: none)"))
     _list_parsers(sub, conn)
     ping = sub.add_parser("ping", help="check that a broker answers", parents=[conn],
                           description=(
@@ -487,6 +493,11 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
             if not hasattr(args, key):
                 setattr(args, key, None)
     else:
+        if args.command == "produce":
+            if args.size is not None and args.count is None:
+                parser.error("--size: the size of generated messages, with --count (standard "
+                             "input's lines are sent as they are)")
+            args.size = 100 if args.size is None else args.size
         if getattr(args, "protocol", "rabbitmq") != "rabbitmq":
             if getattr(args, "format", "raw") != "raw":
                 parser.error("--format amqp: RabbitMQ's message format, for --protocol rabbitmq")

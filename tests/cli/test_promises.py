@@ -45,7 +45,7 @@ def test_produce_reference_twice_stores_the_input_once(shared_broker: BrokerProc
 
 
 @pytest.mark.parametrize("argv, why", [
-    (["produce", "s", "--count", "-5"], "argument --count: must be at least 0, not -5"),
+    (["produce", "s", "--count", "-5"], "argument --count: must be at least 1, not -5"),
     (["produce", "s", "--size", "big"], "argument --size: must be an integer, not 'big'"),
     (["consume", "s", "--count", "0"], "argument --count: must be at least 1, not 0"),
     (["consume", "s", "--timeout", "-1"], "argument --timeout: must be more than 0, not -1"),

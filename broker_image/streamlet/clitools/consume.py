@@ -20,8 +20,10 @@ from collections.abc import Awaitable, Callable
 from ..amqp import AmqpError, decode_message
 from ..client import Client, Consumer, OffsetSpec, StreamletError
 from ..protocol import Code, OffsetType
+from .hints import AmqpHint
 from .output import Output, OutputClosed
 from .stop import stop
+from .words import messages
 
 Address = tuple[str, int]
 #: opens a client to a broker (with the command's credentials and TLS)
@@ -193,6 +195,7 @@ async def _consume(reader: Reader, args: argparse.Namespace) -> int:
     consumer = await reader.client.consumer(args.stream, offset=spec, name=args.name)
     out = Output()
     amqp = AmqpBodies() if args.format == "amqp" else None
+    hint = AmqpHint() if amqp is None else None  # raw: say so once if they are AMQP
     seen, last, why = 0, None, ""
     try:
         chunks = aiter(consumer.chunks())
@@ -212,6 +215,8 @@ async def _consume(reader: Reader, args: argparse.Namespace) -> int:
                 records = records[: args.count - seen]
             if amqp is not None:
                 records = [amqp(first + i, bytes(r)) for i, r in enumerate(records)]
+            elif hint is not None:
+                hint.look(records)
             out.write(b"".join([line(first + i, r) for i, r in enumerate(records)]))
             out.flush()  # a chunk at a time: a pipe sees messages as they come
             seen += len(records)
@@ -229,5 +234,5 @@ async def _consume(reader: Reader, args: argparse.Namespace) -> int:
         except StreamletError as e:  # interrupted while its broker was lost
             stored = f", offset {last} not stored for {args.name} ({e})"
     await consumer.close()
-    print(f"consumed {seen} messages from {args.stream}{resumed}{stored}{why}", file=sys.stderr)
+    print(f"consumed {messages(seen)} from {args.stream}{resumed}{stored}{why}", file=sys.stderr)
     return stop.exit_code if stop.requested else 0

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from ..client import Client, StreamletError
 from ..protocol import Code
+from .words import size as size_text
 
 #: opens a client to another broker (with the command's credentials, TLS and properties)
 Opener = Callable[[str, int], Awaitable[Client]]
@@ -117,10 +118,8 @@ def describe(doc: dict[str, object]) -> list[str]:
 
 
 def _bytes(n: int) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.1f} {unit} ({n} bytes)"
-    return f"{n} bytes"
+    """In the unit family every command uses (clitools.words.size), exact beside it."""
+    return f"{size_text(n)} ({n} bytes)" if n >= 1024 else f"{n} bytes"
 
 
 def _retention(d: dict[str, object]) -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .words import size
+
 Item = dict[str, Any]
 Column = tuple[str, Callable[[Item], object]]
 
@@ -27,13 +29,7 @@ def _client(item: Item) -> object:
 
 def _size(item: Item) -> object:
     n = item.get("size_bytes")
-    if not isinstance(n, int):
-        return ""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return ""  # pragma: no cover
+    return size(n) if isinstance(n, int) else ""
 
 
 COLUMNS: dict[str, list[Column]] = {
