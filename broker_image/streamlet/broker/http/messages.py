@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, unquote
 
-REASONS = {200: "OK", 204: "No Content", 400: "Bad Request", 401: "Unauthorized",
+REASONS = {200: "OK", 201: "Created", 204: "No Content", 400: "Bad Request", 401: "Unauthorized",
            403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
            500: "Internal Server Error"}
 
@@ -22,6 +22,8 @@ class Request:
     headers: dict[str, str] = field(default_factory=dict)
     #: the client's address (set by the server: loopback-only users are checked against it)
     peer: str | None = None
+    #: the request's body, as read by the server (PUT /api/queues/{vhost}/{name} takes one)
+    body: bytes = b""
 
     @property
     def path(self) -> str:

@@ -2,9 +2,9 @@
 broker's state between two events, never during one.
 
 One request per connection (answered with ``Connection: close``); a request head longer than
-HEAD_LIMIT or slower than REQUEST_TIMEOUT_S closes the connection unanswered. A body (none of
-the broker's pages takes one) is read and dropped, up to BODY_LIMIT, so that the peer is not
-reset before it reads the answer.
+HEAD_LIMIT or slower than REQUEST_TIMEOUT_S closes the connection unanswered. A body (only
+the management API's queue declaration takes one) is read, up to BODY_LIMIT, and handed to the
+page with the request.
 """
 
 from __future__ import annotations
@@ -77,9 +77,10 @@ class HttpServer:
             if request is None:
                 writer.write(render(Response(400, b"bad request\n")))
             else:
-                await self._drain_body(reader, request)
+                body = await self._read_body(reader, request)
                 peer = writer.get_extra_info("peername")
-                request = replace(request, peer=peer[0] if isinstance(peer, tuple) else None)
+                request = replace(request, peer=peer[0] if isinstance(peer, tuple) else None,
+                                  body=body)
                 writer.write(render(self.answer(request), head_only=request.method == "HEAD"))
             await writer.drain()
         except (ConnectionError, TimeoutError, asyncio.IncompleteReadError):
@@ -90,8 +91,10 @@ class HttpServer:
             writer.close()
 
     @staticmethod
-    async def _drain_body(reader: asyncio.StreamReader, request: Request) -> None:
+    async def _read_body(reader: asyncio.StreamReader, request: Request) -> bytes:
         length = request.headers.get("content-length", "0")
         size = int(length) if length.isdigit() else 0
-        if size:
-            await asyncio.wait_for(reader.readexactly(min(size, BODY_LIMIT)), REQUEST_TIMEOUT_S)
+        if not size:
+            return b""
+        return await asyncio.wait_for(reader.readexactly(min(size, BODY_LIMIT)),
+                                      REQUEST_TIMEOUT_S)

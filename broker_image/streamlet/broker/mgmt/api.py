@@ -5,17 +5,24 @@ parameters (query.py) are pure; this module reads the broker and ties them toget
 from __future__ import annotations
 
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 
 from ... import __version__
+from ...core.streams import LimitReached
+from ..arguments import parse_create_arguments, replication_request, valid_stream_name
+from ..config import ConfigError
 from ..http import Request, Response
 from ..rabbitmq.handshake import ANNOUNCED_VERSION
 from . import closing, query, snapshot, views
+from .declare import Refusal, declaration, inequivalent
 from .identity import Identity, Refused, Visibility, authenticate
 from .routes import NoRoute, route
 
 if TYPE_CHECKING:
     from ..server import Broker, Client
+
+log = logging.getLogger("streamlet.broker")
 
 JSON = "application/json"
 REALM = 'Basic realm="streamlet management"'
@@ -27,6 +34,11 @@ def reply(status: int, doc: Any) -> Response:
 
 def not_found() -> Response:
     return reply(404, views.error("Object Not Found", "Not Found"))
+
+
+def bad_request(reason: str) -> Response:
+    """What RabbitMQ answers a declaration it refuses (rabbitmqadmin prints the reason)."""
+    return reply(400, views.error("bad_request", reason))
 
 
 def not_authorised(reason: str) -> Response:
@@ -156,6 +168,64 @@ class Page:
         stream = self.broker.vhosts[vhost].streams.get(name)
         assert stream is not None
         return reply(200, views.queue(snapshot.stream(self.broker, vhost, stream), self.node))
+
+    def declare(self, vhost: str, name: str) -> Response:
+        """PUT: a stream made (201) or found as declared (204), else 400 and why (declare.py)."""
+        refused = self.vhost_check(vhost)
+        if refused:
+            return refused
+        if not self.see.configure(vhost, name):
+            return not_authorised("Access refused.")
+        why = valid_stream_name(name)
+        found = declaration(self.request.body, name) if why is None else Refusal(why)
+        if isinstance(found, Refusal):
+            return bad_request(found.reason)
+        try:
+            settings = parse_create_arguments(found, self.broker.config.retention)
+            size, _ = replication_request(found)
+        except ConfigError as e:
+            return bad_request(str(e))
+        streams = self.broker.vhosts[vhost].streams
+        existing = streams.get(name)
+        if existing is not None:
+            differs = inequivalent(found, settings, existing.settings, name, vhost)
+            return bad_request(differs) if differs else Response(204, content_type=JSON)
+        if streams.unreadable_reason(name) is not None:
+            return bad_request(f"the files of stream '{name}' on this broker were set aside as "
+                               "unreadable (its log says why)")
+        if size > 1 and self.broker.cluster is not None:
+            return bad_request("a replicated stream (x-initial-cluster-size above 1) is made "
+                               "by the stream protocol's Create, which places its members: "
+                               f"streamlet streams create {name} --replicas {size}")
+        try:
+            streams.create(name, settings)
+        except LimitReached:  # logged, with why, where it was reached
+            return bad_request("a limit of the broker was reached (its log says which)")
+        except OSError as e:
+            log.error("create %r failed: %s", name, e)
+            return reply(500, views.error("internal_error", f"creating the stream failed: {e}"))
+        log.info("stream %r created through the management API", name)
+        return Response(201, content_type=JSON)
+
+    def delete(self, vhost: str, name: str) -> Response:
+        """DELETE: the stream and its files (204); a replicated one is left to the stream
+        protocol's Delete, which deletes it on every member."""
+        refused = self.vhost_check(vhost) or self.stream_check(vhost, name)
+        if refused:
+            return refused
+        if not self.see.configure(vhost, name):
+            return not_authorised("Access refused.")
+        broker, host = self.broker, self.broker.vhosts[vhost]
+        held = host.streams.get(name)
+        member = broker.members.get(held) if held is not None else None
+        if member is not None and any(m != broker.config.member for m in member.state.members):
+            return bad_request("a replicated stream is deleted on every member by the stream "
+                               f"protocol's Delete: streamlet streams delete {name}")
+        stream = broker.delete_stream(host, name)  # files gone on return
+        if stream is not None:
+            broker.stream_gone(stream)
+        log.info("stream %r deleted through the management API", name)
+        return Response(204, content_type=JSON)
 
     def _mine(self, vhost: str | None, stream: str | None) -> dict[int, snapshot.ConnInfo] | Response:
         refused = self.vhost_check(vhost)

@@ -85,6 +85,11 @@ class Visibility:
             self.access.allowed(self.who.name, vhost, kind, name)
             for kind in ("configure", "write", "read"))
 
+    def configure(self, vhost: str, name: str) -> bool:
+        """May declare or delete the stream ``name`` (RabbitMQ's configure permission)."""
+        return self.who.administrator or self.access.allowed(self.who.name, vhost, "configure",
+                                                             name)
+
     def owner(self, user: str | None) -> bool:
         """A connection (and its publishers and consumers) it may see and close."""
         return self.who.administrator or user == self.who.name
