@@ -212,7 +212,10 @@ def build_parser() -> Parser:
     ping = sub.add_parser("ping", help="check that a broker answers", parents=[conn],
                           description=(
         "Connect and log in (PeerProperties, SASL, Tune, Open), as rabbitmq-diagnostics ping "
-        "does: exit 0 and one line with the server and the time taken, or exit 1 and why."))
+        "does: exit 0 and one line with the server's product and version as it announces "
+        "them (streamlet's own version beside the RabbitMQ version it announces to clients) "
+        "and the time taken, or exit 1 and why (a port that does not speak the RabbitMQ "
+        "Stream protocol is named as such, with what answers there)."))
     ping.add_argument("--timeout", type=positive_float, default=10.0,
                       help="seconds to wait for the broker (default 10)")
     _perf_parser(sub, conn)
