@@ -67,15 +67,21 @@ File format (all keys optional)::
 
     [listeners.rabbitmq]              # the RabbitMQ Stream listener: [server] host and port
     enabled = true                    # false: no plain listener (TLS only, with [tls])
+    max_connections = 0               # its plain and TLS connections together (0: only [limits]'s)
 
     [listeners.<protocol>]            # a further protocol (broker/main.py LISTENERS names them)
     host = "127.0.0.1"                # default: [server] host
     port = 5560                       # required
     tls = false                       # true: with [tls]'s certificate
+    max_connections = 1000            # mega, rsio, sbp: default a tenth of limits.max_connections
+    idle_timeout = 300                # mega, rsio, sbp: seconds silent with nothing outstanding
+                                      # before a close (0: never); a complete first frame must
+                                      # come within server.handshake_timeout
 
     [listeners.mega]                  # MEGA (docs/protocols/mega.md); off unless configured
     port = 5553                       # or serve --mega-port (0: off)
-    host = "127.0.0.1"                # MEGA has no authentication: loopback only, unless
+    host = "127.0.0.1"                # MEGA has no authentication: loopback only (an address,
+                                      # or a name resolving to loopback addresses only), unless
                                       # tls = true with [tls] verify_peer = true
     max_topic_bytes = 255             # a longer topic: MESSAGE_TOO_LARGE and a close
     max_payload_bytes = 1048576       # a longer PRODUCE payload: the same (<= frame_limit)
@@ -112,10 +118,12 @@ File format (all keys optional)::
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import socket
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -165,11 +173,19 @@ DEFAULT_METRICS_MAX_STREAMS = 1000
 DEFAULT_METRICS_MAX_CONSUMERS = 1000
 #: RabbitMQ's management port (rabbitmq_management), the management API's default
 DEFAULT_HTTP_PORT = 15672
-#: protocols without authentication: served on loopback, or on TLS with client certificates
 #: SBP's largest frame (docs/protocols/sbp.md)
 DEFAULT_SBP_MAX_FRAME = 16 << 20
+#: protocols without authentication: served on loopback, or on TLS with client certificates
 UNAUTHENTICATED = ("mega", "rsio", "sbp")
-LOOPBACK_HOSTS = ("localhost", "::1")
+#: Seconds an unauthenticated protocol's connection may stay silent with nothing outstanding
+#: (no subscription, long poll or unconfirmed append) before the broker closes it
+#: ([listeners.<protocol>] idle_timeout). None of them has a heartbeat the broker could
+#: demand (SBP's HEARTBEAT is the client's choice), so a client quiet this long reconnects.
+DEFAULT_IDLE_TIMEOUT = 300
+#: Each unauthenticated protocol may hold at most this share of limits.max_connections by
+#: default ([listeners.<protocol>] max_connections): the three together leave 70% of the
+#: broker's connections to the authenticated RabbitMQ listener, whatever they are sent.
+LISTENER_SHARE = 10
 
 
 class ConfigError(ValueError):
@@ -212,6 +228,23 @@ class Listener:
     host: str
     port: int
     tls: bool = False
+
+
+@dataclass(frozen=True)
+class ListenerLimits:
+    """What a listener's connections are held to, besides the broker's limits: at most
+    ``max_connections`` of them at once (0: only limits.max_connections), closed when no
+    complete first frame came within ``first_frame_timeout`` seconds or when silent for
+    ``idle_timeout`` seconds with nothing outstanding (0: never). The default, NO_LIMITS, is a
+    connection no listener made (tests build them so)."""
+
+    protocol: str = ""
+    max_connections: int = 0
+    first_frame_timeout: int = 0
+    idle_timeout: int = 0
+
+
+NO_LIMITS = ListenerLimits()
 
 
 @dataclass(frozen=True)
@@ -304,6 +337,10 @@ class BrokerConfig:
     #: [listeners.metrics], serve --metrics-port; None: no metrics endpoint
     metrics: MetricsListener | None = field(default_factory=MetricsListener)
     sbp_max_frame_bytes: int = DEFAULT_SBP_MAX_FRAME  # [listeners.sbp] max_frame_bytes
+    #: [listeners.<protocol>] max_connections and idle_timeout as configured, by protocol
+    #: (listener_limits gives the defaults of those not there)
+    listener_budgets: tuple[tuple[str, int], ...] = ()
+    idle_timeouts: tuple[tuple[str, int], ...] = ()
     #: [listeners.http], serve --http-port; None: no management API
     http: HttpListener | None = field(default_factory=HttpListener)
 
@@ -315,6 +352,21 @@ class BrokerConfig:
         if self.tls is not None:
             own.append(Listener("rabbitmq", self.host, self.tls.port, tls=True))
         return (*own, *self.other_listeners)
+
+    def listener_limits(self, protocol: str) -> ListenerLimits:
+        """The budget and deadlines of ``protocol``'s listeners (plain and TLS together). An
+        unauthenticated protocol's: a tenth of limits.max_connections (at least 1; none when
+        that is 0), a complete first frame within server.handshake_timeout (RSIO's is its
+        hello), idle_timeout DEFAULT_IDLE_TIMEOUT. RabbitMQ's: no budget of its own unless
+        configured, and neither deadline here: its handshake must reach Open within
+        server.handshake_timeout and heartbeats say when it is silent (rabbitmq/handshake.py)."""
+        budget = dict(self.listener_budgets).get(protocol)
+        if protocol not in UNAUTHENTICATED:
+            return ListenerLimits(protocol, budget or 0)
+        if budget is None:
+            budget = max(self.max_connections // LISTENER_SHARE, 1) if self.max_connections else 0
+        idle = dict(self.idle_timeouts).get(protocol, DEFAULT_IDLE_TIMEOUT)
+        return ListenerLimits(protocol, budget, self.handshake_timeout, idle)
 
     @property
     def frame_budget(self) -> int:
@@ -555,9 +607,10 @@ def _apply_file(cfg: BrokerConfig, doc: dict[str, Any]) -> BrokerConfig:
 
 
 #: the further protocols' listeners and their own keys (besides enabled, host, port, tls)
-_LISTENER_KEYS = {"mega": {"max_topic_bytes", "max_payload_bytes"},
-                  "rsio": {"max_element_bytes", "split_bytes", "window"},
-                  "sbp": {"max_frame_bytes"}}
+_BUDGET_KEYS = {"max_connections", "idle_timeout"}
+_LISTENER_KEYS = {"mega": {"max_topic_bytes", "max_payload_bytes", *_BUDGET_KEYS},
+                  "rsio": {"max_element_bytes", "split_bytes", "window", *_BUDGET_KEYS},
+                  "sbp": {"max_frame_bytes", *_BUDGET_KEYS}}
 
 
 def _listeners(section: Any, default_host: str) -> dict[str, Any]:
@@ -566,11 +619,21 @@ def _listeners(section: Any, default_host: str) -> dict[str, Any]:
         raise ConfigError("[listeners] must hold one table per protocol, e.g. [listeners.rabbitmq]")
     changes: dict[str, Any] = {}
     rabbitmq = section.get("rabbitmq", {})
-    extra = set(rabbitmq) - {"enabled"}
+    extra = set(rabbitmq) - {"enabled", "max_connections"}
     if extra:
-        raise ConfigError(f"[listeners.rabbitmq] takes only enabled ([server] host and port and "
-                          f"[tls] port place it), not {', '.join(sorted(extra))}")
+        raise ConfigError(f"[listeners.rabbitmq] takes only enabled and max_connections ([server] "
+                          f"host and port and [tls] port place it), not {', '.join(sorted(extra))}")
     changes["rabbitmq_listener"] = bool(rabbitmq.get("enabled", True))
+    budgets, idles = [], []
+    for protocol in ("rabbitmq", *UNAUTHENTICATED):
+        table = section.get(protocol, {})
+        budget = _int(table, "max_connections", f"listeners.{protocol}")
+        if budget is not None:
+            budgets.append((protocol, budget))
+        idle = _int(table, "idle_timeout", f"listeners.{protocol}")
+        if idle is not None:
+            idles.append((protocol, idle))
+    changes["listener_budgets"], changes["idle_timeouts"] = tuple(budgets), tuple(idles)
     if "metrics" in section:
         changes["metrics"] = _metrics_listener(section["metrics"])
     if "http" in section:
@@ -767,8 +830,41 @@ def _apply_access(doc: dict[str, Any]) -> dict[str, Any]:
     return changes
 
 
-def _loopback(host: str) -> bool:
-    return host in LOOPBACK_HOSTS or host.startswith("127.")
+def _loopback_address(address: str) -> bool:
+    """A literal IPv4 or IPv6 address of the loopback (an IPv4-mapped one too); False for
+    anything else, a name included."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])  # fe80::1%lo: the zone is no part
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+Resolver = Callable[..., list[tuple[Any, ...]]]
+
+
+def is_loopback_host(host: str, resolve: Resolver | None = None) -> bool:
+    """Whether a listener on ``host`` is reachable from this machine only: a literal address
+    must be a loopback one; a name must resolve (``resolve``, getaddrinfo's signature; None:
+    socket.getaddrinfo), and to loopback addresses only, every one of them. A name that does
+    not resolve, or resolves to any other address too, is not (so ``127.attacker.example`` is
+    judged by where it points, not by how it is spelt)."""
+    if not host:
+        return False  # every interface
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        pass
+    else:
+        return _loopback_address(host)
+    try:
+        infos = (resolve or socket.getaddrinfo)(host, None, 0, socket.SOCK_STREAM)
+    except (OSError, UnicodeError):  # socket.gaierror is an OSError
+        return False
+    addresses = {str(info[4][0]) for info in infos}
+    return bool(addresses) and all(_loopback_address(a) for a in addresses)
 
 
 def with_port(cfg: BrokerConfig, protocol: str, port: int | None) -> BrokerConfig:
@@ -843,11 +939,12 @@ def _validate(cfg: BrokerConfig) -> None:
             raise ConfigError(f"listeners.{listener.protocol}.port must be in 1..65535, got {listener.port}")
         if listener.tls and cfg.tls is None:
             raise ConfigError(f"[listeners.{listener.protocol}] tls = true needs a [tls] section")
-        if listener.protocol in UNAUTHENTICATED and not _loopback(listener.host) and not (
+        if listener.protocol in UNAUTHENTICATED and not is_loopback_host(listener.host) and not (
                 listener.tls and cfg.tls is not None and cfg.tls.verify_peer):
             name = listener.protocol
             raise ConfigError(f"[listeners.{name}] host {listener.host!r}: {name.upper()} has no "
-                              "authentication, so it listens on loopback only, or with tls = true "
+                              "authentication, so it listens on loopback only (a loopback address, "
+                              "or a name every address of which is one), or with tls = true "
                               "and [tls] verify_peer = true (client certificates)")
     mega = any(lst.protocol == "mega" for lst in cfg.listeners)
     if mega and not 0 < cfg.mega_max_payload_bytes <= cfg.frame_limit:
