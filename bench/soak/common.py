@@ -24,6 +24,13 @@ RSS_SETTLE_S = 30.0
 #: ... and at least this long (``--rss-wait``): one of the broker's memory-return ticks, so the
 #: figure is what it keeps, not what it has not given back yet.
 RSS_WAIT_S = TRIM_INTERVAL_S + 2
+#: After a storm of connections closes (the hold phase), the broker gives back what they took
+#: without waiting for its memory-return tick: within STORM_RETURN_S of the last close its RSS
+#: must be back within STORM_KEEP of the storm's growth (start to peak) over its start, or
+#: STORM_FLOOR (what a small storm's figures cannot tell from noise).
+STORM_RETURN_S = 3.0
+STORM_KEEP = 0.35
+STORM_FLOOR = 10 * MB
 
 
 class SoakFailure(Exception):

@@ -1,6 +1,7 @@
 """Phase 2: N connections open at once, every one handshaken (Open answered), held with
 heartbeats for a while; a bystander still works beside them; each still answers at the end;
-then all are closed and the broker's memory must come back."""
+then all are closed and the broker's memory must come back: most of what the storm took within
+seconds (STORM_KEEP, STORM_RETURN_S), and within the memory rule once settled."""
 
 from __future__ import annotations
 
@@ -11,7 +12,17 @@ import time
 from streamlet.protocol import frames as f
 
 from .bystander import Bystander
-from .common import Broker, PhaseResult, RssSampler, nofile_limit, settle_rss
+from .common import (
+    MB,
+    STORM_FLOOR,
+    STORM_KEEP,
+    STORM_RETURN_S,
+    Broker,
+    PhaseResult,
+    RssSampler,
+    nofile_limit,
+    settle_rss,
+)
 from .peer import Peer, PeerClosed
 
 OPEN_CONCURRENCY = 200   # handshakes in flight at once
@@ -42,6 +53,24 @@ async def _keep_alive(peer: Peer, stop: asyncio.Event) -> None:
 async def _ping(peer: Peer, sem: asyncio.Semaphore) -> None:
     async with sem:
         await peer.request(f.Metadata(peer.next_corr(), ["soak-hold"]), f.MetadataResponse, timeout=60)
+
+
+async def _storm_returned(broker: Broker, res: PhaseResult) -> None:
+    """Right after the storm (its sockets closed on the broker's side): RSS must fall within
+    STORM_KEEP of its growth over the start (STORM_FLOOR at least) in STORM_RETURN_S."""
+    allowed = max(STORM_KEEP * (res.rss_peak - res.rss_start), STORM_FLOOR)
+    t0 = time.monotonic()
+    rss = broker.rss()
+    while rss > res.rss_start + allowed and time.monotonic() - t0 < STORM_RETURN_S:
+        await asyncio.sleep(0.25)
+        rss = broker.rss()
+    res.figures.update(rss_returned_mb=round(rss / MB, 1),
+                       returned_s=round(time.monotonic() - t0, 2))
+    if rss > res.rss_start + allowed:
+        res.fail(f"broker RSS {rss / MB:.1f} MB {STORM_RETURN_S:.0f} s after the connections "
+                 f"closed: more than {allowed / MB:.1f} MB over its start "
+                 f"({res.rss_start / MB:.1f} MB; {STORM_KEEP:.0%} of the "
+                 f"{(res.rss_peak - res.rss_start) / MB:.1f} MB they took)")
 
 
 async def run(broker: Broker, connections: int, hold_s: float) -> PhaseResult:
@@ -109,6 +138,7 @@ async def run(broker: Broker, connections: int, hold_s: float) -> PhaseResult:
         res.fail(f"broker holds {broker.fds()} fds after closing, {fds_start} before")
     if not broker.alive():
         res.fail(f"broker {broker.exit_status()}; log tail:\n{broker.log_tail()}")
+    await _storm_returned(broker, res)
     res.rss_end, settle = await settle_rss(broker, res.rss_start)
     res.check_rss(settle)
     res.seconds = time.monotonic() - t0

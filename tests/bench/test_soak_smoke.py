@@ -48,6 +48,7 @@ def test_tiny_soak_passes(tmp_path: Path) -> None:
     fuzz, hold, kills = phases["fuzz"]["figures"], phases["hold"]["figures"], phases["kills"]["figures"]
     assert fuzz["frames_stream"] >= 2000 and fuzz["connections"] > 0 and fuzz["bystander_msgs"] > 0
     assert hold["connections"] == hold["answered_at_end"] == 50 and hold["bystander_msgs"] > 0
+    assert hold["rss_returned_mb"] > 0 and hold["returned_s"] >= 0  # the storm rule was checked
     assert kills["kills"] == 1 and kills["stored"] >= kills["confirmed"] > 0
     assert all(p["rss_start"] > 0 and p["rss_end"] > 0 for p in data["phases"])
     assert "| kills | ok |" in proc.stdout

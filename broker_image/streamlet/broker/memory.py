@@ -3,8 +3,10 @@
 Python frees a closed connection's objects at once, but glibc keeps the freed heap pages for
 reuse: after 10,000 connections closed the broker stayed ~30 MB above where it started. Asking
 glibc to return its free pages (malloc_trim) after connections closed brings most of it back;
-it costs about a millisecond, so the broker does it on a timer, only when connections closed
-since the last time. Elsewhere than glibc this does nothing.
+it costs a millisecond or a few, so the broker does it when connections closed (or quiet ones
+gave their read arenas back, transport.py) since the last time: every TRIM_INTERVAL_S, or
+within TRIM_CHECK_S of a storm (STORM_FREED of them since), so that a storm's memory does not
+wait out the interval (``trim_due``). Elsewhere than glibc this does nothing.
 
 The other way round, large blocks: glibc gives a block above its mmap threshold (128 KiB at
 first, raised as such blocks are freed) its own mapping, and trims the heap's free top past its
@@ -23,6 +25,10 @@ import gc
 from collections.abc import Callable
 
 TRIM_INTERVAL_S = 10.0
+#: how often the broker asks trim_due; and how many connections closed (or arenas given back)
+#: make a storm
+TRIM_CHECK_S = 1.0
+STORM_FREED = 256
 MMAP_THRESHOLD = 16 << 20
 TRIM_THRESHOLD = 32 << 20
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
@@ -51,6 +57,12 @@ def keep_large_blocks() -> bool:
         return False
     return bool(_mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
                 and _mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+
+
+def trim_due(freed: int, since_last_s: float) -> bool:
+    """Whether to give free memory back now: ``freed`` connections closed or read arenas given
+    back since the last time, ``since_last_s`` seconds ago."""
+    return freed >= STORM_FREED or (freed > 0 and since_last_s >= TRIM_INTERVAL_S)
 
 
 def return_free_memory() -> bool:

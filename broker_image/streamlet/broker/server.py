@@ -21,10 +21,10 @@ from .access import AccessControl
 from .arguments import parse_create_arguments
 from .budget import FrameBudget
 from .clock import LoopClock
-from .config import BrokerConfig, ConfigError, Permission, User
+from .config import NO_LIMITS, BrokerConfig, ConfigError, ListenerLimits, Permission, User
 from .directory import CHECK_INTERVAL_S, EMPTY, Directory, DirectoryFile, seal_changes
 from .listening import listen_error
-from .memory import TRIM_INTERVAL_S, return_free_memory
+from .memory import TRIM_CHECK_S, return_free_memory, trim_due
 from .periodic import every
 from .replication.create import Cluster
 from .replication.forward import Forwarder
@@ -86,8 +86,12 @@ class Broker:
         self.connections: set[Client] = set()
         #: each connection class's protocol (the listener that made one), for the metrics
         self.protocol_names: dict[type, str] = {}
+        #: each protocol's budget and deadlines, and its connections open now
+        self.listener_limits = {p: config.listener_limits(p) for p in protocols}
+        self.listener_connections: Counter[str] = Counter()
         self.frame_budget = FrameBudget(config.frame_budget)
-        self.closed_connections = 0  # since memory was last given back
+        #: connections closed and read arenas given back since memory was last returned
+        self.freed_since_trim = 0
         #: reload.py's outcomes, for the metrics: failed reloads by what ("users", "tls"), and
         #: when each was last applied (time.time(); absent: never reloaded since the start)
         self.reload_failures: Counter[str] = Counter()
@@ -135,6 +139,11 @@ class Broker:
         conn = factory(self, tls)
         self.protocol_names.setdefault(type(conn), protocol)
         return conn
+
+    def limits_of(self, conn: object) -> ListenerLimits:
+        """The budget and deadlines of the listener that made ``conn`` (NO_LIMITS: none did)."""
+        protocol = self.protocol_names.get(type(conn))
+        return NO_LIMITS if protocol is None else self.listener_limits[protocol]
 
     @property
     def ports(self) -> list[int]:
@@ -218,10 +227,13 @@ class Broker:
         return sum(1 for c in self.connections if c.user == user)
 
     async def _trim_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.time()
         while True:
-            await asyncio.sleep(TRIM_INTERVAL_S)
-            if self.closed_connections:
-                self.closed_connections = 0
+            await asyncio.sleep(TRIM_CHECK_S)
+            if trim_due(self.freed_since_trim, loop.time() - last):
+                self.freed_since_trim = 0
+                last = loop.time()
                 return_free_memory()
 
     async def _retention_loop(self) -> None:

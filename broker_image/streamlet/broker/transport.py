@@ -1,9 +1,13 @@
 """The asyncio side of a connection, whatever its protocol: frames in, bytes out, back-pressure.
 
 A protocol adapter subclasses ``FramedConnection`` and implements ``handle_frame`` (one whole
-frame), ``frame_too_large`` and ``lost`` (the connection is gone: release what it held). This
-class knows no protocol: it splits frames with the splitter it is given, counts connections
-against the broker's limit, and bounds what a peer can make the broker hold:
+frame), ``frame_too_large``, ``lost`` (the connection is gone: release what it held) and
+``busy`` (the peer waits on something: not idle). This class knows no protocol: it splits
+frames with the splitter it is given, counts connections against the broker's limit and its
+listener's budget (``limits``, config.ListenerLimits), closes a connection that sends no
+complete first frame within its listener's ``first_frame_timeout`` or stays silent, not
+``busy``, for its ``idle_timeout``, gives a quiet connection's read arena back, and bounds
+what a peer can make the broker hold:
 
 - a frame that arrives in pieces is bounded three ways: by the splitter's limit for one frame,
   by the broker's FrameBudget for all of them together (the connection stops being read while
@@ -24,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..protocol import FrameTooLarge
 from ..protocol.framing import ReadBuffer, Splitter
+from .config import NO_LIMITS, ListenerLimits
 
 if TYPE_CHECKING:
     from .server import Broker
@@ -37,6 +42,33 @@ WRITE_HIGH = 2 << 20
 WRITE_LOW = 512 << 10
 #: spawned work, referenced until it ends (the loop keeps only weak references to tasks)
 _tasks: set[asyncio.Task[None]] = set()
+#: A connection is looked at this often (more often with an idle_timeout under a minute: a
+#: quarter of it): one that received nothing since the last look gives its read arena back,
+#: an idle one is closed.
+QUIET_CHECK_S = 15.0
+
+
+def check_interval(idle_timeout: float) -> float:
+    """Seconds between two looks at a connection."""
+    return min(idle_timeout / 4, QUIET_CHECK_S) if idle_timeout > 0 else QUIET_CHECK_S
+
+
+def refusal(open_total: int, total_limit: int, open_here: int, budget: int) -> str | None:
+    """Why a new connection is refused (None: it is taken): ``open_total`` connections open
+    against limits.max_connections ``total_limit``, ``open_here`` of its listener's protocol
+    against its ``budget`` (0: none)."""
+    if total_limit and open_total >= total_limit:
+        return f"the broker has {open_total} connections (limits.max_connections)"
+    if budget and open_here >= budget:
+        return f"its protocol has {open_here} connections (its listener's max_connections)"
+    return None
+
+
+def idle_since(last_received: float, last_busy: float) -> float:
+    """When the connection went idle: the later of its last byte and the last look that found
+    it busy (a subscriber that heard nothing for an hour is idle from its subscription's end,
+    not from an hour ago)."""
+    return max(last_received, last_busy)
 
 
 def _ended(task: asyncio.Task[None], what: str, peer: str | None) -> None:
@@ -49,6 +81,9 @@ class FramedConnection(asyncio.BufferedProtocol):
     #: the adapter's view of the connection: past its handshake / going away
     opened = False
     closing = False
+    #: its listener's budget and deadlines (from the broker when made; NO_LIMITS: no listener
+    #: made it, no budget, deadlines or looks: a connection a test builds)
+    limits: ListenerLimits = NO_LIMITS
 
     def __init__(self, broker: Broker, tls: bool, splitter: Splitter) -> None:
         self.broker = broker
@@ -68,6 +103,12 @@ class FramedConnection(asyncio.BufferedProtocol):
         self._frame_deadline: asyncio.TimerHandle | None = None
         self._buffered_at_tick = 0  # the write buffer at the last liveness check
         self._sock_fd = -1  # the socket's descriptor, for write_file
+        self._counted = False  # against the broker's limit and its listener's budget
+        self._first_frame: asyncio.TimerHandle | None = None  # no complete frame yet
+        self._look: asyncio.TimerHandle | None = None  # the next look (quiet, idle)
+        self._looked_at = 0.0  # when the last look was
+        self._busy_at = 0.0  # when a look last found it busy
+        self._released_at = 0.0  # when a look last gave its read arena back
 
     # --- what the adapter implements -----------------------------------------------------------
 
@@ -87,6 +128,11 @@ class FramedConnection(asyncio.BufferedProtocol):
     def writable(self) -> None:
         """The peer reads again: resume what waited for room."""
 
+    def busy(self) -> bool:
+        """Whether the peer waits on the broker (a subscription, a long poll, an answer not
+        sent yet): however silent, the connection is not idle."""
+        return False
+
     # --- asyncio callbacks ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -94,18 +140,32 @@ class FramedConnection(asyncio.BufferedProtocol):
         t.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)  # type: ignore[attr-defined]
         peer = transport.get_extra_info("peername")
         self.peer = peer[0] if isinstance(peer, tuple) else None
-        limit = self.broker.config.max_connections  # one limit for every protocol
-        if limit and len(self.broker.connections) >= limit:
-            log.warning("connection %s refused: the broker has %d connections (limit)", self.peer, limit)
+        broker = self.broker
+        self.limits = limits = broker.limits_of(self)
+        why = refusal(len(broker.connections), broker.config.max_connections,
+                      broker.listener_connections[limits.protocol], limits.max_connections)
+        if why is not None:
+            log.warning("%s connection %s refused: %s", limits.protocol or "a", self.peer, why)
             self.abort()
             return
-        self.broker.connections.add(self)
+        broker.connections.add(self)
+        broker.listener_connections[limits.protocol] += 1
+        self._counted = True
+        if limits is not NO_LIMITS:
+            self._watch()
         self.accepted()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
-        self.broker.connections.discard(self)
-        self.broker.closed_connections += 1
+        if self._counted:
+            self._counted = False
+            self.broker.connections.discard(self)
+            self.broker.listener_connections[self.limits.protocol] -= 1
+        self.broker.freed_since_trim += 1
+        for timer in (self._first_frame, self._look):
+            if timer is not None:
+                timer.cancel()
+        self._first_frame = self._look = None
         self._release_frame()
         if self._waiting:
             self.broker.frame_budget.cancel(self)
@@ -126,10 +186,29 @@ class FramedConnection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_received = time.monotonic()
+        if self._first_frame is not None:
+            self._first_read(nbytes)
+            return
         try:
             # Pulled one by one: each frame is held to the limit in force when its turn comes
             # (a handshake may raise it for the frames after it in the same read).
             for frame in self.reader.filled(nbytes):
+                if self.closing:
+                    return
+                self.handle_frame(frame)
+        except FrameTooLarge as e:
+            self.frame_too_large(e)
+            return
+        if not self.closing:
+            self._track_incomplete()
+
+    def _first_read(self, nbytes: int) -> None:
+        """buffer_updated until a first frame is whole: that frame ends its deadline."""
+        try:
+            for frame in self.reader.filled(nbytes):
+                if self._first_frame is not None:
+                    self._first_frame.cancel()
+                    self._first_frame = None
                 if self.closing:
                     return
                 self.handle_frame(frame)
@@ -242,6 +321,48 @@ class FramedConnection(asyncio.BufferedProtocol):
                 self.last_received = time.monotonic()
             self._buffered_at_tick = buffered
         return time.monotonic() - self.last_received
+
+    # --- deadlines: the first frame, idleness; a quiet connection's arena ----------------------
+
+    def _watch(self) -> None:
+        """Start the listener's deadlines and the looks (accepted, counted)."""
+        limits = self.limits
+        if limits.first_frame_timeout > 0:
+            self._first_frame = self.call_later(limits.first_frame_timeout, self._on_first_frame)
+        self._looked_at = self._busy_at = self._released_at = time.monotonic()
+        self._look = self.call_later(check_interval(limits.idle_timeout), self._on_look)
+
+    def _on_first_frame(self) -> None:
+        self._first_frame = None
+        if not self.closing:
+            log.info("%s connection %s: no complete first frame within %ds, closing",
+                     self.limits.protocol, self.peer, self.limits.first_frame_timeout)
+            self.abort()
+
+    def _on_look(self) -> None:
+        """A look: a connection that received nothing since the last one and holds no partial
+        frame gives its read arena back (the next read takes a new one); one idle for its
+        listener's idle_timeout is closed."""
+        self._look = None
+        if self.closing:
+            return
+        now = time.monotonic()
+        self.silent_for()  # a peer draining what we wrote counts as heard from
+        if self._released_at < self.last_received < self._looked_at and not self.reader.held:
+            self.reader.clear()  # read into since the last release, quiet since the last look
+            self._released_at = now
+            self.broker.freed_since_trim += 1
+        if self.busy():
+            self._busy_at = now
+        idle = self.limits.idle_timeout  # from the first frame on: before, its own deadline
+        if idle > 0 and self._first_frame is None and \
+                now - idle_since(self.last_received, self._busy_at) >= idle:
+            log.info("%s connection %s: idle for %ds (silent, nothing outstanding), closing",
+                     self.limits.protocol, self.peer, idle)
+            self.abort()
+            return
+        self._looked_at = now
+        self._look = self.call_later(check_interval(idle), self._on_look)
 
     # --- reading, and a frame in pieces ---------------------------------------------------------
 

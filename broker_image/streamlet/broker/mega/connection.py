@@ -9,6 +9,8 @@ answered under its correlation id. Topics are the streams of virtual host "/".
 
 MEGA has no authentication: config.py accepts a MEGA listener on loopback only, or on TLS
 with client certificates required. A connection has no user and every right on vhost "/".
+It is idle (closed after [listeners.mega] idle_timeout of silence: transport.py) while no
+PRODUCE waits for its confirm: MEGA has no subscription and no keep-alive.
 A malformed request is answered with its error code; a request whose end cannot be found
 (unknown type, past a limit) with its code and a close. Nothing here disturbs another
 connection or stored data.
@@ -71,6 +73,9 @@ class MegaConnection(FramedConnection):
 
     def accepted(self) -> None:
         self.opened = True  # no handshake: the frame deadline applies from the first byte
+
+    def busy(self) -> bool:
+        return bool(self.waiting)  # produces not answered yet
 
     def handle_frame(self, frame: memoryview) -> None:
         try:

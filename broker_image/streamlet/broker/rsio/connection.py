@@ -14,7 +14,10 @@ streamlet.rsio's splitter; the broker plays both roles over the streams of virtu
   answered with goodbye and a close. Nothing here disturbs another connection or stored data.
 
 RSIO has no authentication: config.py accepts an RSIO listener on loopback only, or on TLS with
-client certificates required. A connection has no user and every right on vhost "/".
+client certificates required. A connection has no user and every right on vhost "/". Its hello
+must come within server.handshake_timeout; it is idle (closed after [listeners.rsio]
+idle_timeout of silence: transport.py) while it has no subscription either way: a subscriber
+waiting for the stream to grow, or a publisher with nothing to send yet, is not.
 """
 
 from __future__ import annotations
@@ -134,6 +137,9 @@ class RsioConnection(FramedConnection):
     def writable(self) -> None:
         for reader in list(self.readers.values()):
             reader.pump()
+
+    def busy(self) -> bool:
+        return bool(self.readers or self.appends)  # a live subscription, either way
 
     def abort(self) -> None:
         """Close, saying goodbye first (the broker stops, or ends this connection)."""

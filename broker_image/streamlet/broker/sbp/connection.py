@@ -13,7 +13,9 @@ named to SBP by the hash of their name (streamlet.sbp.ids).
   its request a system error (UNKNOWN), never the broker or another connection.
 
 SBP has no authentication: config.py accepts an SBP listener on loopback only, or on TLS with
-client certificates required. A connection has no user and every right on vhost "/".
+client certificates required. A connection has no user and every right on vhost "/". It is idle
+(closed after [listeners.sbp] idle_timeout without a frame: transport.py; HEARTBEAT or PING
+keeps it) while no FETCH long poll and no APPEND is unanswered.
 """
 
 from __future__ import annotations
@@ -126,6 +128,9 @@ class SbpConnection(FramedConnection):
     def writable(self) -> None:
         for fetch in list(self.fetches):  # answers waiting for the client to read
             fetch.pump()
+
+    def busy(self) -> bool:
+        return bool(self.fetches or self.appends.waiting)  # a long poll, an append unanswered
 
     def lost(self) -> None:
         for fetch in list(self.fetches):
