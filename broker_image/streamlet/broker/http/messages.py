@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, unquote
 
 REASONS = {200: "OK", 201: "Created", 204: "No Content", 400: "Bad Request", 401: "Unauthorized",
-           403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
-           500: "Internal Server Error"}
+           403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed", 411: "Length Required",
+           413: "Payload Too Large", 500: "Internal Server Error", 503: "Service Unavailable"}
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,21 @@ def parse_head(head: bytes) -> Request | None:
             return None
         headers[name.lower()] = value.strip()
     return Request(method, split_path(raw_path), dict(parse_qsl(raw_query)), headers)
+
+
+def body_length(request: Request, limit: int) -> int | Response:
+    """The request body's length (0: none), or the answer that refuses it: 400 for a
+    Content-Length that is not a number, 411 for a body without one (chunked: the server does
+    not read those), 413 past ``limit`` bytes."""
+    if "transfer-encoding" in request.headers:
+        return Response(411, b"a request body needs a Content-Length\n")
+    text = request.headers.get("content-length", "0").strip()
+    if not text.isdigit():
+        return Response(400, b"bad Content-Length\n")
+    size = int(text)
+    if size > limit:
+        return Response(413, f"a request body may have at most {limit} bytes\n".encode())
+    return size
 
 
 def render(response: Response, head_only: bool = False) -> bytes:

@@ -4,7 +4,11 @@ broker's state between two events, never during one.
 One request per connection (answered with ``Connection: close``); a request head longer than
 HEAD_LIMIT or slower than REQUEST_TIMEOUT_S closes the connection unanswered. A body (only
 the management API's queue declaration takes one) is read, up to BODY_LIMIT, and handed to the
-page with the request.
+page with the request; a longer one is answered 413 (a chunked one 411) and what the client
+still sends is read and dropped for a while (LINGER_BYTES, LINGER_S) before the close, so that
+the client reads the answer instead of a reset. At most MAX_CONNECTIONS connections are open
+at once on a server: the next one is answered 503 and closed (the stream listeners'
+limits.max_connections does not count these).
 """
 
 from __future__ import annotations
@@ -16,13 +20,18 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..listening import listen_error, reason
-from .messages import Request, Response, parse_head, render
+from .messages import Request, Response, body_length, parse_head, render
 
 log = logging.getLogger("streamlet.broker")
 
 HEAD_LIMIT = 8192
 BODY_LIMIT = 64 << 10
 REQUEST_TIMEOUT_S = 10.0
+#: after refusing a body: what is read and dropped at most before the close
+LINGER_BYTES = 8 << 20
+LINGER_S = 5.0
+#: connections open at once on one HTTP listener (a scraper and a few API clients need a few)
+MAX_CONNECTIONS = 64
 
 Answer = Callable[[Request], Response]
 
@@ -30,9 +39,11 @@ Answer = Callable[[Request], Response]
 class HttpServer:
     """Serves ``answer(request)`` on ``host``:``port``; ``what`` names it in the log."""
 
-    def __init__(self, answer: Answer, what: str) -> None:
+    def __init__(self, answer: Answer, what: str, max_connections: int = MAX_CONNECTIONS) -> None:
         self.answer = answer
         self.what = what
+        self.max_connections = max_connections
+        self.open = 0  # connections open now
         self._server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> None:
@@ -67,6 +78,18 @@ class HttpServer:
                 await asyncio.wait_for(self._server.wait_closed(), 2)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.open >= self.max_connections:
+            log.warning("%s: connection refused, %d open (the limit)", self.what, self.open)
+            writer.write(render(Response(503, b"too many connections\n")))
+            writer.close()
+            return
+        self.open += 1
+        try:
+            await self._serve(reader, writer)
+        finally:
+            self.open -= 1
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             try:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_S)
@@ -75,13 +98,18 @@ class HttpServer:
                 return
             request = parse_head(head)
             if request is None:
-                writer.write(render(Response(400, b"bad request\n")))
-            else:
-                body = await self._read_body(reader, request)
-                peer = writer.get_extra_info("peername")
-                request = replace(request, peer=peer[0] if isinstance(peer, tuple) else None,
-                                  body=body)
-                writer.write(render(self.answer(request), head_only=request.method == "HEAD"))
+                await self._refuse(reader, writer, Response(400, b"bad request\n"))
+                return
+            length = body_length(request, BODY_LIMIT)
+            if isinstance(length, Response):
+                await self._refuse(reader, writer, length)
+                return
+            body = (await asyncio.wait_for(reader.readexactly(length), REQUEST_TIMEOUT_S)
+                    if length else b"")
+            peer = writer.get_extra_info("peername")
+            request = replace(request, peer=peer[0] if isinstance(peer, tuple) else None,
+                              body=body)
+            writer.write(render(self.answer(request), head_only=request.method == "HEAD"))
             await writer.drain()
         except (ConnectionError, TimeoutError, asyncio.IncompleteReadError):
             pass
@@ -91,10 +119,20 @@ class HttpServer:
             writer.close()
 
     @staticmethod
-    async def _read_body(reader: asyncio.StreamReader, request: Request) -> bytes:
-        length = request.headers.get("content-length", "0")
-        size = int(length) if length.isdigit() else 0
-        if not size:
-            return b""
-        return await asyncio.wait_for(reader.readexactly(min(size, BODY_LIMIT)),
-                                      REQUEST_TIMEOUT_S)
+    async def _refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      response: Response) -> None:
+        """Answer ``response`` and end our side, then read and drop what the client still
+        sends (a body it writes before reading) until it closes, or LINGER_BYTES or LINGER_S
+        pass: closing with its bytes unread would reset the connection under the answer."""
+        writer.write(render(response))
+        await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+        dropped = 0
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(LINGER_S):
+                while dropped < LINGER_BYTES:
+                    got = await reader.read(64 << 10)
+                    if not got:
+                        break
+                    dropped += len(got)
