@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, cast
 
 from .clitools.lines import line_batches
-from .clitools.output import Output, OutputClosed, silence_stdout, until_reader_gone
+from .clitools.output import Output, OutputClosed, next_while_read, until_reader_gone
 from .clitools.stop import stop
 from .clitools.words import messages
 
@@ -344,21 +344,10 @@ async def _consume(records: AsyncIterator[list[Record]], args: argparse.Namespac
     gone = asyncio.ensure_future(until_reader_gone())  # `consume S | head -2` on a quiet stream
     try:
         while args.count is None or seen < args.count:
-            step = asyncio.ensure_future(anext(records))
             try:
-                done, _ = await asyncio.wait({step, gone}, timeout=args.timeout,
-                                             return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                step.cancel()  # nothing when it is done
-            if step not in done:
-                if gone in done:
-                    silence_stdout()
-                    raise OutputClosed
-                break  # --timeout passed without a message
-            try:
-                got = step.result()
-            except StopAsyncIteration:
-                break
+                got = await next_while_read(records, gone, args.timeout)
+            except (TimeoutError, StopAsyncIteration):
+                break  # --timeout passed without a message, or the end
             if args.count is not None:
                 got = got[: args.count - seen]
             out.write(b"".join(_lines(got)))

@@ -49,7 +49,7 @@ def _lines(n: int) -> bytes:
     return b"".join(b"m%d\n" % i for i in range(n))
 
 
-@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("protocol", (*PROTOCOLS, "rabbitmq"))
 def test_consume_into_a_pipe_closed_early(node: dict[str, list[str]], protocol: str,
                                           tmp_path: Path) -> None:
     """`consume S | head -2` on a stream that then stays quiet: ends at once, exit 0."""

@@ -21,7 +21,7 @@ from ..amqp import AmqpError, decode_message
 from ..client import Client, Consumer, OffsetSpec, StreamletError
 from ..protocol import Code, OffsetType
 from .hints import AmqpHint
-from .output import Output, OutputClosed
+from .output import Output, OutputClosed, next_while_read, until_reader_gone
 from .stop import stop
 from .words import messages
 
@@ -197,11 +197,12 @@ async def _consume(reader: Reader, args: argparse.Namespace) -> int:
     amqp = AmqpBodies() if args.format == "amqp" else None
     hint = AmqpHint() if amqp is None else None  # raw: say so once if they are AMQP
     seen, last, why = 0, None, ""
+    gone = asyncio.ensure_future(until_reader_gone())  # `consume S | head -2` on a quiet stream
     try:
         chunks = aiter(consumer.chunks())
         while args.count is None or seen < args.count:
             try:
-                _, records, first = await asyncio.wait_for(anext(chunks), args.timeout)
+                _, records, first = await next_while_read(chunks, gone, args.timeout)
             except (TimeoutError, StopAsyncIteration):
                 break
             except StreamletError as e:
@@ -226,6 +227,8 @@ async def _consume(reader: Reader, args: argparse.Namespace) -> int:
     except asyncio.CancelledError as e:
         stop.caught(e)
         why = " (interrupted)"
+    finally:
+        gone.cancel()
     stored = ""
     if args.name and last is not None:
         try:

@@ -12,7 +12,10 @@ import asyncio
 import os
 import select
 import sys
-from typing import BinaryIO
+from collections.abc import AsyncIterator
+from typing import BinaryIO, TypeVar
+
+T = TypeVar("T")
 
 #: how often a waiting command checks that its output's reader is still there
 WATCH_S = 0.5
@@ -42,6 +45,25 @@ async def until_reader_gone(fd: int | None = None, every: float = WATCH_S) -> No
     """Returns once :func:`reader_gone`: a task to race against a wait for more output."""
     while not reader_gone(fd):
         await asyncio.sleep(every)
+
+
+async def next_while_read(items: AsyncIterator[T], gone: asyncio.Future[None],
+                          timeout: float | None) -> T:
+    """The next of ``items``; raises OutputClosed once ``gone`` (:func:`until_reader_gone`)
+    is done first, TimeoutError after ``timeout`` seconds without one, StopAsyncIteration at
+    their end."""
+    step: asyncio.Future[T] = asyncio.ensure_future(anext(items))
+    try:
+        done, _ = await asyncio.wait((step, gone), timeout=timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        step.cancel()  # nothing when it is done
+    if step in done:
+        return step.result()
+    if gone in done:
+        silence_stdout()
+        raise OutputClosed
+    raise TimeoutError
 
 
 class Output:
