@@ -345,7 +345,8 @@ class StreamletCluster(ClusterServer):
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(REPO / "broker_image"), env.get("PYTHONPATH", "")) if p)
         cmd = [sys.executable, "-m", "streamlet", "cluster", "up", "--nodes", str(nodes),
-               "--port", str(port), "--data-dir", str(data)]
+               "--port", str(port), "--data-dir", str(data),
+               "--metrics-port", "0", "--http-port", "0"]  # measured: the stream ports only
         with open(log, "wb") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
                                     cwd=root, start_new_session=True)

@@ -186,31 +186,15 @@ class FramedConnection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_received = time.monotonic()
-        if self._first_frame is not None:
-            self._first_read(nbytes)
-            return
         try:
             # Pulled one by one: each frame is held to the limit in force when its turn comes
             # (a handshake may raise it for the frames after it in the same read).
             for frame in self.reader.filled(nbytes):
                 if self.closing:
                     return
-                self.handle_frame(frame)
-        except FrameTooLarge as e:
-            self.frame_too_large(e)
-            return
-        if not self.closing:
-            self._track_incomplete()
-
-    def _first_read(self, nbytes: int) -> None:
-        """buffer_updated until a first frame is whole: that frame ends its deadline."""
-        try:
-            for frame in self.reader.filled(nbytes):
-                if self._first_frame is not None:
+                if self._first_frame is not None:  # a whole first frame ends its deadline
                     self._first_frame.cancel()
                     self._first_frame = None
-                if self.closing:
-                    return
                 self.handle_frame(frame)
         except FrameTooLarge as e:
             self.frame_too_large(e)
