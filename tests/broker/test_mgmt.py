@@ -19,28 +19,11 @@ from rstream import ConsumerOffsetSpecification, OffsetType, RawMessage
 from rstream import Producer as RProducer
 
 from tests.support.brokers import BrokerProcess, free_port
+from tests.support.users import APP, app_users
 from tests.support.waiting import eventually
 
-USERS = """
-[[users]]
-name = "guest"
-password = "guest"
-[[users]]
-name = "app"
-password = "app-secret"
-[[vhosts]]
-name = "/"
-[[vhosts]]
-name = "private"
-[[permissions]]
-user = "app"
-vhost = "/"
-configure = "^app-"
-write = "^app-"
-read = "^app-"
-"""
+USERS = app_users(more='[[vhosts]]\nname = "/"\n[[vhosts]]\nname = "private"')
 GUEST = ("guest", "guest")
-APP = ("app", "app-secret")
 
 
 class Api:

@@ -25,28 +25,12 @@ from tests.broker.test_replication import assign
 from tests.support.brokers import BrokerProcess, distinct_ports, free_port
 from tests.support.raw import RawPeer
 from tests.support.scrape import scrape, value
+from tests.support.users import APP, app_users
 from tests.support.waiting import eventually
 
 Factory = Callable[..., BrokerProcess]
 HOST = "127.0.0.1"
-USERS = """
-[[users]]
-name = "guest"
-password = "guest"
-[[users]]
-name = "driver"
-password = "driver-pw"
-[[users]]
-name = "app"
-password = "app-pw"
-[[permissions]]
-user = "app"
-vhost = "/"
-configure = "^app-"
-write = "^app-"
-read = "^app-"
-"""
-APP = ("app", "app-pw")
+USERS = app_users(more='[[users]]\nname = "driver"\npassword = "driver-pw"')
 
 
 def _config(tmp_path: Path, name: str, cluster: str) -> Path:

@@ -12,21 +12,9 @@ import pytest
 
 from tests.cli.support import cli, conn, start, stderr_line, wait_until
 from tests.support.brokers import BrokerProcess, free_port
+from tests.support.users import app_users
 
-CONFIG = """
-[[users]]
-name = "guest"
-password = "guest"
-[[users]]
-name = "app"
-password = "app-secret"
-[[permissions]]
-user = "app"
-vhost = "/"
-configure = "^app-"
-write = "^app-"
-read = "^app-"
-"""
+CONFIG = app_users()
 
 
 @pytest.fixture

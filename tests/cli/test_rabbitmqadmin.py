@@ -18,24 +18,12 @@ import pytest
 import requests
 
 from tests.support.brokers import BrokerProcess, distinct_ports
+from tests.support.users import app_users
 
 from .support import cli
 
 RABBITMQADMIN = shutil.which("rabbitmqadmin")
-USERS = """
-[[users]]
-name = "guest"
-password = "guest"
-[[users]]
-name = "app"
-password = "app-secret"
-[[permissions]]
-user = "app"
-vhost = "/"
-configure = "^app-"
-write = ".*"
-read = ".*"
-"""
+USERS = app_users(write=".*", read=".*")
 
 
 @pytest.fixture(scope="module")

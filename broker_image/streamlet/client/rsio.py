@@ -119,15 +119,20 @@ class _Subscription:
     def __aiter__(self) -> AsyncIterator[Element]:
         return self._iterate()
 
+    async def _lists(self) -> AsyncIterator[list[Element]]:
+        """The lists as they came, to the end (which raises the subscription's error)."""
+        while True:
+            item = await self.queue.get()
+            if item is _END:
+                if self.error is not None:
+                    raise RsioError(self.error)
+                return
+            assert isinstance(item, list)
+            yield item
+
     async def _iterate(self) -> AsyncIterator[Element]:
         try:
-            while True:
-                item = await self.queue.get()
-                if item is _END:
-                    if self.error is not None:
-                        raise RsioError(self.error)
-                    return
-                assert isinstance(item, list)
+            async for item in self._lists():
                 for element in item:
                     yield element
                     self._took(1)
@@ -138,13 +143,7 @@ class _Subscription:
         """The elements as they came, a list per read from the socket (demand is given back
         as each list is taken): for a reader that handles them in bulk."""
         try:
-            while True:
-                item = await self.queue.get()
-                if item is _END:
-                    if self.error is not None:
-                        raise RsioError(self.error)
-                    return
-                assert isinstance(item, list)
+            async for item in self._lists():
                 yield item
                 self._took(len(item))
         finally:
