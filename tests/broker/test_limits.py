@@ -16,6 +16,7 @@ from streamlet.protocol import Code
 from streamlet.protocol import frames as f
 from tests.support.brokers import BrokerProcess
 from tests.support.raw import RawPeer
+from tests.support.waiting import eventually
 
 
 def _open_with_heartbeat(peer: RawPeer, heartbeat: int) -> None:
@@ -119,8 +120,14 @@ async def test_connection_limits(broker_factory: Callable[..., BrokerProcess], t
         await connect(b.host, b.port, user="solo", password="solo")  # solo's own limit: 1
     assert err.value.code == Code.ACCESS_REFUSED
     g1 = await connect(b.host, b.port)
-    await asyncio.sleep(0.1)  # let the refused connection's close reach the broker
-    g2 = await connect(b.host, b.port)
+
+    async def second_guest() -> object:  # accepted once the refused connection's close is seen
+        try:
+            return await connect(b.host, b.port)
+        except (StreamletError, ConnectionError, OSError):
+            return None
+
+    g2 = await eventually(second_guest, what="a slot freed by the refused connection")
     with pytest.raises((StreamletError, ConnectionError, OSError)):
         await connect(b.host, b.port, timeout=5)  # the broker's limit: 3
     await solo.close()

@@ -169,7 +169,6 @@ async def test_deduplication_across_producer_restart(shared_broker: BrokerProces
         await p.send_batch(stream, [RawMessage(b"x%d" % i, publishing_id=i) for i in range(6, 16)],
                            publisher_name="app-1")
     got = await consume(shared_broker, stream, ConsumerOffsetSpecification(OffsetType.FIRST), 15)
-    await asyncio.sleep(0.3)
     assert [m for _, m in got] == [b"x%d" % i for i in range(1, 16)]
     # the sequence survives a broker restart too
     shared_broker.restart()
@@ -186,8 +185,11 @@ async def test_stored_offsets(shared_broker: BrokerProcess) -> None:
     async with consumer(shared_broker) as c:
         await c.subscribe(stream, lambda m, ctx: None, subscriber_name="reader-1")
         await c.store_offset(stream=stream, subscriber_name="reader-1", offset=7)
-        await asyncio.sleep(0.1)
-        assert await c.query_offset(stream=stream, subscriber_name="reader-1") == 7
+
+        async def stored() -> bool:  # StoreOffset has no answer: the query shows when it is applied
+            return bool(await c.query_offset(stream=stream, subscriber_name="reader-1") == 7)
+
+        await eventually(stored, what="the stored offset 7")
     shared_broker.restart()
     async with consumer(shared_broker) as c:
         assert await c.query_offset(stream=stream, subscriber_name="reader-1") == 7

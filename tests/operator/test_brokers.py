@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 
@@ -13,6 +12,7 @@ from streamlet_operator.brokers import BrokerUnavailable, ClientBrokerAdmin
 from streamlet_operator.moves import MOVE_REFERENCE, copy_stream
 from tests.operator.latency import delayed
 from tests.support.brokers import BrokerProcess, free_port
+from tests.support.waiting import eventually
 
 BrokerFactory = Callable[..., BrokerProcess]
 
@@ -28,7 +28,8 @@ async def test_connections_are_reused_and_replaced(broker_factory: BrokerFactory
             assert not await again.create_stream("pooled", {})  # it exists: nothing done
             assert again._client is first._client  # type: ignore[attr-defined]
         broker.restart()  # same address, same data; the pooled connection is dead
-        await asyncio.sleep(0.2)  # let the loop see the connection close
+        await eventually(lambda: first._client.closed,  # type: ignore[attr-defined]
+                         what="the pooled connection seen closed")
         async with admin.session(address, "guest", "guest") as after:
             assert after._client is not first._client  # type: ignore[attr-defined]
             assert await after.stream_exists("pooled")
