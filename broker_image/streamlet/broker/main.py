@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import resource
 import signal
 from collections.abc import Mapping
 
 from ..dirlock import DirectoryLock
+from ..native import ENV as NO_C
+from ..native import missing_line, survey
 from ..storage.files import files
 from .config import BrokerConfig
 from .mega.connection import MegaConnection
@@ -61,6 +64,9 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     """Run a broker until SIGINT or SIGTERM; SIGHUP reloads the users file and the TLS
     certificate (reload.py), as their change does within [server] reload_interval."""
     use_all_descriptors(config.max_open_files)  # the process's, before the streams open
+    missing = missing_line(survey(), os.environ.get(NO_C))  # one line, only when some are
+    if missing is not None:
+        log.warning("%s", missing)
     seen = fingerprints(config)  # before the streams load: a change meanwhile is reloaded
     # Before anything listens: a SIGTERM once the first client is served stops the broker
     # cleanly (GOAWAY, flush) and a SIGHUP is kept for the reloader, never the default

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import struct
 
+from ..native import allowed
+
 _SIZE = struct.Struct(">I")
 _EMPTY = memoryview(b"")
 
@@ -126,6 +128,7 @@ class FrameSplitter(Splitter):
 
 
 try:  # in C where it was built: not zeroed, as reads fill it before it is read
+    allowed("streamlet.protocol._speedups")
     from ._speedups import arena as _arena
 except ImportError:
     _arena = bytearray

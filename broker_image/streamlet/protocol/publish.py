@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 
 from ..core.batch import PublishBatch
+from ..native import allowed
 from .wire import Malformed
 
 _PID_COUNT = struct.Struct(">Bi")
@@ -78,6 +79,7 @@ def _split_python(body: bytes | memoryview, version: int) -> PublishBatch:
 
 
 try:
+    allowed("streamlet.protocol._speedups")
     from ._speedups import split_publish_v1 as _split_c
 except ImportError:  # no compiler at install time: the Python path gives the same results
     _split_c = None

@@ -23,6 +23,7 @@ from array import array
 from collections.abc import Sequence
 from operator import add, itemgetter, sub
 
+from ..native import allowed
 from .frame import PREFIX_SIZE, Flags, Malformed, Opcode, decode, head
 
 _U16 = struct.Struct("<H")
@@ -471,6 +472,7 @@ def _fill_fetch(buf: bytearray, at: int, status: int,
 
 
 try:  # in C where a compiler was there at install time: the same results
+    allowed("streamlet.sbp._flat")
     from ._flat import append_run as _append_run
     from ._flat import fill_append, fill_fetch
     from ._flat import read_columns as _read_columns

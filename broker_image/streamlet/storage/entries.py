@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from itertools import accumulate, chain
 from typing import NamedTuple
 
+from ..native import allowed
 from .chunk import ChunkError
 
 _U32 = struct.Struct(">I")
@@ -84,6 +85,7 @@ def _ids_python(first: int, n: int) -> bytes:
 
 
 try:
+    allowed("streamlet.storage._entries")
     from ._entries import consecutive_ids as _ids_c
     from ._entries import cut_simple as _cut_c
     from ._entries import join_simple as _join_c

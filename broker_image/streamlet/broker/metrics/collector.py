@@ -23,6 +23,7 @@ from prometheus_client.core import (
 )
 
 from ...core.stats import LatencyHistogram
+from ...native import survey
 
 if TYPE_CHECKING:
     from ...core.streams import Stream
@@ -63,6 +64,7 @@ class BrokerCollector:
         yield from self._disk()
         yield from self._reloads()
         yield from self._damage()
+        yield self._native()
 
     def _clients(self, streams: list[tuple[str, str, Stream]]) -> Iterator[Metric]:
         protocols = sorted(set(self.broker.protocols) | {self.protocol(c) for c in
@@ -191,6 +193,15 @@ class BrokerCollector:
             last.add_metric([what], at)
         yield failures
         yield last
+
+    def _native(self) -> Metric:
+        """Which optional C extensions this process runs (1) or runs the Python twin of (0)."""
+        family = GaugeMetricFamily(PREFIX + "native_extensions", "1: the C extension is loaded; "
+                                   "0: its Python twin runs instead (slower: not built, or "
+                                   "turned off by STREAMLET_NO_C)", labels=["module"])
+        for module, ok in survey().items():
+            family.add_metric([module], 1 if ok else 0)
+        return family
 
     def _damage(self) -> Iterator[Metric]:
         """Streams set aside at start (unreadable), and two leaders seen in one epoch."""
