@@ -3,7 +3,12 @@
 compiled from source at every start (a client command in the broker image took 2 s). The
 broker's and operator's build compiles the whole venv with unchecked-hash .pyc files (used
 without comparing the sources' timestamps, which COPY --from need not keep); the Spark image
-keeps what pip compiles. Nothing removes __pycache__ afterwards."""
+keeps what pip compiles. Nothing removes __pycache__ afterwards.
+
+Each image builds the C extensions (streamlet.native.MODULES): gcc and the Python headers are
+installed in a build stage only (the runtime stage never has a compiler), before the pip
+step that builds streamlet, and an import of every C module after it fails the build when
+one did not compile (pip skips an optional extension silently)."""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ import re
 from pathlib import Path
 
 import pytest
+
+from streamlet.native import MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,3 +43,42 @@ def test_spark_keeps_what_pip_compiles() -> None:
     runs = " && ".join(_runs(ROOT / "spark-on-k8s/Dockerfile"))
     assert "pip install" in runs and "--no-compile" not in runs
     assert "__pycache__" not in runs and "PYTHONDONTWRITEBYTECODE" not in text
+
+
+def _stages(dockerfile: Path) -> list[list[str]]:
+    """Each stage's RUN instructions, in order (a stage starts at each FROM)."""
+    text = re.sub(r"\\\n\s*", " ", dockerfile.read_text())
+    stages: list[list[str]] = []
+    for line in text.splitlines():
+        if line.startswith("FROM "):
+            stages.append([])
+        elif line.startswith("RUN ") and stages:
+            stages[-1].append(line[4:])
+    return stages
+
+
+COMPILER = re.compile(r"apt-get install [^&]*\bgcc\b[^&]*\blibc6-dev\b[^&]*\bpython3-dev\b")
+IMAGES = ["broker_image/Dockerfile", "operator/Dockerfile", "spark-on-k8s/Dockerfile"]
+
+
+@pytest.mark.parametrize("dockerfile", IMAGES)
+def test_a_build_stage_has_the_compiler_and_the_runtime_stage_does_not(dockerfile: str) -> None:
+    *builds, runtime = _stages(ROOT / dockerfile)
+    assert builds, f"{dockerfile}: no build stage"
+    build = " && ".join(builds[0])
+    found = COMPILER.search(build)
+    assert found is not None, build
+    assert found.start() < build.index("pip "), "the compiler comes before the build of streamlet"
+    assert "gcc" not in " ".join(runtime) and "python3-dev" not in " ".join(runtime)
+
+
+@pytest.mark.parametrize("dockerfile", IMAGES)
+def test_the_build_fails_when_a_c_extension_did_not_compile(dockerfile: str) -> None:
+    runs = " && ".join(_runs(ROOT / dockerfile))
+    installed = runs.rindex("pip install")
+    check = re.search(r'python -c "import ([^"]+)"', runs[installed:])
+    assert check is not None, f"{dockerfile}: no import check after the last pip install"
+    imported = {name.strip() for name in check.group(1).split(",")}
+    assert imported == set(MODULES), imported
+    # joined by && (a failed import fails the RUN), never swallowed
+    assert "|| true" not in runs and "; " not in runs[installed:installed + check.end()]
