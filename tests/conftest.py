@@ -1,9 +1,21 @@
-"""Fixtures shared by every test folder: real broker processes on loopback, test certificates."""
+"""Fixtures shared by every test folder: real broker processes on loopback, test certificates.
+
+A test that starts a process (a broker, a `streamlet` command, openssl, node, Spark, ...) is
+marked ``process``: ``make test-fast`` runs ``-m "not process and not slow"``. The mark is
+enforced, not kept by hand: while an unmarked test runs (its fixtures' setup and teardown
+included), starting a process (subprocess, asyncio's subprocesses, os.fork, os.posix_spawn,
+os.system, multiprocessing) raises ``UnmarkedProcess`` and the test fails with "this test
+starts a process: mark it process", also when the test swallowed that error.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import multiprocessing.util
+import os
+import subprocess
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,3 +60,58 @@ def certs(tmp_path: Path) -> Path:
     """tests/support/certs.py's set in ``tmp_path/certs``: ca, server (CN localhost, for
     127.0.0.1) and client (CN app, a user of the TLS tests); skips without openssl."""
     return make_certs(tmp_path / "certs", clients={"client": "app"})
+
+
+class UnmarkedProcess(RuntimeError):
+    """A test without the ``process`` mark tried to start a process."""
+
+
+_NOT_MARKED = pytest.StashKey[list[str]]()
+
+# (owner, attribute) of every way a test starts a process; subprocess.Popen covers
+# subprocess.run/check_output and asyncio.create_subprocess_exec/shell.
+_SPAWNERS: list[tuple[Any, str, str]] = [
+    (subprocess.Popen, "_execute_child", "subprocess.Popen"), (os, "fork", "os.fork"),
+    (os, "forkpty", "os.forkpty"), (os, "posix_spawn", "os.posix_spawn"),
+    (os, "posix_spawnp", "os.posix_spawnp"), (os, "system", "os.system"),
+    (multiprocessing.util, "spawnv_passfds", "multiprocessing"),
+]
+
+
+def _refusing(item: pytest.Item, how: str) -> Callable[..., Any]:
+    def refuse(*args: object, **kwargs: object) -> Any:
+        message = (f"this test starts a process: mark it process "
+                   f"(pytestmark = pytest.mark.process); it called {how}")
+        item.stash.setdefault(_NOT_MARKED, []).append(message)
+        raise UnmarkedProcess(message)
+    return refuse
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[
+        None, object, object]:
+    """Refuse to start processes while an item without the ``process`` mark runs."""
+    if item.get_closest_marker("process") is not None:
+        return (yield)
+    mp = pytest.MonkeyPatch()
+    for owner, name, label in _SPAWNERS:
+        if hasattr(owner, name):
+            mp.setattr(owner, name, _refusing(item, label))
+    try:
+        return (yield)
+    finally:
+        mp.undo()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[
+        None, pytest.TestReport, pytest.TestReport]:
+    """Fail the phase in which an unmarked test tried to start a process, even if it caught
+    the error (a skip or a pass would hide it)."""
+    report = yield
+    refused = item.stash.get(_NOT_MARKED, [])
+    if refused:
+        report.outcome = "failed"
+        report.longrepr = "\n".join(dict.fromkeys(refused))
+        item.stash[_NOT_MARKED] = []
+    return report

@@ -41,6 +41,7 @@ def cuts(data: bytes, rng: random.Random) -> list[bytes]:
     return out
 
 
+@pytest.mark.process
 @pytest.mark.timeout(120)
 def test_quick_protocols_run_counts_are_exact(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"

@@ -32,6 +32,7 @@ def test_stream_fuzzer_sessions_are_frames() -> None:
                 assert not isinstance(f.decode(b[4:]), f.FrameError), b[:16]
 
 
+@pytest.mark.process
 @pytest.mark.timeout(150)
 def test_tiny_soak_passes(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
@@ -54,6 +55,7 @@ def test_tiny_soak_passes(tmp_path: Path) -> None:
     assert "| kills | ok |" in proc.stdout
 
 
+@pytest.mark.process
 @pytest.mark.timeout(90)
 def test_kill_check_catches_a_repeated_message(tmp_path: Path) -> None:
     """The checker is not vacuous: a message stored twice (or a confirmed one missing) fails."""

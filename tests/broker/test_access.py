@@ -18,6 +18,8 @@ from streamlet.client import StreamletError, connect
 from streamlet.protocol import Code
 from tests.support.brokers import BrokerProcess, free_port
 
+pytestmark = pytest.mark.process
+
 CONFIG = '''
 [[users]]
 name = "admin"

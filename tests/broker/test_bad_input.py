@@ -15,6 +15,8 @@ from streamlet.storage import chunk
 from tests.support.brokers import BrokerProcess
 from tests.support.raw import RawPeer
 
+pytestmark = pytest.mark.process
+
 
 @pytest.fixture
 def bystander(shared_broker: BrokerProcess) -> Iterator[RawPeer]:

@@ -8,8 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.cli.support import wait_until
 from tests.support.brokers import BrokerProcess, free_port
+
+pytestmark = pytest.mark.process
 
 
 def cli(*args: str, stdin: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess[bytes]:

@@ -5,11 +5,15 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from streamlet.protocol import Code
 from streamlet.protocol import frames as f
 from streamlet.storage import chunk
 from tests.support.brokers import BrokerProcess
 from tests.support.raw import RawPeer
+
+pytestmark = pytest.mark.process
 
 
 def _publish_until_killed(b: BrokerProcess, confirmed: list[int], stop: threading.Event) -> None:

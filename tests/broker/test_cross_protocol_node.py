@@ -20,6 +20,8 @@ from streamlet.client.rsio import RsioClient
 from tests.node.test_node_client import node_client  # noqa: F401 (the fixture: npm ci)
 from tests.support.brokers import BrokerProcess, free_port, wait_for_port
 
+pytestmark = pytest.mark.process
+
 READER = Path(__file__).parents[1] / "node" / "read_stream.js"
 
 

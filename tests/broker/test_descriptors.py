@@ -20,6 +20,8 @@ from tests.support.brokers import BrokerProcess
 from tests.support.reading import stream_bodies
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 # --- a full disk --------------------------------------------------------------------------------
 
 

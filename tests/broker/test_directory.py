@@ -26,6 +26,8 @@ from streamlet.protocol import Code
 from tests.support.brokers import BrokerProcess
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 Factory = Callable[..., BrokerProcess]
 
 

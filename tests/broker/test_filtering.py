@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from rbfly.streams import MessageFilter, Offset, PublisherBatchFast, streams_client
 from rstream import (
     AMQPMessage,
@@ -18,6 +19,8 @@ from rstream import Consumer as RConsumer
 from rstream import Producer as RProducer
 
 from tests.support.brokers import BrokerProcess
+
+pytestmark = pytest.mark.process
 
 
 async def _region(msg: AMQPMessage) -> str:

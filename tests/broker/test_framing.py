@@ -19,6 +19,8 @@ from streamlet.protocol import frames as f
 from tests.support.brokers import BrokerProcess
 from tests.support.raw import RawPeer
 
+pytestmark = pytest.mark.process
+
 Factory = Callable[..., BrokerProcess]
 MiB = 1 << 20
 

@@ -20,6 +20,8 @@ from tests.support.raw import RawPeer
 from tests.support.reading import stream_bodies
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 #: at most 255 bytes each, but more than 255 once URL-quoted
 LONG_NAMES = ["/" * 100, "é" * 127, "%" * 86]
 

@@ -17,6 +17,8 @@ from streamlet.client import connect
 from tests.support.brokers import BrokerProcess, distinct_ports, wait_for_port
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 GUEST = ("guest", "guest")
 
 

@@ -26,6 +26,8 @@ from streamlet.sbp.frame import encode as sbp_encode
 from tests.support.brokers import BrokerProcess, distinct_ports, wait_for_port
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 PROTOCOLS = ("mega", "rsio", "sbp")
 HANDSHAKE_S = 2
 IDLE_S = 1

@@ -18,6 +18,8 @@ from tests.support.brokers import BrokerProcess
 from tests.support.raw import RawPeer
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 
 def _open_with_heartbeat(peer: RawPeer, heartbeat: int) -> None:
     tune = peer.authenticate()

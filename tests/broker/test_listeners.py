@@ -14,6 +14,8 @@ import pytest
 
 from tests.support.brokers import BrokerProcess, distinct_ports, free_port
 
+pytestmark = pytest.mark.process
+
 OTHERS = ("--mega-port", "--rsio-port", "--sbp-port", "--metrics-port", "--http-port")
 
 

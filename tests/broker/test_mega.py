@@ -21,6 +21,8 @@ from streamlet.mega.codec import Response, decode_response
 from tests.broker.test_rstream import consume as rstream_consume
 from tests.support.brokers import BrokerProcess, free_port, wait_for_port
 
+pytestmark = pytest.mark.process
+
 MAX_PAYLOAD = 4096
 
 

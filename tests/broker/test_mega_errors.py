@@ -8,11 +8,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from streamlet.client.mega import MegaClient, MegaError
 from streamlet.core.streams import dir_name
 from streamlet.mega import ErrorCode
 from tests.broker.test_mega import _mega_broker, client, expect
 from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.process
 
 
 async def produce_code(c: MegaClient, topic: str, body: bytes) -> ErrorCode | int | None:

@@ -6,6 +6,7 @@ it as its topic (MEGA knows nothing of super streams, routing or binding keys)."
 
 from __future__ import annotations
 
+import pytest
 from rstream import (
     AMQPMessage,
     ConsumerOffsetSpecification,
@@ -22,6 +23,8 @@ from streamlet.mega import ErrorCode
 from tests.broker.test_mega import MegaBroker, mega_broker  # noqa: F401 (the module's broker)
 from tests.broker.test_rstream import consume as rstream_consume
 from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.process
 
 SUPER = "m-super"
 PARTITIONS = [f"{SUPER}-{i}" for i in range(3)]

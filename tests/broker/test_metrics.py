@@ -20,6 +20,8 @@ from tests.support.brokers import BrokerProcess, free_port
 from tests.support.scrape import Samples, scrape, scrape_text, value
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 N = 5000
 BODY = 100
 ENTRY = 4 + BODY  # a simple entry: its 4-byte size, then the message

@@ -22,6 +22,8 @@ from tests.support.brokers import BrokerProcess, free_port
 from tests.support.users import APP, app_users
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 USERS = app_users(more='[[vhosts]]\nname = "/"\n[[vhosts]]\nname = "private"')
 GUEST = ("guest", "guest")
 

@@ -10,6 +10,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from streamlet.client import connect
 from streamlet.client.producer import publish_frame
 from streamlet.protocol import Code
@@ -17,6 +19,8 @@ from streamlet.protocol import frames as f
 from tests.support.brokers import BrokerProcess
 from tests.support.raw import RawPeer
 from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.process
 
 Factory = Callable[..., BrokerProcess]
 BATCH = 10

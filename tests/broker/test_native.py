@@ -95,6 +95,7 @@ def need_built() -> None:
             pytest.skip(f"{module} was not built here (no compiler at install time)")
 
 
+@pytest.mark.process
 @pytest.mark.process  # a broker process
 async def test_a_broker_without_one_says_so_once_and_in_metrics(
         broker_factory: Callable[..., BrokerProcess]) -> None:
@@ -109,6 +110,7 @@ async def test_a_broker_without_one_says_so_once_and_in_metrics(
     assert await extensions(port) == {ALL[0]: 1, ALL[1]: 1, ALL[2]: 0}
 
 
+@pytest.mark.process
 @pytest.mark.process  # a broker process
 async def test_a_broker_with_all_of_them_says_nothing(
         broker_factory: Callable[..., BrokerProcess]) -> None:
@@ -119,6 +121,7 @@ async def test_a_broker_with_all_of_them_says_nothing(
     assert lines(b) == []  # it would be logged before the ports listen
 
 
+@pytest.mark.process
 @pytest.mark.process  # a broker process
 async def test_the_switch_turns_them_all_off(
         broker_factory: Callable[..., BrokerProcess]) -> None:

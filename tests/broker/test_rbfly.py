@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from rbfly.streams import Offset, PublisherBatchFast, get_message_ctx, streams_client
 
 from tests.support.brokers import BrokerProcess
+
+pytestmark = pytest.mark.process
 
 N = 100_000
 

@@ -18,6 +18,8 @@ from tests.broker.test_replication import Factory, _stream_on_members, ask, segm
 from tests.support.raw import RawPeer
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 
 def ask_update(peer: RawPeer) -> Any:
     return peer.recv_until(f.MetadataUpdate)

@@ -28,6 +28,8 @@ from tests.support.certs import issue
 from tests.support.scrape import scrape, value
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 #: generous: two shared, loaded cores; a reload is due within reload_interval (0.2 s here)
 WAIT_S = 30.0
 

@@ -200,6 +200,7 @@ def test_config_users_are_kept_apart_from_the_users_file(tmp_path: Path) -> None
     assert [u.name for u in cfg.users] == ["m", "f"]
 
 
+@pytest.mark.process
 def test_server_tls_keeps_its_certificate_when_the_new_one_does_not_load(tmp_path: Path,
                                                                          certs: Path) -> None:
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from streamlet.client import connect
 from streamlet.client.producer import publish_frame
 from streamlet.protocol import Code
@@ -18,6 +20,8 @@ from streamlet.protocol.constants import Role
 from tests.broker.test_replication import Factory, _admin, _stream_on_members
 from tests.support.raw import RawPeer
 from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.process
 
 
 def _contact(b: Any, stream: str) -> f.ReplicaContactResponse:

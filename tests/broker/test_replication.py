@@ -21,6 +21,8 @@ from tests.support.brokers import BrokerProcess, distinct_ports, free_port
 from tests.support.raw import RawPeer
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 Factory = Callable[..., BrokerProcess]
 
 

@@ -28,6 +28,8 @@ from tests.support.scrape import scrape, value
 from tests.support.users import APP, app_users
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 Factory = Callable[..., BrokerProcess]
 HOST = "127.0.0.1"
 USERS = app_users(more='[[users]]\nname = "driver"\npassword = "driver-pw"')

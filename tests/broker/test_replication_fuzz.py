@@ -19,6 +19,8 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from streamlet.broker.replication.member import MemberState
 from streamlet.client import connect
 from streamlet.protocol import Code
@@ -28,6 +30,8 @@ from tests.broker.test_replication_auth import APP, USERS, _peers
 from tests.protocol.test_rsio_codec import mutate
 from tests.support.brokers import BrokerProcess, distinct_ports
 from tests.support.raw import RawPeer
+
+pytestmark = pytest.mark.process
 
 Factory = Callable[..., BrokerProcess]
 HOST = "127.0.0.1"

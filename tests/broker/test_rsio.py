@@ -39,6 +39,8 @@ from streamlet.rsio import (
 from tests.broker.test_rstream import consume as rstream_consume
 from tests.support.brokers import BrokerProcess, free_port, wait_for_port
 
+pytestmark = pytest.mark.process
+
 SPLIT = 1000
 MAX_ELEMENT = 100_000
 WINDOW = 8

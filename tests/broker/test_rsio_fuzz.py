@@ -283,6 +283,7 @@ async def test_fuzz_in_process(broker: Broker, caplog: pytest.LogCaptureFixture)
         close(again)
 
 
+@pytest.mark.process
 async def test_fuzz_over_sockets(tmp_path: Path) -> None:
     b = rsio_broker(tmp_path)
     b.start()

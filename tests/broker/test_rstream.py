@@ -20,6 +20,8 @@ from streamlet.core.streams import CHUNK_MAX_ENTRIES, CHUNK_MIN_ENTRIES
 from tests.support.brokers import BrokerProcess
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 N = 100_000
 
 

@@ -26,6 +26,8 @@ from tests.cluster.test_local_cluster import HOST, Cluster
 from tests.support.brokers import BrokerProcess
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 SAC = {"single-active-consumer": "true"}
 CLOSED = "closed"  # a consumer's client closed: it is not active any more
 

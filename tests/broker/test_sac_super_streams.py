@@ -31,6 +31,8 @@ from rstream import Producer as RProducer
 from tests.support.brokers import BrokerProcess
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 N = 10_000
 GROUP = "grp"
 

@@ -121,6 +121,7 @@ class Raw:
 
 # --- every opcode -------------------------------------------------------------------------------
 
+@pytest.mark.process
 async def test_ping_is_echoed(broker: SbpBroker) -> None:
     r = await Raw.open(broker)
     r.writer.write(encode(Opcode.PING, 0, 42, b"\x01\x02", b"payload"))
@@ -130,6 +131,7 @@ async def test_ping_is_echoed(broker: SbpBroker) -> None:
     r.close()
 
 
+@pytest.mark.process
 async def test_heartbeat_is_answered_with_its_fields(broker: SbpBroker) -> None:
     hb = HeartbeatRequestT()
     hb.clientId, hb.clientRole = "c-1", 1
@@ -140,6 +142,7 @@ async def test_heartbeat_is_answered_with_its_fields(broker: SbpBroker) -> None:
     assert (t.clientId, t.clientRole, t.rangeServer.serverId, t.status.code) == (b"c-1", 1, 7, 0)
 
 
+@pytest.mark.process
 async def test_allocate_id(broker: SbpBroker) -> None:
     async with await client(broker) as c:
         req = AllocateIdRequestT()
@@ -151,6 +154,7 @@ async def test_allocate_id(broker: SbpBroker) -> None:
         assert (t.status.code, t.id) == (ErrorCode.NOT_SUPPORTED, -1)
 
 
+@pytest.mark.process
 async def test_streams_create_describe_update_delete(broker: SbpBroker) -> None:
     async with await client(broker) as c:
         sid = await c.create_stream("s-admin", retention_ms=3_600_000)
@@ -178,6 +182,7 @@ async def test_streams_create_describe_update_delete(broker: SbpBroker) -> None:
         assert e.value.code == ErrorCode.STREAM_NOT_FOUND
 
 
+@pytest.mark.process
 async def test_ranges(broker: SbpBroker) -> None:
     async with await client(broker) as c:
         await c.create_stream("s-ranges")
@@ -242,6 +247,7 @@ async def test_ranges(broker: SbpBroker) -> None:
         assert t.listResponses[0].status.code == ErrorCode.STREAM_NOT_FOUND
 
 
+@pytest.mark.process
 async def test_placement_driver_opcodes(broker: SbpBroker) -> None:
     async with await client(broker) as c:
         rm = ReportMetricsRequestT()
@@ -257,6 +263,7 @@ async def test_placement_driver_opcodes(broker: SbpBroker) -> None:
 
 # --- APPEND -------------------------------------------------------------------------------------
 
+@pytest.mark.process
 async def test_append_to_several_streams_in_one_frame(broker: SbpBroker) -> None:
     async with await client(broker) as c:
         for name in ("s-a1", "s-a2"):
@@ -270,6 +277,7 @@ async def test_append_to_several_streams_in_one_frame(broker: SbpBroker) -> None
         assert await c.fetch("s-a2", 0) == [(0, b"y0"), (1, b"y1")]
 
 
+@pytest.mark.process
 async def test_append_answers_every_index_over_frames(broker: SbpBroker) -> None:
     """Many streams, many batches: each request index answered exactly once, the last frame
     with the end flag, offsets consecutive per stream."""
@@ -292,6 +300,7 @@ async def test_append_answers_every_index_over_frames(broker: SbpBroker) -> None
             assert [o for o, _ in got] == list(range(100))
 
 
+@pytest.mark.process
 async def test_long_runs_cut_over_chunks_answer_each_batch_with_its_offset(
         broker: SbpBroker) -> None:
     """Runs of one frame's batches to one stream are published as one batch each; the core
@@ -329,6 +338,7 @@ def _runs_header(runs: list[tuple[str, int, list[bytes]]]) -> Any:
     return req
 
 
+@pytest.mark.process
 async def test_append_runs_are_answered_a_result_per_run(broker: SbpBroker) -> None:
     """AppendRuns (streamlet's): a run of batches to one stream, its request indexes following
     each other; answered with a result per run confirmed (batch_count), a long run over
@@ -391,6 +401,7 @@ def _append_header(batches: list[tuple[str, bytes]]) -> Any:
     return req
 
 
+@pytest.mark.process
 async def test_append_with_lengths_not_the_payload_is_a_system_error(broker: SbpBroker) -> None:
     async with await client(broker) as c:
         await c.create_stream("s-badlen")
@@ -404,6 +415,7 @@ async def test_append_with_lengths_not_the_payload_is_a_system_error(broker: Sbp
 
 # --- FETCH --------------------------------------------------------------------------------------
 
+@pytest.mark.process
 async def test_fetch_waits_for_min_bytes_and_not_longer(broker: SbpBroker) -> None:
     async with await client(broker) as c, await client(broker) as w:
         await c.create_stream("s-poll")
@@ -420,6 +432,7 @@ async def test_fetch_waits_for_min_bytes_and_not_longer(broker: SbpBroker) -> No
         assert time.monotonic() - started < 5  # as soon as they arrive, not at the deadline
 
 
+@pytest.mark.process
 async def test_fetch_answers_at_the_deadline(broker: SbpBroker) -> None:
     async with await client(broker) as c:
         await c.create_stream("s-deadline")
@@ -434,6 +447,7 @@ async def test_fetch_answers_at_the_deadline(broker: SbpBroker) -> None:
         assert 0.25 < time.monotonic() - started < 10
 
 
+@pytest.mark.process
 async def test_fetch_many_streams_answered_per_stream_as_data_arrives(broker: SbpBroker) -> None:
     async with await client(broker) as c, await client(broker) as w:
         for n in ("s-f1", "s-f2"):
@@ -453,6 +467,7 @@ async def test_fetch_many_streams_answered_per_stream_as_data_arrives(broker: Sb
         assert second.is_end and bytes(second.payload) == b"two"
 
 
+@pytest.mark.process
 async def test_a_large_answer_comes_in_pieces_and_the_next_fetch_goes_on(
         broker: SbpBroker) -> None:
     """An answer of 1.3 MB goes in several frames (the broker cuts the next piece while the
@@ -482,6 +497,7 @@ async def test_a_large_answer_comes_in_pieces_and_the_next_fetch_goes_on(
         assert await c.fetch("s-pieces", 7, batch_max_bytes=3000) == list(enumerate(bodies))[7:10]
 
 
+@pytest.mark.process
 async def test_run_results_describe_the_same_batches_as_a_result_each(
         broker: SbpBroker) -> None:
     """run_results (streamlet's): a run of consecutive offsets is one result with its batches'
@@ -545,6 +561,7 @@ def _fetch_header(wanted: list[tuple[str, int]], max_wait_ms: int, min_bytes: in
     return req
 
 
+@pytest.mark.process
 async def test_fetch_batch_max_bytes(broker: SbpBroker) -> None:
     async with await client(broker) as c:
         await c.create_stream("s-max")
@@ -561,6 +578,7 @@ async def test_fetch_batch_max_bytes(broker: SbpBroker) -> None:
 
 # --- GOAWAY, bad input ----------------------------------------------------------------------------
 
+@pytest.mark.process
 async def test_goaway_from_the_client_finishes_then_closes(broker: SbpBroker) -> None:
     async with await client(broker) as c:
         await c.create_stream("s-goaway")
@@ -575,6 +593,7 @@ async def test_goaway_from_the_client_finishes_then_closes(broker: SbpBroker) ->
     assert await r.closed()
 
 
+@pytest.mark.process
 async def test_broker_shutdown_sends_goaway(tmp_path: Path) -> None:
     b = sbp_broker(tmp_path)
     b.start()
@@ -591,6 +610,7 @@ async def test_broker_shutdown_sends_goaway(tmp_path: Path) -> None:
         b.stop()
 
 
+@pytest.mark.process
 async def test_bad_input_is_answered_or_closed_without_harm(broker: SbpBroker) -> None:
     async with await client(broker) as other:
         await other.create_stream("s-bad")
@@ -621,6 +641,7 @@ async def test_bad_input_is_answered_or_closed_without_harm(broker: SbpBroker) -
 
 # --- across protocols ------------------------------------------------------------------------------
 
+@pytest.mark.process
 @pytest.mark.parametrize("form", [{}, {"length_prefixed": False}, {"runs": False}],
                          ids=["length-prefixed", "batch-lengths", "a-table-each"])
 async def test_sbp_append_read_by_rstream_and_the_client(broker: SbpBroker,
@@ -647,6 +668,7 @@ async def test_sbp_append_read_by_rstream_and_the_client(broker: SbpBroker,
     assert seen == list(enumerate(bodies))
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("form", [{}, {"length_prefixed": False}, {"run_results": False}],
                          ids=["length-prefixed", "run-results", "a-result-each"])
 async def test_rstream_publish_fetched_by_sbp(broker: SbpBroker, form: dict[str, bool]) -> None:
@@ -670,6 +692,7 @@ async def test_rstream_publish_fetched_by_sbp(broker: SbpBroker, form: dict[str,
         assert await c.fetch(name, 0, **form) == want
 
 
+@pytest.mark.process
 def test_cli_produce_and_consume_over_sbp(broker: SbpBroker) -> None:
     base = [sys.executable, "-m", "streamlet"]
     port = ["--host", broker.host, "--port", str(broker.sbp_port), "--protocol", "sbp"]

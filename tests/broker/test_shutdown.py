@@ -7,10 +7,13 @@ import asyncio
 import socket
 from collections.abc import Callable
 
+import pytest
 from rstream import AMQPMessage, OnClosedErrorInfo, Producer
 
 from streamlet.client import connect
 from tests.support.brokers import BrokerProcess
+
+pytestmark = pytest.mark.process
 
 N = 2000
 

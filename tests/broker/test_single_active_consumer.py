@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from rstream import Consumer as RConsumer
 from rstream import (
     ConsumerOffsetSpecification,
@@ -23,6 +24,8 @@ from streamlet.client import StreamletError, connect
 from streamlet.protocol import Code
 from tests.support.brokers import BrokerProcess
 from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.process
 
 SAC = {"single-active-consumer": "true", "name": "billing"}
 

@@ -7,6 +7,7 @@ import asyncio
 from collections import Counter
 from collections.abc import Callable
 
+import pytest
 from rstream import (
     AMQPMessage,
     ConsumerOffsetSpecification,
@@ -21,6 +22,8 @@ from rstream import (
 from streamlet.client import StreamletError, connect
 from streamlet.protocol import Code
 from tests.support.brokers import BrokerProcess
+
+pytestmark = pytest.mark.process
 
 N = 300
 

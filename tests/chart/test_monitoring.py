@@ -246,6 +246,7 @@ def test_the_dashboard(chart: helm_python.Chart) -> None:
     assert json.loads((CHART / "dashboards" / "streamlet.json").read_text()) == dash
 
 
+@pytest.mark.process
 async def test_every_metric_the_rules_and_the_dashboard_use_is_scraped(
         chart: helm_python.Chart, broker_factory: Callable[..., BrokerProcess]) -> None:
     docs = render(chart, ALL_ON)

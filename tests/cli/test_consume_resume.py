@@ -7,9 +7,13 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.support.brokers import BrokerProcess
 
 from .support import STREAMLET, cli, conn, wait_until
+
+pytestmark = pytest.mark.process
 
 
 def test_consume_goes_on_through_a_broker_restart(broker: BrokerProcess, tmp_path: Path) -> None:

@@ -6,9 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.support.brokers import BrokerProcess, free_port
 
 from .support import cli, conn, stderr_line, wait_until
+
+pytestmark = pytest.mark.process
 
 
 def test_ping_answers_with_the_server_and_the_time(shared_broker: BrokerProcess) -> None:

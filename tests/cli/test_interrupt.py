@@ -12,6 +12,8 @@ from tests.support.brokers import BrokerProcess
 
 from .support import SIGINT, SIGTERM, cli, conn, signal_and_wait, start, stderr_line, wait_until
 
+pytestmark = pytest.mark.process
+
 
 @pytest.mark.parametrize("signum", [SIGINT, SIGTERM])
 def test_signal_during_produce_count(shared_broker: BrokerProcess, signum: int) -> None:

@@ -13,6 +13,8 @@ import pytest
 
 from tests.support.brokers import BrokerProcess, distinct_ports
 
+pytestmark = pytest.mark.process
+
 #: runs the CLI, then lists the streamlet modules imported, on stderr's last line
 WRAPPED = ("import atexit, sys\n"
            "atexit.register(lambda: print('MODULES', *sorted(m for m in sys.modules "

@@ -14,6 +14,8 @@ from tests.cli.support import cli, conn, start, stderr_line, wait_until
 from tests.support.brokers import BrokerProcess, free_port
 from tests.support.users import app_users
 
+pytestmark = pytest.mark.process
+
 CONFIG = app_users()
 
 

@@ -18,6 +18,7 @@ def _names(out: bytes) -> list[str]:
     return [line.split()[1] for line in out.decode().splitlines()[1:]]
 
 
+@pytest.mark.process
 def test_the_lists_are_the_brokers_at_port(
         broker_factory: Callable[..., BrokerProcess]) -> None:
     http_a, http_b = distinct_ports(2)
@@ -42,6 +43,7 @@ def test_the_lists_are_the_brokers_at_port(
         "connections list' shows their names)")
 
 
+@pytest.mark.process
 def test_a_broker_without_the_api_says_so(broker_factory: Callable[..., BrokerProcess]) -> None:
     b = broker_factory(extra_args=["--http-port", "0", "--metrics-port", "0"])
     res = cli(*conn(b), "streams", "list", check=False)

@@ -49,6 +49,7 @@ def _lines(n: int) -> bytes:
     return b"".join(b"m%d\n" % i for i in range(n))
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("protocol", (*PROTOCOLS, "rabbitmq"))
 def test_consume_into_a_pipe_closed_early(node: dict[str, list[str]], protocol: str,
                                           tmp_path: Path) -> None:
@@ -66,6 +67,7 @@ def test_consume_into_a_pipe_closed_early(node: dict[str, list[str]], protocol: 
     assert line.startswith("consumed ") and line.endswith(f"from {stream} (output closed)")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("signum", [SIGINT, SIGTERM])
 def test_signal_during_consume(node: dict[str, list[str]], protocol: str, signum: int) -> None:
@@ -80,6 +82,7 @@ def test_signal_during_consume(node: dict[str, list[str]], protocol: str, signum
     assert stderr_line(err) == f"consumed 3 messages from {stream} (interrupted)"
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_signal_during_produce_from_an_open_pipe(node: dict[str, list[str]],
                                                  protocol: str) -> None:
@@ -100,6 +103,7 @@ def test_signal_during_produce_from_an_open_pipe(node: dict[str, list[str]],
     assert stderr_line(err) == f"streamlet: interrupted: 2 of 2 messages sent to {stream} confirmed"
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("protocol", [*PROTOCOLS, "rabbitmq"])
 def test_interrupted_consume_prints_every_message_it_counts(node: dict[str, list[str]],
                                                             protocol: str) -> None:
@@ -125,6 +129,7 @@ def _pipe_full(p: subprocess.Popen[bytes]) -> bool:
     return wchan.exists() and wchan.read_text().endswith("pipe_write")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("protocol, why", [
     ("mega", "no such stream"), ("sbp", "no such stream"), ("rsio", "no stream 'nosuch'")])
 def test_refusals_name_the_stream(node: dict[str, list[str]], protocol: str, why: str) -> None:
@@ -136,6 +141,7 @@ def test_refusals_name_the_stream(node: dict[str, list[str]], protocol: str, why
         assert stderr_line(res.stderr) == f"streamlet: nosuch: {why}"
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("protocol, peer, why", [
     ("mega", "rabbitmq", "does not answer as a MEGA listener (the broker's --mega-port): "),
     ("rsio", "rabbitmq", "does not answer as an RSIO listener (the broker's --rsio-port): "),

@@ -15,6 +15,8 @@ from tests.support.brokers import BrokerProcess
 
 from .support import SIGINT, SIGTERM, cli, conn, signal_and_wait, start, stderr_line, wait_until
 
+pytestmark = pytest.mark.process
+
 PERCENTILES = ["p50", "p75", "p95", "p99", "max"]
 
 

@@ -21,10 +21,10 @@ from bench.servers import RabbitMQ, free_port, port_open, rabbitmq_installed
 from .support import cli
 from .test_perf import check_summary
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.process, pytest.mark.skipif(
     not rabbitmq_installed(),
     reason="rabbitmq-server is not installed (apt-get install rabbitmq-server): run the "
-           "comparison by hand as docs/performance.md shows")
+           "comparison by hand as docs/performance.md shows")]
 
 
 def _amqp_port() -> int:

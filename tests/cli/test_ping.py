@@ -25,6 +25,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]:
     b.stop()
 
 
+@pytest.mark.process
 def test_ping_labels_the_versions(node: dict[str, int]) -> None:
     res = cli("ping", "--port", str(node["rabbitmq"]))
     assert re.fullmatch(rf"ping 127\.0\.0\.1:{node['rabbitmq']}: streamlet {re.escape(__version__)} "
@@ -32,6 +33,7 @@ def test_ping_labels_the_versions(node: dict[str, int]) -> None:
                         res.stdout.decode()), res.stdout
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("listener, found", [
     ("mega", "it answered 6 bytes that are not a frame of it (00 00 00 "),
     ("http", "an HTTP server answers there (HTTP/1.1 404 Not Found): a management API or "

@@ -26,6 +26,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
     b.stop()
 
 
+@pytest.mark.process
 def test_one_message_is_singular(node: list[str]) -> None:
     produced = cli("produce", *node, "one", "--create", stdin=b"only\n")
     assert stderr_line(produced.stderr) == "published 1 message to one"
@@ -33,6 +34,7 @@ def test_one_message_is_singular(node: list[str]) -> None:
     assert stderr_line(consumed.stderr) == "consumed 1 message from one"
 
 
+@pytest.mark.process
 def test_sizes_in_one_unit_family(node: list[str]) -> None:
     cli("produce", *node, "sized", "--create", "--count", "30000", "--size", "100")
     info = cli("streams", *node, "info", "sized").stdout.decode()
@@ -55,6 +57,7 @@ def test_size(n: int, shown: str) -> None:
     assert size(n) == shown
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("argv, stdin, why", [
     (["produce", "s", "--count", "0"], None, "argument --count: must be at least 1, not 0"),
     (["consume", "s", "--count", "0"], None, "argument --count: must be at least 1, not 0"),
@@ -68,11 +71,13 @@ def test_usage_errors(argv: list[str], stdin: bytes | None, why: str) -> None:
     assert why in stderr_line(res.stderr)
 
 
+@pytest.mark.process
 def test_partitions_help_explains_keys() -> None:
     text = " ".join(cli("streams", "partitions", "--help").stdout.decode().split())
     assert "--keys K1,K2" in text and "'route K<TAB>partition,...' for each key" in text
 
 
+@pytest.mark.process
 def test_raw_amqp_output_gets_a_hint(node: list[str]) -> None:
     cli("produce", *node, "amqp-raw", "--create", "--format", "amqp", stdin=b"hello\n")
     res = cli("consume", *node, "amqp-raw", "--count", "1")

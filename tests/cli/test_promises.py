@@ -11,6 +11,8 @@ from tests.support.brokers import BrokerProcess
 
 from .support import cli, conn, stderr_line
 
+pytestmark = pytest.mark.process
+
 
 def test_consume_name_resumes_after_its_stored_offset(shared_broker: BrokerProcess) -> None:
     c = conn(shared_broker)

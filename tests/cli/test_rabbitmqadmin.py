@@ -54,6 +54,7 @@ def _delete(http: int, name: str, auth: tuple[str, str] = ("guest", "guest")) ->
                            timeout=10).status_code
 
 
+@pytest.mark.process
 @pytest.mark.skipif(RABBITMQADMIN is None, reason="rabbitmqadmin is not installed")
 def test_rabbitmqadmin_declares_and_deletes_a_stream(node: tuple[list[str], int]) -> None:
     c, http = node
@@ -80,6 +81,7 @@ def test_rabbitmqadmin_declares_and_deletes_a_stream(node: tuple[list[str], int]
     assert _info(c, "admin-made") is None
 
 
+@pytest.mark.process
 def test_declare_as_rabbitmqadmin_sends_it(node: tuple[list[str], int]) -> None:
     c, http = node
     doc = {"auto_delete": "false", "durable": "true", "queue_type": "stream",
@@ -99,6 +101,7 @@ def test_declare_as_rabbitmqadmin_sends_it(node: tuple[list[str], int]) -> None:
     assert _delete(http, "http-made") == 404
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("doc, reason", [
     ({}, "streamlet holds streams only: declare it with the argument x-queue-type=stream "
          "(rabbitmqadmin: queue_type=stream)"),
@@ -119,6 +122,7 @@ def test_refusals_say_why(node: tuple[list[str], int], doc: dict[str, Any],
     assert _info(c, "refused") is None
 
 
+@pytest.mark.process
 def test_the_configure_permission_is_needed(node: tuple[list[str], int]) -> None:
     c, http = node
     app = ("app", "app-secret")

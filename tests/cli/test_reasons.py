@@ -12,6 +12,8 @@ from tests.support.brokers import BrokerProcess, free_port
 
 from .support import cli, conn, stderr_line
 
+pytestmark = pytest.mark.process
+
 
 def test_create_refused_says_why(shared_broker: BrokerProcess) -> None:
     c = conn(shared_broker)

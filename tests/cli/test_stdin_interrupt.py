@@ -7,9 +7,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.support.brokers import BrokerProcess
 
 from .support import SIGINT, STREAMLET, cli, conn, signal_and_wait, stderr_line, wait_until
+
+pytestmark = pytest.mark.process
 
 #: a writer that never stops: the pipe stays open and full
 ENDLESS = "import sys\nw = sys.stdout.buffer\nwhile True:\n    w.write(b'line\\n' * 4096)\n"

@@ -13,6 +13,7 @@ from tests.support.brokers import BrokerProcess
 from .support import cli, conn, stderr_line
 
 
+@pytest.mark.process
 def test_produce_and_consume_of_a_super_stream(shared_broker: BrokerProcess) -> None:
     c = conn(shared_broker)
     cli("streams", *c, "create-super", "orders", "--partitions", "2")

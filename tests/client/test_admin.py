@@ -12,6 +12,8 @@ from streamlet.client import Client, ConnectionClosed, StreamletError, connect
 from streamlet.protocol import Code, Key
 from streamlet.protocol.constants import NO_LEADER
 
+pytestmark = pytest.mark.process
+
 
 def _name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"

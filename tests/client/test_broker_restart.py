@@ -11,6 +11,8 @@ import pytest
 from streamlet.client import ConnectionClosed, connect
 from streamlet.protocol import Code
 
+pytestmark = pytest.mark.process
+
 
 async def test_kill_fails_waiters_and_confirmed_data_survives(broker: Any) -> None:
     client = await connect(broker.host, broker.port)

@@ -25,6 +25,8 @@ from tests.support.brokers import BrokerProcess
 from tests.support.raw import RawPeer
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 HEARTBEAT = 1
 #: the stretch of silence observed: twelve intervals (the broker gives up after two)
 WINDOW = 12 * HEARTBEAT

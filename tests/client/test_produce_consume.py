@@ -12,6 +12,8 @@ import pytest
 from streamlet.client import Client, Consumer, Message, OffsetSpec, StreamletError, connect
 from streamlet.protocol import Code
 
+pytestmark = pytest.mark.process
+
 
 async def take(consumer: Consumer, n: int, timeout: float = 30.0) -> list[Message]:
     """The next ``n`` messages (a bound on waiting, not an assertion on speed)."""

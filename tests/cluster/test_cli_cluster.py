@@ -16,6 +16,8 @@ import pytest
 from tests.cluster.test_failover import _led, _led_after
 from tests.cluster.test_local_cluster import HOST, Cluster, cli, wait_until
 
+pytestmark = pytest.mark.process
+
 START_S = 120.0
 
 

@@ -21,6 +21,8 @@ from tests.cluster.test_local_cluster import HOST, Cluster
 from tests.node.test_node_client import node_client  # noqa: F401  (the fixture)
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 NODE_DIR = Path(__file__).parent.parent / "node"
 
 

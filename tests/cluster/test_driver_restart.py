@@ -18,6 +18,8 @@ from streamlet.replication.model import NO_LEADER
 from tests.support.brokers import BrokerProcess, free_port
 from tests.support.raw import RawPeer
 
+pytestmark = pytest.mark.process
+
 HOST = "127.0.0.1"
 
 

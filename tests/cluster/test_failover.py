@@ -26,6 +26,8 @@ from tests.cluster.test_local_cluster import wait_until as wait_sync
 from tests.support.raw import RawPeer
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 N = 5000
 KILLS = 5
 

@@ -25,6 +25,8 @@ from streamlet.cluster.probe import bind_error, pid_alive, port_accepts
 from streamlet.cluster.supervisor import Supervisor
 from tests.support.raw import RawPeer
 
+pytestmark = pytest.mark.process
+
 HOST = "127.0.0.1"
 # generous: brokers start on 2 shared cores, beside whatever else runs
 START_S = 120.0

@@ -30,6 +30,8 @@ from tests.support.brokers import BrokerProcess, free_port
 from tests.support.faultproxy import FaultProxy, LoopThread, every
 from tests.support.raw import RawPeer
 
+pytestmark = pytest.mark.process
+
 HOST = "127.0.0.1"
 TICK_S = 0.2
 

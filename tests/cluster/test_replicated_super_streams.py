@@ -21,6 +21,8 @@ from streamlet.client import connect
 from tests.cluster.test_local_cluster import HOST, Cluster
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 NAME = "orders"
 PARTITIONS = [f"{NAME}-{i}" for i in range(3)]
 

@@ -22,6 +22,8 @@ from streamlet.sbp.headers import text
 from tests.cluster.test_local_cluster import HOST, Cluster, free_base, status_json
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 NAME = "sbp-f"
 BEFORE, AFTER = 300, 300  # acknowledged appends before the kill, and after the new primary's
 PER_FRAME = 5

@@ -20,6 +20,8 @@ from tests.support.brokers import BrokerProcess, free_port
 from tests.support.certs import issue, make_ca
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 HOST = "127.0.0.1"
 USER, PASSWORD = "admin", "admin-pw"
 N = 300

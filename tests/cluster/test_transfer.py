@@ -17,6 +17,8 @@ from tests.cluster.test_failover import _at_least, _create_replicated, _files, _
 from tests.cluster.test_local_cluster import HOST, Cluster, cli, status_json
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 STEP = 500  # confirms before the first move, and after each
 
 

@@ -143,6 +143,7 @@ def _check_syntax(b: Block) -> None:
 CHECKED = [b for b in ALL if b.kind in ("k8s", "bench", "fragment", "config", "file")]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("block", CHECKED, ids=[b.where for b in CHECKED])
 def test_examples_not_run_here_are_well_formed(block: Block) -> None:
     _check_syntax(block)
@@ -294,6 +295,7 @@ def netns_prefix() -> list[str]:
 RUN_PAGES = [p for p in PAGES if any(b.kind in ("run", "serve") for b in parse(p))]
 
 
+@pytest.mark.process
 @pytest.mark.timeout(1500)
 @pytest.mark.parametrize("path", RUN_PAGES, ids=[str(p.relative_to(ROOT)) for p in RUN_PAGES])
 def test_the_examples_of_a_page_run(path: Path, tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ TAG = "e2e"
 NS = "streamlet-system"
 APP = "apps"
 
-pytestmark = pytest.mark.timeout(1500)
+pytestmark = [pytest.mark.timeout(1500), pytest.mark.process]
 
 
 def _missing_tools() -> str | None:

@@ -15,6 +15,8 @@ import pytest
 
 from tests.support.brokers import BrokerProcess
 
+pytestmark = pytest.mark.process
+
 HERE = Path(__file__).parent
 
 

@@ -6,6 +6,8 @@ import base64
 import tomllib
 from typing import Any
 
+import pytest
+
 from streamlet_operator import names
 from streamlet_operator.kube import Kube
 from tests.operator.harness import eventually
@@ -56,6 +58,7 @@ async def test_broker_creates_its_children(kube: Kube, namespace: str) -> None:
     assert [u["name"] for u in users_toml["users"]] == ["guest"]  # the test's operator user
 
 
+@pytest.mark.process
 async def test_broker_status_follows_pods(kube: Kube, kubelet: Kubelet, namespace: str) -> None:
     await kube.create(broker_body(namespace, replicas=2))
     created = await eventually(lambda: kube.get("Broker", namespace, "b"))

@@ -14,6 +14,8 @@ from tests.operator.latency import delayed
 from tests.support.brokers import BrokerProcess, free_port
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.process
+
 BrokerFactory = Callable[..., BrokerProcess]
 
 

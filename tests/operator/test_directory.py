@@ -10,6 +10,7 @@ import contextlib
 import json
 from typing import Any
 
+import pytest
 from rstream import (
     AMQPMessage,
     Consumer,
@@ -79,6 +80,7 @@ async def _holds(address: Address, stream: str) -> bool:
         await client.close()
 
 
+@pytest.mark.process
 async def test_any_pod_directs_clients_to_the_stream(cluster: Cluster, kube: Kube,
                                                      kubelet: Kubelet, namespace: str) -> None:
     await running_broker(kube, kubelet, namespace, replicas=2)
@@ -120,6 +122,7 @@ async def test_any_pod_directs_clients_to_the_stream(cluster: Cluster, kube: Kub
     await _directory_lists(kubelet, namespace, {"filler": pod0})
 
 
+@pytest.mark.process
 async def test_a_producer_follows_a_moved_stream(cluster: Cluster, kube: Kube, kubelet: Kubelet,
                                                  namespace: str) -> None:
     """Scale-down with MoveStreams: the producer (started from pod 1's address) publishes to the

@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from streamlet.client import connect
 from streamlet_operator import names
 from streamlet_operator.drain import DRAIN
@@ -29,6 +31,8 @@ from tests.operator.test_replicated import record_of, replication
 from tests.operator.test_replicated import replicated_stream as replicated_stream  # noqa: F401
 from tests.operator.test_roll import Producer, _pods_up
 from tests.operator.test_stream import ready, stream_body
+
+pytestmark = pytest.mark.process
 
 STEP = 300  # confirms before the drain, and after it
 DRAIN_S = 180  # a transfer and a move, on two loaded cores

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 from typing import Any
 
+import pytest
 from rstream import (
     AMQPMessage,
     Consumer,
@@ -36,6 +37,8 @@ from tests.operator.test_stream import (
     stream_body,
     two_pods_and_a_stream_on_b1,
 )
+
+pytestmark = pytest.mark.process
 
 MESSAGES = 50
 

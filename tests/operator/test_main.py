@@ -10,6 +10,7 @@ import pytest
 import streamlet_operator.__main__ as entry
 
 
+@pytest.mark.process
 def test_help_runs() -> None:
     out = subprocess.run([sys.executable, "-m", "streamlet_operator", "--help"],
                          capture_output=True, text=True, timeout=60)

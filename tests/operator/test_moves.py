@@ -15,6 +15,7 @@ from typing import Any
 
 import aiohttp
 import kopf
+import pytest
 from rstream import AMQPMessage, Producer
 
 from streamlet.client import connect
@@ -30,6 +31,8 @@ from tests.operator.kubelet import Kubelet
 from tests.operator.test_broker import condition
 from tests.operator.test_stream import two_pods_and_a_stream_on_b1
 from tests.support.brokers import BrokerProcess
+
+pytestmark = pytest.mark.process
 
 SENDERS = 4
 MARK = b"live-msg:"

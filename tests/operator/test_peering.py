@@ -26,6 +26,8 @@ from tests.operator.harness import VERBS, EmulatedApiServer, eventually, kube_cl
 from tests.support.brokers import free_port
 from tests.support.scrape import scrape, value
 
+pytestmark = pytest.mark.process
+
 NAMESPACE = "peering"
 PEERING = "streamlet-operator"
 # Generous: two operator processes start on a loaded machine with 2 cores.

@@ -429,6 +429,7 @@ def test_unset_fields(base: dict[str, Any], expected: dict[str, Any]) -> None:
     assert st.to_status(base) == expected
 
 
+@pytest.mark.process
 def test_the_plan_imports_no_kopf_and_no_io() -> None:
     """plan.py decides; the handlers act. A fresh interpreter, as kopf is loaded here."""
     code = ("import sys, streamlet_operator.plan; "

@@ -35,6 +35,8 @@ from tests.operator.peers import PeeredLauncher
 from tests.operator.test_broker import condition
 from tests.operator.test_stream import running_broker, stream_body
 
+pytestmark = pytest.mark.process
+
 PODS = 3
 MESSAGES = 200
 LAGGING, LAGGING_SIZE = 2000, 16 * 1024

@@ -32,6 +32,8 @@ from tests.operator.peers import PeeredLauncher
 from tests.operator.test_broker import condition
 from tests.operator.test_stream import running_broker, stream_body
 
+pytestmark = pytest.mark.process
+
 PODS = 3
 PARTITIONS = [f"orders-{i}" for i in range(3)]
 MESSAGES = 200

@@ -15,6 +15,8 @@ import asyncio
 import time
 from typing import Any
 
+import pytest
+
 from streamlet_operator import names
 from streamlet_operator.kube import Kube
 from tests.operator.conftest import Cluster
@@ -22,6 +24,8 @@ from tests.operator.harness import eventually
 from tests.operator.kubelet import Kubelet
 from tests.operator.test_broker import condition
 from tests.operator.test_stream import stream_body
+
+pytestmark = pytest.mark.process
 
 HELD_S = 5  # how long a refused change is watched doing nothing
 

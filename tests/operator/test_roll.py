@@ -18,6 +18,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
 from streamlet.client import connect
 from streamlet.client.errors import StreamletError
 from streamlet_operator.builders.statefulset import TEMPLATE_HASH
@@ -30,6 +32,8 @@ from tests.operator.statefulset import StatefulSetController
 from tests.operator.test_broker import condition
 from tests.operator.test_replicated import record_of, replication
 from tests.operator.test_replicated import replicated_stream as replicated_stream  # noqa: F401
+
+pytestmark = pytest.mark.process
 
 STEP = 300  # confirms before the roll, and more after each pod
 ROLL_S = 240  # three pods, each: transfer, stop, start, catch up; on two loaded cores

@@ -132,6 +132,7 @@ async def _template_hash(kube: Kube, namespace: str) -> str:
     return str(sts["spec"]["template"]["metadata"]["annotations"][TEMPLATE_HASH])
 
 
+@pytest.mark.process
 async def test_mtls_only_broker_with_permissions_and_an_export_user(
         cluster: Cluster, kube: Kube, namespace: str, certs: Path, pod: ConfigPod) -> None:
     await kube.create(_tls_secret(namespace, "b-tls", certs, "server"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from prometheus_client import REGISTRY
 from rstream import AMQPMessage, Producer
 
@@ -63,6 +64,7 @@ async def gone(kube: Kube, kind: str, namespace: str, name: str) -> None:
     await eventually(check, what=f"{kind} {name} deleted")
 
 
+@pytest.mark.process
 async def test_replicas_reach_the_broker_as_initial_cluster_size(
         cluster: Cluster, kube: Kube, kubelet: Kubelet, namespace: str) -> None:
     """spec.replicas 3 on 3 pods: the Create the placed pod receives asks for 3 members; the
@@ -102,6 +104,7 @@ async def _replicas_are(kube: Kube, namespace: str, name: str, replicas: int) ->
     return sts is not None and sts["spec"]["replicas"] == replicas
 
 
+@pytest.mark.process
 async def test_stream_is_created_on_its_pod(cluster: Cluster, kube: Kube, kubelet: Kubelet,
                                             namespace: str) -> None:
     await running_broker(kube, kubelet, namespace, replicas=2)
@@ -118,6 +121,7 @@ async def test_stream_is_created_on_its_pod(cluster: Cluster, kube: Kube, kubele
     assert not await cluster.probe.exists(cluster.pods.pods[(namespace, "b", 1)], "orders")
 
 
+@pytest.mark.process
 async def test_placement_balances_stream_counts(cluster: Cluster, kube: Kube, kubelet: Kubelet,
                                                 namespace: str) -> None:
     await running_broker(kube, kubelet, namespace, replicas=3)
@@ -135,6 +139,7 @@ async def test_placement_balances_stream_counts(cluster: Cluster, kube: Kube, ku
     await eventually(counts, what="Broker status counts streams per pod")
 
 
+@pytest.mark.process
 async def test_stream_waits_for_its_broker(kube: Kube, kubelet: Kubelet, namespace: str) -> None:
     await kube.create(stream_body(namespace, "early", broker="later"))
     s = await ready(kube, namespace, "early", reason="BrokerNotFound", status="False")
@@ -147,6 +152,7 @@ async def test_stream_waits_for_its_broker(kube: Kube, kubelet: Kubelet, namespa
     assert s["status"]["leader"] == "later-0"
 
 
+@pytest.mark.process
 async def test_delete_removes_the_stream_from_its_broker(cluster: Cluster, kube: Kube,
                                                          kubelet: Kubelet, namespace: str) -> None:
     await running_broker(kube, kubelet, namespace, replicas=1)
@@ -159,6 +165,7 @@ async def test_delete_removes_the_stream_from_its_broker(cluster: Cluster, kube:
     assert not await cluster.probe.exists(pod, "doomed")
 
 
+@pytest.mark.process
 async def test_retain_keeps_the_stream(cluster: Cluster, kube: Kube, kubelet: Kubelet,
                                        namespace: str) -> None:
     await running_broker(kube, kubelet, namespace, replicas=1)
@@ -169,6 +176,7 @@ async def test_retain_keeps_the_stream(cluster: Cluster, kube: Kube, kubelet: Ku
     assert await cluster.probe.exists(cluster.pods.pods[(namespace, "b", 0)], "kept")
 
 
+@pytest.mark.process
 async def test_immutable_change_is_refused(kube: Kube, kubelet: Kubelet, namespace: str) -> None:
     await running_broker(kube, kubelet, namespace, replicas=1)
     await kube.create(stream_body(namespace, "fixed", retention={"maxAge": "1D"}))
@@ -183,6 +191,7 @@ async def test_immutable_change_is_refused(kube: Kube, kubelet: Kubelet, namespa
     await ready(kube, namespace, "fixed")
 
 
+@pytest.mark.process
 async def test_scale_down_is_refused_while_pods_hold_streams(
         kube: Kube, kubelet: Kubelet, namespace: str) -> None:
     await running_broker(kube, kubelet, namespace, replicas=2)
@@ -221,6 +230,7 @@ async def _cond_status(kube: Kube, namespace: str, type_: str, status: str) -> b
     return condition(await kube.get("Broker", namespace, "b"), type_).get("status") == status
 
 
+@pytest.mark.process
 async def test_missing_stream_is_recreated(cluster: Cluster, kube: Kube, kubelet: Kubelet,
                                            namespace: str) -> None:
     await running_broker(kube, kubelet, namespace, replicas=1)
@@ -251,6 +261,7 @@ async def test_missing_stream_is_recreated(cluster: Cluster, kube: Kube, kubelet
     assert "drifty was missing on b-0" in found[0]["message"]
 
 
+@pytest.mark.process
 async def test_pod_restart_keeps_the_stream(cluster: Cluster, kube: Kube, kubelet: Kubelet,
                                             namespace: str) -> None:
     """A pod that dies makes the Stream Degraded; back on its volume, the stream is found as it
@@ -282,6 +293,7 @@ async def test_pod_restart_keeps_the_stream(cluster: Cluster, kube: Kube, kubele
         "streamlet_operator_drift_repairs_total", {"namespace": namespace}) or 0.0) == repairs
 
 
+@pytest.mark.process
 async def test_super_stream_partitions_share_a_pod(cluster: Cluster, kube: Kube,
                                                    kubelet: Kubelet, namespace: str) -> None:
     await running_broker(kube, kubelet, namespace, replicas=2)
@@ -311,6 +323,7 @@ def test_reconciliations_are_counted(cluster: Cluster) -> None:
 
 
 
+@pytest.mark.process
 async def test_never_created_stream_does_not_block_scale_down(
         kube: Kube, kubelet: Kubelet, namespace: str) -> None:
     await running_broker(kube, kubelet, namespace, replicas=2)

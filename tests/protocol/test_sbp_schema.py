@@ -30,6 +30,7 @@ def flatc() -> str:
     return found
 
 
+@pytest.mark.process
 def test_generated_code_matches_the_schema(tmp_path: Path) -> None:
     subprocess.run([flatc(), "--python", "--gen-object-api", "-o", str(tmp_path), str(SCHEMA)],
                    check=True, capture_output=True)

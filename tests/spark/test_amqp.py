@@ -34,6 +34,7 @@ def test_decoder_reads_rstream_encoding() -> None:
     assert decode_value(b"\xd1\x00\x00\x00\x09\x00\x00\x00\x02\xa1\x01k\x55\x05") == {"k": 5}
 
 
+@pytest.mark.process
 def test_amqp_format_read(spark: Any, shared_broker: BrokerProcess) -> None:
     port = shared_broker.port
     publish(port, "amqp-in", [], create=True)

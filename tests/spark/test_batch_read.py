@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from tests.spark.helpers import body, publish
 from tests.support.brokers import BrokerProcess
+
+pytestmark = pytest.mark.process
 
 
 def load(spark: Any, broker: BrokerProcess, stream: str, **options: str) -> Any:

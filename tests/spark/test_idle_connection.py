@@ -7,11 +7,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from streamlet_spark.broker import iter_chunk_groups
 from streamlet_spark.offsets import Range
 from streamlet_spark.options import Options
 from tests.spark.helpers import body, publish
 from tests.support.brokers import BrokerProcess
+
+pytestmark = pytest.mark.process
 
 HEARTBEAT = 1
 

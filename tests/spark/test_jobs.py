@@ -8,8 +8,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
+
 from tests.spark.helpers import body, publish, read_all, stored_offset
 from tests.support.brokers import BrokerProcess
+
+pytestmark = pytest.mark.process
 
 JOBS = Path(__file__).resolve().parents[2] / "spark-on-k8s" / "jobs"
 

@@ -10,8 +10,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.spark.helpers import body, publish, read_all, stored_offset
 from tests.support.brokers import BrokerProcess
+
+pytestmark = pytest.mark.process
 
 ROOT = Path(__file__).resolve().parents[2]
 

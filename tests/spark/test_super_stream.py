@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from tests.spark.helpers import body, create_super_stream, publish, read_all
 from tests.support.brokers import BrokerProcess
+
+pytestmark = pytest.mark.process
 
 
 def test_super_stream_read_and_write(spark: Any, shared_broker: BrokerProcess) -> None:

@@ -20,6 +20,8 @@ from tests.spark.test_jobs import job
 from tests.support.brokers import BrokerProcess, free_port
 from tests.support.certs import make_certs, tls_only_config
 
+pytestmark = pytest.mark.process
+
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:

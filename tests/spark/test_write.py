@@ -10,6 +10,8 @@ import pytest
 from tests.spark.helpers import body, publish, read_all, stream_exists
 from tests.support.brokers import BrokerProcess
 
+pytestmark = pytest.mark.process
+
 
 def test_batch_write_round_trip(spark: Any, shared_broker: BrokerProcess) -> None:
     port = shared_broker.port

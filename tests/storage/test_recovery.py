@@ -240,6 +240,7 @@ os._exit(0)  # no close: buffered index records are lost, as in a crash
 """
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("chunks_per_segment", [1000, 50])
 def test_process_crash_loses_nothing_written(tmp_path: Path, chunks_per_segment: int) -> None:
     d = tmp_path / "s"

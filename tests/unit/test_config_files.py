@@ -50,6 +50,7 @@ def test_users_file_problems_are_one_clear_error(tmp_path: Path, content: str | 
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.process
 def test_a_missing_users_file_stops_serve_with_one_line(tmp_path: Path) -> None:
     cfg = _config(tmp_path, f'[server]\nusers_file = "{tmp_path}/nope.toml"\n')
     run = subprocess.run([sys.executable, "-m", "streamlet", "serve", "--config", str(cfg),
@@ -60,6 +61,7 @@ def test_a_missing_users_file_stops_serve_with_one_line(tmp_path: Path) -> None:
     assert len(lines) == 1 and "cannot read users file" in lines[0] and "nope.toml" in lines[0]
 
 
+@pytest.mark.process
 def test_an_unreadable_super_streams_record_stops_serve_with_one_line(tmp_path: Path) -> None:
     data = tmp_path / "d"
     data.mkdir()

@@ -29,6 +29,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
+@pytest.mark.process
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 def test_large_blocks_are_reused_instead_of_faulted_in_again() -> None:
     """Three blocks of 4 MiB at a time, 50 times: glibc trims the freed 12 MiB off the heap's
@@ -51,6 +52,7 @@ print(young == GC_YOUNG, gc.get_freeze_count() >= len(objects), rest == [10, 10]
 """
 
 
+@pytest.mark.process
 def test_the_collector_is_settled_once_serving() -> None:
     """Startup's objects are frozen (full collections skip them) and the young generation is
     collected every GC_YOUNG allocations instead of 700; the older generations keep Python's."""

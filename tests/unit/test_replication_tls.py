@@ -58,6 +58,7 @@ def _tls_cfg(tmp_path: Path, certs: Path, cafile: bool = True):  # type: ignore[
     return cfg.tls
 
 
+@pytest.mark.process
 def test_the_client_context_checks_the_peer_and_its_name(tmp_path: Path, certs: Path) -> None:
     ctx = client_context(_tls_cfg(tmp_path, certs))
     assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
@@ -65,6 +66,7 @@ def test_the_client_context_checks_the_peer_and_its_name(tmp_path: Path, certs: 
     assert any("streamlet-test-ca" in str(c.get("subject")) for c in ctx.get_ca_certs())
 
 
+@pytest.mark.process
 def test_unreadable_certificates_are_a_config_error(tmp_path: Path, certs: Path) -> None:
     cfg = _tls_cfg(tmp_path, certs)
     (certs / "server.key").write_text("not a key")
@@ -72,6 +74,7 @@ def test_unreadable_certificates_are_a_config_error(tmp_path: Path, certs: Path)
         client_context(cfg)
 
 
+@pytest.mark.process
 def test_a_reload_replaces_the_links_context_too(tmp_path: Path, certs: Path) -> None:
     tls = ServerTls(_tls_cfg(tmp_path, certs), peers=True)
     login = PeerLogin("u", "p", lambda: tls.client)
@@ -85,6 +88,7 @@ def test_a_reload_replaces_the_links_context_too(tmp_path: Path, certs: Path) ->
     assert login.context() is tls.client  # the last good one stays
 
 
+@pytest.mark.process
 def test_plaintext_links_have_no_context(tmp_path: Path, certs: Path) -> None:
     assert ServerTls(_tls_cfg(tmp_path, certs), peers=False).client is None
     assert PeerLogin("u", "p").context() is None
