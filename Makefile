@@ -13,13 +13,10 @@ SBP_PORT ?= 5555
 
 .PHONY: up test test-fast lint bench soak clean help
 
-# The in-memory tests: no broker process, no cluster emulator, no Spark (seconds).
-FAST_TESTS := tests/unit tests/core tests/rabbitmq tests/storage tests/protocol tests/replication tests/client/test_client_units.py tests/operator/test_placement.py tests/operator/test_plan.py tests/operator/test_failover.py tests/operator/test_rolling.py tests/operator/test_drain_units.py tests/operator/test_resize_units.py tests/cluster/test_units.py tests/broker/test_mgmt_units.py tests/broker/test_reload_units.py tests/cli/test_perf_units.py
-
 help:
 	@echo "make up     - install and serve a broker on $(HOST):$(PORT) (MEGA on 127.0.0.1:$(MEGA_PORT), Reactive Streams IO on 127.0.0.1:$(RSIO_PORT), SBP on 127.0.0.1:$(SBP_PORT)), data in ./$(DATA) (Ctrl-C stops)"
 	@echo "make test   - install everything the tests use and run them all"
-	@echo "make test-fast - the in-memory tests only (seconds)"
+	@echo "make test-fast - the tests that start no process and are not slow: pytest -m 'not process and not slow' (no broker, CLI, node, Spark)"
 	@echo "make lint   - ruff, mypy and the import contracts (.importlinter)"
 	@echo "make bench  - side-by-side benchmark against RabbitMQ (installs it as root if missing); results in bench/results/ (UPDATE_DOCS=1: also docs/performance.md)"
 	@echo "make soak   - the long hardening runs: fuzz, 10,000 connections, kill -9 (docs/reliability.md)"
@@ -45,7 +42,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider $(FAST_TESTS)
+	$(PY) -m pytest -q -p no:cacheprovider -m "not process and not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check broker_image operator spark-on-k8s tests bench
