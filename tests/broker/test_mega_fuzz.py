@@ -87,6 +87,7 @@ def read_at(broker: Broker, topic: str, offset: int) -> bytes | None:
     return None
 
 
+@pytest.mark.slow  # a long fuzz loop: make test runs it, make test-fast does not
 async def test_fuzz_in_process(broker: Broker, caplog: pytest.LogCaptureFixture) -> None:
     rng = random.Random(20261123)
     produced: dict[tuple[bytes, int], bytes] = {}  # (topic, offset) -> payload answered

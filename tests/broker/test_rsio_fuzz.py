@@ -220,6 +220,7 @@ def stored(broker: Broker, name: str) -> list[bytes]:
     return out
 
 
+@pytest.mark.slow  # a long fuzz loop: make test runs it, make test-fast does not
 async def test_fuzz_in_process(broker: Broker, caplog: pytest.LogCaptureFixture) -> None:
     rng = random.Random(20261123)
     model = Model()

@@ -138,6 +138,7 @@ def mutate(rng: random.Random, raw: bytes) -> bytes:
     return bytes(b)
 
 
+@pytest.mark.slow  # a long fuzz loop: make test runs it, make test-fast does not
 async def test_fuzz_in_process(broker: Broker, caplog: pytest.LogCaptureFixture) -> None:
     rng = random.Random(20261123)
     streams = broker.vhosts["/"].streams
