@@ -24,6 +24,7 @@ def test_plain_authentication() -> None:
     assert authenticate_plain(USERS, b"garbage", "127.0.0.1")[0] == Code.SASL_ERROR
     assert authenticate_plain(USERS, None, "127.0.0.1")[0] == Code.SASL_ERROR
     assert is_loopback("127.8.9.10") and not is_loopback("192.168.1.1") and not is_loopback("x")
+    assert is_loopback("::ffff:127.0.0.1")  # an IPv4 peer as a dual-stack listener sees it
 
 
 def test_durations() -> None:

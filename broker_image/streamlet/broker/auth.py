@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import hmac
-import ipaddress
 
 from ..protocol import Code
-from .config import User
+from .config import User, loopback_address
 
 MECHANISMS = ["PLAIN"]
 
 
 def is_loopback(address: str | None) -> bool:
+    """Whether a peer connected from this machine: its address is a loopback one (an
+    IPv4-mapped one too, as a dual-stack listener sees IPv4 peers)."""
     if not address:
         return True  # a Unix socket or a socketpair: local by construction
-    try:
-        return ipaddress.ip_address(address.split("%")[0]).is_loopback
-    except ValueError:
-        return False
+    return loopback_address(address)
 
 
 def authenticate_plain(users: tuple[User, ...], data: bytes | None, peer: str | None) -> tuple[Code, str | None]:

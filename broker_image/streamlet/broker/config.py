@@ -830,7 +830,7 @@ def _apply_access(doc: dict[str, Any]) -> dict[str, Any]:
     return changes
 
 
-def _loopback_address(address: str) -> bool:
+def loopback_address(address: str) -> bool:
     """A literal IPv4 or IPv6 address of the loopback (an IPv4-mapped one too); False for
     anything else, a name included."""
     try:
@@ -858,13 +858,13 @@ def is_loopback_host(host: str, resolve: Resolver | None = None) -> bool:
     except ValueError:
         pass
     else:
-        return _loopback_address(host)
+        return loopback_address(host)
     try:
         infos = (resolve or socket.getaddrinfo)(host, None, 0, socket.SOCK_STREAM)
     except (OSError, UnicodeError):  # socket.gaierror is an OSError
         return False
     addresses = {str(info[4][0]) for info in infos}
-    return bool(addresses) and all(_loopback_address(a) for a in addresses)
+    return bool(addresses) and all(loopback_address(a) for a in addresses)
 
 
 def with_port(cfg: BrokerConfig, protocol: str, port: int | None) -> BrokerConfig:
