@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.support.brokers import BrokerProcess
+from tests.support.brokers import BrokerProcess, distinct_ports
 
 STREAMLET = [sys.executable, "-m", "streamlet"]
 
@@ -20,6 +20,16 @@ def cli(*args: str, stdin: bytes | None = None, check: bool = True,
         cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run([*STREAMLET, *args], input=stdin, capture_output=True, timeout=120,
                           check=check, env={**os.environ, **(env or {})}, cwd=cwd)
+
+
+def every_protocol_broker(data: Path) -> tuple[BrokerProcess, dict[str, int]]:
+    """A broker serving every protocol on free ports (no metrics or API port), started: it and
+    each protocol's port."""
+    port, mega, rsio, sbp = distinct_ports(4)
+    b = BrokerProcess(data, port=port, extra_args=[
+        "--mega-port", str(mega), "--rsio-port", str(rsio), "--sbp-port", str(sbp),
+        "--metrics-port", "0", "--http-port", "0"]).start()
+    return b, {"rabbitmq": port, "mega": mega, "rsio": rsio, "sbp": sbp}
 
 
 def conn(b: BrokerProcess) -> list[str]:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.brokers import BrokerProcess, distinct_ports
+from .support import every_protocol_broker
 
 pytestmark = pytest.mark.process
 
@@ -34,11 +34,7 @@ def imported(*argv: str, stdin: bytes | None = None) -> set[str]:
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, list[str]]]:
     root = tmp_path_factory.mktemp("lazy")
-    port, mega, rsio, sbp = distinct_ports(4)
-    b = BrokerProcess(root / "data", port=port, extra_args=[
-        "--mega-port", str(mega), "--rsio-port", str(rsio), "--sbp-port", str(sbp),
-        "--metrics-port", "0", "--http-port", "0"]).start()
-    ports = {"rabbitmq": port, "mega": mega, "rsio": rsio, "sbp": sbp}
+    b, ports = every_protocol_broker(root / "data")
     yield {p: ["--protocol", p, "--port", str(n)] if p != "rabbitmq" else ["--port", str(n)]
            for p, n in ports.items()}
     b.stop()

@@ -16,13 +16,13 @@ from streamlet.client.mega import MegaError
 from streamlet.client.sbp import SbpError
 from streamlet.mega import ErrorCode as MegaCode
 from streamlet.sbp import ErrorCode as SbpCode
-from tests.support.brokers import BrokerProcess, distinct_ports
 
 from .support import (
     SIGINT,
     SIGTERM,
     STREAMLET,
     cli,
+    every_protocol_broker,
     signal_and_wait,
     start,
     stderr_line,
@@ -36,11 +36,7 @@ PROTOCOLS = ("mega", "rsio", "sbp")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, list[str]]]:
     """One broker serving every protocol: each protocol's connection options."""
     root = tmp_path_factory.mktemp("other-protocols")
-    port, mega, rsio, sbp = distinct_ports(4)
-    b = BrokerProcess(root / "data", port=port, extra_args=[
-        "--mega-port", str(mega), "--rsio-port", str(rsio), "--sbp-port", str(sbp),
-        "--metrics-port", "0", "--http-port", "0"]).start()
-    ports = {"rabbitmq": port, "mega": mega, "rsio": rsio, "sbp": sbp}
+    b, ports = every_protocol_broker(root / "data")
     yield {p: ["--protocol", p, "--host", b.host, "--port", str(n)] for p, n in ports.items()}
     b.stop()
 
