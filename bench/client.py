@@ -2,7 +2,7 @@
 
 One :class:`Conn` is an asyncio BufferedProtocol reading into a reusable buffer, so a Deliver
 frame's payload is skipped without ever being copied into a Python object when only its chunk
-header is needed. Control frames use :mod:`streamlet.protocol.frames`; the hot frames
+header is needed. Control frames use :mod:`streamlet.rabbitmq.frames`; the hot frames
 (PublishConfirm, Deliver) are parsed with struct directly, per frame or per chunk, never per
 message.
 """
@@ -16,9 +16,9 @@ import socket
 import struct
 from typing import Any, Protocol, cast
 
-from streamlet.protocol import frames as f
-from streamlet.protocol.constants import Code, Key
+from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.client import ClientHandshake, HandshakeFailed, Opened
+from streamlet.rabbitmq.constants import Code, Key
 from streamlet.storage.chunk import HEADER_SIZE
 
 _FRAME_HEAD = struct.Struct(">IHH")

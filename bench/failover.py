@@ -15,8 +15,8 @@ import contextlib
 import time
 from typing import Any
 
-from streamlet.protocol import frames as f
-from streamlet.protocol.constants import NO_LEADER, Code, Key
+from streamlet.rabbitmq import frames as f
+from streamlet.rabbitmq.constants import NO_LEADER, Code, Key
 
 from .client import BenchError, Conn, connect
 from .load import _PUBLISH_HEAD, _TS_MSG, publish_frame

@@ -14,7 +14,7 @@ import struct
 import time
 from array import array
 
-from streamlet.protocol.constants import Key
+from streamlet.rabbitmq.constants import Key
 from streamlet.storage.chunk import HEADER, HEADER_SIZE
 
 from .client import Conn

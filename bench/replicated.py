@@ -25,8 +25,8 @@ import struct
 import time
 from typing import Any
 
-from streamlet.protocol import frames as f
-from streamlet.protocol.constants import Code
+from streamlet.rabbitmq import frames as f
+from streamlet.rabbitmq.constants import Code
 
 from .client import CREATED_OR_EXISTS, BenchError, connect
 from .failover import failover_seconds, leader_port

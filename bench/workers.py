@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event
 from typing import Any
 
-from streamlet.protocol.constants import OffsetType
+from streamlet.rabbitmq.constants import OffsetType
 
 from . import failover, protoload
 from .client import Conn, connect

@@ -8,7 +8,7 @@ import random
 import struct
 from collections.abc import Callable
 
-from streamlet.protocol import frames as f
+from streamlet.rabbitmq import frames as f
 
 from .mutate import LENGTH_PREFIXED, Mutator
 from .peer import Peer

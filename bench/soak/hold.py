@@ -9,7 +9,7 @@ import asyncio
 import random
 import time
 
-from streamlet.protocol import frames as f
+from streamlet.rabbitmq import frames as f
 
 from .bystander import Bystander
 from .common import (

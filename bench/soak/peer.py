@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import struct
 
-from streamlet.protocol import frames as f
+from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.client import ClientHandshake, HandshakeFailed
 
 HOST = "127.0.0.1"

@@ -21,7 +21,8 @@ _ALL = frozenset({"1", "yes", "true", "all", "on"})
 
 #: each C module -> the Python modules that import it (its twins)
 TWINS: Mapping[str, tuple[str, ...]] = {
-    "streamlet.protocol._speedups": ("streamlet.protocol.publish", "streamlet.protocol.framing"),
+    "streamlet.wire._arena": ("streamlet.wire.framing",),
+    "streamlet.rabbitmq._speedups": ("streamlet.rabbitmq.publish",),
     "streamlet.storage._entries": ("streamlet.storage.entries",),
     "streamlet.sbp._flat": ("streamlet.sbp.flat",),
 }

@@ -32,8 +32,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from streamlet.elector import Members, run_election
-from streamlet.protocol.constants import Role
+from streamlet.driver.elector import Members, run_election
+from streamlet.rabbitmq.constants import Role
 from streamlet.replication.election import Decision, transfer, transfer_ready
 from streamlet.replication.model import NO_LEADER, Tail
 

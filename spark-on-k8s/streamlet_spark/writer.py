@@ -20,7 +20,7 @@ from pyspark.sql.datasource import (
 )
 
 from streamlet.client import Client, Producer, StreamletError
-from streamlet.protocol import Code
+from streamlet.rabbitmq import Code
 
 from . import broker
 from .options import Options

@@ -13,8 +13,8 @@ import pytest
 
 from bench.client import Conn
 from bench.load import CountingConsumer, LatencyConsumer
-from streamlet.protocol import frames as f
-from streamlet.protocol.publish import deliver_prefix
+from streamlet.rabbitmq import frames as f
+from streamlet.rabbitmq.publish import deliver_prefix
 from streamlet.storage.chunk import encode_chunk, simple_entry
 
 

@@ -8,8 +8,8 @@ from bench.report import replicated_targets
 from bench.run import _rank
 from bench.servers import _pid_of_port, leader_from_directory
 from bench.workloads import Row
-from streamlet.protocol import frames as f
-from streamlet.protocol.constants import NO_LEADER, Code
+from streamlet.rabbitmq import frames as f
+from streamlet.rabbitmq.constants import NO_LEADER, Code
 
 
 def test_leader_from_directory() -> None:

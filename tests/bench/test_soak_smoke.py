@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.soak.fuzz_stream import StreamFuzzer
-from streamlet.protocol import frames as f
+from streamlet.rabbitmq import frames as f
 
 REPO = Path(__file__).resolve().parents[2]
 

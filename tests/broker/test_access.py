@@ -15,7 +15,7 @@ from rstream import RawMessage, SlasMechanism
 from rstream.exceptions import AccessRefused, PublisherDoesNotExist, VirtualHostAccessFailure
 
 from streamlet.client import StreamletError, connect
-from streamlet.protocol import Code
+from streamlet.rabbitmq import Code
 from tests.support.brokers import BrokerProcess, free_port
 
 pytestmark = pytest.mark.process

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from streamlet.broker.config import DEFAULT_FRAME_LIMIT
-from streamlet.protocol import Code
-from streamlet.protocol import frames as f
+from streamlet.rabbitmq import Code
+from streamlet.rabbitmq import frames as f
 from streamlet.storage import chunk
 from tests.support.brokers import BrokerProcess
 from tests.support.raw import RawPeer

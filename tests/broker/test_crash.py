@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from streamlet.protocol import Code
-from streamlet.protocol import frames as f
+from streamlet.rabbitmq import Code
+from streamlet.rabbitmq import frames as f
 from streamlet.storage import chunk
 from tests.support.brokers import BrokerProcess
 from tests.support.raw import RawPeer

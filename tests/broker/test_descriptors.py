@@ -15,7 +15,7 @@ import pytest
 
 from streamlet.client import StreamletError, connect
 from streamlet.client.producer import Producer, PublishFailed
-from streamlet.protocol import Code
+from streamlet.rabbitmq import Code
 from tests.support.brokers import BrokerProcess
 from tests.support.reading import stream_bodies
 from tests.support.waiting import eventually

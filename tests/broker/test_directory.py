@@ -22,7 +22,7 @@ from rstream import (
 
 from streamlet.client import connect
 from streamlet.client.errors import StreamletError
-from streamlet.protocol import Code
+from streamlet.rabbitmq import Code
 from tests.support.brokers import BrokerProcess
 from tests.support.waiting import eventually
 

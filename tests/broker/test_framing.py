@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from streamlet.client.producer import publish_frame
-from streamlet.protocol import Code, Key
-from streamlet.protocol import frames as f
+from streamlet.rabbitmq import Code, Key
+from streamlet.rabbitmq import frames as f
 from tests.support.brokers import BrokerProcess
 from tests.support.raw import RawPeer
 

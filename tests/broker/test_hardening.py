@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from streamlet.client import StreamletError, connect
-from streamlet.protocol import Code
-from streamlet.protocol import frames as f
+from streamlet.rabbitmq import Code
+from streamlet.rabbitmq import frames as f
 from tests.support.brokers import BrokerProcess
 from tests.support.raw import RawPeer
 from tests.support.reading import stream_bodies

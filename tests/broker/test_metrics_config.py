@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from streamlet.broker.config import ConfigError, MetricsListener, load
-from streamlet.cli import build_parser
+from streamlet.cli.main import build_parser
 
 
 def config(tmp_path: Path, text: str) -> Path:

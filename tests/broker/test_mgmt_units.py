@@ -18,9 +18,9 @@ from streamlet.broker.mgmt import query, views
 from streamlet.broker.mgmt.identity import Identity, Refused, Visibility, authenticate
 from streamlet.broker.mgmt.routes import NoRoute, Route, route
 from streamlet.broker.mgmt.snapshot import ConnInfo, ConsumerInfo, StreamInfo
-from streamlet.cli import build_parser, parse
-from streamlet.clitools.mgmt import path
-from streamlet.clitools.tables import COLUMNS, table
+from streamlet.cli.main import build_parser, parse
+from streamlet.cli.mgmt import path
+from streamlet.cli.tables import COLUMNS, table
 
 
 @pytest.mark.parametrize(("head", "method", "segments", "query_", "auth"), [

@@ -14,8 +14,8 @@ import pytest
 
 from streamlet.client import connect
 from streamlet.client.producer import publish_frame
-from streamlet.protocol import Code
-from streamlet.protocol import frames as f
+from streamlet.rabbitmq import Code
+from streamlet.rabbitmq import frames as f
 from tests.support.brokers import BrokerProcess
 from tests.support.raw import RawPeer
 from tests.support.waiting import eventually

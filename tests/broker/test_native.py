@@ -15,7 +15,7 @@ from tests.support.brokers import BrokerProcess, free_port
 from tests.support.scrape import Samples, scrape
 from tests.support.waiting import eventually
 
-ALL = ("streamlet.protocol._speedups", "streamlet.storage._entries", "streamlet.sbp._flat")
+ALL = ("streamlet.rabbitmq._speedups", "streamlet.storage._entries", "streamlet.sbp._flat")
 MISSING = "C extensions missing"
 
 
@@ -29,7 +29,7 @@ MISSING = "C extensions missing"
     ("streamlet.sbp._flat", "all", True),
     ("streamlet.sbp._flat", "streamlet.sbp._flat", True),
     ("streamlet.sbp._flat", "streamlet.storage._entries, streamlet.sbp._flat", True),
-    ("streamlet.protocol._speedups", "streamlet.storage._entries,streamlet.sbp._flat", False),
+    ("streamlet.rabbitmq._speedups", "streamlet.storage._entries,streamlet.sbp._flat", False),
     ("streamlet.sbp._flat", "streamlet.sbp", False),
 ])
 def test_turned_off(module: str, switch: str | None, off: bool) -> None:
@@ -39,7 +39,7 @@ def test_turned_off(module: str, switch: str | None, off: bool) -> None:
 @pytest.mark.parametrize(("imported", "expected"), [
     (set(ALL), dict.fromkeys(ALL, True)),
     (set(), dict.fromkeys(ALL, False)),
-    ({"streamlet.protocol._speedups", "streamlet.sbp.flat"},
+    ({"streamlet.rabbitmq._speedups", "streamlet.sbp.flat"},
      {ALL[0]: True, ALL[1]: False, ALL[2]: False}),
 ])
 def test_loaded(imported: set[str], expected: dict[str, bool]) -> None:
@@ -54,7 +54,7 @@ def test_loaded(imported: set[str], expected: dict[str, bool]) -> None:
      "C extensions missing: streamlet.storage._entries: running their Python twins (slower); "
      "build with a compiler (pip install needs gcc and the Python headers)"),
     (dict.fromkeys(ALL, False), "1",
-     "C extensions missing: streamlet.protocol._speedups, streamlet.storage._entries, "
+     "C extensions missing: streamlet.rabbitmq._speedups, streamlet.storage._entries, "
      "streamlet.sbp._flat: running their Python twins (slower); build with a compiler (pip "
      "install needs gcc and the Python headers), or unset STREAMLET_NO_C (it is '1')"),
 ])

@@ -12,8 +12,8 @@ import pytest
 
 from streamlet.client import connect
 from streamlet.client.errors import StreamletError
-from streamlet.protocol import Code
-from streamlet.protocol import frames as f
+from streamlet.rabbitmq import Code
+from streamlet.rabbitmq import frames as f
 from tests.broker.test_replication import Factory, _stream_on_members, ask, segment_files
 from tests.support.raw import RawPeer
 from tests.support.waiting import eventually

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from streamlet.client import Client, StreamletError, connect
-from streamlet.protocol import Code
+from streamlet.rabbitmq import Code
 from tests.broker.test_access import _client_context
 from tests.support.brokers import BrokerProcess, free_port
 from tests.support.certs import issue

@@ -14,9 +14,9 @@ import pytest
 
 from streamlet.client import connect
 from streamlet.client.producer import publish_frame
-from streamlet.protocol import Code
-from streamlet.protocol import frames as f
-from streamlet.protocol.constants import Role
+from streamlet.rabbitmq import Code
+from streamlet.rabbitmq import frames as f
+from streamlet.rabbitmq.constants import Role
 from tests.broker.test_replication import Factory, _admin, _stream_on_members
 from tests.support.raw import RawPeer
 from tests.support.waiting import eventually

@@ -18,9 +18,9 @@ import pytest
 import requests
 
 from streamlet.client import connect
-from streamlet.protocol import Code
-from streamlet.protocol import frames as f
-from streamlet.protocol.constants import Role
+from streamlet.rabbitmq import Code
+from streamlet.rabbitmq import frames as f
+from streamlet.rabbitmq.constants import Role
 from tests.broker.test_replication import assign
 from tests.support.brokers import BrokerProcess, distinct_ports, free_port
 from tests.support.raw import RawPeer

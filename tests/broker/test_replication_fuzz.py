@@ -23,11 +23,11 @@ import pytest
 
 from streamlet.broker.replication.member import MemberState
 from streamlet.client import connect
-from streamlet.protocol import Code
-from streamlet.protocol import frames as f
-from streamlet.protocol.constants import REPLICATION_KEYS
+from streamlet.rabbitmq import Code
+from streamlet.rabbitmq import frames as f
+from streamlet.rabbitmq.constants import REPLICATION_KEYS
 from tests.broker.test_replication_auth import APP, USERS, _peers
-from tests.protocol.test_rsio_codec import mutate
+from tests.rsio.test_rsio_codec import mutate
 from tests.support.brokers import BrokerProcess, distinct_ports
 from tests.support.raw import RawPeer
 

@@ -17,9 +17,9 @@ import pytest
 
 from streamlet.client import Client, connect
 from streamlet.client.consumer import Consumer
-from streamlet.protocol import Code
-from streamlet.protocol import frames as f
-from streamlet.protocol.constants import Role
+from streamlet.rabbitmq import Code
+from streamlet.rabbitmq import frames as f
+from streamlet.rabbitmq.constants import Role
 from tests.broker.test_replication import Factory, _admin, _members, _stream_on_members, assign
 from tests.cluster.test_failover import _create_replicated, _led, _led_after
 from tests.cluster.test_local_cluster import HOST, Cluster

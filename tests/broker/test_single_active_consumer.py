@@ -21,7 +21,7 @@ from rstream import (
 from rstream import Producer as RProducer
 
 from streamlet.client import StreamletError, connect
-from streamlet.protocol import Code
+from streamlet.rabbitmq import Code
 from tests.support.brokers import BrokerProcess
 from tests.support.waiting import eventually
 

@@ -20,7 +20,7 @@ from rstream import (
 )
 
 from streamlet.client import StreamletError, connect
-from streamlet.protocol import Code
+from streamlet.rabbitmq import Code
 from tests.support.brokers import BrokerProcess
 
 pytestmark = pytest.mark.process

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from streamlet.cli.consume import candidates, resumable
 from streamlet.client import ConnectionClosed, StreamletError
-from streamlet.clitools.consume import candidates, resumable
-from streamlet.protocol import Code
+from streamlet.rabbitmq import Code
 
 A, B, C, GIVEN = ("h", 1), ("h", 2), ("h", 3), ("g", 9)
 

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.process
 WRAPPED = ("import atexit, sys\n"
            "atexit.register(lambda: print('MODULES', *sorted(m for m in sys.modules "
            "if m.startswith('streamlet.')), file=sys.stderr))\n"
-           "from streamlet.cli import main\n"
+           "from streamlet.cli.main import main\n"
            "sys.exit(main(sys.argv[1:]))\n")
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from streamlet.clitools.mgmt import ApiError, api_port, stream_ports
+from streamlet.cli.mgmt import ApiError, api_port, stream_ports
 from tests.support.brokers import BrokerProcess, distinct_ports
 
 from .support import cli, conn, stderr_line

@@ -164,6 +164,6 @@ def test_another_protocols_port_is_named(node: dict[str, list[str]], protocol: s
     (SbpError(250, "x"), "s: SBP error 250"),
 ])
 def test_reason(error: Exception, said: str) -> None:
-    from streamlet.other_protocols import reason
+    from streamlet.cli.other_protocols import reason
 
     assert reason("s", error) == said

@@ -52,7 +52,7 @@ def test_sizes_in_one_unit_family(node: list[str]) -> None:
     (3 * 1024 * 1024, "3.0 MiB"), (5 * 1024 ** 3, "5.0 GiB"), (2 * 1024 ** 4, "2.0 TiB"),
 ])
 def test_size(n: int, shown: str) -> None:
-    from streamlet.clitools.words import size
+    from streamlet.cli.words import size
 
     assert size(n) == shown
 
@@ -100,6 +100,6 @@ def test_raw_amqp_output_gets_a_hint(node: list[str]) -> None:
     (b"", False),
 ])
 def test_looks_like_amqp(body: bytes, amqp: bool) -> None:
-    from streamlet.clitools.hints import looks_like_amqp
+    from streamlet.cli.hints import looks_like_amqp
 
     assert looks_like_amqp(body) is amqp

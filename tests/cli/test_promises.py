@@ -84,7 +84,7 @@ async def test_stream_stats_details_only_when_asked(shared_broker: BrokerProcess
     """The details `streams info` shows count every segment's messages: only a connection that
     asks for them (STREAM_DETAILS) gets them; RabbitMQ's clients get StreamStats' own keys."""
     from streamlet.client import connect
-    from streamlet.protocol.constants import STREAM_DETAILS
+    from streamlet.rabbitmq.constants import STREAM_DETAILS
 
     b = shared_broker
     async with await connect(b.host, b.port) as c:

@@ -35,7 +35,7 @@ def test_create_refused_says_why(shared_broker: BrokerProcess) -> None:
 async def test_create_with_other_arguments_is_a_precondition_failure(
         shared_broker: BrokerProcess) -> None:
     from streamlet.client import StreamletError, connect
-    from streamlet.protocol import Code
+    from streamlet.rabbitmq import Code
 
     async with await connect(shared_broker.host, shared_broker.port) as client:
         await client.create_stream("pf", {"max-length-bytes": "1000000"})

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from streamlet.client import Client, ConnectionClosed, StreamletError, connect
-from streamlet.protocol import Code, Key
-from streamlet.protocol.constants import NO_LEADER
+from streamlet.rabbitmq import Code, Key
+from streamlet.rabbitmq.constants import NO_LEADER
 
 pytestmark = pytest.mark.process
 

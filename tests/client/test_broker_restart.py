@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from streamlet.client import ConnectionClosed, connect
-from streamlet.protocol import Code
+from streamlet.rabbitmq import Code
 
 pytestmark = pytest.mark.process
 

@@ -1,7 +1,7 @@
 """streamlet.client against a scripted peer on loopback: the paths a healthy broker rarely
 takes (server Close, PublishError, CRC mismatch, heartbeats, ConsumerUpdate, old servers).
 
-The peer speaks the protocol with streamlet.protocol; each test scripts what it sends."""
+The peer speaks the protocol with streamlet.rabbitmq; each test scripts what it sends."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from streamlet.client import (
     StreamletError,
     connect,
 )
-from streamlet.protocol import Code, FrameSplitter, Key, frames
+from streamlet.rabbitmq import Code, FrameSplitter, Key, frames
 from streamlet.storage.chunk import CHUNK_TRACKING_DELTA, encode_chunk, simple_entry
 
 _SIMPLE: dict[type[frames.Command], type[frames.SimpleResponse]] = {

@@ -11,7 +11,7 @@ from streamlet.client import OffsetSpec, StreamletError
 from streamlet.client.connection import parse_version
 from streamlet.client.consumer import chunk_records
 from streamlet.client.producer import publish_frame
-from streamlet.protocol import Code, OffsetType, frames
+from streamlet.rabbitmq import Code, OffsetType, frames
 from streamlet.rabbitmq.client import negotiate, plain_credentials
 from streamlet.storage.chunk import ChunkError, encode_chunk, iter_records, simple_entry
 

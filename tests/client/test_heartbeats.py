@@ -20,7 +20,7 @@ from rstream import AMQPMessage, MessageContext
 from rstream import Consumer as RConsumer
 
 from streamlet.client import Client, Message, connect
-from streamlet.protocol import frames as f
+from streamlet.rabbitmq import frames as f
 from tests.support.brokers import BrokerProcess
 from tests.support.raw import RawPeer
 from tests.support.waiting import eventually

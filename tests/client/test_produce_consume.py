@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from streamlet.client import Client, Consumer, Message, OffsetSpec, StreamletError, connect
-from streamlet.protocol import Code
+from streamlet.rabbitmq import Code
 
 pytestmark = pytest.mark.process
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from streamlet.cluster.driver import LocalDriver
-from streamlet.protocol import frames as f
-from streamlet.protocol.constants import Role
+from streamlet.rabbitmq import frames as f
+from streamlet.rabbitmq.constants import Role
 from streamlet.replication.model import NO_LEADER
 from tests.support.brokers import BrokerProcess, free_port
 from tests.support.raw import RawPeer

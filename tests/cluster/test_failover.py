@@ -19,8 +19,8 @@ import pytest
 from streamlet.client import connect
 from streamlet.client.errors import StreamletError
 from streamlet.client.producer import publish_frame
-from streamlet.protocol import frames as f
-from streamlet.protocol.constants import Role
+from streamlet.rabbitmq import frames as f
+from streamlet.rabbitmq.constants import Role
 from tests.cluster.test_local_cluster import HOST, Cluster
 from tests.cluster.test_local_cluster import wait_until as wait_sync
 from tests.support.raw import RawPeer

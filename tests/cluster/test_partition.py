@@ -21,8 +21,8 @@ from streamlet.cluster.driver import SUSPECT_AFTER, LocalDriver
 from streamlet.cluster.requests import Request
 from streamlet.cluster.state import ClusterState
 from streamlet.cluster.status import gather_streams
-from streamlet.protocol import frames as f
-from streamlet.protocol.constants import Role
+from streamlet.rabbitmq import frames as f
+from streamlet.rabbitmq.constants import Role
 from streamlet.replication.model import NO_LEADER
 from streamlet.storage import StreamLog
 from streamlet.storage.chunk import CHUNK_USER, iter_records

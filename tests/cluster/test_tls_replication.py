@@ -15,7 +15,7 @@ import pytest
 
 from streamlet.client import Client, connect
 from streamlet.client.errors import ConnectionClosed
-from streamlet.elector import Members, run_election
+from streamlet.driver.elector import Members, run_election
 from tests.support.brokers import BrokerProcess, free_port
 from tests.support.certs import issue, make_ca
 from tests.support.waiting import eventually

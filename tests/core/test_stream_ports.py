@@ -14,7 +14,7 @@ from streamlet.client.producer import publish_frame
 from streamlet.core.ports import Refusal
 from streamlet.core.settings import StreamSettings
 from streamlet.core.streams import Publisher, Stream
-from streamlet.protocol.publish import PublishBatch, parse_publish
+from streamlet.rabbitmq.publish import PublishBatch, parse_publish
 from tests.core.clock import ManualClock
 
 

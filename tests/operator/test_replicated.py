@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from streamlet.client import connect
-from streamlet.elector import Members
+from streamlet.driver.elector import Members
 from streamlet_operator import names
 from streamlet_operator.brokers import Address, ClientBrokerAdmin
 from streamlet_operator.driver import Driver

@@ -16,8 +16,8 @@ import pytest
 from streamlet.broker import config
 from streamlet.broker.main import LISTENERS
 from streamlet.broker.server import Broker
-from streamlet.protocol import Code, FrameSplitter
-from streamlet.protocol import frames as f
+from streamlet.rabbitmq import Code, FrameSplitter
+from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.client import ClientHandshake, HandshakeFailed, Opened, State
 from streamlet.storage.chunk import simple_entry
 

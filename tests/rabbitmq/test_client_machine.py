@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from streamlet.protocol import Code
-from streamlet.protocol import frames as f
+from streamlet.rabbitmq import Code
+from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.client import (
     TRANSITIONS,
     ClientHandshake,

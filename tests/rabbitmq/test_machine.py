@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from streamlet.protocol import Code
-from streamlet.protocol import frames as f
+from streamlet.rabbitmq import Code
+from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.machine import (
     OTHER,
     OUTCOMES,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import struct
 
-from streamlet.protocol import frames as f
+from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.client import ClientHandshake, HandshakeFailed, State
 
 

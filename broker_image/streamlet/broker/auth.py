@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hmac
 
-from ..protocol import Code
+from ..rabbitmq import Code
 from .config import User, loopback_address
 
 MECHANISMS = ["PLAIN"]

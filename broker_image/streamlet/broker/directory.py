@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..protocol import Code
-from ..protocol.constants import NO_LEADER
+from ..rabbitmq import Code
+from ..rabbitmq.constants import NO_LEADER
 
 log = logging.getLogger("streamlet.broker")
 

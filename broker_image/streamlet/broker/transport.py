@@ -26,8 +26,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from ..protocol import FrameTooLarge
-from ..protocol.framing import ReadBuffer, Splitter
+from ..wire.framing import FrameTooLarge, ReadBuffer, Splitter
 from .config import NO_LIMITS, ListenerLimits
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""An asyncio client for the RabbitMQ Stream protocol, built on :mod:`streamlet.protocol`.
+"""An asyncio client for the RabbitMQ Stream protocol, built on :mod:`streamlet.rabbitmq`.
 
 See docs/client.md. Everything public is importable from here."""
 

@@ -9,7 +9,7 @@ import ssl as ssl_
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol import Code, Key, frames
+from ..rabbitmq import Code, Key, frames
 from .connection import Connection
 from .consumer import Consumer
 from .errors import StreamletError

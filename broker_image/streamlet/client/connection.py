@@ -1,7 +1,7 @@
 """One connection to a broker: the asyncio Protocol, the handshake, requests matched to their
 responses by correlation id, heartbeats, and the dispatch of server-initiated frames.
 
-Every frame goes through :func:`streamlet.protocol.frames.decode` except the two that arrive at
+Every frame goes through :func:`streamlet.rabbitmq.frames.decode` except the two that arrive at
 message rates, PublishConfirm and Deliver: those are cut with one ``struct`` call each, so a
 confirm of 100 ids or a chunk of 5,000 records costs one Python call, not one per item.
 """
@@ -18,10 +18,10 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, cast
 
 from .. import __version__
-from ..protocol import Code, FrameSplitter, Key, frames
-from ..protocol.constants import RESPONSE_FLAG
-from ..protocol.frames import Command, FrameError, decode, encode
+from ..rabbitmq import Code, FrameSplitter, Key, frames
 from ..rabbitmq.client import ClientHandshake, HandshakeFailed, Opened
+from ..rabbitmq.constants import RESPONSE_FLAG
+from ..rabbitmq.frames import Command, FrameError, decode, encode
 from ..storage.chunk import HEADER_SIZE, ChunkError, ChunkHeader
 from .errors import ConnectionClosed, StreamletError
 

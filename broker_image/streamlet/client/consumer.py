@@ -17,8 +17,8 @@ from collections.abc import Generator, Iterator
 from itertools import islice
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..protocol import Code, OffsetType, frames
-from ..protocol.frames import encode
+from ..rabbitmq import Code, OffsetType, frames
+from ..rabbitmq.frames import encode
 from ..storage.chunk import CHUNK_USER, ChunkHeader, crc32, iter_records
 from .errors import StreamletError
 from .offsets import OffsetSpec

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ..protocol import Code
+from ..rabbitmq import Code
 
 
 class StreamletError(Exception):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..protocol import OffsetType
+from ..rabbitmq import OffsetType
 
 
 @dataclass(frozen=True, slots=True)

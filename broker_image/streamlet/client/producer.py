@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from ..protocol import Code, Key, frames
+from ..rabbitmq import Code, Key, frames
 from .errors import StreamletError
 
 if TYPE_CHECKING:

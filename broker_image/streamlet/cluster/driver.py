@@ -1,6 +1,6 @@
 """The local cluster's placement driver: it elects replicated streams' leaders by the pure rule
 (streamlet.replication.election), carries the decision out with the brokers' private Fence and
-Assign (streamlet.elector), and writes the stream directory every node answers Metadata from.
+Assign (streamlet.driver.elector), and writes the stream directory every node answers Metadata from.
 
 What it watches is the supervisor's: a node whose broker exited or was restarted (a new pid)
 lost its roles (a restarted broker comes back fenced). And it probes each leader's broker every
@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from ..elector import Members, run_election
-from ..protocol.constants import Role
+from ..driver.elector import Members, run_election
+from ..rabbitmq.constants import Role
 from ..replication.election import Decision, elect, transfer, transfer_ready
 from ..replication.liveness import Contact, leader_lost
 from ..replication.model import NO_LEADER, Tail

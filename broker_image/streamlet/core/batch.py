@@ -1,7 +1,7 @@
 """A batch of messages to append: what a protocol adapter hands a stream, as two blobs (the
 publishing ids packed, the entries joined exactly as a chunk stores them), so the hot path makes
 no per-message objects. The RabbitMQ adapter builds one straight from a Publish frame
-(protocol/publish.py); any protocol can build one from its own messages.
+(rabbitmq/publish.py); any protocol can build one from its own messages.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import IntEnum
 
-from ..protocol.framing import FrameTooLarge, Splitter
+from ..wire.framing import FrameTooLarge, Splitter
 
 
 class MessageType(IntEnum):
@@ -75,7 +75,7 @@ class Request:
 
 class MegaSplitter(Splitter):
     """MEGA's requests (each handed out as all its bytes, header included): the shared
-    splitter (protocol/framing.py) told MEGA's layout.
+    splitter (wire/framing.py) told MEGA's layout.
 
     ``pending`` is the request's whole length once its header (and, for PRODUCE, its payload
     length) says it. A request is measured before it is buffered: a topic past ``max_topic`` or

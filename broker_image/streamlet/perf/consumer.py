@@ -13,7 +13,7 @@ from collections.abc import MutableSequence
 
 from ..client import StreamletError
 from ..client.connection import Connection
-from ..protocol import frames
+from ..rabbitmq import frames
 from ..storage.chunk import ChunkHeader
 from . import stats
 

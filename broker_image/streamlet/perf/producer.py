@@ -16,7 +16,7 @@ from collections.abc import MutableSequence
 
 from ..client import StreamletError
 from ..client.connection import Connection
-from ..protocol import Key
+from ..rabbitmq import Key
 from . import stats
 
 _HEAD = struct.Struct(">IHHBi")  # size, key, version, publisher id, message count

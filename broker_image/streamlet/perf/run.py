@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from ..cli.stop import stop
 from ..client import StreamletError
-from ..clitools.stop import stop
 from . import report, stats
 from .plan import Worker, assign, stream_names
 from .wire import Target, open_connection

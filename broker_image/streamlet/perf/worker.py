@@ -18,7 +18,7 @@ from multiprocessing.synchronize import Event
 from typing import Any
 
 from ..client import StreamletError
-from ..protocol import OffsetType, frames
+from ..rabbitmq import OffsetType, frames
 from .consumer import CREDIT, PerfConsumer
 from .plan import Role
 from .producer import PerfProducer

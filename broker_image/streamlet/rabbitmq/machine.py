@@ -34,8 +34,8 @@ import enum
 from dataclasses import dataclass
 from typing import Final
 
-from ..protocol import Code
-from ..protocol import frames as f
+from . import Code
+from . import frames as f
 
 
 class State(enum.Enum):

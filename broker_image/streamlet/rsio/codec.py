@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
 
-from ..protocol.framing import FrameTooLarge, Splitter
+from ..wire.framing import FrameTooLarge, Splitter
 
 #: the protocol version this codec speaks (the specification's version 0)
 VERSION = 0
@@ -330,7 +330,7 @@ _TYPE_OF: dict[type, int] = {
 
 class RsioSplitter(Splitter):
     """RSIO frames, each handed out whole (its varint length included: ``decode`` takes it
-    so): the shared splitter (protocol/framing.py) told the varint length prefix. A frame
+    so): the shared splitter (wire/framing.py) told the varint length prefix. A frame
     longer than ``max_size`` raises FramingLost before any of it is buffered, as does a length
     that is not a varint."""
 

@@ -15,7 +15,7 @@
  * them. append_run(frame): a whole APPEND frame of one AppendRun read at once (the usual one:
  * a client's batches to one stream), or None for the general path. flat.py has the same
  * functions in Python; both must give identical results
- * (tests/broker/test_sbp_flat.py). */
+ * (tests/sbp/test_sbp_flat.py). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <limits.h>

@@ -15,7 +15,7 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum, IntFlag
 
-from ..protocol.framing import FrameTooLarge, Splitter
+from ..wire.framing import FrameTooLarge, Splitter
 
 MAGIC = 23
 FORMAT_FLATBUFFERS = 0x01
@@ -105,7 +105,7 @@ class Frame:
 
 class SbpSplitter(Splitter):
     """SBP frames, each handed out whole (its length field included): the shared splitter
-    (protocol/framing.py) told SBP's length field. A length under 16 or past ``max_size``
+    (wire/framing.py) told SBP's length field. A length under 16 or past ``max_size``
     raises FramingLost before anything is buffered."""
 
     __slots__ = ()

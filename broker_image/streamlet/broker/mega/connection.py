@@ -29,8 +29,8 @@ from ...core.ports import Refusal
 from ...core.streams import LimitReached, Publisher, Stream, StreamManager
 from ...mega import ErrorCode, FramingLost, MegaSplitter, MessageType, Request, decode_request
 from ...mega.codec import consumed, encode_error, encode_success, produced
-from ...protocol import FrameTooLarge
 from ...storage.chunk import HEADER_SIZE, ChunkError, iter_records
+from ...wire.framing import FrameTooLarge
 from ..arguments import parse_create_arguments, valid_stream_name
 from ..replication.members import Refused
 from ..transport import FramedConnection

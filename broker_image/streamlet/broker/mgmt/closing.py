@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...protocol import Code
+from ...rabbitmq import Code
 from ..rabbitmq.state import ConnectionState
 
 if TYPE_CHECKING:

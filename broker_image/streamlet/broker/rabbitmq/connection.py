@@ -9,9 +9,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ...protocol import Code, Key
-from ...protocol import frames as f
-from ...rabbitmq import machine
+from ...rabbitmq import Code, Key, machine
+from ...rabbitmq import frames as f
 from . import consuming, handshake, publishing, replication, streams, superstreams
 from .state import ConnectionState
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from ...core.offsets import resolve
 from ...core.subscription import Subscription
-from ...protocol import Code, OffsetType
-from ...protocol import frames as f
+from ...rabbitmq import Code, OffsetType
+from ...rabbitmq import frames as f
 from ..filtering import matcher_from
 from .leader import forward, route
 from .offsets import offset_spec

@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 
 from ... import __version__
-from ...protocol import Code, Key
-from ...protocol import frames as f
+from ...rabbitmq import Code, Key
+from ...rabbitmq import frames as f
 from ...rabbitmq.machine import Outcome
 from ..auth import MECHANISMS, authenticate_plain
 from ..tls import peer_common_name

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ...core.streams import Stream
-from ...protocol import Code
-from ...protocol import frames as f
+from ...rabbitmq import Code
+from ...rabbitmq import frames as f
 from ..directory import Address
 from ..replication.forward import FORWARDED
 from ..replication.members import Refused

@@ -4,7 +4,7 @@ answer and ResolveOffsetSpec) as the core's neutral ``OffsetSpec``."""
 from __future__ import annotations
 
 from ...core.offsets import OffsetSpec, Start
-from ...protocol import OffsetType
+from ...rabbitmq import OffsetType
 
 _STARTS: dict[int, Start] = {OffsetType.FIRST: Start.FIRST, OffsetType.LAST: Start.LAST, OffsetType.NEXT: Start.NEXT,
            OffsetType.OFFSET: Start.OFFSET, OffsetType.TIMESTAMP: Start.TIMESTAMP}

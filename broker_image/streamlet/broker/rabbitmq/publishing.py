@@ -7,10 +7,10 @@ from __future__ import annotations
 import struct
 
 from ...core.streams import Publisher
-from ...protocol import Code, Key
-from ...protocol import frames as f
-from ...protocol.publish import parse_publish
-from ...protocol.wire import Malformed
+from ...rabbitmq import Code, Key
+from ...rabbitmq import frames as f
+from ...rabbitmq.fields import Malformed
+from ...rabbitmq.publish import parse_publish
 from ..directory import Address
 from ..replication.relay import Relay
 from .leader import forward, route

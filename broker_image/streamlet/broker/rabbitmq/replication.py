@@ -15,9 +15,9 @@ from __future__ import annotations
 import logging
 
 from ...core.streams import Stream
-from ...protocol import Code
-from ...protocol import frames as f
-from ...protocol.constants import Role as WireRole
+from ...rabbitmq import Code
+from ...rabbitmq import frames as f
+from ...rabbitmq.constants import Role as WireRole
 from ..replication.member import Role
 from ..replication.members import Invalid, Refused
 from .state import ConnectionState

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 from ...core.ports import Refusal
 from ...core.streams import Publisher, Stream, StreamManager
 from ...core.subscription import Subscription
-from ...protocol import Code, FrameSplitter, FrameTooLarge
-from ...protocol import frames as f
-from ...protocol.answers import error_answer
-from ...protocol.constants import PRE_OPEN_FRAME_MAX, RESPONSE_FLAG
-from ...protocol.publish import deliver_prefix, encode_confirm
-from ...rabbitmq import machine
+from ...rabbitmq import Code, FrameSplitter, machine
+from ...rabbitmq import frames as f
+from ...rabbitmq.answers import error_answer
+from ...rabbitmq.constants import PRE_OPEN_FRAME_MAX, RESPONSE_FLAG
 from ...rabbitmq.machine import Outcome, State
+from ...rabbitmq.publish import deliver_prefix, encode_confirm
+from ...wire.framing import FrameTooLarge
 from ..transport import FramedConnection
 
 if TYPE_CHECKING:

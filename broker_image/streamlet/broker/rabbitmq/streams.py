@@ -7,9 +7,9 @@ import logging
 
 from ...core.settings import StreamSettings
 from ...core.streams import LimitReached
-from ...protocol import Code
-from ...protocol import frames as f
-from ...protocol.constants import STREAM_DETAILS
+from ...rabbitmq import Code
+from ...rabbitmq import frames as f
+from ...rabbitmq.constants import STREAM_DETAILS
 from ...replication.placement import Locator, NotEnoughPods
 from ..arguments import parse_create_arguments, replication_request, valid_stream_name
 from ..config import ConfigError, Retention

@@ -9,8 +9,8 @@ import logging
 
 from ...core.settings import StreamSettings
 from ...core.superstreams import Denial, SuperStream, SuperStreamRefused
-from ...protocol import Code
-from ...protocol import frames as f
+from ...rabbitmq import Code
+from ...rabbitmq import frames as f
 from ...replication.placement import NotEnoughPods
 from ..arguments import parse_create_arguments, replication_request
 from ..config import ConfigError

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...core.settings import StreamSettings
-from ...protocol import Code
-from ...protocol import frames as f
-from ...protocol.constants import Role as WireRole
+from ...rabbitmq import Code
+from ...rabbitmq import frames as f
+from ...rabbitmq.constants import Role as WireRole
 from ...replication.placement import Load, Locator, Placement, Pod, place, place_super_stream
 from ..arguments import PLACEMENT
 from ..directory import Address

@@ -11,8 +11,8 @@ import asyncio
 import logging
 
 from ...core.streams import Stream
-from ...protocol import Code
-from ...protocol import frames as f
+from ...rabbitmq import Code
+from ...rabbitmq import frames as f
 from ..directory import Address
 from .peer import PeerLogin, open_buffered_peer
 

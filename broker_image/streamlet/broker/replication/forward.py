@@ -13,7 +13,7 @@ import contextlib
 import logging
 from typing import TypeVar
 
-from ...protocol import frames as f
+from ...rabbitmq import frames as f
 from ..directory import Address
 from .peer import Peer, PeerLogin, open_peer
 

@@ -14,7 +14,7 @@ import logging
 from typing import Protocol
 
 from ...core.streams import Stream
-from ...protocol.frames import ReplicaChunks, ReplicaCommit, encode
+from ...rabbitmq.frames import ReplicaChunks, ReplicaCommit, encode
 from ...replication.commit import committed
 from ...replication.model import EpochAck
 

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
-from ...protocol import frames as f
+from ...rabbitmq import frames as f
 from ...rabbitmq.client import ClientHandshake
 from ...replication.requests import peer_index
 from ..directory import Address

@@ -25,8 +25,8 @@ import struct
 from collections.abc import Coroutine
 from typing import Any, Protocol, TypeVar
 
-from ...protocol import Code, Key
-from ...protocol import frames as f
+from ...rabbitmq import Code, Key
+from ...rabbitmq import frames as f
 from ..directory import Address
 from .forward import FORWARDED
 from .peer import Peer, PeerError, PeerLogin, open_peer

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from ...core.sac import SacGroups
 from ...core.streams import Stream
 from ...core.subscription import Subscription
-from ...protocol import Code
-from ...protocol import frames as f
+from ...rabbitmq import Code
+from ...rabbitmq import frames as f
 from ..directory import Address
 from .member import MemberState, Role
 from .peer import Peer, PeerLogin, open_peer

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from ...core.sac import SacGroups
 from ...core.streams import Stream
-from ...protocol import frames as f
+from ...rabbitmq import frames as f
 
 
 class LinkConnection(Protocol):

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 from ...core.offsets import OffsetSpec, Start, resolve
 from ...core.ports import Refusal
 from ...core.streams import LimitReached, Publisher, Stream, StreamManager
-from ...protocol import FrameTooLarge
 from ...rsio import (
     EXT_OFFSETS,
     FRAME_OVERHEAD,
@@ -57,6 +56,7 @@ from ...rsio import (
     encode,
     parse,
 )
+from ...wire.framing import FrameTooLarge
 from ..arguments import parse_create_arguments, valid_stream_name
 from ..replication.members import Refused
 from ..transport import FramedConnection

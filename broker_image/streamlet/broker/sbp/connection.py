@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.ports import Refusal
 from ...core.streams import Stream, StreamManager
-from ...protocol import FrameTooLarge
 from ...sbp import (
     LAST,
     ErrorCode,
@@ -47,6 +46,7 @@ from ...sbp import (
 from ...sbp.fbs.GoAway import GoAwayT
 from ...sbp.flat import append_run
 from ...sbp.frame import head
+from ...wire.framing import FrameTooLarge
 from ..replication.members import Refused
 from ..transport import FramedConnection
 from .appending import Appends

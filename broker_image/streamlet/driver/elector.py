@@ -1,0 +1,195 @@
+"""Carrying out an election against the member brokers, for any placement driver.
+
+The rule is pure (streamlet.replication.election); this is the I/O around it, shared by the
+local cluster's driver (streamlet.cluster.driver, its record a file) and the Kubernetes operator
+(its record the Stream's status, written with a resourceVersion compare-and-swap):
+
+1. ``reserve(epoch)`` records the new epoch durably **before** any member hears of it, so no
+   epoch is used twice even if the driver dies between steps; it answers False when another
+   driver reserved first (then this one stops: the other carries the election out);
+2. every member is fenced with it (a fenced member refuses the old epoch's traffic and answers
+   its tail);
+3. the rule elects among the fenced members;
+4. Assign goes to the leader, then to each follower.
+
+``Members`` speaks to the brokers: the brokers' private Fence and Assign over the RabbitMQ
+Stream protocol (streamlet.client), one short connection per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..client import connect
+from ..rabbitmq import Code
+from ..rabbitmq import frames as f
+from ..rabbitmq.constants import Role
+from ..replication.election import Decision, elect
+from ..replication.liveness import Contact
+from ..replication.model import NO_LEADER, Tail, quorum
+
+log = logging.getLogger("streamlet.driver.elector")
+
+#: A request to a member broker must be answered within this many seconds.
+REQUEST_TIMEOUT_S = 3.0
+#: A probe: a broker must log a client in within this many seconds.
+PROBE_TIMEOUT_S = 1.0
+
+
+class Gone:
+    """A Fence answered "no such stream": the member deleted it."""
+
+
+GONE = Gone()
+
+Address = tuple[str, int]
+
+
+class Members:
+    """Requests to member brokers by member id (``address(member)`` gives host and port;
+    ``peer_address(member)``, where followers reach a leader, when that differs: e.g. its TLS
+    port when the brokers replicate over TLS); ``tls``: requests over TLS."""
+
+    def __init__(self, address: Callable[[int], Address],
+                 credentials: tuple[str, str] = ("guest", "guest"),
+                 connection_name: str = "placement driver",
+                 peer_address: Callable[[int], Address] | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
+        self.address = address
+        self.credentials = credentials
+        #: TLS to the members (their certificates must name the host ``address`` gives)
+        self.tls = tls
+        self.connection_name = connection_name
+        self.peer_address = peer_address or address
+
+    async def fence(self, member: int, name: str, epoch: int) -> Tail | Gone | None:
+        """The member's tail once fenced with ``epoch``; GONE when it has no such stream; None
+        when it did not fence (unreachable, or it holds a higher epoch)."""
+        answer = await self.request(member, lambda c: f.Fence(c, name, epoch))
+        if answer is not None and answer.code == Code.STREAM_DOES_NOT_EXIST:
+            return GONE
+        if answer is None or answer.code != Code.OK:
+            return None
+        return Tail(answer.tail_epoch, answer.tail_chunk_id, answer.next_offset)
+
+    async def assign(self, member: int, name: str, epoch: int, role: Role, leader: int,
+                     members: Sequence[int]) -> bool:
+        host, port = self.peer_address(leader)
+        answer = await self.request(member, lambda c: f.Assign(
+            c, name, epoch, role, host, port, list(members)))
+        ok = answer is not None and answer.code == Code.OK
+        if not ok:
+            log.info("stream %s: assigning member %d as %s in epoch %d failed (%s)", name,
+                     member, role.name.lower(), epoch,
+                     "unreachable" if answer is None else f"code {answer.code}")
+        return ok
+
+    async def contact(self, member: int, name: str) -> Contact | None:
+        """Whether the member follows ``name``'s leader and how long ago it heard from it
+        (ReplicaContact); None when it cannot be asked or does not hold the stream."""
+        answer = await self.request(member, lambda c: f.ReplicaContact(c, name))
+        if answer is None or answer.code != Code.OK:
+            return None
+        return Contact(answer.epoch, answer.role == Role.FOLLOWER,
+                       None if answer.age_ms < 0 else answer.age_ms / 1000,
+                       Tail(answer.tail_epoch, answer.tail_chunk_id, answer.next_offset))
+
+    async def seal(self, member: int, name: str, epoch: int, on: bool = True) -> Tail | None:
+        """Stop the leader of ``epoch`` taking publishes (``on``), or let it take them again:
+        its tail then, or None when it is not that epoch's leader or cannot be reached."""
+        answer = await self.request(member, lambda c: f.ReplicaSeal(c, name, epoch, int(on)))
+        if answer is None or answer.code != Code.OK:
+            return None
+        return Tail(answer.tail_epoch, answer.tail_chunk_id, answer.next_offset)
+
+    async def probe(self, member: int) -> bool:
+        """Whether the member's broker logs a client in within PROBE_TIMEOUT_S."""
+        return await self.request(member, None, probe=True) is not None
+
+    async def request(self, member: int, make: Any, probe: bool = False) -> Any:
+        """The answer of ``member``'s broker, or None when it cannot be reached in time."""
+        host, port = self.address(member)
+        user, password = self.credentials
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT_S if probe else REQUEST_TIMEOUT_S):
+                client = await connect(host, port, user, password, heartbeat=0, ssl=self.tls,
+                                       connection_name=self.connection_name)
+                try:
+                    return True if probe else await client.request(make, ok=tuple(Code))
+                finally:
+                    await client.close()
+        except (TimeoutError, OSError, ConnectionError) as e:  # ssl.SSLError is an OSError
+            log.debug("member %d unreachable: %s", member, e)
+            return None
+        except Exception as e:  # a refused login, a closed connection: unreachable for now
+            log.info("member %d: %s", member, e)
+            return None
+
+
+@dataclass
+class Outcome:
+    """What an election did: ``decision`` None when it did not happen (``lost``: another driver
+    reserved the epoch first; ``deleted``: a majority no longer has the stream)."""
+
+    epoch: int
+    decision: Decision | None = None
+    lost: bool = False
+    deleted: bool = False
+    #: the members that took their role (leader first), for the driver to remember
+    assigned: list[int] = field(default_factory=list)
+
+    @property
+    def leader(self) -> int:
+        if self.decision is None or self.decision.leader == NO_LEADER:
+            return NO_LEADER
+        return self.decision.leader if self.decision.leader in self.assigned else NO_LEADER
+
+
+async def run_election(name: str, members: Sequence[int], current_epoch: int,
+                       reserve: Callable[[int], Awaitable[bool]], brokers: Members, *,
+                       reachable: Collection[int] | None = None,
+                       decide: Callable[[dict[int, Tail | None]], Decision] | None = None,
+                       ) -> Outcome:
+    """Elect a leader for ``name`` in epoch ``current_epoch + 1``.
+
+    ``reachable``: the members worth fencing (None: all); the others count as not answering.
+    ``decide``: the rule given the fence answers (default: ``elect`` over ``members``); a planned
+    transfer or a forced election passes its own."""
+    epoch = current_epoch + 1
+    outcome = Outcome(epoch)
+    if not await reserve(epoch):
+        outcome.lost = True
+        return outcome
+    answers: dict[int, Tail | None] = {}
+    gone = 0
+    for m in members:
+        answer = (await brokers.fence(m, name, epoch)
+                  if reachable is None or m in reachable else None)
+        gone += isinstance(answer, Gone)
+        answers[m] = answer if isinstance(answer, Tail) else None
+    if gone >= quorum(len(members)):
+        outcome.deleted = True
+        return outcome
+    decision = (decide(answers) if decide is not None
+                else elect(list(members), current_epoch, answers))
+    outcome.decision = decision
+    if decision.leader == NO_LEADER:
+        log.warning("stream %s: no leader in epoch %d (%s; fenced: %s)", name, epoch,
+                    decision.reason.value, list(decision.fenced))
+        return outcome
+    if not await brokers.assign(decision.leader, name, epoch, Role.LEADER, decision.leader,
+                                members):
+        return outcome
+    outcome.assigned.append(decision.leader)
+    for m in decision.followers:
+        if (reachable is None or m in reachable) and await brokers.assign(
+                m, name, epoch, Role.FOLLOWER, decision.leader, members):
+            outcome.assigned.append(m)
+    log.info("stream %s: member %d leads epoch %d (%s)", name, decision.leader, epoch,
+             decision.reason.value)
+    return outcome

@@ -1,0 +1,117 @@
+"""The broker's fast path for Publish frames: no per-message objects.
+
+A Publish body is ``PublisherId u8, Count i32`` then per message ``PublishingId u64``,
+(v2: ``FilterValue string``), and the entry exactly as Osiris stores it. So a chunk's data is
+the frame's entries with the publishing ids (and filter values) cut out.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from ..core.batch import PublishBatch
+from ..native import allowed
+from .fields import Malformed
+
+_PID_COUNT = struct.Struct(">Bi")
+_U64 = struct.Struct(">Q")
+_U32 = struct.Struct(">I")
+_I16 = struct.Struct(">h")
+_SUB_BATCH = struct.Struct(">BHII")
+
+
+def _split_python(body: bytes | memoryview, version: int) -> PublishBatch:
+    """Walk the frame once; the reference implementation of _speedups.split_publish_v1."""
+    if len(body) < 5:
+        raise Malformed("truncated publish")
+    pid, count = _PID_COUNT.unpack_from(body, 0)
+    end = len(body)
+    if count < 0 or count * 12 > end - 5:
+        raise Malformed(f"bad message count {count}")
+    ids: list[bytes | memoryview] = []
+    entries: list[bytes | memoryview] = []
+    filters: list[str | None] | None = [] if version >= 2 else None
+    records = 0
+    batched = False
+    increasing = True
+    prev = -1
+    pos = 5
+    u32 = _U32.unpack_from
+    try:
+        for _ in range(count):
+            if end - pos < 9:
+                raise Malformed(f"truncated message at byte {pos}")
+            raw_id = body[pos : pos + 8]
+            ids.append(raw_id)
+            pid_value = _U64.unpack_from(raw_id)[0]
+            if pid_value <= prev:
+                increasing = False
+            prev = pid_value
+            pos += 8
+            if filters is not None:
+                n = _I16.unpack_from(body, pos)[0]
+                pos += 2
+                if n >= 0:
+                    filters.append(bytes(body[pos : pos + n]).decode("utf-8"))
+                    pos += n
+                else:
+                    filters.append(None)
+            if body[pos] & 0x80 == 0:
+                size = 4 + u32(body, pos)[0]
+                records += 1
+            else:
+                _, n_records, _, length = _SUB_BATCH.unpack_from(body, pos)
+                size = _SUB_BATCH.size + length
+                records += n_records
+                batched = True
+            if size > end - pos:
+                raise Malformed(f"truncated entry at byte {pos}")
+            entries.append(body[pos : pos + size])
+            pos += size
+    except (struct.error, IndexError, UnicodeDecodeError) as e:
+        raise Malformed(f"truncated publish: {e}") from e
+    if pos != end:
+        raise Malformed(f"{end - pos} unexpected bytes after publish")
+    packed = b"".join(ids)
+    first = _U64.unpack_from(packed)[0] if count else 0
+    return PublishBatch(pid, count, packed, b"".join(entries), records, first,
+                        prev if count else 0, increasing, filters, not batched)
+
+
+try:
+    allowed("streamlet.rabbitmq._speedups")
+    from ._speedups import split_publish_v1 as _split_c
+except ImportError:  # no compiler at install time: the Python path gives the same results
+    _split_c = None
+
+
+def parse_publish(body: bytes | memoryview, version: int) -> PublishBatch:
+    """Split a Publish body (after key and version). Raises Malformed."""
+    if version == 1 and _split_c is not None:
+        try:
+            return PublishBatch(*_split_c(body))
+        except ValueError as e:
+            raise Malformed(str(e)) from None
+    return _split_python(body, version)
+
+
+_CONFIRM_HEAD = struct.Struct(">IHHBi")
+
+
+def encode_confirm(publisher_id: int, packed_ids: list[bytes]) -> bytes:
+    """A whole PublishConfirm frame from packed big-endian id arrays (see PublishBatch.ids)."""
+    n = sum(len(b) for b in packed_ids) // 8
+    return _CONFIRM_HEAD.pack(9 + 8 * n, 3, 1, publisher_id, n) + b"".join(packed_ids)
+
+
+_DELIVER_V1 = struct.Struct(">IHHB")
+_DELIVER_V2 = struct.Struct(">IHHBQ")
+
+
+def deliver_prefix(subscription_id: int, chunk_size: int, committed: int | None = None) -> bytes:
+    """The frame header of a Deliver carrying ``chunk_size`` bytes of header+data.
+
+    v1 when ``committed`` is None, else v2 with the committed chunk id."""
+    if committed is None:
+        return _DELIVER_V1.pack(5 + chunk_size, 8, 1, subscription_id)
+    return _DELIVER_V2.pack(13 + chunk_size, 8, 2, subscription_id, committed)
