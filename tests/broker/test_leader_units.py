@@ -9,8 +9,7 @@ from pathlib import Path
 from streamlet.broker.replication.leader import Leader
 from streamlet.core.settings import StreamSettings
 from streamlet.core.streams import Publisher, Stream
-from tests.core.clock import ManualClock
-from tests.core.test_stream_ports import FakeSession, batch
+from tests.support.fakes import FakeSession, ManualClock, batch
 
 
 def _stream(root: Path, name: str, clock: ManualClock) -> Stream:

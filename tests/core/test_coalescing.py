@@ -6,8 +6,7 @@ from pathlib import Path
 
 from streamlet.core.settings import StreamSettings
 from streamlet.core.streams import CHUNK_MIN_ENTRIES, COALESCE_S, Publisher, Stream
-from tests.core.clock import ManualClock
-from tests.core.test_stream_ports import FakeSession, batch
+from tests.support.fakes import FakeSession, ManualClock, batch
 
 
 def _stream(tmp_path: Path, clock: ManualClock) -> tuple[Stream, Publisher, FakeSession]:

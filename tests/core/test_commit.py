@@ -13,8 +13,7 @@ from streamlet.core.offsets import OffsetSpec, Start, resolve
 from streamlet.core.settings import StreamSettings
 from streamlet.core.streams import Publisher, Stream
 from streamlet.core.subscription import Subscription
-from tests.core.clock import ManualClock
-from tests.core.test_stream_ports import FakeSession, batch
+from tests.support.fakes import FakeSession, ManualClock, batch
 
 
 class Leader:

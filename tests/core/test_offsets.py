@@ -12,8 +12,7 @@ import pytest
 from streamlet.core.offsets import OffsetSpec, Start, resolve
 from streamlet.core.settings import StreamSettings
 from streamlet.core.streams import Publisher, Stream
-from tests.core.clock import ManualClock
-from tests.core.test_stream_ports import FakeSession, batch
+from tests.support.fakes import FakeSession, ManualClock, batch
 
 
 @pytest.fixture

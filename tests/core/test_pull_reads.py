@@ -8,8 +8,7 @@ from pathlib import Path
 from streamlet.core.settings import StreamSettings
 from streamlet.core.streams import Publisher, Stream
 from streamlet.storage.chunk import HEADER_SIZE, iter_records
-from tests.core.clock import ManualClock
-from tests.core.test_stream_ports import FakeSession, batch
+from tests.support.fakes import FakeSession, ManualClock, batch
 
 
 def _records(chunks: list) -> list[bytes]:  # type: ignore[type-arg]

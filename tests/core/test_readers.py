@@ -9,8 +9,7 @@ from streamlet.core.sac import SacGroups
 from streamlet.core.settings import StreamSettings
 from streamlet.core.streams import Publisher, Stream
 from streamlet.core.subscription import Subscription
-from tests.core.clock import ManualClock
-from tests.core.test_stream_ports import FakeSession, batch
+from tests.support.fakes import FakeSession, ManualClock, batch
 
 
 def _stream_of_chunks(tmp_path: Path, chunks: int) -> Stream:

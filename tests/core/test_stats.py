@@ -9,8 +9,7 @@ from streamlet.core.settings import StreamSettings
 from streamlet.core.stats import LatencyHistogram
 from streamlet.core.streams import Publisher, Stream
 from streamlet.core.subscription import Subscription
-from tests.core.clock import ManualClock
-from tests.core.test_stream_ports import FakeSession, batch
+from tests.support.fakes import FakeSession, ManualClock, batch
 
 
 def test_a_sample_is_counted_in_the_first_bucket_whose_bound_it_does_not_pass() -> None:

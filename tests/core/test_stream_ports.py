@@ -10,61 +10,10 @@ from typing import Any
 
 import pytest
 
-from streamlet.client.producer import publish_frame
 from streamlet.core.ports import Refusal
 from streamlet.core.settings import StreamSettings
 from streamlet.core.streams import Publisher, Stream
-from streamlet.rabbitmq.publish import PublishBatch, parse_publish
-from tests.core.clock import ManualClock
-
-
-class FakeSession:
-    """Implements streamlet.core.ports.Session by recording."""
-
-    def __init__(self) -> None:
-        self.user: str | None = "test"
-        self.paused = False
-        self.closing = False
-        self.confirms: list[int] = []
-        self.rejects: list[tuple[int, Refusal]] = []
-        self.moved: list[Any] = []
-        self.room = 1 << 20
-        self.delivered: list[tuple[int, int]] = []  # (reader id, chunks)
-        self.activations: list[tuple[Any, bool]] = []
-        self.placements: list[tuple[int, int]] = []  # (first publishing id, offset)
-
-    def abort(self) -> None:
-        self.closing = True
-
-    def confirmed(self, publisher_id: int, ids: list[bytes]) -> None:
-        for packed in ids:
-            self.confirms += struct.unpack(f">{len(packed) // 8}Q", packed)
-
-    def placed(self, publisher_id: int, first_id: int, offset: int) -> None:
-        self.placements.append((first_id, offset))
-
-    def rejected(self, publisher_id: int, ids: list[int], why: Refusal) -> None:
-        self.rejects += [(i, why) for i in ids]
-
-    def write_room(self) -> int:
-        return self.room
-
-    def deliver(self, reader_id: int, chunks: list[memoryview], committed: int) -> None:
-        self.delivered.append((reader_id, len(chunks)))
-
-    def activate(self, reader: Any, active: bool) -> None:
-        self.activations.append((reader, active))
-
-    def stream_gone(self, stream: Any) -> None:
-        pass
-
-    def stream_moved(self, stream: Any) -> None:
-        self.moved.append(stream)
-
-
-def batch(first_id: int, bodies: list[bytes], publisher_id: int = 1) -> PublishBatch:
-    frame = publish_frame(publisher_id, first_id, bodies)
-    return parse_publish(memoryview(frame)[8:], 1)  # after size, key and version
+from tests.support.fakes import FakeSession, ManualClock, batch
 
 
 async def test_a_publish_is_confirmed_once_flushed_and_a_repeated_one_is_not_stored_twice(

@@ -20,7 +20,7 @@ from streamlet.core.superstreams import (
     SuperStreamsUnreadable,
 )
 from streamlet.core.vhosts import VirtualHost
-from tests.core.clock import ManualClock
+from tests.support.fakes import ManualClock
 
 
 @pytest.mark.parametrize("name, valid", [

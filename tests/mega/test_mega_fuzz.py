@@ -21,9 +21,9 @@ from streamlet.broker.server import Broker
 from streamlet.mega import FramingLost, MegaSplitter, MessageType, Request, decode_request
 from streamlet.mega.codec import Response, decode_response, encode_request
 from streamlet.storage.chunk import HEADER_SIZE, iter_records
-from tests.rabbitmq.test_client_against_server import FakeTransport
 from tests.rsio.test_rsio_codec import mutate
 from tests.rsio.test_rsio_fuzz import flush
+from tests.support.fakes import FakeTransport
 from tests.support.reopen import close, reopen
 
 FUZZ_FRAMES = 100_000

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -20,50 +19,7 @@ from streamlet.rabbitmq import Code, FrameSplitter
 from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.client import ClientHandshake, HandshakeFailed, Opened, State
 from streamlet.storage.chunk import simple_entry
-
-
-@dataclass
-class FakeTransport:
-    """What the connection writes, recorded; the rest of a transport's surface, inert."""
-
-    written: bytearray = field(default_factory=bytearray)
-    closed: bool = False
-    reading: bool = True
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    def writelines(self, buffers: list[bytes | memoryview]) -> None:
-        for b in buffers:
-            self.written += b
-
-    def take(self) -> bytes:
-        out, self.written = bytes(self.written), bytearray()
-        return out
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 1) if name == "peername" else default  # loopback: guest may log in
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    def abort(self) -> None:
-        self.closed = True
-
-    def pause_reading(self) -> None:
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        self.reading = True
+from tests.support.fakes import FakeTransport
 
 
 class Wire:

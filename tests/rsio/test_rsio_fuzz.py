@@ -54,9 +54,9 @@ from streamlet.rsio import (
     encode,
 )
 from streamlet.storage.chunk import HEADER_SIZE, iter_records
-from tests.rabbitmq.test_client_against_server import FakeTransport
 from tests.rsio.test_rsio import rsio_broker
 from tests.rsio.test_rsio_codec import mutate
+from tests.support.fakes import FakeTransport
 from tests.support.reopen import close, reopen
 
 FUZZ_FRAMES = 100_000

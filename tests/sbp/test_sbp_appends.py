@@ -22,8 +22,8 @@ from streamlet.sbp.fbs.AppendRequest import AppendRequestT
 from streamlet.sbp.fbs.AppendResponse import AppendResponseT
 from streamlet.sbp.fbs.AppendRun import AppendRunT
 from streamlet.sbp.flat import append_run
-from tests.core.clock import ManualClock
 from tests.storage.test_log import records
+from tests.support.fakes import ManualClock
 
 SID = 42  # the stream's SBP id, as the fake connection knows it
 

@@ -32,8 +32,8 @@ from streamlet.sbp.fbs.ListRangesRequest import ListRangesRequestT
 from streamlet.sbp.fbs.RangeOwner import RangeOwnerT
 from streamlet.sbp.fbs.Stream import StreamT
 from tests.mega.test_mega_fuzz import read_at
-from tests.rabbitmq.test_client_against_server import FakeTransport
 from tests.rsio.test_rsio_fuzz import flush
+from tests.support.fakes import FakeTransport
 from tests.support.reopen import close, reopen
 
 FUZZ_FRAMES = 100_000

@@ -14,8 +14,7 @@ import pytest
 from streamlet.broker.sbp.fetching import Reader, Readers, Records, take
 from streamlet.core.settings import StreamSettings
 from streamlet.core.streams import Publisher, Stream
-from tests.core.clock import ManualClock
-from tests.core.test_stream_ports import FakeSession, batch
+from tests.support.fakes import FakeSession, ManualClock, batch
 
 
 def pairs(r: Records) -> list[tuple[int, bytes]]:
