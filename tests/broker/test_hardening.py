@@ -15,6 +15,7 @@ import pytest
 from streamlet.client import StreamletError, connect
 from streamlet.rabbitmq import Code
 from streamlet.rabbitmq import frames as f
+from streamlet.rabbitmq.frames import replication as rf
 from tests.support.brokers import BrokerProcess
 from tests.support.raw import RawPeer
 from tests.support.reading import stream_bodies
@@ -202,10 +203,10 @@ _REQUESTS: list[tuple[Callable[[int], f.Command], type[f.Command]]] = [
     (lambda c: f.Partitions(c, "ss"), f.PartitionsResponse),
     (lambda c: f.StreamStats(c, "s"), f.StreamStatsResponse),
     (lambda c: f.ResolveOffsetSpec(c, "s", 1, 0), f.ResolveOffsetSpecResponse),
-    (lambda c: f.Fence(c, "s", 1), f.FenceResponse),
-    (lambda c: f.ReplicaHello(c, "s", 1, 1, 0, -1, 0), f.ReplicaHelloResponse),
-    (lambda c: f.ReplicaContact(c, "s"), f.ReplicaContactResponse),
-    (lambda c: f.ReplicaSeal(c, "s", 1, 1), f.ReplicaSealResponse),
+    (lambda c: rf.Fence(c, "s", 1), rf.FenceResponse),
+    (lambda c: rf.ReplicaHello(c, "s", 1, 1, 0, -1, 0), rf.ReplicaHelloResponse),
+    (lambda c: rf.ReplicaContact(c, "s"), rf.ReplicaContactResponse),
+    (lambda c: rf.ReplicaSeal(c, "s", 1, 1), rf.ReplicaSealResponse),
 ]
 
 

@@ -17,6 +17,7 @@ from streamlet.client.producer import publish_frame
 from streamlet.rabbitmq import Code
 from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.constants import Role
+from streamlet.rabbitmq.frames import replication as rf
 from tests.broker.test_replication import Factory, _admin, _stream_on_members
 from tests.support.raw import RawPeer
 from tests.support.waiting import eventually
@@ -24,9 +25,9 @@ from tests.support.waiting import eventually
 pytestmark = pytest.mark.process
 
 
-def _contact(b: Any, stream: str) -> f.ReplicaContactResponse:
-    answer = _admin(b, f.ReplicaContact(1, stream), f.ReplicaContactResponse)
-    assert isinstance(answer, f.ReplicaContactResponse)
+def _contact(b: Any, stream: str) -> rf.ReplicaContactResponse:
+    answer = _admin(b, rf.ReplicaContact(1, stream), rf.ReplicaContactResponse)
+    assert isinstance(answer, rf.ReplicaContactResponse)
     return answer
 
 
@@ -42,15 +43,15 @@ async def test_contact_and_seal(tmp_path: Path, broker_factory: Factory) -> None
         assert 0 <= follower.age_ms < 2000, follower
         await asyncio.sleep(0.2)
 
-    assert _admin(brokers[0], f.ReplicaSeal(1, "z", 2, 1), f.ReplicaSealResponse).code == 6, (
+    assert _admin(brokers[0], rf.ReplicaSeal(1, "z", 2, 1), rf.ReplicaSealResponse).code == 6, (
         "not the leader of that epoch")
-    assert _admin(brokers[1], f.ReplicaSeal(1, "z", 1, 1), f.ReplicaSealResponse).code == 6, (
+    assert _admin(brokers[1], rf.ReplicaSeal(1, "z", 1, 1), rf.ReplicaSealResponse).code == 6, (
         "a follower is not sealed")
     with RawPeer(brokers[0].host, brokers[0].port) as peer:
         peer.handshake()
         peer.request(f.DeclarePublisher(peer.next_corr(), 1, "", "z"), f.DeclarePublisherResponse)
         peer.send_raw(publish_frame(1, 1, [b"%d" % i for i in range(1, 101)]))
-        sealed = _admin(brokers[0], f.ReplicaSeal(1, "z", 1, 1), f.ReplicaSealResponse)
+        sealed = _admin(brokers[0], rf.ReplicaSeal(1, "z", 1, 1), rf.ReplicaSealResponse)
         assert sealed.code == Code.OK
         tail = (sealed.tail_epoch, sealed.tail_chunk_id, sealed.next_offset)
         assert tail[2] >= 100, "what it took is written before the answer"
@@ -71,7 +72,7 @@ async def test_contact_and_seal(tmp_path: Path, broker_factory: Factory) -> None
     await eventually(caught_up, 30, "a follower holding the sealed leader's tail")
     with_peer = _admin(brokers[0], f.DeclarePublisher(1, 1, "", "z"), f.DeclarePublisherResponse)
     assert with_peer.code == Code.STREAM_NOT_AVAILABLE, "sealed: no publisher"
-    assert _admin(brokers[0], f.ReplicaSeal(1, "z", 1, 0), f.ReplicaSealResponse).code == Code.OK
+    assert _admin(brokers[0], rf.ReplicaSeal(1, "z", 1, 0), rf.ReplicaSealResponse).code == Code.OK
     async with await connect(brokers[0].host, brokers[0].port) as client:
         producer = await client.producer("z")
         await producer.send(b"again")

@@ -17,6 +17,7 @@ from streamlet.client.errors import StreamletError
 from streamlet.rabbitmq import Code
 from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.constants import Role
+from streamlet.rabbitmq.frames import replication as rf
 from tests.support.brokers import BrokerProcess, distinct_ports, free_port
 from tests.support.raw import RawPeer
 from tests.support.waiting import eventually
@@ -59,8 +60,8 @@ def assign(brokers: list[BrokerProcess], stream: str, epoch: int, leader: int,
     order = [leader] + [i for i in range(len(brokers)) if i != leader]
     for i in order:
         role = Role.LEADER if i == leader else Role.FOLLOWER
-        answer = _admin(brokers[i], f.Assign(1, stream, epoch, role, lead.host, lead.port, ids),
-                        f.AssignResponse)
+        answer = _admin(brokers[i], rf.Assign(1, stream, epoch, role, lead.host, lead.port, ids),
+                        rf.AssignResponse)
         assert answer.code == Code.OK, (i, answer)
 
 
@@ -134,17 +135,17 @@ def test_a_stale_epoch_is_refused(tmp_path: Path, broker_factory: Factory) -> No
     with RawPeer(b.host, b.port) as peer:
         peer.handshake()
         ask(peer, f.Create(peer.next_corr(), "s", {}), f.CreateResponse)
-        fenced = ask(peer, f.Fence(peer.next_corr(), "s", 5), f.FenceResponse)
+        fenced = ask(peer, rf.Fence(peer.next_corr(), "s", 5), rf.FenceResponse)
         assert fenced.code == Code.OK and fenced.epoch == 5
-        stale = ask(peer, f.Fence(peer.next_corr(), "s", 4), f.FenceResponse)
+        stale = ask(peer, rf.Fence(peer.next_corr(), "s", 4), rf.FenceResponse)
         assert stale.code == Code.STREAM_NOT_AVAILABLE and stale.epoch == 5
-        old = ask(peer, f.Assign(peer.next_corr(), "s", 3, Role.LEADER, b.host, b.port, [0]),
-                           f.AssignResponse)
+        old = ask(peer, rf.Assign(peer.next_corr(), "s", 3, Role.LEADER, b.host, b.port, [0]),
+                           rf.AssignResponse)
         assert old.code == Code.STREAM_NOT_AVAILABLE
     b.restart()  # the epoch is on disk: still refused after a restart
     with RawPeer(b.host, b.port) as peer:
         peer.handshake()
-        stale = ask(peer, f.Fence(peer.next_corr(), "s", 4), f.FenceResponse)
+        stale = ask(peer, rf.Fence(peer.next_corr(), "s", 4), rf.FenceResponse)
         assert stale.code == Code.STREAM_NOT_AVAILABLE and stale.epoch == 5
 
 

@@ -21,6 +21,7 @@ from streamlet.client import connect
 from streamlet.rabbitmq import Code
 from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.constants import Role
+from streamlet.rabbitmq.frames import replication as rf
 from tests.broker.test_replication import assign
 from tests.support.brokers import BrokerProcess, distinct_ports, free_port
 from tests.support.raw import RawPeer
@@ -87,28 +88,28 @@ def test_an_application_user_sends_no_replication_command(tmp_path: Path,
         assert created.code == Code.OK
         c = peer.next_corr
         refused: list[tuple[f.Command, type[f.Command]]] = [
-            (f.Fence(c(), "app-s", 5), f.FenceResponse),
-            (f.Assign(c(), "app-s", 1, Role.LEADER, HOST, b.port, [0, 1]), f.AssignResponse),
-            (f.Assign(c(), "app-s", 1, Role.FOLLOWER, HOST, other, [0, 1]), f.AssignResponse),
-            (f.ReplicaSeal(c(), "app-s", 1, 1), f.ReplicaSealResponse),
-            (f.ReplicaContact(c(), "app-s"), f.ReplicaContactResponse),
-            (f.ReplicaHello(c(), "app-s", 1, 1, 0, -1, 0), f.ReplicaHelloResponse),
-            (f.ReplicaStart(c(), 1, 0, -1, 0), f.ReplicaStartResponse),
-            (f.SacJoin(c(), "app-s", 1, 1, "g"), f.SacJoinResponse),
+            (rf.Fence(c(), "app-s", 5), rf.FenceResponse),
+            (rf.Assign(c(), "app-s", 1, Role.LEADER, HOST, b.port, [0, 1]), rf.AssignResponse),
+            (rf.Assign(c(), "app-s", 1, Role.FOLLOWER, HOST, other, [0, 1]), rf.AssignResponse),
+            (rf.ReplicaSeal(c(), "app-s", 1, 1), rf.ReplicaSealResponse),
+            (rf.ReplicaContact(c(), "app-s"), rf.ReplicaContactResponse),
+            (rf.ReplicaHello(c(), "app-s", 1, 1, 0, -1, 0), rf.ReplicaHelloResponse),
+            (rf.ReplicaStart(c(), 1, 0, -1, 0), rf.ReplicaStartResponse),
+            (rf.SacJoin(c(), "app-s", 1, 1, "g"), rf.SacJoinResponse),
         ]
         for cmd, response in refused:
             answer: Any = peer.request(cmd, response)
             assert answer.code == Code.ACCESS_REFUSED, (cmd, answer)
-        peer.send(f.ReplicaAck(1, 0, 0))  # no answer to give: the connection is closed, 16
+        peer.send(rf.ReplicaAck(1, 0, 0))  # no answer to give: the connection is closed, 16
         close: Any = peer.recv_until(f.Close)
         assert close.code == Code.ACCESS_REFUSED
     assert not _state(b, "app-s").exists(), "nothing saved"
     assert "user app refused Fence" in b.log_text()
     # the replication user (the first) may; a user with every permission but no identity not
-    assert _ask(b, f.ReplicaContact(1, "app-s"), f.ReplicaContactResponse).code == 17  # one copy
-    assert _ask(b, f.Fence(1, "app-s", 2), f.FenceResponse,
+    assert _ask(b, rf.ReplicaContact(1, "app-s"), rf.ReplicaContactResponse).code == 17  # one copy
+    assert _ask(b, rf.Fence(1, "app-s", 2), rf.FenceResponse,
                 ("driver", "driver-pw")).code == Code.ACCESS_REFUSED
-    assert _ask(b, f.Fence(1, "app-s", 2), f.FenceResponse).code == Code.OK
+    assert _ask(b, rf.Fence(1, "app-s", 2), rf.FenceResponse).code == Code.OK
     assert json.loads(_state(b, "app-s").read_text())["epoch"] == 2
 
 
@@ -117,13 +118,13 @@ def test_the_driver_user_drives(tmp_path: Path, broker_factory: Factory) -> None
     b, other = _member(tmp_path, broker_factory, 'driver_user = "driver"\n')
     assert _ask(b, f.Create(1, "d", {}), f.CreateResponse).code == Code.OK
     driver = ("driver", "driver-pw")
-    assert _ask(b, f.Fence(1, "d", 1), f.FenceResponse, driver).code == Code.OK
-    answer = _ask(b, f.Assign(1, "d", 1, Role.FOLLOWER, HOST, other, [0, 1]), f.AssignResponse,
+    assert _ask(b, rf.Fence(1, "d", 1), rf.FenceResponse, driver).code == Code.OK
+    answer = _ask(b, rf.Assign(1, "d", 1, Role.FOLLOWER, HOST, other, [0, 1]), rf.AssignResponse,
                   driver)
     assert answer.code == Code.OK
-    assert _ask(b, f.ReplicaContact(1, "d"), f.ReplicaContactResponse, driver).code == Code.OK
-    assert _ask(b, f.Fence(1, "d", 2), f.FenceResponse).code == Code.OK  # the replication user's
-    assert _ask(b, f.Fence(1, "d", 3), f.FenceResponse, APP).code == Code.ACCESS_REFUSED
+    assert _ask(b, rf.ReplicaContact(1, "d"), rf.ReplicaContactResponse, driver).code == Code.OK
+    assert _ask(b, rf.Fence(1, "d", 2), rf.FenceResponse).code == Code.OK  # the replication user's
+    assert _ask(b, rf.Fence(1, "d", 3), rf.FenceResponse, APP).code == Code.ACCESS_REFUSED
 
 
 async def test_fence_in_epoch_0_is_refused_and_the_broker_restarts(
@@ -131,8 +132,8 @@ async def test_fence_in_epoch_0_is_refused_and_the_broker_restarts(
     b, other = _member(tmp_path, broker_factory)
     async with await connect(b.host, b.port) as client:
         await client.create_stream("s")
-    assert _ask(b, f.Fence(1, "s", 0), f.FenceResponse).code == Code.PRECONDITION_FAILED
-    answer = _ask(b, f.Assign(1, "s", 0, Role.FOLLOWER, HOST, other, [0, 1]), f.AssignResponse)
+    assert _ask(b, rf.Fence(1, "s", 0), rf.FenceResponse).code == Code.PRECONDITION_FAILED
+    answer = _ask(b, rf.Assign(1, "s", 0, Role.FOLLOWER, HOST, other, [0, 1]), rf.AssignResponse)
     assert answer.code == Code.PRECONDITION_FAILED
     assert not _state(b, "s").exists()
     assert "Fence in epoch 0 refused: epoch 0: epochs start at 1" in b.log_text()
@@ -145,10 +146,10 @@ async def test_a_broker_in_no_cluster_takes_no_fence_or_assign(
     b = broker_factory(config=_config(tmp_path, "alone", ""))
     async with await connect(b.host, b.port) as client:
         await client.create_stream("x")
-    assert _ask(b, f.Fence(1, "x", 5), f.FenceResponse).code == Code.PRECONDITION_FAILED
-    answer = _ask(b, f.Assign(1, "x", 1, Role.LEADER, b.host, b.port, [0]), f.AssignResponse)
+    assert _ask(b, rf.Fence(1, "x", 5), rf.FenceResponse).code == Code.PRECONDITION_FAILED
+    answer = _ask(b, rf.Assign(1, "x", 1, Role.LEADER, b.host, b.port, [0]), rf.AssignResponse)
     assert answer.code == Code.PRECONDITION_FAILED
-    assert _ask(b, f.ReplicaSeal(1, "x", 1, 1), f.ReplicaSealResponse).code == 17
+    assert _ask(b, rf.ReplicaSeal(1, "x", 1, 1), rf.ReplicaSealResponse).code == 17
     assert not _state(b, "x").exists()
     assert "no [cluster] peers" in b.log_text()
     b.restart()
@@ -182,7 +183,7 @@ async def test_unreadable_saved_state_sets_its_stream_aside(tmp_path: Path,
             (f.StreamStats(c(), "bad-repl"), f.StreamStatsResponse),
             (f.Create(c(), "bad-meta", {}), f.CreateResponse),
             (f.Delete(c(), "bad-repl"), f.DeleteResponse),
-            (f.Fence(c(), "bad-repl", 3), f.FenceResponse),
+            (rf.Fence(c(), "bad-repl", 3), rf.FenceResponse),
         ]
         for cmd, response in asked:
             answer: Any = peer.request(cmd, response)
@@ -251,14 +252,14 @@ async def test_no_login_reaches_an_address_that_is_no_peer(
         await client.create_stream("s")
     port = rogue.server.sockets[0].getsockname()[1]
     for user in (APP, ("guest", "guest")):
-        answer = _ask(b, f.Assign(1, "s", 1, Role.FOLLOWER, HOST, port, [0, 1]),
-                      f.AssignResponse, user)
+        answer = _ask(b, rf.Assign(1, "s", 1, Role.FOLLOWER, HOST, port, [0, 1]),
+                      rf.AssignResponse, user)
         assert answer.code == (Code.ACCESS_REFUSED if user == APP else
                                Code.PRECONDITION_FAILED)
     assert not _state(b, "s").exists()
     assert f"leader {HOST}:{port}: not one of cluster.peers" in b.log_text()
     # a follower of the configured peer: its link reaches that one (and only that one)
-    answer = _ask(b, f.Assign(1, "s", 1, Role.FOLLOWER, HOST, other, [0, 1]), f.AssignResponse)
+    answer = _ask(b, rf.Assign(1, "s", 1, Role.FOLLOWER, HOST, other, [0, 1]), rf.AssignResponse)
     assert answer.code == Code.OK
     await eventually(lambda: peer.connections, what="the follower's link at its peer")
     assert rogue.connections == 0 and not rogue.received
@@ -269,7 +270,7 @@ async def test_no_login_reaches_an_address_that_is_no_peer(
     before = peer.connections
     b.start()
     assert "cannot resume as follower" in b.log_text()
-    answer = _ask(b, f.Assign(1, "s", 3, Role.FOLLOWER, HOST, other, [0, 1]), f.AssignResponse)
+    answer = _ask(b, rf.Assign(1, "s", 3, Role.FOLLOWER, HOST, other, [0, 1]), rf.AssignResponse)
     assert answer.code == Code.OK
     await eventually(lambda: peer.connections > before, what="the link to the peer again")
     assert rogue.connections == 0 and not rogue.received
@@ -300,7 +301,7 @@ async def test_two_leaders_in_one_epoch_are_noticed(tmp_path: Path,
     assert _api_queue(http, "s")["split_brain"] is None
 
     # member 2 says member 1 leads epoch 1, which member 1 knows member 0 leads
-    hello = _ask(follower, f.ReplicaHello(1, "s", 1, 2, 0, -1, 0), f.ReplicaHelloResponse)
+    hello = _ask(follower, rf.ReplicaHello(1, "s", 1, 2, 0, -1, 0), rf.ReplicaHelloResponse)
     assert hello.code == Code.STREAM_NOT_AVAILABLE
     assert ("two leaders in epoch 1: member 0 as this member knows, member 1 by ReplicaHello "
             "from member 2") in follower.log_text()
@@ -310,8 +311,8 @@ async def test_two_leaders_in_one_epoch_are_noticed(tmp_path: Path,
                                                     "claimed_leader": 1, "count": 1}
 
     # an Assign of the same epoch naming another leader: noticed too
-    answer = _ask(follower, f.Assign(1, "s", 1, Role.LEADER, HOST, follower.port, [0, 1, 2]),
-                  f.AssignResponse)
+    answer = _ask(follower, rf.Assign(1, "s", 1, Role.LEADER, HOST, follower.port, [0, 1, 2]),
+                  rf.AssignResponse)
     assert answer.code == Code.OK  # the driver is trusted; the member says what it saw
     assert "member 1 by Assign" in follower.log_text()
     samples = await scrape(metrics)

@@ -26,6 +26,7 @@ from streamlet.client import connect
 from streamlet.rabbitmq import Code
 from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.constants import REPLICATION_KEYS
+from streamlet.rabbitmq.frames import replication as rf
 from tests.broker.test_replication_auth import APP, USERS, _peers
 from tests.rsio.test_rsio_codec import mutate
 from tests.support.brokers import BrokerProcess, distinct_ports
@@ -52,29 +53,29 @@ def random_command(rng: random.Random, corr: int, ports: list[int]) -> f.Command
     # end an application user's connection
     kind = rng.choices(range(12), weights=[6, 8, 3, 2, 4, 3, 3, 1, 1, 1, 1, 1])[0]
     if kind == 0:
-        return f.Fence(corr, stream, epoch)
+        return rf.Fence(corr, stream, epoch)
     if kind == 1:
-        return f.Assign(corr, stream, epoch, rng.choice([0, 1, 1, 2, 2, 3]), host, port, members)
+        return rf.Assign(corr, stream, epoch, rng.choice([0, 1, 1, 2, 2, 3]), host, port, members)
     if kind == 2:
-        return f.ReplicaHello(corr, stream, epoch, rng.choice([0, 1, 2]), *tail)
+        return rf.ReplicaHello(corr, stream, epoch, rng.choice([0, 1, 2]), *tail)
     if kind == 3:
-        return f.ReplicaStart(corr, epoch, *tail)
+        return rf.ReplicaStart(corr, epoch, *tail)
     if kind == 4:
-        return f.ReplicaContact(corr, stream)
+        return rf.ReplicaContact(corr, stream)
     if kind == 5:
-        return f.ReplicaSeal(corr, stream, epoch, rng.randrange(2))
+        return rf.ReplicaSeal(corr, stream, epoch, rng.randrange(2))
     if kind == 6:
-        return f.SacJoin(corr, stream, epoch, rng.randrange(4), rng.choice(["g", ""]),
+        return rf.SacJoin(corr, stream, epoch, rng.randrange(4), rng.choice(["g", ""]),
                          rng.choice([-1, 0, 1]))
     if kind == 7:
-        return f.ReplicaAck(epoch, tail[1], tail[2])
+        return rf.ReplicaAck(epoch, tail[1], tail[2])
     if kind == 8:
-        return rng.choice([f.SacLeave(rng.randrange(4)), f.SacSteppedDown(rng.randrange(4))])
+        return rng.choice([rf.SacLeave(rng.randrange(4)), rf.SacSteppedDown(rng.randrange(4))])
     if kind == 9:
-        return f.ReplicaChunks(epoch, rng.choice([-1, 0]), rng.randbytes(rng.randrange(0, 80)))
+        return rf.ReplicaChunks(epoch, rng.choice([-1, 0]), rng.randbytes(rng.randrange(0, 80)))
     if kind == 10:
-        return f.ReplicaCommit(epoch, 0)
-    return f.SacUpdate(1, 1)
+        return rf.ReplicaCommit(epoch, 0)
+    return rf.SacUpdate(1, 1)
 
 
 def framed(rng: random.Random, cmd: f.Command) -> tuple[bytes, bool]:

@@ -18,8 +18,8 @@ import pytest
 from streamlet.client import Client, connect
 from streamlet.client.consumer import Consumer
 from streamlet.rabbitmq import Code
-from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.constants import Role
+from streamlet.rabbitmq.frames import replication as rf
 from tests.broker.test_replication import Factory, _admin, _members, _stream_on_members, assign
 from tests.cluster.test_failover import _create_replicated, _led, _led_after
 from tests.cluster.test_local_cluster import HOST, Cluster
@@ -168,12 +168,12 @@ def _fence_and_assign(brokers: list[BrokerProcess], live: list[int], stream: str
     """What the placement driver does after a leader is lost: fence the live members with a
     new epoch, then assign the leader, then its followers."""
     for i in live:
-        assert _admin(brokers[i], f.Fence(1, stream, epoch), f.FenceResponse).code == Code.OK
+        assert _admin(brokers[i], rf.Fence(1, stream, epoch), rf.FenceResponse).code == Code.OK
     lead = brokers[leader]
     for i in [leader] + [i for i in live if i != leader]:
         role = Role.LEADER if i == leader else Role.FOLLOWER
-        answer = _admin(brokers[i], f.Assign(1, stream, epoch, role, lead.host, lead.port,
-                                             list(range(len(brokers)))), f.AssignResponse)
+        answer = _admin(brokers[i], rf.Assign(1, stream, epoch, role, lead.host, lead.port,
+                                             list(range(len(brokers)))), rf.AssignResponse)
         assert answer.code == Code.OK, (i, answer)
 
 

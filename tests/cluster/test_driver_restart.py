@@ -14,6 +14,7 @@ import pytest
 from streamlet.cluster.driver import LocalDriver
 from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.constants import Role
+from streamlet.rabbitmq.frames import replication as rf
 from streamlet.replication.model import NO_LEADER
 from tests.support.brokers import BrokerProcess, free_port
 from tests.support.raw import RawPeer
@@ -57,8 +58,8 @@ async def test_a_driver_stopped_mid_election_is_taken_over_without_reusing_its_e
         with RawPeer(HOST, b.port) as peer:
             peer.handshake()
             role = Role.LEADER if i == 0 else Role.FOLLOWER
-            peer.request(f.Assign(peer.next_corr(), "d", 1, role, HOST, ports[0], [0, 1, 2]),
-                         f.AssignResponse)
+            peer.request(rf.Assign(peer.next_corr(), "d", 1, role, HOST, ports[0], [0, 1, 2]),
+                         rf.AssignResponse)
     # BrokerProcess keeps its data in <dir>/node-i: the driver's layout, as cluster up makes it
     first = LocalDriver(tmp_path, HOST, ports)
     await first.tick({i: b.pid for i, b in enumerate(nodes)})

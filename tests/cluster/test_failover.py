@@ -21,6 +21,7 @@ from streamlet.client.errors import StreamletError
 from streamlet.client.producer import publish_frame
 from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.constants import Role
+from streamlet.rabbitmq.frames import replication as rf
 from tests.cluster.test_local_cluster import HOST, Cluster
 from tests.cluster.test_local_cluster import wait_until as wait_sync
 from tests.support.raw import RawPeer
@@ -35,7 +36,7 @@ KILLS = 5
 def _assign(port: int, cmd: f.Command) -> None:
     with RawPeer(HOST, port) as peer:
         peer.handshake()
-        answer = peer.request(cmd, f.AssignResponse)
+        answer = peer.request(cmd, rf.AssignResponse)
         assert getattr(answer, "code", None) == 1, answer
 
 
@@ -49,7 +50,7 @@ def _create_replicated(cluster: Cluster, name: str) -> None:
             peer.request(f.Create(peer.next_corr(), name, {}), f.CreateResponse)
     for i, port in enumerate(ports):
         role = Role.LEADER if i == 0 else Role.FOLLOWER
-        _assign(port, f.Assign(1, name, 1, role, HOST, ports[0], [0, 1, 2]))
+        _assign(port, rf.Assign(1, name, 1, role, HOST, ports[0], [0, 1, 2]))
 
 
 def _entry(cluster: Cluster, name: str) -> tuple[int, int | None]:

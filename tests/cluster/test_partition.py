@@ -23,6 +23,7 @@ from streamlet.cluster.state import ClusterState
 from streamlet.cluster.status import gather_streams
 from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.constants import Role
+from streamlet.rabbitmq.frames import replication as rf
 from streamlet.replication.model import NO_LEADER
 from streamlet.storage import StreamLog
 from streamlet.storage.chunk import CHUNK_USER, iter_records
@@ -81,8 +82,8 @@ class ProxiedCluster:
             role = Role.LEADER if i == 0 else Role.FOLLOWER
             with RawPeer(HOST, b.port) as peer:
                 peer.handshake()
-                answer = peer.request(f.Assign(peer.next_corr(), name, 1, role, HOST,
-                                               self.proxies[0].port, [0, 1, 2]), f.AssignResponse)
+                answer = peer.request(rf.Assign(peer.next_corr(), name, 1, role, HOST,
+                                               self.proxies[0].port, [0, 1, 2]), rf.AssignResponse)
                 assert getattr(answer, "code", None) == 1, answer
 
     def drive(self) -> None:

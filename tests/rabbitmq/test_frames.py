@@ -8,6 +8,7 @@ import pytest
 
 from streamlet.rabbitmq import Code, FrameSplitter, Key
 from streamlet.rabbitmq import frames as f
+from streamlet.rabbitmq.frames import base, replication
 from streamlet.wire.framing import FrameTooLarge
 
 SAMPLES: list[f.Command] = [
@@ -50,6 +51,16 @@ SAMPLES: list[f.Command] = [
 def test_every_key_has_a_sample() -> None:
     keys = {cmd.KEY for cmd in SAMPLES}
     assert keys == set(range(1, 32))
+
+
+def test_the_package_names_rabbitmqs_commands_and_replication_holds_streamlets_own() -> None:
+    """One registry for decode; RabbitMQ's catalogue (keys 1-31) re-exported by the package,
+    streamlet's private commands (0x7E..) only in frames.replication."""
+    for key, cls in base.REGISTRY.items():
+        private = key & 0x7FFF >= 0x7E00
+        assert (key & 0x7FFF in range(1, 32)) != private, cls
+        assert (cls.__name__ in f.__all__) != private, cls
+        assert hasattr(replication, cls.__name__) == private, cls
 
 
 @pytest.mark.parametrize("cmd", SAMPLES, ids=lambda c: type(c).__name__)

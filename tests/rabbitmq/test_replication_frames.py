@@ -12,32 +12,33 @@ from streamlet.rabbitmq import Code, Key
 from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.answers import error_answer
 from streamlet.rabbitmq.constants import REPLICATION_KEYS, Role
+from streamlet.rabbitmq.frames import replication as rf
 
 CHUNK = b"\x50" + bytes(47) + b"data"  # the codec does not look inside
 
 SAMPLES: list[f.Command] = [
-    f.ReplicaHello(1, "s", 4, 2, 3, 17, 1800),
-    f.ReplicaHello(1, "s", 1, 0, 0, -1, 0),  # an empty replica
-    f.ReplicaHelloResponse(1, Code.OK, 4, 0, [(1, 9), (3, 17), (4, 20)]),
-    f.ReplicaHelloResponse(1, Code.STREAM_NOT_AVAILABLE, 5),
-    f.ReplicaStart(2, 4, 3, 17, 1800), f.ReplicaStartResponse(2, Code.OK),
-    f.ReplicaChunks(4, 17, CHUNK + CHUNK), f.ReplicaChunks(4, -1, b""),
-    f.ReplicaAck(4, 20, 2100), f.ReplicaAck(4, -1, 0),
-    f.ReplicaCommit(4, 20), f.ReplicaCommit(4, -1),
-    f.Fence(3, "s", 5),
-    f.FenceResponse(3, Code.OK, 5, 4, 20, 2100, [(1, 9), (4, 20)]),
-    f.FenceResponse(3, Code.STREAM_NOT_AVAILABLE, 7),
-    f.Assign(4, "s", 5, Role.FOLLOWER, "streamlet-1.streamlet", 5552, [0, 1, 2]),
-    f.Assign(4, "s", 5, Role.LEADER, "", 0, [1]),
-    f.AssignResponse(4, Code.OK),
-    f.ReplicaContact(5, "s"),
-    f.ReplicaContactResponse(5, Code.OK, 5, Role.FOLLOWER, 120, 5, 30, 3100),
-    f.ReplicaContactResponse(5, Code.OK, 5, 0, -1),  # fenced, no link
-    f.ReplicaSeal(6, "s", 5, 1), f.ReplicaSeal(6, "s", 5, 0),
-    f.ReplicaSealResponse(6, Code.OK, 5, 30, 3100), f.ReplicaSealResponse(6, Code.STREAM_NOT_AVAILABLE),
-    f.SacJoin(5, "s", 5, 70000, "billing", 2), f.SacJoin(5, "s", 5, 1, "g"),
-    f.SacJoinResponse(5, Code.STREAM_NOT_AVAILABLE),
-    f.SacLeave(70000), f.SacUpdate(70000, 1), f.SacUpdate(1, 0), f.SacSteppedDown(70000),
+    rf.ReplicaHello(1, "s", 4, 2, 3, 17, 1800),
+    rf.ReplicaHello(1, "s", 1, 0, 0, -1, 0),  # an empty replica
+    rf.ReplicaHelloResponse(1, Code.OK, 4, 0, [(1, 9), (3, 17), (4, 20)]),
+    rf.ReplicaHelloResponse(1, Code.STREAM_NOT_AVAILABLE, 5),
+    rf.ReplicaStart(2, 4, 3, 17, 1800), rf.ReplicaStartResponse(2, Code.OK),
+    rf.ReplicaChunks(4, 17, CHUNK + CHUNK), rf.ReplicaChunks(4, -1, b""),
+    rf.ReplicaAck(4, 20, 2100), rf.ReplicaAck(4, -1, 0),
+    rf.ReplicaCommit(4, 20), rf.ReplicaCommit(4, -1),
+    rf.Fence(3, "s", 5),
+    rf.FenceResponse(3, Code.OK, 5, 4, 20, 2100, [(1, 9), (4, 20)]),
+    rf.FenceResponse(3, Code.STREAM_NOT_AVAILABLE, 7),
+    rf.Assign(4, "s", 5, Role.FOLLOWER, "streamlet-1.streamlet", 5552, [0, 1, 2]),
+    rf.Assign(4, "s", 5, Role.LEADER, "", 0, [1]),
+    rf.AssignResponse(4, Code.OK),
+    rf.ReplicaContact(5, "s"),
+    rf.ReplicaContactResponse(5, Code.OK, 5, Role.FOLLOWER, 120, 5, 30, 3100),
+    rf.ReplicaContactResponse(5, Code.OK, 5, 0, -1),  # fenced, no link
+    rf.ReplicaSeal(6, "s", 5, 1), rf.ReplicaSeal(6, "s", 5, 0),
+    rf.ReplicaSealResponse(6, Code.OK, 5, 30, 3100), rf.ReplicaSealResponse(6, Code.STREAM_NOT_AVAILABLE),
+    rf.SacJoin(5, "s", 5, 70000, "billing", 2), rf.SacJoin(5, "s", 5, 1, "g"),
+    rf.SacJoinResponse(5, Code.STREAM_NOT_AVAILABLE),
+    rf.SacLeave(70000), rf.SacUpdate(70000, 1), rf.SacUpdate(1, 0), rf.SacSteppedDown(70000),
 ]
 
 
@@ -62,11 +63,11 @@ def test_every_truncation_is_an_error_value(cmd: f.Command) -> None:
         if isinstance(out, f.FrameError):
             assert out.code == Code.UNKNOWN_FRAME
         else:  # the chunks are the rest of the frame: cut after the head, fewer bytes of them
-            assert isinstance(cmd, f.ReplicaChunks) and cut >= 4 + 16
-            assert isinstance(out, f.ReplicaChunks) and bytes(out.chunks) == cmd.chunks[: cut - 20]
+            assert isinstance(cmd, rf.ReplicaChunks) and cut >= 4 + 16
+            assert isinstance(out, rf.ReplicaChunks) and bytes(out.chunks) == cmd.chunks[: cut - 20]
 
 
-@pytest.mark.parametrize("cmd", [c for c in SAMPLES if not isinstance(c, f.ReplicaChunks)],
+@pytest.mark.parametrize("cmd", [c for c in SAMPLES if not isinstance(c, rf.ReplicaChunks)],
                          ids=lambda c: type(c).__name__)
 def test_trailing_bytes_are_refused(cmd: f.Command) -> None:
     out = f.decode(f.encode(cmd)[4:] + b"x")
@@ -87,36 +88,36 @@ def test_random_bodies_never_raise(key: int) -> None:
 
 
 def test_chunks_are_a_view_of_the_frame() -> None:
-    frame = bytearray(f.encode(f.ReplicaChunks(4, 17, CHUNK))[4:])
+    frame = bytearray(f.encode(rf.ReplicaChunks(4, 17, CHUNK))[4:])
     out = f.decode(memoryview(frame))
-    assert isinstance(out, f.ReplicaChunks) and isinstance(out.chunks, memoryview)
+    assert isinstance(out, rf.ReplicaChunks) and isinstance(out.chunks, memoryview)
     frame[-1] = ord("X")  # no copy: the view sees the frame's bytes
     assert bytes(out.chunks) == CHUNK[:-1] + b"X"
 
 
 def test_chunks_prefix_is_the_frame_head() -> None:
-    whole = f.encode(f.ReplicaChunks(4, 17, CHUNK))
-    assert f.ReplicaChunks.prefix(4, 17, len(CHUNK)) + CHUNK == whole
-    assert f.ReplicaChunks.prefix(4, -1, 0) == f.encode(f.ReplicaChunks(4, -1, b""))
+    whole = f.encode(rf.ReplicaChunks(4, 17, CHUNK))
+    assert rf.ReplicaChunks.prefix(4, 17, len(CHUNK)) + CHUNK == whole
+    assert rf.ReplicaChunks.prefix(4, -1, 0) == f.encode(rf.ReplicaChunks(4, -1, b""))
 
 
 @pytest.mark.parametrize(("cmd", "corr"), [
-    (f.ReplicaChunks(4, 17, CHUNK), None), (f.ReplicaAck(4, 20, 2100), None),
-    (f.ReplicaCommit(4, 20), None), (f.Fence(3, "s", 5), 3), (f.SacLeave(7), None),
-    (f.SacUpdate(7, 1), None), (f.SacSteppedDown(7), None), (f.SacJoin(6, "s", 5, 7, "g"), 6), (f.ReplicaHello(1, "s", 4, 2, 3, 17, 1800), 1),
+    (rf.ReplicaChunks(4, 17, CHUNK), None), (rf.ReplicaAck(4, 20, 2100), None),
+    (rf.ReplicaCommit(4, 20), None), (rf.Fence(3, "s", 5), 3), (rf.SacLeave(7), None),
+    (rf.SacUpdate(7, 1), None), (rf.SacSteppedDown(7), None), (rf.SacJoin(6, "s", 5, 7, "g"), 6), (rf.ReplicaHello(1, "s", 4, 2, 3, 17, 1800), 1),
 ])
 def test_correlation_ids_of_malformed_frames(cmd: f.Command, corr: int | None) -> None:
     """Commands without an answer have no correlation id: an error never answers them."""
     body = f.encode(cmd)[4:]
-    out = f.decode(body[:12] if isinstance(cmd, f.ReplicaChunks) else body[:-1])
+    out = f.decode(body[:12] if isinstance(cmd, rf.ReplicaChunks) else body[:-1])
     assert isinstance(out, f.FrameError) and out.correlation_id == corr
 
 
 @pytest.mark.parametrize(("key", "expected"), [
-    (Key.REPLICA_HELLO, f.ReplicaHelloResponse(9, Code.STREAM_NOT_AVAILABLE)),
-    (Key.REPLICA_START, f.ReplicaStartResponse(9, Code.STREAM_NOT_AVAILABLE)),
-    (Key.FENCE, f.FenceResponse(9, Code.STREAM_NOT_AVAILABLE)),
-    (Key.ASSIGN, f.AssignResponse(9, Code.STREAM_NOT_AVAILABLE)),
+    (Key.REPLICA_HELLO, rf.ReplicaHelloResponse(9, Code.STREAM_NOT_AVAILABLE)),
+    (Key.REPLICA_START, rf.ReplicaStartResponse(9, Code.STREAM_NOT_AVAILABLE)),
+    (Key.FENCE, rf.FenceResponse(9, Code.STREAM_NOT_AVAILABLE)),
+    (Key.ASSIGN, rf.AssignResponse(9, Code.STREAM_NOT_AVAILABLE)),
 ])
 def test_error_answers_decode_as_their_response(key: Key, expected: f.Command) -> None:
     frame = error_answer(key, 1, 9, Code.STREAM_NOT_AVAILABLE)

@@ -27,8 +27,8 @@ from typing import Any
 
 from ..client import connect
 from ..rabbitmq import Code
-from ..rabbitmq import frames as f
 from ..rabbitmq.constants import Role
+from ..rabbitmq.frames import replication as rf
 from ..replication.election import Decision, elect
 from ..replication.liveness import Contact
 from ..replication.model import NO_LEADER, Tail, quorum
@@ -70,7 +70,7 @@ class Members:
     async def fence(self, member: int, name: str, epoch: int) -> Tail | Gone | None:
         """The member's tail once fenced with ``epoch``; GONE when it has no such stream; None
         when it did not fence (unreachable, or it holds a higher epoch)."""
-        answer = await self.request(member, lambda c: f.Fence(c, name, epoch))
+        answer = await self.request(member, lambda c: rf.Fence(c, name, epoch))
         if answer is not None and answer.code == Code.STREAM_DOES_NOT_EXIST:
             return GONE
         if answer is None or answer.code != Code.OK:
@@ -80,7 +80,7 @@ class Members:
     async def assign(self, member: int, name: str, epoch: int, role: Role, leader: int,
                      members: Sequence[int]) -> bool:
         host, port = self.peer_address(leader)
-        answer = await self.request(member, lambda c: f.Assign(
+        answer = await self.request(member, lambda c: rf.Assign(
             c, name, epoch, role, host, port, list(members)))
         ok = answer is not None and answer.code == Code.OK
         if not ok:
@@ -92,7 +92,7 @@ class Members:
     async def contact(self, member: int, name: str) -> Contact | None:
         """Whether the member follows ``name``'s leader and how long ago it heard from it
         (ReplicaContact); None when it cannot be asked or does not hold the stream."""
-        answer = await self.request(member, lambda c: f.ReplicaContact(c, name))
+        answer = await self.request(member, lambda c: rf.ReplicaContact(c, name))
         if answer is None or answer.code != Code.OK:
             return None
         return Contact(answer.epoch, answer.role == Role.FOLLOWER,
@@ -102,7 +102,7 @@ class Members:
     async def seal(self, member: int, name: str, epoch: int, on: bool = True) -> Tail | None:
         """Stop the leader of ``epoch`` taking publishes (``on``), or let it take them again:
         its tail then, or None when it is not that epoch's leader or cannot be reached."""
-        answer = await self.request(member, lambda c: f.ReplicaSeal(c, name, epoch, int(on)))
+        answer = await self.request(member, lambda c: rf.ReplicaSeal(c, name, epoch, int(on)))
         if answer is None or answer.code != Code.OK:
             return None
         return Tail(answer.tail_epoch, answer.tail_chunk_id, answer.next_offset)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from . import frames as f
 from .constants import NO_LEADER, RESPONSE_FLAG, Code, Key
+from .frames import replication as rf
 
 _ERROR_RESPONSE = struct.Struct(">IHHIH")
 #: The requests whose response carries more than a code: that response with the code and its
@@ -24,10 +25,10 @@ _ERROR_ANSWERS: dict[int, Callable[[int, Code], f.Command]] = {
     Key.EXCHANGE_COMMAND_VERSIONS: lambda c, code: f.ExchangeCommandVersionsResponse(c, code, []),
     Key.STREAM_STATS: lambda c, code: f.StreamStatsResponse(c, code, {}),
     Key.RESOLVE_OFFSET_SPEC: lambda c, code: f.ResolveOffsetSpecResponse(c, code, 0, 0),
-    Key.REPLICA_HELLO: lambda c, code: f.ReplicaHelloResponse(c, code),
-    Key.FENCE: lambda c, code: f.FenceResponse(c, code),
-    Key.REPLICA_CONTACT: lambda c, code: f.ReplicaContactResponse(c, code),
-    Key.REPLICA_SEAL: lambda c, code: f.ReplicaSealResponse(c, code),
+    Key.REPLICA_HELLO: lambda c, code: rf.ReplicaHelloResponse(c, code),
+    Key.FENCE: lambda c, code: rf.FenceResponse(c, code),
+    Key.REPLICA_CONTACT: lambda c, code: rf.ReplicaContactResponse(c, code),
+    Key.REPLICA_SEAL: lambda c, code: rf.ReplicaSealResponse(c, code),
 }
 
 

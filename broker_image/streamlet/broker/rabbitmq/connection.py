@@ -11,6 +11,7 @@ from typing import Any
 
 from ...rabbitmq import Code, Key, machine
 from ...rabbitmq import frames as f
+from ...rabbitmq.frames import replication as rf
 from . import consuming, handshake, publishing, replication, streams, superstreams
 from .state import ConnectionState
 
@@ -88,14 +89,14 @@ HANDLERS: dict[type, Callable[[ConnectionState, Any], None]] = {
     f.DeleteSuperStream: superstreams.on_delete_super_stream,
     f.Partitions: superstreams.on_partitions,
     f.Route: superstreams.on_route,
-    f.Fence: replication.on_fence,
-    f.Assign: replication.on_assign,
-    f.ReplicaHello: replication.on_replica_hello,
-    f.ReplicaStart: replication.on_replica_start,
-    f.ReplicaAck: replication.on_replica_ack,
-    f.ReplicaContact: replication.on_replica_contact,
-    f.ReplicaSeal: replication.on_replica_seal,
-    f.SacJoin: replication.on_sac_join,
-    f.SacLeave: replication.on_sac_leave,
-    f.SacSteppedDown: replication.on_sac_stepped_down,
+    rf.Fence: replication.on_fence,
+    rf.Assign: replication.on_assign,
+    rf.ReplicaHello: replication.on_replica_hello,
+    rf.ReplicaStart: replication.on_replica_start,
+    rf.ReplicaAck: replication.on_replica_ack,
+    rf.ReplicaContact: replication.on_replica_contact,
+    rf.ReplicaSeal: replication.on_replica_seal,
+    rf.SacJoin: replication.on_sac_join,
+    rf.SacLeave: replication.on_sac_leave,
+    rf.SacSteppedDown: replication.on_sac_stepped_down,
 }

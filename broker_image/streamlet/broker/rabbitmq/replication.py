@@ -18,6 +18,7 @@ from ...core.streams import Stream
 from ...rabbitmq import Code
 from ...rabbitmq import frames as f
 from ...rabbitmq.constants import Role as WireRole
+from ...rabbitmq.frames import replication as rf
 from ..replication.member import Role
 from ..replication.members import Invalid, Refused
 from .state import ConnectionState
@@ -62,24 +63,24 @@ def _refuse_silent(conn: ConnectionState, cmd: f.Command) -> bool:
     return True
 
 
-def on_fence(conn: ConnectionState, cmd: f.Fence) -> None:
+def on_fence(conn: ConnectionState, cmd: rf.Fence) -> None:
     stream = _target(conn, cmd, cmd.stream)
     if isinstance(stream, Code):
-        conn.send(f.FenceResponse(cmd.correlation_id, stream))
+        conn.send(rf.FenceResponse(cmd.correlation_id, stream))
         return
     try:
         report = conn.broker.members.fence(stream, cmd.epoch)
     except Invalid:
-        conn.send(f.FenceResponse(cmd.correlation_id, Code.PRECONDITION_FAILED))
+        conn.send(rf.FenceResponse(cmd.correlation_id, Code.PRECONDITION_FAILED))
         return
     except Refused as e:
-        conn.send(f.FenceResponse(cmd.correlation_id, Code.STREAM_NOT_AVAILABLE, e.epoch))
+        conn.send(rf.FenceResponse(cmd.correlation_id, Code.STREAM_NOT_AVAILABLE, e.epoch))
         return
-    conn.send(f.FenceResponse(cmd.correlation_id, Code.OK, report.epoch, *report.tail,
+    conn.send(rf.FenceResponse(cmd.correlation_id, Code.OK, report.epoch, *report.tail,
                               report.epochs))
 
 
-def on_assign(conn: ConnectionState, cmd: f.Assign) -> None:
+def on_assign(conn: ConnectionState, cmd: rf.Assign) -> None:
     stream = _target(conn, cmd, cmd.stream)
     role = _ROLES.get(cmd.role)  # type: ignore[call-overload]
     if isinstance(stream, Code):
@@ -97,86 +98,86 @@ def on_assign(conn: ConnectionState, cmd: f.Assign) -> None:
             code = Code.PRECONDITION_FAILED
         except Refused:
             code = Code.STREAM_NOT_AVAILABLE
-    conn.send(f.AssignResponse(cmd.correlation_id, code))
+    conn.send(rf.AssignResponse(cmd.correlation_id, code))
 
 
-def on_replica_hello(conn: ConnectionState, cmd: f.ReplicaHello) -> None:
+def on_replica_hello(conn: ConnectionState, cmd: rf.ReplicaHello) -> None:
     stream = _target(conn, cmd, cmd.stream)
     if isinstance(stream, Code):
-        conn.send(f.ReplicaHelloResponse(cmd.correlation_id, stream))
+        conn.send(rf.ReplicaHelloResponse(cmd.correlation_id, stream))
         return
     try:
         report = conn.broker.members.hello(stream, cmd.epoch, cmd.member)
     except Refused as e:
-        conn.send(f.ReplicaHelloResponse(cmd.correlation_id, Code.STREAM_NOT_AVAILABLE, e.epoch))
+        conn.send(rf.ReplicaHelloResponse(cmd.correlation_id, Code.STREAM_NOT_AVAILABLE, e.epoch))
         return
     conn.replica_of = (stream, cmd.member)
-    conn.send(f.ReplicaHelloResponse(cmd.correlation_id, Code.OK, report.epoch,
+    conn.send(rf.ReplicaHelloResponse(cmd.correlation_id, Code.OK, report.epoch,
                                      stream.log.first_offset, report.epochs))
 
 
-def on_replica_start(conn: ConnectionState, cmd: f.ReplicaStart) -> None:
+def on_replica_start(conn: ConnectionState, cmd: rf.ReplicaStart) -> None:
     if not trusted(conn, "ReplicaStart"):
-        conn.send(f.ReplicaStartResponse(cmd.correlation_id, Code.ACCESS_REFUSED))
+        conn.send(rf.ReplicaStartResponse(cmd.correlation_id, Code.ACCESS_REFUSED))
         return
     if conn.replica_of is None:
-        conn.send(f.ReplicaStartResponse(cmd.correlation_id, Code.PRECONDITION_FAILED))
+        conn.send(rf.ReplicaStartResponse(cmd.correlation_id, Code.PRECONDITION_FAILED))
         return
     stream, member = conn.replica_of
     try:
         feed = conn.broker.members.start(
             stream, cmd.epoch, member, (cmd.tail_epoch, cmd.tail_chunk_id, cmd.next_offset), conn)
     except Refused:
-        conn.send(f.ReplicaStartResponse(cmd.correlation_id, Code.STREAM_NOT_AVAILABLE))
+        conn.send(rf.ReplicaStartResponse(cmd.correlation_id, Code.STREAM_NOT_AVAILABLE))
         return
     conn.feeding = feed.leader
-    conn.send(f.ReplicaStartResponse(cmd.correlation_id, Code.OK))
+    conn.send(rf.ReplicaStartResponse(cmd.correlation_id, Code.OK))
     feed.pump()
 
 
-def on_replica_ack(conn: ConnectionState, cmd: f.ReplicaAck) -> None:
+def on_replica_ack(conn: ConnectionState, cmd: rf.ReplicaAck) -> None:
     if _refuse_silent(conn, cmd):
         return
     if conn.feeding is not None and conn.replica_of is not None:
         conn.feeding.on_ack(conn.replica_of[1], cmd.epoch, cmd.chunk_id, cmd.next_offset)
 
 
-def on_replica_contact(conn: ConnectionState, cmd: f.ReplicaContact) -> None:
+def on_replica_contact(conn: ConnectionState, cmd: rf.ReplicaContact) -> None:
     stream = _target(conn, cmd, cmd.stream)
     report = None if isinstance(stream, Code) else conn.broker.members.contact(stream)
     if isinstance(stream, Code) or report is None:
         code = stream if isinstance(stream, Code) else Code.PRECONDITION_FAILED  # not replicated
-        conn.send(f.ReplicaContactResponse(cmd.correlation_id, code))
+        conn.send(rf.ReplicaContactResponse(cmd.correlation_id, code))
         return
     epoch, role, age = report
     wire = 0 if role is Role.FENCED else {Role.LEADER: WireRole.LEADER,
                                           Role.FOLLOWER: WireRole.FOLLOWER}[role]
-    conn.send(f.ReplicaContactResponse(cmd.correlation_id, Code.OK, epoch, wire,
+    conn.send(rf.ReplicaContactResponse(cmd.correlation_id, Code.OK, epoch, wire,
                                        -1 if age is None else int(age * 1000),
                                        *stream.log.tail()))
 
 
-def on_replica_seal(conn: ConnectionState, cmd: f.ReplicaSeal) -> None:
+def on_replica_seal(conn: ConnectionState, cmd: rf.ReplicaSeal) -> None:
     stream = _target(conn, cmd, cmd.stream)
     if isinstance(stream, Code):
-        conn.send(f.ReplicaSealResponse(cmd.correlation_id, stream))
+        conn.send(rf.ReplicaSealResponse(cmd.correlation_id, stream))
         return
     if not conn.broker.members.in_cluster:
         log.warning("stream %s: ReplicaSeal refused: this broker has no [cluster] peers",
                     cmd.stream)
-        conn.send(f.ReplicaSealResponse(cmd.correlation_id, Code.PRECONDITION_FAILED))
+        conn.send(rf.ReplicaSealResponse(cmd.correlation_id, Code.PRECONDITION_FAILED))
         return
     try:
         tail = conn.broker.members.seal(stream, cmd.epoch, bool(cmd.seal))
     except Refused:
-        conn.send(f.ReplicaSealResponse(cmd.correlation_id, Code.STREAM_NOT_AVAILABLE))
+        conn.send(rf.ReplicaSealResponse(cmd.correlation_id, Code.STREAM_NOT_AVAILABLE))
         return
-    conn.send(f.ReplicaSealResponse(cmd.correlation_id, Code.OK, *tail))
+    conn.send(rf.ReplicaSealResponse(cmd.correlation_id, Code.OK, *tail))
 
 
 # --- single-active-consumer groups, decided at the leader (broker.replication.sac) -----------
 
-def on_sac_join(conn: ConnectionState, cmd: f.SacJoin) -> None:
+def on_sac_join(conn: ConnectionState, cmd: rf.SacJoin) -> None:
     """A member's consumer joins a group this broker decides, as the stream's leader in
     ``cmd.epoch``; the first join binds the connection to the stream and epoch."""
     stream = _target(conn, cmd, cmd.stream)
@@ -193,20 +194,20 @@ def on_sac_join(conn: ConnectionState, cmd: f.SacJoin) -> None:
         if link is None:
             link = conn.sac_link = conn.broker.members.sac.link(conn, stream, cmd.epoch,
                                                                 conn.vhost.sac)
-        conn.send(f.SacJoinResponse(cmd.correlation_id, Code.OK))
+        conn.send(rf.SacJoinResponse(cmd.correlation_id, Code.OK))
         link.join(cmd.consumer, cmd.group, cmd.partition_index)  # its SacUpdate follows the OK
         return
-    conn.send(f.SacJoinResponse(cmd.correlation_id, code))
+    conn.send(rf.SacJoinResponse(cmd.correlation_id, code))
 
 
-def on_sac_leave(conn: ConnectionState, cmd: f.SacLeave) -> None:
+def on_sac_leave(conn: ConnectionState, cmd: rf.SacLeave) -> None:
     if _refuse_silent(conn, cmd):
         return
     if conn.sac_link is not None:
         conn.sac_link.leave(cmd.consumer)
 
 
-def on_sac_stepped_down(conn: ConnectionState, cmd: f.SacSteppedDown) -> None:
+def on_sac_stepped_down(conn: ConnectionState, cmd: rf.SacSteppedDown) -> None:
     if _refuse_silent(conn, cmd):
         return
     if conn.sac_link is not None:

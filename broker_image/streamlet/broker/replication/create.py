@@ -19,6 +19,7 @@ from ...core.settings import StreamSettings
 from ...rabbitmq import Code
 from ...rabbitmq import frames as f
 from ...rabbitmq.constants import Role as WireRole
+from ...rabbitmq.frames import replication as rf
 from ...replication.placement import Load, Locator, Placement, Pod, place, place_super_stream
 from ..arguments import PLACEMENT
 from ..directory import Address
@@ -95,9 +96,9 @@ async def create_replicated(cluster: Cluster, vhost: VirtualHost, name: str,
                 cluster.members.assign(stream, 1, Role(role.name.lower()), leader,
                                        placement.members)
             else:
-                await _ask(peers[m], credentials, vhost.name, lambda c, r=role: f.Assign(
+                await _ask(peers[m], credentials, vhost.name, lambda c, r=role: rf.Assign(
                     c, name, 1, r, leader[0], leader[1], list(placement.members)),
-                    f.AssignResponse)
+                    rf.AssignResponse)
     except Exception as e:
         log.warning("create %r with members %s failed at member %s: %s; undoing", name,
                     placement.members, placement.members[len(made)] if len(made) < len(

@@ -13,6 +13,7 @@ import logging
 from ...core.streams import Stream
 from ...rabbitmq import Code
 from ...rabbitmq import frames as f
+from ...rabbitmq.frames import replication as rf
 from ..directory import Address
 from .peer import PeerLogin, open_buffered_peer
 
@@ -71,14 +72,14 @@ class Follower:
     async def _follow(self) -> None:
         async with open_buffered_peer(self.leader, self.credentials) as peer:
             lg, stream = self.stream.log, self.stream
-            hello = await peer.request(f.ReplicaHello(peer.next_corr(), stream.name, self.epoch,
-                                                      self.me, *lg.tail()), f.ReplicaHelloResponse)
+            hello = await peer.request(rf.ReplicaHello(peer.next_corr(), stream.name, self.epoch,
+                                                      self.me, *lg.tail()), rf.ReplicaHelloResponse)
             if hello.code != Code.OK or hello.epoch != self.epoch:
                 raise LinkRefused(f"hello: code {hello.code}, leader epoch {hello.epoch}")
             lg.truncate_to(hello.epochs, hello.first_offset)
             tail = lg.tail()
-            started = await peer.request(f.ReplicaStart(peer.next_corr(), self.epoch, *tail),
-                                         f.ReplicaStartResponse)
+            started = await peer.request(rf.ReplicaStart(peer.next_corr(), self.epoch, *tail),
+                                         rf.ReplicaStartResponse)
             if started.code != Code.OK:
                 raise LinkRefused(f"start: code {started.code}")
             loop = asyncio.get_running_loop()
@@ -86,20 +87,20 @@ class Follower:
             self.connected = True
             log.info("stream %s: following %s:%d in epoch %d from offset %d", stream.name,
                      *self.leader, self.epoch, tail[2])
-            peer.send(f.ReplicaAck(self.epoch, tail[1], tail[2]))
+            peer.send(rf.ReplicaAck(self.epoch, tail[1], tail[2]))
             while True:
                 # a view of the link's buffer: the chunks are checked and written from it
                 cmd = f.decode(await peer.frame_view())
                 self.heard_at = loop.time()
-                if isinstance(cmd, f.ReplicaChunks):
+                if isinstance(cmd, rf.ReplicaChunks):
                     if cmd.epoch != self.epoch:
                         raise LinkRefused(f"chunks of epoch {cmd.epoch}")
                     lg.accept_chunks(cmd.chunks)
                     stream.appended()
                     _, last, end = lg.tail()
-                    peer.send(f.ReplicaAck(self.epoch, last, end))
+                    peer.send(rf.ReplicaAck(self.epoch, last, end))
                     self._commit(cmd.committed_chunk_id)
-                elif isinstance(cmd, f.ReplicaCommit):
+                elif isinstance(cmd, rf.ReplicaCommit):
                     self._commit(cmd.committed_chunk_id)
                 elif isinstance(cmd, f.Close):
                     raise LinkRefused(f"closed by the leader: {cmd.reason} (code {cmd.code})")

@@ -14,7 +14,8 @@ import logging
 from typing import Protocol
 
 from ...core.streams import Stream
-from ...rabbitmq.frames import ReplicaChunks, ReplicaCommit, encode
+from ...rabbitmq.frames import encode
+from ...rabbitmq.frames.replication import ReplicaChunks, ReplicaCommit
 from ...replication.commit import committed
 from ...replication.model import EpochAck
 

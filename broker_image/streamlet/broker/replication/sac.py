@@ -35,6 +35,7 @@ from ...core.streams import Stream
 from ...core.subscription import Subscription
 from ...rabbitmq import Code
 from ...rabbitmq import frames as f
+from ...rabbitmq.frames import replication as rf
 from ..directory import Address
 from .member import MemberState, Role
 from .peer import Peer, PeerLogin, open_peer
@@ -104,14 +105,14 @@ class StreamSac:
     def leave(self, sub: Subscription) -> None:
         entry = self.entries.pop(sub, None)
         if entry is not None and self.link is not None:
-            self.link.send(f.SacLeave(entry.id))
+            self.link.send(rf.SacLeave(entry.id))
 
     def stepped_down(self, sub: Subscription) -> None:
         entry = self.entries.get(sub)
         if entry is not None and entry.asked_down:
             entry.asked_down = False
             if self.link is not None:
-                self.link.send(f.SacSteppedDown(entry.id))
+                self.link.send(rf.SacSteppedDown(entry.id))
 
     def is_active(self, sub: Subscription) -> bool:
         entry = self.entries.get(sub)
@@ -203,7 +204,7 @@ class SacLink:
 
     def join(self, entry: _Entry) -> None:
         if self.peer is not None and not self.stopped:
-            self.peer.send(f.SacJoin(self.peer.next_corr(), self.owner.stream.name, self.epoch,
+            self.peer.send(rf.SacJoin(self.peer.next_corr(), self.owner.stream.name, self.epoch,
                                      entry.id, entry.name, entry.partition_index))
 
     async def _run(self) -> None:
@@ -234,9 +235,9 @@ class SacLink:
                     except TimeoutError:
                         raise LinkRefused(f"no word from the leader for {LEASE_S} s") from None
                     cmd = f.decode(frame)
-                    if isinstance(cmd, f.SacUpdate):
+                    if isinstance(cmd, rf.SacUpdate):
                         self.owner.update(cmd.consumer, bool(cmd.active))
-                    elif isinstance(cmd, f.SacJoinResponse) and cmd.code != Code.OK:
+                    elif isinstance(cmd, rf.SacJoinResponse) and cmd.code != Code.OK:
                         raise LinkRefused(f"join refused: code {cmd.code}")
                     elif isinstance(cmd, f.Close):
                         raise LinkRefused(f"closed by the leader: {cmd.reason} (code {cmd.code})")

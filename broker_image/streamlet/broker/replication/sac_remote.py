@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from ...core.sac import SacGroups
 from ...core.streams import Stream
 from ...rabbitmq import frames as f
+from ...rabbitmq.frames import replication as rf
 
 
 class LinkConnection(Protocol):
@@ -91,7 +92,7 @@ class RemoteMember:
     def activate(self, reader: Any, active: bool) -> None:
         """What the group decided for ``reader`` (one of ours), told to its member."""
         if not self.conn.closing:
-            self.conn.send(f.SacUpdate(reader.id, int(active)))
+            self.conn.send(rf.SacUpdate(reader.id, int(active)))
 
     def close(self) -> None:
         """The link is gone: its consumers leave their groups (others may be activated; the
