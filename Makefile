@@ -17,7 +17,7 @@ help:
 	@echo "make up     - install and serve a broker on $(HOST):$(PORT) (MEGA on 127.0.0.1:$(MEGA_PORT), Reactive Streams IO on 127.0.0.1:$(RSIO_PORT), SBP on 127.0.0.1:$(SBP_PORT)), data in ./$(DATA) (Ctrl-C stops)"
 	@echo "make test   - install everything the tests use and run them all"
 	@echo "make test-fast - the tests that start no process and are not slow: pytest -m 'not process and not slow' (no broker, CLI, node, Spark)"
-	@echo "make lint   - ruff, mypy and the import contracts (.importlinter)"
+	@echo "make lint   - ruff, mypy, the import contracts (.importlinter) and no import cycle (.ci/cycles.py)"
 	@echo "make bench  - side-by-side benchmark against RabbitMQ (installs it as root if missing); results in bench/results/ (UPDATE_DOCS=1: also docs/performance.md)"
 	@echo "make soak   - the long hardening runs: fuzz, 10,000 connections, kill -9 (docs/reliability.md)"
 
@@ -45,9 +45,10 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m "not process and not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check broker_image operator spark-on-k8s tests bench
-	$(VENV)/bin/mypy broker_image/streamlet operator/streamlet_operator spark-on-k8s/streamlet_spark spark-on-k8s/jobs bench tests
+	$(VENV)/bin/ruff check broker_image operator spark-on-k8s tests bench .ci
+	$(VENV)/bin/mypy broker_image/streamlet operator/streamlet_operator spark-on-k8s/streamlet_spark spark-on-k8s/jobs bench tests .ci
 	$(VENV)/bin/lint-imports --no-cache  # the layers: .importlinter
+	$(PY) .ci/cycles.py streamlet streamlet_operator streamlet_spark  # no import cycle, type-only imports included
 
 # Side by side with RabbitMQ; results in bench/results/ (latest.json, performance.png) only.
 # UPDATE_DOCS=1 also rewrites the results section of docs/performance.md and docs/performance.png.

@@ -247,7 +247,7 @@ class Client:
         if name:
             props.setdefault("name", name)
         sid = _free_id(conn.subscribers, "subscription")
-        consumer = Consumer(self, stream, sid, spec, credit, name, check_crc)
+        consumer = Consumer(self, conn, stream, sid, spec, credit, name, check_crc)
         conn.subscribers[sid] = consumer  # before Subscribe: chunks may follow its answer at once
         try:
             await self._request(lambda c: frames.Subscribe(

@@ -15,7 +15,7 @@ import logging
 from collections import deque
 from collections.abc import Generator, Iterator
 from itertools import islice
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..rabbitmq import Code, OffsetType, frames
 from ..rabbitmq.frames import encode
@@ -24,7 +24,7 @@ from .errors import StreamletError
 from .offsets import OffsetSpec
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .connection import Connection
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +58,19 @@ class _Closed(Exception):
     """Queue marker: the consumer was closed by the application."""
 
 
+class Offsets(Protocol):
+    """Where a named consumer stores and reads its offset: the Client that made it."""
+
+    async def query_offset(self, reference: str, stream: str) -> int | None: ...
+    async def store_offset(self, reference: str, stream: str, offset: int) -> None: ...
+
+
 class Consumer:
     """Created by :meth:`Client.consumer`; see docs/client.md."""
 
     def __init__(
-        self, client: Client, stream: str, subscription_id: int, spec: OffsetSpec, credit: int,
-        name: str | None, check_crc: bool = True,
+        self, client: Offsets, conn: Connection, stream: str, subscription_id: int,
+        spec: OffsetSpec, credit: int, name: str | None, check_crc: bool = True,
     ) -> None:
         self.stream = stream
         self.subscription_id = subscription_id
@@ -76,7 +83,7 @@ class Consumer:
         #: offset of the last message handed to the application (None before the first)
         self.last_offset: int | None = None
         self._client = client
-        self._conn = client._conn
+        self._conn = conn
         #: chunks taken whose credit is not given back yet, and how many to give back at once
         self._owed = 0
         self._credit_batch = max(1, credit // 4)

@@ -11,7 +11,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...core.streams import LimitReached, Stream, valid_stream_name
 from ...sbp import ErrorCode, Opcode, status, stream_id
@@ -58,10 +58,27 @@ from ...sbp.fbs.UpdateStreamsResponse import UpdateStreamsResponseT
 from ...sbp.headers import ints, text
 from ..arguments import parse_create_arguments
 from ..directory import Placement
-from .places import RangeFacts, Server, range_of, range_server
+from .places import Names, RangeFacts, Server, range_of, range_server
 
 if TYPE_CHECKING:
-    from .connection import SbpConnection
+    from ...core.streams import StreamManager
+    from ..server import Broker
+
+
+class AdminConnection(Protocol):
+    """What these opcodes use of their connection (connection.SbpConnection): the broker, the
+    streams by SBP id, the range servers, and the answer."""
+
+    broker: Broker
+    streams: StreamManager
+    names: Names
+
+    def stream_name(self, sid: int) -> str | None: ...
+    def local_stream(self, sid: int) -> Stream | tuple[int, str]: ...
+    def me(self) -> Server: ...
+    def server_at(self, address: tuple[str, int]) -> Server: ...
+    def answer(self, opcode: int, sid: int, table: Any,
+               payload: list[memoryview | bytes] | None = None, end: bool = True) -> None: ...
 
 log = logging.getLogger("streamlet.broker")
 
@@ -81,7 +98,7 @@ def _top(table: Any, **lists: Any) -> Any:
 
 # --- what the broker knows of a stream --------------------------------------------------------
 
-def facts(conn: SbpConnection, sid: int) -> RangeFacts | tuple[int, str]:
+def facts(conn: AdminConnection, sid: int) -> RangeFacts | tuple[int, str]:
     """Stream ``sid``'s range facts: held here (offsets, members), or named by the directory
     (its servers only), or why not."""
     name = conn.stream_name(sid)
@@ -126,12 +143,12 @@ def describe(stream: Stream, name: str, replicas: int) -> StreamT:
     return t
 
 
-def replicas_of(conn: SbpConnection, stream: Stream) -> int:
+def replicas_of(conn: AdminConnection, stream: Stream) -> int:
     member = conn.broker.members.get(stream)
     return 1 if member is None else len(member.state.members)
 
 
-def _range(conn: SbpConnection, sid: int) -> tuple[RangeT | None, int, str | None]:
+def _range(conn: AdminConnection, sid: int) -> tuple[RangeT | None, int, str | None]:
     got = facts(conn, sid)
     if isinstance(got, tuple):
         return None, got[0], got[1]
@@ -140,14 +157,14 @@ def _range(conn: SbpConnection, sid: int) -> tuple[RangeT | None, int, str | Non
 
 # --- the connection's own state --------------------------------------------------------------
 
-def on_heartbeat(conn: SbpConnection, frame: Frame, req: HeartbeatRequestT) -> None:
+def on_heartbeat(conn: AdminConnection, frame: Frame, req: HeartbeatRequestT) -> None:
     t = HeartbeatResponseT()
     t.clientId, t.clientRole, t.rangeServer = req.clientId, req.clientRole, req.rangeServer
     t.status = status()
     conn.answer(Opcode.HEARTBEAT, frame.stream_id, t)
 
 
-def on_allocate_id(conn: SbpConnection, frame: Frame, req: AllocateIdRequestT) -> None:
+def on_allocate_id(conn: AdminConnection, frame: Frame, req: AllocateIdRequestT) -> None:
     """Server ids are configured (cluster.peers' order, a pod's ordinal), not allocated: the id
     of the broker at ``host`` is answered, a host that is none of them NOT_SUPPORTED. ``host``
     may be a range server's address (host:SBP port), which tells apart brokers sharing a host
@@ -173,7 +190,7 @@ def on_allocate_id(conn: SbpConnection, frame: Frame, req: AllocateIdRequestT) -
 
 # --- ranges -----------------------------------------------------------------------------------
 
-def on_list_ranges(conn: SbpConnection, frame: Frame, req: ListRangesRequestT) -> None:
+def on_list_ranges(conn: AdminConnection, frame: Frame, req: ListRangesRequestT) -> None:
     results = []
     for owner in req.rangeOwners or []:
         r = ListRangesResultT()
@@ -197,7 +214,7 @@ def on_list_ranges(conn: SbpConnection, frame: Frame, req: ListRangesRequestT) -
                                                            listResponses=results))
 
 
-def on_seal_ranges(conn: SbpConnection, frame: Frame, req: SealRangesRequestT) -> None:
+def on_seal_ranges(conn: AdminConnection, frame: Frame, req: SealRangesRequestT) -> None:
     results = []
     for rid in req.ranges or []:
         r = SealRangesResultT()
@@ -211,7 +228,7 @@ def on_seal_ranges(conn: SbpConnection, frame: Frame, req: SealRangesRequestT) -
                                                           sealResponses=results))
 
 
-def on_sync_ranges(conn: SbpConnection, frame: Frame, req: SyncRangesRequestT) -> None:
+def on_sync_ranges(conn: AdminConnection, frame: Frame, req: SyncRangesRequestT) -> None:
     results = []
     for sr in req.streamRanges or []:
         r = SyncRangesResultT()
@@ -226,7 +243,7 @@ def on_sync_ranges(conn: SbpConnection, frame: Frame, req: SyncRangesRequestT) -
                                                            syncResponses=results))
 
 
-def on_create_range(conn: SbpConnection, frame: Frame, req: Any) -> None:
+def on_create_range(conn: AdminConnection, frame: Frame, req: Any) -> None:
     t = _top(CreateRangeResponseT())
     rng = req.range
     if rng is not None:
@@ -240,7 +257,7 @@ def on_create_range(conn: SbpConnection, frame: Frame, req: Any) -> None:
     conn.answer(Opcode.CREATE_RANGE, frame.stream_id, t)
 
 
-def on_describe_ranges(conn: SbpConnection, frame: Frame, req: DescribeRangesRequestT) -> None:
+def on_describe_ranges(conn: AdminConnection, frame: Frame, req: DescribeRangesRequestT) -> None:
     results = []
     for rid in req.ranges or []:
         r = DescribeRangesResultT()
@@ -256,7 +273,7 @@ def on_describe_ranges(conn: SbpConnection, frame: Frame, req: DescribeRangesReq
 
 # --- streams ----------------------------------------------------------------------------------
 
-def _create_one(conn: SbpConnection, want: StreamT) -> CreateStreamResultT:
+def _create_one(conn: AdminConnection, want: StreamT) -> CreateStreamResultT:
     r = CreateStreamResultT()
     r.stream = want
     name = text(want.name) or f"sbp-{os.urandom(8).hex()}"
@@ -294,13 +311,13 @@ def _create_one(conn: SbpConnection, want: StreamT) -> CreateStreamResultT:
     return r
 
 
-def on_create_streams(conn: SbpConnection, frame: Frame, req: CreateStreamsRequestT) -> None:
+def on_create_streams(conn: AdminConnection, frame: Frame, req: CreateStreamsRequestT) -> None:
     results = [_create_one(conn, s) for s in req.streams or []]
     conn.answer(Opcode.CREATE_STREAMS, frame.stream_id, _top(CreateStreamsResponseT(),
                                                               createResponses=results))
 
 
-def on_delete_streams(conn: SbpConnection, frame: Frame, req: DeleteStreamsRequestT) -> None:
+def on_delete_streams(conn: AdminConnection, frame: Frame, req: DeleteStreamsRequestT) -> None:
     results, gone = [], []
     vhost = conn.broker.vhosts["/"]
     for want in req.streams or []:
@@ -324,7 +341,7 @@ def on_delete_streams(conn: SbpConnection, frame: Frame, req: DeleteStreamsReque
         conn.broker.stream_gone(stream)
 
 
-def on_update_streams(conn: SbpConnection, frame: Frame, req: UpdateStreamsRequestT) -> None:
+def on_update_streams(conn: AdminConnection, frame: Frame, req: UpdateStreamsRequestT) -> None:
     results = []
     for want in req.streams or []:
         r = UpdateStreamResultT()
@@ -343,7 +360,7 @@ def on_update_streams(conn: SbpConnection, frame: Frame, req: UpdateStreamsReque
                                                               updateResponses=results))
 
 
-def on_describe_streams(conn: SbpConnection, frame: Frame, req: DescribeStreamsRequestT) -> None:
+def on_describe_streams(conn: AdminConnection, frame: Frame, req: DescribeStreamsRequestT) -> None:
     results = []
     for sid in ints(req.streamIds):
         r = DescribeStreamResultT()
@@ -359,7 +376,7 @@ def on_describe_streams(conn: SbpConnection, frame: Frame, req: DescribeStreamsR
                                                                 describeResponses=results))
 
 
-def on_trim_streams(conn: SbpConnection, frame: Frame, req: TrimStreamsRequestT) -> None:
+def on_trim_streams(conn: AdminConnection, frame: Frame, req: TrimStreamsRequestT) -> None:
     results = []
     for want in req.trimmedStreams or []:
         r = TrimStreamResultT()
@@ -379,7 +396,7 @@ def on_trim_streams(conn: SbpConnection, frame: Frame, req: TrimStreamsRequestT)
 
 # --- the placement driver ---------------------------------------------------------------------
 
-def on_report_metrics(conn: SbpConnection, frame: Frame, req: Any) -> None:
+def on_report_metrics(conn: AdminConnection, frame: Frame, req: Any) -> None:
     t = ReportMetricsResponseT()
     t.rangeServer = range_server(conn.me())
     t.status = status(ErrorCode.NOT_SUPPORTED, "streamlet places streams by its own rule "
@@ -387,7 +404,7 @@ def on_report_metrics(conn: SbpConnection, frame: Frame, req: Any) -> None:
     conn.answer(Opcode.REPORT_METRICS, frame.stream_id, t)
 
 
-def on_describe_pd_cluster(conn: SbpConnection, frame: Frame, req: Any) -> None:
+def on_describe_pd_cluster(conn: AdminConnection, frame: Frame, req: Any) -> None:
     """Every streamlet broker answers range questions from the stream directory and its own
     members: each is a placement driver node, and the one asked leads for its client."""
     cfg = conn.broker.config
@@ -404,7 +421,7 @@ def on_describe_pd_cluster(conn: SbpConnection, frame: Frame, req: Any) -> None:
                 _top(DescribePlacementDriverClusterResponseT(), cluster=cluster))
 
 
-HANDLERS: dict[int, Callable[[SbpConnection, Frame, Any], None]] = {
+HANDLERS: dict[int, Callable[[AdminConnection, Frame, Any], None]] = {
     Opcode.HEARTBEAT: on_heartbeat, Opcode.ALLOCATE_ID: on_allocate_id,
     Opcode.LIST_RANGES: on_list_ranges, Opcode.SEAL_RANGE: on_seal_ranges,
     Opcode.SYNC_RANGES: on_sync_ranges, Opcode.CREATE_RANGE: on_create_range,

@@ -29,10 +29,10 @@ import time
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ...core.batch import PublishBatch
-from ...core.ports import Refusal
+from ...core.ports import Refusal, Session
 from ...core.streams import Publisher, Stream
 from ...sbp import ErrorCode, Malformed, Opcode, status
 from ...sbp.fbs.AppendResponse import AppendResponseT
@@ -51,8 +51,19 @@ from ...sbp.flat import (
 )
 from ...storage.entries import consecutive_ids, join_simple
 
-if TYPE_CHECKING:
-    from .connection import SbpConnection
+
+class AppendingConnection(Session, Protocol):
+    """What appends use of their connection (connection.SbpConnection): the stream to append
+    to, the answers, and the core's Session port its Publishers report to."""
+
+    def writable_stream(self, sid: int) -> Stream | tuple[int, str]: ...
+    def write(self, data: bytes) -> None: ...
+    def answer(self, opcode: int, sid: int, table: Any,
+               payload: list[memoryview | bytes] | None = None, end: bool = True) -> None: ...
+    def answers_raw(self, opcode: int, answers: list[tuple[int, bytes, bool]]) -> None: ...
+    def system_error(self, opcode: int, sid: int, code: int, message: str) -> None: ...
+    def maybe_done(self) -> None: ...
+
 
 _U64 = struct.Struct(">Q")
 
@@ -171,7 +182,7 @@ def refused(item: Item, code: int, message: str) -> AppendResultT:
 class Appends:
     """A connection's appends in flight and its core Publishers (one per stream)."""
 
-    conn: SbpConnection
+    conn: AppendingConnection
     publishers: dict[Stream, Publisher] = field(default_factory=dict)
     by_id: dict[int, Publisher] = field(default_factory=dict)
     #: the groups in flight by their first publishing id, and those ids in order (bisect)

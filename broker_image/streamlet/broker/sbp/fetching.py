@@ -30,10 +30,10 @@ import logging
 import struct
 from array import array
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ...core.streams import Stream
 from ...sbp import ErrorCode, Opcode, status
@@ -46,9 +46,6 @@ from ...storage.chunk import HEADER_SIZE, ChunkError, iter_records
 from ...storage.entries import BATCH, FULL, cut_simple
 from ...storage.layout import ChunkRef
 from ...storage.segment import StorageError
-
-if TYPE_CHECKING:
-    from .connection import SbpConnection
 
 log = logging.getLogger("streamlet.broker")
 
@@ -281,8 +278,36 @@ class Entry:
         return bool(self.records) or self.avail > 0
 
 
+class FetchingConnection(Protocol):
+    """What a fetch uses of its connection (connection.SbpConnection): the stream to read, its
+    readers kept between fetches, the limits, the answers (from memory or from the segment
+    file) and the transport's room."""
+
+    tls: bool
+    peer: str | None
+    transport: asyncio.Transport | None
+    readers: Readers
+    max_fetch_bytes: int
+    piece_bytes: int
+    file_piece_bytes: int
+
+    def readable_stream(self, sid: int) -> Stream | tuple[int, str]: ...
+    def call_later(self, delay: float, callback: Callable[..., Any],
+                   *args: Any) -> asyncio.TimerHandle: ...
+    def write_room(self) -> int: ...
+    def write_file(self, head: bytes, fd: int, pos: int, size: int) -> None: ...
+    def answer(self, opcode: int, sid: int, table: Any,
+               payload: list[memoryview | bytes] | None = None, end: bool = True) -> None: ...
+    def answer_raw(self, opcode: int, sid: int, header: bytes,
+                   payload: list[memoryview | bytes] | None = None, end: bool = True) -> None: ...
+    def answer_file(self, opcode: int, sid: int, header: bytes, fd: int, pos: int, size: int,
+                    payload: int, end: bool) -> None: ...
+    def goaway(self, code: int, message: str) -> None: ...
+    def fetch_ended(self, fetch: Fetch) -> None: ...
+
+
 class Fetch:
-    def __init__(self, conn: SbpConnection, stream_sid: int, req: FetchRequestT) -> None:
+    def __init__(self, conn: FetchingConnection, stream_sid: int, req: FetchRequestT) -> None:
         self.conn = conn
         self.sid = stream_sid
         self.min_bytes = req.minBytes
