@@ -16,10 +16,11 @@ import time
 from typing import Any
 
 from streamlet.rabbitmq import frames as f
-from streamlet.rabbitmq.constants import NO_LEADER, Code, Key
+from streamlet.rabbitmq.constants import NO_LEADER, Code
+from streamlet.rabbitmq.publish import PUBLISH_HEAD_SIZE, set_publish_head
 
 from .client import BenchError, Conn, connect
-from .load import _PUBLISH_HEAD, _TS_MSG, publish_frame
+from .load import _TS_MSG, frame_template
 
 
 def leader_port(answer: f.MetadataResponse, stream: str) -> int | None:
@@ -96,7 +97,7 @@ async def run(stream: str, got: tuple[Conn, _Sink], ports: list[int], rate: int,
     flow on a new leader for ``after`` seconds (or at ``deadline``, a monotonic time), stop
     and report."""
     size = max(size, 8)
-    template = publish_frame(0, 100, bytes(size))
+    template = frame_template(0, 100, bytes(size))
     stride = 12 + size
     conn, sink = got
     t0 = time.monotonic()
@@ -142,11 +143,11 @@ async def run(stream: str, got: tuple[Conn, _Sink], ports: list[int], rate: int,
         while sent < due and not conn.paused:
             n = min(due - sent, 100)
             ts = time.monotonic_ns()
-            pos = _PUBLISH_HEAD.size
+            pos = PUBLISH_HEAD_SIZE
             for i in range(sent, sent + n):
                 _TS_MSG.pack_into(template, pos, i, size, ts)
                 pos += stride
-            _PUBLISH_HEAD.pack_into(template, 0, pos - 4, Key.PUBLISH, 1, 0, n)
+            set_publish_head(template, pos, 0, n)
             conn.send(bytes(template[:pos]))
             sent += n
             on_conn_sent += n

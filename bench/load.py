@@ -14,29 +14,19 @@ import struct
 import time
 from array import array
 
-from streamlet.rabbitmq.constants import Key
+from streamlet.rabbitmq.publish import PUBLISH_HEAD_SIZE, publish_frame, set_publish_head
 from streamlet.storage.chunk import HEADER, HEADER_SIZE
 
 from .client import Conn
 
-_PUBLISH_HEAD = struct.Struct(">IHHBi")
-_MSG_HEAD = struct.Struct(">QI")
 _U64 = struct.Struct(">Q")
 _TS_MSG = struct.Struct(">QIQ")  # publishing id, length, send timestamp (first body bytes)
 _ENTRY_LEN = struct.Struct(">I")
 
 
-def publish_frame(pid: int, count: int, body: bytes, first_id: int = 0) -> bytearray:
-    """A whole Publish v1 frame of ``count`` copies of ``body``."""
-    msg = 8 + 4 + len(body)
-    frame = bytearray(_PUBLISH_HEAD.size + count * msg)
-    _PUBLISH_HEAD.pack_into(frame, 0, len(frame) - 4, Key.PUBLISH, 1, pid, count)
-    pos = _PUBLISH_HEAD.size
-    for i in range(count):
-        _MSG_HEAD.pack_into(frame, pos, first_id + i, len(body))
-        frame[pos + 12 : pos + msg] = body
-        pos += msg
-    return frame
+def frame_template(pid: int, count: int, body: bytes) -> bytearray:
+    """A whole Publish v1 frame of ``count`` copies of ``body``, ids 0.., to patch and send."""
+    return bytearray(publish_frame(pid, [(i, body) for i in range(count)]))
 
 
 class Publisher:
@@ -50,7 +40,7 @@ class Publisher:
         self.conn, self.pid, self.total, self.batch = conn, pid, total, batch
         self.window = max(window, batch)
         body = bytes(range(256)) * (size // 256) + bytes(size % 256)
-        self.slots = [publish_frame(pid, batch, body) for _ in range(self.window // batch + 2)]
+        self.slots = [frame_template(pid, batch, body) for _ in range(self.window // batch + 2)]
         self.stride = 12 + size
         self.sent = 0
         self.confirmed = 0
@@ -73,7 +63,7 @@ class Publisher:
         sent, settled = self.sent, self.confirmed + self.errored
         while sent < total and sent - settled + batch <= window and not conn.paused:
             frame = slots[self.frames % len(slots)]
-            pos = _PUBLISH_HEAD.size
+            pos = PUBLISH_HEAD_SIZE
             for i in range(sent, sent + batch):
                 pack(frame, pos, i)
                 pos += stride
@@ -105,7 +95,7 @@ class RatePublisher:
         self.conn, self.pid, self.rate, self.duration = conn, pid, rate, duration
         self.size, self.tick, self.max_batch = max(size, 8), tick, max_batch
         self.total = int(rate * duration)
-        self.template = publish_frame(pid, max_batch, bytes(self.size))
+        self.template = frame_template(pid, max_batch, bytes(self.size))
         self.sent = 0
         self.confirmed = 0
         self.errored = 0
@@ -121,11 +111,11 @@ class RatePublisher:
                 n = min(due - self.sent, self.max_batch)
                 frame = self.template
                 ts = time.monotonic_ns()
-                pos = _PUBLISH_HEAD.size
+                pos = PUBLISH_HEAD_SIZE
                 for i in range(self.sent, self.sent + n):
                     _TS_MSG.pack_into(frame, pos, i, self.size, ts)
                     pos += stride
-                _PUBLISH_HEAD.pack_into(frame, 0, pos - 4, Key.PUBLISH, 1, self.pid, n)
+                set_publish_head(frame, pos, self.pid, n)
                 self.conn.send(bytes(frame[:pos]))
                 self.sent += n
             await asyncio.sleep(self.tick)

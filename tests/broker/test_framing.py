@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from streamlet.client.producer import publish_frame
 from streamlet.rabbitmq import Code, Key
 from streamlet.rabbitmq import frames as f
+from streamlet.rabbitmq.publish import publish_frame
 from tests.support.brokers import BrokerProcess
 from tests.support.raw import RawPeer
 
@@ -114,8 +114,8 @@ def test_frames_in_pieces_wait_for_the_broker_wide_budget(tmp_path: Path, broker
     read until the first completes, then completes itself. Nothing is refused or lost."""
     b = broker_factory(config=_config(tmp_path, "[server]\nframe_max = 65536\nframe_limit = 1048576\n"
                                                 "[limits]\nmax_buffered_bytes = 1048576\n"))
-    first = publish_frame(1, 1, [b"a" * (900 << 10)])
-    second = publish_frame(1, 1, [b"b" * (300 << 10)])
+    first = publish_frame(1, [(1, b"a" * (900 << 10))])
+    second = publish_frame(1, [(1, b"b" * (300 << 10))])
     with RawPeer(b.host, b.port) as a, RawPeer(b.host, b.port) as c:
         for peer, stream in ((a, "a"), (c, "c")):
             peer.handshake()

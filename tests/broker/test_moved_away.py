@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from streamlet.client import connect
-from streamlet.client.producer import publish_frame
 from streamlet.rabbitmq import Code
 from streamlet.rabbitmq import frames as f
+from streamlet.rabbitmq.publish import publish_frame
 from tests.support.brokers import BrokerProcess
 from tests.support.raw import RawPeer
 from tests.support.waiting import eventually
@@ -46,7 +46,7 @@ class Publishing:
             # may have been confirmed ahead of the seal, so it must not count as after it.
             moved = self.moved.is_set()
             ids = list(range(next_id, next_id + BATCH))
-            self.peer.send_raw(publish_frame(1, next_id, [f"m{i}".encode() for i in ids]))
+            self.peer.send_raw(publish_frame(1, enumerate([f"m{i}".encode() for i in ids], next_id)))
             self.sent += ids
             next_id += BATCH
             if moved:

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from streamlet.client import connect
-from streamlet.client.producer import publish_frame
 from streamlet.rabbitmq import Code
 from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.constants import Role
 from streamlet.rabbitmq.frames import replication as rf
+from streamlet.rabbitmq.publish import publish_frame
 from tests.broker.test_replication import Factory, _admin, _stream_on_members
 from tests.support.raw import RawPeer
 from tests.support.waiting import eventually
@@ -50,7 +50,7 @@ async def test_contact_and_seal(tmp_path: Path, broker_factory: Factory) -> None
     with RawPeer(brokers[0].host, brokers[0].port) as peer:
         peer.handshake()
         peer.request(f.DeclarePublisher(peer.next_corr(), 1, "", "z"), f.DeclarePublisherResponse)
-        peer.send_raw(publish_frame(1, 1, [b"%d" % i for i in range(1, 101)]))
+        peer.send_raw(publish_frame(1, enumerate([b"%d" % i for i in range(1, 101)], 1)))
         sealed = _admin(brokers[0], rf.ReplicaSeal(1, "z", 1, 1), rf.ReplicaSealResponse)
         assert sealed.code == Code.OK
         tail = (sealed.tail_epoch, sealed.tail_chunk_id, sealed.next_offset)

@@ -10,8 +10,7 @@ import pytest
 from streamlet.client import OffsetSpec, StreamletError
 from streamlet.client.connection import parse_version
 from streamlet.client.consumer import chunk_records
-from streamlet.client.producer import publish_frame
-from streamlet.rabbitmq import Code, OffsetType, frames
+from streamlet.rabbitmq import Code, OffsetType
 from streamlet.rabbitmq.client import negotiate, plain_credentials
 from streamlet.storage.chunk import ChunkError, encode_chunk, iter_records, simple_entry
 
@@ -30,17 +29,6 @@ def test_offset_spec_parse() -> None:
         OffsetSpec.parse(True)
     with pytest.raises(TypeError):
         OffsetSpec.parse(1.5)  # type: ignore[arg-type]
-
-
-def test_publish_frame_decodes_as_publish() -> None:
-    bodies = [b"", b"a", b"x" * 300]
-    frame = publish_frame(7, 41, bodies)
-    assert int.from_bytes(frame[:4], "big") == len(frame) - 4
-    cmd = frames.decode(memoryview(frame)[4:])
-    assert isinstance(cmd, frames.Publish)
-    assert cmd.publisher_id == 7
-    assert [m.publishing_id for m in cmd.messages] == [41, 42, 43]
-    assert [m.entry for m in cmd.messages] == [simple_entry(b) for b in bodies]
 
 
 def test_chunk_records_skips_before_requested_offset() -> None:

@@ -18,10 +18,10 @@ import pytest
 
 from streamlet.client import connect
 from streamlet.client.errors import StreamletError
-from streamlet.client.producer import publish_frame
 from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.constants import Role
 from streamlet.rabbitmq.frames import replication as rf
+from streamlet.rabbitmq.publish import publish_frame
 from tests.cluster.test_local_cluster import HOST, Cluster
 from tests.cluster.test_local_cluster import wait_until as wait_sync
 from tests.support.raw import RawPeer
@@ -289,7 +289,7 @@ def test_status_lists_the_replicated_streams(cluster: Cluster) -> None:
     with RawPeer(HOST, cluster.ports()[0]) as peer:
         peer.handshake()
         peer.request(f.DeclarePublisher(peer.next_corr(), 1, "", "s"), f.DeclarePublisherResponse)
-        peer.send_raw(publish_frame(1, 1, [b"x", b"y"]))
+        peer.send_raw(publish_frame(1, enumerate([b"x", b"y"], 1)))
         peer.recv_until(f.PublishConfirm)
 
     def listed() -> Any:
@@ -314,13 +314,13 @@ async def test_a_stopped_leader_is_replaced_and_confirms_nothing_after_its_fence
     with RawPeer(HOST, ports[0], timeout=60) as peer:
         peer.handshake()
         peer.request(f.DeclarePublisher(peer.next_corr(), 1, "", "p"), f.DeclarePublisherResponse)
-        peer.send_raw(publish_frame(1, 1, [b"%d" % i for i in range(1, 101)]))
+        peer.send_raw(publish_frame(1, enumerate([b"%d" % i for i in range(1, 101)], 1)))
         first = peer.recv_until(f.PublishConfirm)
         assert isinstance(first, f.PublishConfirm)
         assert sorted(first.publishing_ids) == list(range(1, 101))
         os.kill(old, signal.SIGSTOP)
         try:
-            peer.send_raw(publish_frame(1, 101, [b"late%d" % i for i in range(101, 151)]))
+            peer.send_raw(publish_frame(1, enumerate([b"late%d" % i for i in range(101, 151)], 101)))
             epoch, leader = await eventually(partial(_led_after, cluster, "p", 1, True),
                                              timeout=60, what="a leader instead of the stopped one")
             assert leader != 0

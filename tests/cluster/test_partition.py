@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from streamlet.client.producer import publish_frame
 from streamlet.cluster import requests
 from streamlet.cluster.driver import SUSPECT_AFTER, LocalDriver
 from streamlet.cluster.requests import Request
@@ -24,6 +23,7 @@ from streamlet.cluster.status import gather_streams
 from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.constants import Role
 from streamlet.rabbitmq.frames import replication as rf
+from streamlet.rabbitmq.publish import publish_frame
 from streamlet.replication.model import NO_LEADER
 from streamlet.storage import StreamLog
 from streamlet.storage.chunk import CHUNK_USER, iter_records
@@ -198,25 +198,25 @@ def test_a_partitioned_leader_confirms_nothing_after_the_fence_and_is_truncated_
     with RawPeer(HOST, c.brokers[0].port) as old:
         old.handshake()
         old.request(f.DeclarePublisher(old.next_corr(), 1, "", "t"), f.DeclarePublisherResponse)
-        old.send_raw(publish_frame(1, 1, [b"%d" % i for i in range(1, 101)]))
+        old.send_raw(publish_frame(1, enumerate([b"%d" % i for i in range(1, 101)], 1)))
         got = _confirms_until(old, set(range(1, 101)), 60)
         confirmed |= {b"%d" % i for i in got}
 
         c.cut(0)
-        old.send_raw(publish_frame(1, 101, [b"late%d" % i for i in range(101, 151)]))
+        old.send_raw(publish_frame(1, enumerate([b"late%d" % i for i in range(101, 151)], 101)))
         epoch, leader = wait_until(
             lambda: (r := c.record("t")) is not None and r[0] > 1 and r[1] in (1, 2) and r,
             90, "another leader in a later epoch")
         state = c.member_state(0, "t")
         assert (state["epoch"], state["role"]) == (1, "leader"), "the old leader never heard"
         # still running and still taking publishes (the driver's fence could not reach it)
-        old.send_raw(publish_frame(1, 151, [b"late%d" % i for i in range(151, 161)]))
+        old.send_raw(publish_frame(1, enumerate([b"late%d" % i for i in range(151, 161)], 151)))
 
         with RawPeer(HOST, c.brokers[leader].port) as new:  # the new leader confirms
             new.handshake()
             new.request(f.DeclarePublisher(new.next_corr(), 1, "", "t"),
                         f.DeclarePublisherResponse)
-            new.send_raw(publish_frame(1, 1001, [b"%d" % i for i in range(1001, 1101)]))
+            new.send_raw(publish_frame(1, enumerate([b"%d" % i for i in range(1001, 1101)], 1001)))
             got = _confirms_until(new, set(range(1001, 1101)), 60)
             confirmed |= {b"%d" % i for i in got}
 
@@ -255,7 +255,7 @@ def test_a_leader_only_the_driver_cannot_reach_keeps_leading_until_its_followers
     with RawPeer(HOST, c.brokers[0].port) as peer:  # and it still commits with them
         peer.handshake()
         peer.request(f.DeclarePublisher(peer.next_corr(), 1, "", "v"), f.DeclarePublisherResponse)
-        peer.send_raw(publish_frame(1, 1, [b"%d" % i for i in range(1, 51)]))
+        peer.send_raw(publish_frame(1, enumerate([b"%d" % i for i in range(1, 51)], 1)))
         _confirms_until(peer, set(range(1, 51)), 60)
     assert c.record("v") == (1, 0)
     c.cut(0, driver=False)

@@ -13,9 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamlet.client.producer import publish_frame
 from streamlet.core.ports import Refusal
-from streamlet.rabbitmq.publish import PublishBatch, parse_publish
+from streamlet.rabbitmq.publish import PublishBatch, parse_publish, publish_frame
 
 
 class ManualClock:
@@ -97,7 +96,7 @@ class FakeSession:
 
 
 def batch(first_id: int, bodies: list[bytes], publisher_id: int = 1) -> PublishBatch:
-    frame = publish_frame(publisher_id, first_id, bodies)
+    frame = publish_frame(publisher_id, enumerate(bodies, first_id))
     return parse_publish(memoryview(frame)[8:], 1)  # after size, key and version
 
 

@@ -1,7 +1,7 @@
 """A publisher: batches messages into Publish frames and counts confirms.
 
-Messages are encoded straight into frame bytes (``PublishingId u64, Length u32, Body`` each,
-then one join per frame): no per-message objects, so one core can build millions a second.
+Messages are kept as (publishing id, body) and encoded into a frame by the codec's
+``publish_frame`` (one struct call each, one join a frame), so one core builds millions a second.
 Confirms are counted, not matched id by id: ``flush`` waits until every message sent has been
 confirmed or rejected, which is what callers need and costs nothing per message.
 """
@@ -10,22 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import struct
 from collections.abc import Iterable
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from ..rabbitmq import Code, Key, frames
+from ..rabbitmq import Code, frames
+from ..rabbitmq.publish import MESSAGE_HEAD_SIZE, PUBLISH_HEAD_SIZE, publish_frame
 from .errors import StreamletError
 
 if TYPE_CHECKING:
     from .connection import Connection
 
-_ENTRY = struct.Struct(">QI")  # publishing id, then a simple entry's length
-# Size, Key, Version, PublisherId, Count: the 13 bytes before the first message
-_PUBLISH_HEAD = struct.Struct(">IHHBi")
-_HEAD_AFTER_SIZE = _PUBLISH_HEAD.size - 4
-_PER_MESSAGE = _ENTRY.size
+_PER_MESSAGE = MESSAGE_HEAD_SIZE
 _MAX_ENTRY = 0x7FFFFFFF  # a simple entry's length has 31 bits
 
 
@@ -36,14 +32,6 @@ class PublishFailed(StreamletError):
         pid, code = errors[0]
         super().__init__(code, f"{len(errors)} message(s) rejected, first publishing id {pid}")
         self.errors = errors
-
-
-def publish_frame(publisher_id: int, first_id: int, bodies: list[bytes]) -> bytes:
-    """One whole Publish v1 frame carrying ``bodies`` with consecutive ids from ``first_id``."""
-    pack = _ENTRY.pack
-    payload = b"".join([pack(i, len(b)) + b for i, b in enumerate(bodies, first_id)])
-    return _PUBLISH_HEAD.pack(
-        _HEAD_AFTER_SIZE + len(payload), Key.PUBLISH, 1, publisher_id, len(bodies)) + payload
 
 
 class Producer:
@@ -68,8 +56,8 @@ class Producer:
         self._loop = conn.loop
         self._next_id = next_id
         # room for messages in one frame, after the frame's own 13 bytes
-        self._max_payload = conn.frame_max - _PUBLISH_HEAD.size if conn.frame_max else 1 << 62
-        self._pending: list[bytes] = [b""]  # slot 0 is for the frame header
+        self._max_payload = conn.frame_max - PUBLISH_HEAD_SIZE if conn.frame_max else 1 << 62
+        self._pending: list[tuple[int, bytes]] = []  # (publishing id, body)
         self._pending_bytes = 0
         self._unconfirmed = 0
         self._errors: list[tuple[int, int]] = []
@@ -110,7 +98,7 @@ class Producer:
             self._next_id += 1
         elif publishing_id >= self._next_id:
             self._next_id = publishing_id + 1
-        self._append(_ENTRY.pack(publishing_id, len(body)) + body)
+        self._append(publishing_id, body)
         return publishing_id
 
     async def send_many(self, bodies: Iterable[bytes], first_id: int | None = None) -> int:
@@ -135,7 +123,7 @@ class Producer:
                     next_id += 1
                 continue
             self._unconfirmed += n
-            conn.write(publish_frame(self.publisher_id, next_id, batch))
+            conn.write(publish_frame(self.publisher_id, enumerate(batch, next_id)))
             next_id += n
             if next_id > self._next_id:
                 self._next_id = next_id
@@ -144,14 +132,14 @@ class Producer:
         self._write_pending()
         return next_id - 1
 
-    def _append(self, entry: bytes) -> None:
-        size = len(entry)
+    def _append(self, publishing_id: int, body: bytes) -> None:
+        size = _PER_MESSAGE + len(body)
         if self._pending_bytes + size > self._max_payload:
             self._write_pending()
-        self._pending.append(entry)
+        self._pending.append((publishing_id, body))
         self._pending_bytes += size
         self._unconfirmed += 1
-        if len(self._pending) > self.batch_size:
+        if len(self._pending) >= self.batch_size:
             self._write_pending()
         elif self._timer is None:
             self._timer = (self._loop.call_later(self.linger, self._write_pending) if self.linger
@@ -162,14 +150,11 @@ class Producer:
             self._timer.cancel()
             self._timer = None
         pending = self._pending
-        n = len(pending) - 1
-        if n == 0 or self._closed is not None:
+        if not pending or self._closed is not None:
             return
-        pending[0] = _PUBLISH_HEAD.pack(
-            _HEAD_AFTER_SIZE + self._pending_bytes, Key.PUBLISH, 1, self.publisher_id, n)
-        self._pending = [b""]
+        self._pending = []
         self._pending_bytes = 0
-        self._conn.write(b"".join(pending))
+        self._conn.write(publish_frame(self.publisher_id, pending))
 
     async def _wait_room(self, n: int) -> None:
         # n > max_unconfirmed can never fit beside others: then wait for an empty window
@@ -254,6 +239,6 @@ class Producer:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._pending = [b""]
+        self._pending = []
         self._pending_bytes = 0
         self._wake()

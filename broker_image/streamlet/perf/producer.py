@@ -1,8 +1,8 @@
 """A perf producer: Publish frames of ``batch`` messages, each body starting with its send time,
 at most ``window`` unconfirmed, at a fixed rate or as fast as confirms allow.
 
-The frame is one buffer built once; before each send only the publishing ids and the send
-time are patched in (one ``struct`` call a message), so the cost is per frame, not per byte.
+The frame is one buffer built once (the codec's ``publish_frame``); before each send only the
+publishing ids and the send time are patched in (one ``struct`` call a message), so the cost is per frame, not per byte.
 Confirm latency is measured per frame: the sent frames wait in a queue in id order and each
 confirm settles the ranges it covers."""
 
@@ -16,12 +16,10 @@ from collections.abc import MutableSequence
 
 from ..client import StreamletError
 from ..client.connection import Connection
-from ..rabbitmq import Key
+from ..rabbitmq.publish import MESSAGE_HEAD_SIZE, PUBLISH_HEAD_SIZE, publish_frame, set_publish_head
 from . import stats
 
-_HEAD = struct.Struct(">IHHBi")  # size, key, version, publisher id, message count
 _MSG = struct.Struct(">QIQ")  # publishing id, body length, send time (the body's first 8 bytes)
-_STRIDE_EXTRA = 12  # a message's id and length before its body
 
 #: seconds between rate checks when publishing at a fixed rate
 TICK_S = 0.001
@@ -49,12 +47,8 @@ class PerfProducer:
         self.window = max(window, 1)
         self.batch = max(1, min(batch, self.window))
         self.counters, self.slot = counters, slot
-        self.frame = bytearray(_HEAD.size + self.batch * (_STRIDE_EXTRA + size))
-        filler = bytes(range(256)) * (size // 256 + 1)
-        stride = _STRIDE_EXTRA + size
-        for i in range(self.batch):  # the bodies' filler after the time; patched per send
-            pos = _HEAD.size + i * stride + _STRIDE_EXTRA + 8
-            self.frame[pos : pos + size - 8] = filler[: size - 8]
+        body = bytes(8) + (bytes(range(256)) * (size // 256 + 1))[: size - 8]  # time, filler
+        self.frame = bytearray(publish_frame(pid, [(0, body)] * self.batch))
         self.sent = self.confirmed = self.errored = 0
         #: sent frames not wholly settled: [first id, last id, send time ns, unsettled]
         self.inflight: deque[list[int]] = deque()
@@ -94,14 +88,15 @@ class PerfProducer:
             await asyncio.sleep(0)  # let confirms and the command's polls in
 
     def _send(self, n: int) -> None:
-        frame, stride, size, pack = self.frame, _STRIDE_EXTRA + self.size, self.size, _MSG.pack_into
+        frame, size, pack = self.frame, self.size, _MSG.pack_into
+        stride = MESSAGE_HEAD_SIZE + size
         first = self.sent
         now = time.time_ns()
-        pos = _HEAD.size
+        pos = PUBLISH_HEAD_SIZE
         for i in range(first, first + n):
             pack(frame, pos, i, size, now)
             pos += stride
-        _HEAD.pack_into(frame, 0, pos - 4, Key.PUBLISH, 1, self.pid, n)
+        set_publish_head(frame, pos, self.pid, n)
         self.conn.write(bytes(frame[:pos]) if n < self.batch else bytes(frame))
         self.inflight.append([first, first + n - 1, now, n])
         self.sent = first + n

@@ -2,16 +2,19 @@
 
 A Publish body is ``PublisherId u8, Count i32`` then per message ``PublishingId u64``,
 (v2: ``FilterValue string``), and the entry exactly as Osiris stores it. So a chunk's data is
-the frame's entries with the publishing ids (and filter values) cut out.
+the frame's entries with the publishing ids (and filter values) cut out. Every client side
+(the client's producer, perf, bench, tests) builds its Publish frames with :func:`publish_frame`.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 
 from ..core.batch import PublishBatch
 from ..native import allowed
-from .fields import Malformed
+from .constants import Key
+from .fields import Malformed, string
 
 _PID_COUNT = struct.Struct(">Bi")
 _U64 = struct.Struct(">Q")
@@ -95,7 +98,42 @@ def parse_publish(body: bytes | memoryview, version: int) -> PublishBatch:
     return _split_python(body, version)
 
 
-_CONFIRM_HEAD = struct.Struct(">IHHBi")
+# Size, Key, Version, PublisherId, Count: the 13 bytes before the first message
+_PUBLISH_HEAD = struct.Struct(">IHHBi")
+_MESSAGE_HEAD = struct.Struct(">QI")  # publishing id, then a simple entry's length
+#: bytes before a Publish frame's first message
+PUBLISH_HEAD_SIZE = _PUBLISH_HEAD.size
+#: bytes before a message's body in a Publish v1 frame (publishing id, simple entry length)
+MESSAGE_HEAD_SIZE = _MESSAGE_HEAD.size
+
+
+def publish_frame(publisher_id: int, messages: Iterable[tuple[int, bytes]],
+                  filter_values: Iterable[str | None] | None = None) -> bytes:
+    """One whole Publish frame: each (publishing id, body) a simple entry. v1, or v2 with one
+    filter value per message when ``filter_values`` is given. One struct call a message and
+    one join a frame."""
+    pack = _MESSAGE_HEAD.pack
+    if filter_values is None:
+        parts = [pack(i, len(b)) + b for i, b in messages]
+        version = 1
+    else:
+        u64, u32 = _U64.pack, _U32.pack
+        parts = [u64(i) + string(fv) + u32(len(b)) + b
+                 for (i, b), fv in zip(messages, filter_values, strict=True)]
+        version = 2
+    payload = b"".join(parts)
+    return _PUBLISH_HEAD.pack(
+        PUBLISH_HEAD_SIZE - 4 + len(payload), Key.PUBLISH, version, publisher_id, len(parts)
+    ) + payload
+
+
+def set_publish_head(frame: bytearray, end: int, publisher_id: int, count: int) -> None:
+    """Rewrite the head of a v1 frame in ``frame[:end]`` (a template made by
+    :func:`publish_frame` whose first ``count`` messages are sent)."""
+    _PUBLISH_HEAD.pack_into(frame, 0, end - 4, Key.PUBLISH, 1, publisher_id, count)
+
+
+_CONFIRM_HEAD = _PUBLISH_HEAD
 
 
 def encode_confirm(publisher_id: int, packed_ids: list[bytes]) -> bytes:
