@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamlet.broker.filtering import matcher_from
+from streamlet.broker.rabbitmq.filtering import matcher_from
 from streamlet.core.filtering import Matcher, chunk_bloom
 
 

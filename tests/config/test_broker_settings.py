@@ -1,4 +1,4 @@
-"""Pure decisions of the broker: authentication, configuration, Create arguments."""
+"""Pure decisions of the broker: configuration, Create arguments."""
 
 from __future__ import annotations
 
@@ -7,24 +7,10 @@ from pathlib import Path
 import pytest
 
 from streamlet.broker.arguments import parse_create_arguments
-from streamlet.broker.auth import authenticate_plain, is_loopback
-from streamlet.broker.config import ConfigError, Retention, User, load, parse_duration_ms
+from streamlet.broker.config.model import ConfigError, Retention
+from streamlet.broker.config.values import parse_duration_ms
+from streamlet.broker.protocols import load
 from streamlet.core.settings import StreamSettings
-from streamlet.rabbitmq import Code
-
-USERS = (User("guest", "guest", loopback_only=True), User("app", "pw"))
-
-
-def test_plain_authentication() -> None:
-    assert authenticate_plain(USERS, b"\0guest\0guest", "127.0.0.1") == (Code.OK, "guest")
-    assert authenticate_plain(USERS, b"\0guest\0guest", "::1") == (Code.OK, "guest")
-    assert authenticate_plain(USERS, b"\0guest\0guest", "10.1.2.3")[0] == Code.SASL_AUTHENTICATION_FAILURE_LOOPBACK
-    assert authenticate_plain(USERS, b"\0app\0pw", "10.1.2.3") == (Code.OK, "app")
-    assert authenticate_plain(USERS, b"\0app\0nope", "127.0.0.1")[0] == Code.AUTHENTICATION_FAILURE
-    assert authenticate_plain(USERS, b"garbage", "127.0.0.1")[0] == Code.SASL_ERROR
-    assert authenticate_plain(USERS, None, "127.0.0.1")[0] == Code.SASL_ERROR
-    assert is_loopback("127.8.9.10") and not is_loopback("192.168.1.1") and not is_loopback("x")
-    assert is_loopback("::ffff:127.0.0.1")  # an IPv4 peer as a dual-stack listener sees it
 
 
 def test_durations() -> None:

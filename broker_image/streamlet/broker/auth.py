@@ -1,13 +1,23 @@
-"""SASL PLAIN against the configured users; loopback-only users as RabbitMQ's guest."""
+"""Who may log in, for every protocol that authenticates: a user name and password checked
+against the configured users (``check``), and the loopback rule of loopback-only users
+(RabbitMQ's guest), whatever carried the credentials (RabbitMQ's SASL, broker/rabbitmq/sasl.py;
+the management API's HTTP Basic, broker/mgmt/identity.py)."""
 
 from __future__ import annotations
 
 import hmac
+from enum import Enum
 
-from ..rabbitmq import Code
-from .config import User, loopback_address
+from .config.environment import loopback_address
+from .config.model import User
 
-MECHANISMS = ["PLAIN"]
+
+class Login(Enum):
+    """The outcome of a name and password check."""
+
+    ACCEPTED = "accepted"
+    REFUSED = "refused"  # no such user, or another password
+    LOOPBACK_ONLY = "loopback only"  # the user logs in from this machine only
 
 
 def is_loopback(address: str | None) -> bool:
@@ -18,18 +28,12 @@ def is_loopback(address: str | None) -> bool:
     return loopback_address(address)
 
 
-def authenticate_plain(users: tuple[User, ...], data: bytes | None, peer: str | None) -> tuple[Code, str | None]:
-    """Check ``authzid NUL user NUL password``; return the response code and the user name."""
-    parts = (data or b"").split(b"\x00")
-    if len(parts) != 3:
-        return Code.SASL_ERROR, None
-    try:
-        name, password = parts[1].decode(), parts[2].decode()
-    except UnicodeDecodeError:
-        return Code.SASL_ERROR, None
+def check(users: tuple[User, ...], name: str, password: str, peer: str | None) -> Login:
+    """``name`` and ``password`` against ``users``, a loopback-only user from this machine only.
+    The password is compared in constant time."""
     for user in users:
         if user.name == name and hmac.compare_digest(user.password.encode(), password.encode()):
             if user.loopback_only and not is_loopback(peer):
-                return Code.SASL_AUTHENTICATION_FAILURE_LOOPBACK, None
-            return Code.OK, name
-    return Code.AUTHENTICATION_FAILURE, None
+                return Login.LOOPBACK_ONLY
+            return Login.ACCEPTED
+    return Login.REFUSED

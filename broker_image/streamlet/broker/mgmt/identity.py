@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hmac
 from dataclasses import dataclass
 
 from ..access import AccessControl
-from ..auth import is_loopback
-from ..config import BrokerConfig
+from ..auth import Login, check
+from ..config.model import BrokerConfig
 
 ADMINISTRATOR = "administrator"
 MANAGEMENT = "management"
@@ -60,13 +59,13 @@ def authenticate(config: BrokerConfig, header: str | None, peer: str | None) -> 
     if credentials is None:
         return Refused("Not_Authorized")
     name, password = credentials
-    for user in config.users:
-        if user.name == name and hmac.compare_digest(user.password.encode(), password.encode()):
-            if user.loopback_only and not is_loopback(peer):
-                return Refused("User can only log in via localhost")
-            restricted = any(p.user == name for p in config.permissions)
-            return Identity(name, administrator=not restricted)
-    return Refused("Login failed")
+    login = check(config.users, name, password, peer)
+    if login is Login.LOOPBACK_ONLY:
+        return Refused("User can only log in via localhost")
+    if login is Login.REFUSED:
+        return Refused("Login failed")
+    restricted = any(p.user == name for p in config.permissions)
+    return Identity(name, administrator=not restricted)
 
 
 class Visibility:

@@ -8,7 +8,7 @@ from ...core.offsets import resolve
 from ...core.subscription import Subscription
 from ...rabbitmq import Code, OffsetType
 from ...rabbitmq import frames as f
-from ..filtering import matcher_from
+from .filtering import matcher_from
 from .leader import forward, route
 from .offsets import offset_spec
 from .state import ConnectionState

@@ -10,8 +10,8 @@ from ... import __version__
 from ...rabbitmq import Code, Key
 from ...rabbitmq import frames as f
 from ...rabbitmq.machine import Outcome
-from ..auth import MECHANISMS, authenticate_plain
 from ..tls import peer_common_name
+from . import sasl
 from .state import ConnectionState
 
 log = logging.getLogger("streamlet.broker")
@@ -62,7 +62,7 @@ def on_peer_properties(conn: ConnectionState, cmd: f.PeerProperties) -> None:
 
 def mechanisms(conn: ConnectionState) -> list[str]:
     """PLAIN; EXTERNAL too on a TLS connection whose client sent a verified certificate."""
-    return MECHANISMS + (["EXTERNAL"] if certificate_name(conn) is not None else [])
+    return sasl.mechanisms(external=certificate_name(conn) is not None)
 
 
 def certificate_name(conn: ConnectionState) -> str | None:
@@ -80,11 +80,10 @@ def on_sasl_authenticate(conn: ConnectionState, cmd: f.SaslAuthenticate) -> None
         conn.send(f.SaslAuthenticateResponse(cmd.correlation_id, Code.SASL_MECHANISM_NOT_SUPPORTED))
         return
     users = conn.broker.config.users
-    if cmd.mechanism == "EXTERNAL":  # the certificate's CN names a configured user
-        user = certificate_name(conn)
-        code = Code.OK if any(u.name == user for u in users) else Code.AUTHENTICATION_FAILURE
+    if cmd.mechanism == sasl.EXTERNAL:
+        code, user = sasl.authenticate_external(users, certificate_name(conn))
     else:
-        code, user = authenticate_plain(users, cmd.data, conn.peer)
+        code, user = sasl.authenticate_plain(users, cmd.data, conn.peer)
     if code == Code.OK and user is not None and _over_user_limit(conn, user):
         code = Code.ACCESS_REFUSED
     conn.send(f.SaslAuthenticateResponse(cmd.correlation_id, code))

@@ -3,7 +3,7 @@ into the core's bloom Matcher (core/filtering.py)."""
 
 from __future__ import annotations
 
-from ..core.filtering import Matcher
+from ...core.filtering import Matcher
 
 FILTER_PREFIX = "filter."
 
