@@ -11,11 +11,12 @@ MEGA_PORT ?= 5553
 RSIO_PORT ?= 5554
 SBP_PORT ?= 5555
 
-.PHONY: up test test-fast lint bench soak clean help
+.PHONY: up test test-fast test-twins lint bench soak clean help
 
 help:
 	@echo "make up     - install and serve a broker on $(HOST):$(PORT) (MEGA on 127.0.0.1:$(MEGA_PORT), Reactive Streams IO on 127.0.0.1:$(RSIO_PORT), SBP on 127.0.0.1:$(SBP_PORT)), data in ./$(DATA) (Ctrl-C stops)"
 	@echo "make test   - install everything the tests use and run them all"
+	@echo "make test-twins - the codec and storage tests on the C modules' Python twins (STREAMLET_NO_C=1; part of make test)"
 	@echo "make test-fast - the tests that start no process and are not slow: pytest -m 'not process and not slow' (no broker, CLI, node, Spark)"
 	@echo "make lint   - ruff, mypy, the import contracts (.importlinter) and no import cycle (.ci/cycles.py)"
 	@echo "make bench  - side-by-side benchmark against RabbitMQ (installs it as root if missing); results in bench/results/ (UPDATE_DOCS=1: also docs/performance.md)"
@@ -38,8 +39,15 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 up: $(VENV)/.installed-core
 	$(VENV)/bin/streamlet serve --host $(HOST) --port $(PORT) --mega-port $(MEGA_PORT) --rsio-port $(RSIO_PORT) --sbp-port $(SBP_PORT) --data-dir $(DATA)
 
-test: $(STAMP)
+test: $(STAMP) test-twins
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# The C modules' Python twins, once: the codec and storage tests with every C module off
+# (STREAMLET_NO_C, streamlet/native.py); the rest of the suite runs the C modules.
+TWIN_TESTS := tests/rabbitmq tests/wire tests/sbp/test_sbp_codec.py tests/sbp/test_sbp_flat.py \
+	tests/sbp/test_sbp_appends.py tests/sbp/test_sbp_reader.py tests/storage
+test-twins: $(STAMP)
+	STREAMLET_NO_C=1 $(PY) -m pytest -q -p no:cacheprovider -m "not process and not slow" $(TWIN_TESTS)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m "not process and not slow" $(PYTEST_ARGS)

@@ -9,7 +9,7 @@ the frame's entries with the publishing ids (and filter values) cut out. Every c
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..core.batch import PublishBatch
 from ..native import allowed
@@ -81,6 +81,9 @@ def _split_python(body: bytes | memoryview, version: int) -> PublishBatch:
                         prev if count else 0, increasing, filters, not batched)
 
 
+#: the C split (_speedups.pyi), None where it is not built or turned off
+_split_c: Callable[[bytes | memoryview],
+                   tuple[int, int, bytes, bytes, int, int, int, bool, None, bool]] | None
 try:
     allowed("streamlet.rabbitmq._speedups")
     from ._speedups import split_publish_v1 as _split_c

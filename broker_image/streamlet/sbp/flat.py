@@ -20,8 +20,9 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import add, itemgetter, sub
+from typing import Any
 
 from ..native import allowed
 from .frame import PREFIX_SIZE, Flags, Malformed, Opcode, decode, head
@@ -290,7 +291,7 @@ def append_runs(header: bytes | memoryview, python: bool = False
     refusals."""
     if _read_runs is not None and not python:
         try:
-            return _read_runs(header, _RUNS_SLOT)  # type: ignore[no-any-return]
+            return _read_runs(header, _RUNS_SLOT)
         except ValueError as e:
             raise Malformed(str(e)) from None
     buf = bytes(header)
@@ -344,7 +345,7 @@ def append_run(frame: bytes | memoryview, python: bool = False) -> UsualAppend |
     (decode, ``append_runs``) reads and answers. In C (``_flat.append_run``) where it was
     built: the same answers."""
     if _append_run is not None and not python:
-        return _append_run(frame)  # type: ignore[no-any-return]
+        return _append_run(frame)
     try:
         f = decode(frame)
         if f is None or f.opcode != Opcode.APPEND or f.is_response:
@@ -471,6 +472,10 @@ def _fill_fetch(buf: bytearray, at: int, status: int,
                 at += 32
 
 
+#: the C readers (_flat.pyi), None where they are not built or turned off
+_read_columns: Callable[..., Any] | None  # its result's shape depends on its summary flag
+_read_runs: Callable[[bytes | memoryview, int], list[tuple[int, int, list[int], int]] | None] | None
+_append_run: Callable[[bytes | memoryview], UsualAppend | None] | None
 try:  # in C where a compiler was there at install time: the same results
     allowed("streamlet.sbp._flat")
     from ._flat import append_run as _append_run

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import struct
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import accumulate, chain
 from typing import NamedTuple
 
@@ -84,6 +84,11 @@ def _ids_python(first: int, n: int) -> bytes:
     return struct.pack(f">{n}Q", *range(first, first + n))
 
 
+#: the C functions (_entries.pyi), None where they are not built or turned off
+_cut_c: Callable[[bytes | bytearray | memoryview, int, int, int, int, bool, bool],
+                 tuple[int, int, bytes, bytes | memoryview, int, int, int, int]] | None
+_join_c: Callable[[bytes | memoryview, list[int] | bytes | memoryview], bytes] | None
+_ids_c: Callable[[int, int], bytes] | None
 try:
     allowed("streamlet.storage._entries")
     from ._entries import consecutive_ids as _ids_c

@@ -1,0 +1,9 @@
+"""_entries.c's types: its Python twins are entries.py's ``_cut_python``, ``_join_python`` and
+``_ids_python`` (docs/development.md, "The C extensions")."""
+
+def consecutive_ids(first: int, n: int, /) -> bytes: ...
+def cut_simple(
+    data: bytes | bytearray | memoryview, offset: int, start: int, max_bytes: int, size: int,
+    taken: bool, join: bool = ..., /,
+) -> tuple[int, int, bytes, bytes | memoryview, int, int, int, int]: ...
+def join_simple(payload: bytes | memoryview, lengths: list[int] | bytes | memoryview, /) -> bytes: ...
