@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamlet.cli.consume import candidates, resumable
+from streamlet.cli.rabbitmq.consume import candidates, resumable
 from streamlet.client import ConnectionClosed, StreamletError
 from streamlet.rabbitmq import Code
 

@@ -151,19 +151,20 @@ def test_another_protocols_port_is_named(node: dict[str, list[str]], protocol: s
     assert stderr_line(res.stderr).startswith(f"streamlet: 127.0.0.1:{port} {why}")
 
 
-@pytest.mark.parametrize("error, said", [
-    (MegaError(MegaCode.TOPIC_NOT_FOUND), "s: no such stream"),
-    (MegaError(MegaCode.INVALID_REQUEST), "s: not a stream name the broker takes"),
-    (MegaError(MegaCode.NETWORK_ERROR), "s: this broker does not lead the stream (sealed, "
-                                        "moved, or led by another member)"),
-    (MegaError(200), "s: MEGA error 200"),
-    (SbpError(SbpCode.STREAM_NOT_FOUND, "no stream has id 2128608318284228620"),
+@pytest.mark.parametrize("protocol, error, said", [
+    ("mega", MegaError(MegaCode.TOPIC_NOT_FOUND), "s: no such stream"),
+    ("mega", MegaError(MegaCode.INVALID_REQUEST), "s: not a stream name the broker takes"),
+    ("mega", MegaError(MegaCode.NETWORK_ERROR), "s: this broker does not lead the stream "
+                                                "(sealed, moved, or led by another member)"),
+    ("mega", MegaError(200), "s: MEGA error 200"),
+    ("sbp", SbpError(SbpCode.STREAM_NOT_FOUND, "no stream has id 2128608318284228620"),
      "s: no such stream"),
-    (SbpError(SbpCode.INVALID_REQUEST, "batch_count 0"), "s: batch_count 0"),
-    (SbpError(SbpCode.UNKNOWN, ""), "s: SBP error 1"),
-    (SbpError(250, "x"), "s: SBP error 250"),
+    ("sbp", SbpError(SbpCode.INVALID_REQUEST, "batch_count 0"), "s: batch_count 0"),
+    ("sbp", SbpError(SbpCode.UNKNOWN, ""), "s: SBP error 1"),
+    ("sbp", SbpError(250, "x"), "s: SBP error 250"),
 ])
-def test_reason(error: Exception, said: str) -> None:
-    from streamlet.cli.other_protocols import reason
+def test_reason(protocol: str, error: Exception, said: str) -> None:
+    from streamlet.cli.protocols import hooks
+    from streamlet.cli.protocols.commands import reason
 
-    assert reason("s", error) == said
+    assert reason("s", error, hooks(protocol)) == said

@@ -56,7 +56,7 @@ def test_ping_another_protocols_port(node: dict[str, int], listener: str, found:
     ({}, "a server without a product name"),
 ])
 def test_server_line(props: dict[str, str], line: str) -> None:
-    from streamlet.cli.ping import server_line
+    from streamlet.cli.rabbitmq.ping import server_line
 
     assert server_line(props) == line
 
@@ -76,6 +76,6 @@ def test_server_line(props: dict[str, str], line: str) -> None:
     (b"", b"", "no answer to its handshake"),
 ])
 def test_identify(handshake: bytes, http: bytes, found: str | None) -> None:
-    from streamlet.cli.ping import identify
+    from streamlet.cli.rabbitmq.ping import identify
 
     assert identify(handshake, http) == found

@@ -100,6 +100,6 @@ def test_raw_amqp_output_gets_a_hint(node: list[str]) -> None:
     (b"", False),
 ])
 def test_looks_like_amqp(body: bytes, amqp: bool) -> None:
-    from streamlet.cli.hints import looks_like_amqp
+    from streamlet.cli.rabbitmq.hints import looks_like_amqp
 
     assert looks_like_amqp(body) is amqp

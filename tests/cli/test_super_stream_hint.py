@@ -46,6 +46,6 @@ def test_produce_and_consume_of_a_super_stream(shared_broker: BrokerProcess) -> 
                          "(consume reads one stream): a-x"),
 ])
 def test_hint(command: str, partitions: list[str], line: str) -> None:
-    from streamlet.cli.hints import hint
+    from streamlet.cli.rabbitmq.hints import hint
 
     assert hint(command, "a", partitions) == line

@@ -1,4 +1,4 @@
-"""Descriptors of read segments are bounded (a process-wide LRU)."""
+"""Issue 10: descriptors of read segments are bounded (a process-wide LRU)."""
 
 from __future__ import annotations
 

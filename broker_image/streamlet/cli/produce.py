@@ -1,84 +1,55 @@
-"""`streamlet produce`: standard input's lines (or --count generated messages) to a stream.
-
-With --reference, message i of the input (line i, or generated message i, from 1) gets
-publishing id i, and the messages up to the sequence the broker stored for the reference are
-skipped: re-running an import that failed half-way stores each line once."""
+"""`streamlet produce STREAM`: standard input's lines, or --count generated messages, published
+and confirmed; over RabbitMQ's protocol by cli/rabbitmq/produce.py, over another --protocol by
+its hooks (cli/protocols/)."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import sys
 
-from ..amqp import encode_data
-from ..client import Client, Producer, StreamletError
-from .lines import line_batches
-from .progress import Progress
-from .stop import stop
-from .words import messages
-
-#: generated messages handed to the producer at a time
-STEP = 10000
-#: seconds an interrupted produce waits for the confirms of what it sent
-CONFIRM_WAIT_S = 5.0
+from .parser import Commands, connection, format_option, protocol, protocol_option
+from .protocols import PROTOCOLS
+from .values import Parser, non_negative_int, positive_int
 
 
-async def produce(client: Client, args: argparse.Namespace) -> int:
-    producer = await client.producer(args.stream, reference=args.reference)
-    stored = producer.next_publishing_id - 1 if args.reference else 0
-    counts = {"sent": 0, "skipped": 0}
-    progress = Progress(f"published to {args.stream}", args.count)
-    try:
-        if args.count is not None:
-            await _generated(producer, args, stored, counts, progress)
-        else:
-            await _stdin(producer, stored, counts, progress, args.format == "amqp")
-        await producer.close()  # every confirm awaited (a signal here is an interruption too)
-    except asyncio.CancelledError as e:
-        stop.caught(e)
-        progress.done()
-        with contextlib.suppress(TimeoutError, StreamletError):
-            async with asyncio.timeout(CONFIRM_WAIT_S):
-                await producer.close()
-        sent = producer.next_publishing_id - 1 - stored  # a cancelled send_many sent part
-        print(f"streamlet: interrupted: {producer.confirmed_count} of {messages(sent)} "
-              f"sent to {args.stream} confirmed{_skipped(counts, args)}", file=sys.stderr)
-        return stop.exit_code
-    finally:
-        progress.done()
-    print(f"published {messages(counts['sent'])} to {args.stream}{_skipped(counts, args)}",
-          file=sys.stderr)
-    return 0
+def add_parser(sub: Commands[Parser], conn: Parser) -> None:
+    produce = sub.add_parser("produce", help="publish messages to a stream", parents=[conn],
+                             description=(
+        "Publish messages: each line of standard input is one message, or --count generated "
+        "messages of --size bytes. Waits for every confirm."))
+    produce.add_argument("stream")
+    produce.add_argument("--count", type=positive_int,
+                         help="publish this many generated messages instead of stdin")
+    produce.add_argument("--size", type=non_negative_int, default=None, help=(
+        "size of generated messages, with --count (default 100; standard input's lines are "
+        "sent as they are)"))
+    produce.add_argument("--reference", help=(
+        "publisher reference: message i of the input (line i, or generated message i) gets "
+        "publishing id i, and those up to the sequence stored for the reference are skipped, "
+        "so running the same input again stores nothing twice"))
+    produce.add_argument("--create", action="store_true", help="create the stream if missing")
+    produce.add_argument("--routing-key", metavar="KEY", help=(
+        "STREAM is a super stream: publish to the partition its binding KEY routes to (the "
+        "Route command, as a super stream producer with key routing does)"))
+    format_option(produce, "each message sent as is (raw), or as an AMQP 1.0 message with the "
+                           "input in one data section (amqp), as RabbitMQ's clients send and "
+                           "their AMQP decoders expect")
+    protocol_option(produce)
 
 
-def _skipped(counts: dict[str, int], args: argparse.Namespace) -> str:
-    n = counts["skipped"]
-    return f" ({n} skipped: stored before under reference {args.reference})" if n else ""
+def check(args: argparse.Namespace, parser: Parser) -> None:
+    if args.size is not None and args.count is None:
+        parser.error("--size: the size of generated messages, with --count (standard "
+                     "input's lines are sent as they are)")
+    args.size = 100 if args.size is None else args.size
+    protocol(args, parser)
+    connection(args, parser)
 
 
-async def _generated(producer: Producer, args: argparse.Namespace, stored: int,
-                     counts: dict[str, int], progress: Progress) -> None:
-    body = encode_data(b"x" * args.size) if args.format == "amqp" else b"x" * args.size
-    counts["skipped"] = min(stored, args.count)
-    remaining = args.count - counts["skipped"]
-    while remaining:
-        n = min(remaining, STEP)
-        await producer.send_many([body] * n)
-        counts["sent"] += n
-        remaining -= n
-        progress.update(counts["sent"] + counts["skipped"])
+def run(args: argparse.Namespace) -> int:
+    from .stop import run_client
 
-
-async def _stdin(producer: Producer, stored: int, counts: dict[str, int],
-                 progress: Progress, amqp: bool) -> None:
-    seen = 0  # lines read so far: line i gets id i when a reference numbers them
-    async for lines in line_batches():
-        skip = min(max(stored - seen, 0), len(lines))
-        seen += len(lines)
-        counts["skipped"] += skip
-        if skip < len(lines):
-            batch = lines[skip:]
-            await producer.send_many([encode_data(x) for x in batch] if amqp else batch)
-            counts["sent"] += len(lines) - skip
-        progress.update(seen)
+    if PROTOCOLS[args.protocol].hooks is None:  # RabbitMQ's own
+        from .rabbitmq.produce import run as produce
+    else:
+        from .protocols.commands import run as produce
+    return run_client(lambda: produce(args))

@@ -74,3 +74,17 @@ async def stoppable(command: Callable[[], Awaitable[int]]) -> int:
         print("streamlet: interrupted", file=sys.stderr)
         return stop.exit_code
     return stop.exit_code if stop.requested else code
+
+
+def run_client(command: Callable[[], Awaitable[int]]) -> int:
+    """A client command run to its exit code (:func:`stoppable`, in its own event loop)."""
+    from .output import silence_stdout
+
+    try:
+        return asyncio.run(stoppable(command))
+    except KeyboardInterrupt:  # before the command caught signals (it sums up after that)
+        print("streamlet: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `streamlet streams list | head -1`: the reader had enough
+        silence_stdout()
+        return 0

@@ -5,5 +5,6 @@ would (``supervisor.py``); ``status`` and ``down`` find it through ``<data dir>/
 (``state.py``). The decisions are pure and tested with tables: the restart backoff
 (``backoff.py``), what ``up`` accepts and what each node runs (``plan.py``, ``tomlwrite.py``).
 The effects are thin: process probes (``probe.py``), the data directory's lock (``lock.py``),
-the supervisor's loop, and the commands themselves (``commands.py``).
+the supervisor's loop, and the commands themselves (``control.py``; their parser is
+cli/cluster.py).
 """

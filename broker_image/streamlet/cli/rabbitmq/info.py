@@ -11,14 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Awaitable, Callable
 
-from ..client import Client, StreamletError
-from ..rabbitmq import Code
-from .words import size as size_text
-
-#: opens a client to another broker (with the command's credentials, TLS and properties)
-Opener = Callable[[str, int], Awaitable[Client]]
+from ...client import Client, StreamletError
+from ...rabbitmq import Code
+from ..words import size as size_text
+from .session import Opener
 
 
 async def info(client: Client, args: argparse.Namespace, opener: Opener | None = None) -> int:
@@ -118,7 +115,7 @@ def describe(doc: dict[str, object]) -> list[str]:
 
 
 def _bytes(n: int) -> str:
-    """In the unit family every command uses (clitools.words.size), exact beside it."""
+    """In the unit family every command uses (cli/words.py size), exact beside it."""
     return f"{size_text(n)} ({n} bytes)" if n >= 1024 else f"{n} bytes"
 
 

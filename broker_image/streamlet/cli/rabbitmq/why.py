@@ -3,9 +3,9 @@ failed), so the CLI checks the arguments as the broker does and names the reason
 
 from __future__ import annotations
 
-from ..broker.arguments import parse_create_arguments
-from ..broker.config import ConfigError, Retention
-from ..client import Client
+from ...broker.arguments import parse_create_arguments
+from ...broker.config.model import ConfigError, Retention
+from ...client import Client
 
 
 async def create_refused(client: Client, name: str, arguments: dict[str, str]) -> str:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from ..amqp import AmqpError, decode_message
-from ..client import Client, StreamletError
-from ..rabbitmq import Key
+from ...amqp import AmqpError, decode_message
+from ...client import Client, StreamletError
+from ...rabbitmq import Key
 
 #: after 0x00 0x53 (a described type, its descriptor a small ulong): AMQP 1.0's message
 #: sections, 0x70 (header) to 0x78 (footer)

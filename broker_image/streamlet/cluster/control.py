@@ -1,16 +1,14 @@
-"""``streamlet cluster up|status|down|elect|transfer``: arguments in, one-line messages and
-exit codes out.
+"""What ``streamlet cluster up|status|down|elect|transfer`` do (cli/cluster.py parses them):
+values in, one-line messages and exit codes out.
 
 Exit codes: 0 done; 1 no cluster runs there (status, down, elect, transfer), it would not stop
 (down), or the request did not come to pass (elect: no leader; transfer: another leader, and
-the driver's reason on stderr; or the driver did not take it up in time); 2 ``up`` refused before starting anything (bad
-arguments or --config, a busy port, a data directory that cannot be made, a cluster already
-running there).
-"""
+the driver's reason on stderr; or the driver did not take it up in time); 2 ``up`` refused
+before starting anything (bad arguments or --config, a busy port, a data directory that cannot
+be made, a cluster already running there)."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -56,19 +54,6 @@ def _error(message: str) -> None:
     print(f"streamlet: {message}", file=sys.stderr)
 
 
-def run(args: argparse.Namespace) -> int:
-    data_dir = Path(args.data_dir).absolute()
-    if args.action == "up":
-        return up(args, data_dir)
-    if args.action == "status":
-        return asyncio.run(status(data_dir, as_json=args.json))
-    if args.action == "elect":
-        return ask(data_dir, Request(ELECT, args.stream, force=args.force), args.timeout)
-    if args.action == "transfer":
-        return ask(data_dir, Request(TRANSFER, args.stream, to=args.to), args.timeout)
-    return down(data_dir, args.timeout)
-
-
 def _user_config(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
@@ -80,21 +65,22 @@ def _user_config(path: Path | None) -> dict[str, Any]:
         raise PlanError(f"config file {path} is not valid TOML: {e}") from e
 
 
-def up(args: argparse.Namespace, data_dir: Path) -> int:
-    logging.basicConfig(level=args.log_level.upper(),
+def up(data_dir: Path, *, nodes: int, host: str, port: int, sbp_port: int | None,
+       metrics_port: int | None, http_port: int | None, log_dir: Path | None,
+       config: Path | None, log_level: str) -> int:
+    """Run the cluster in the foreground until SIGINT or SIGTERM (cli/cluster.py: what each
+    value is); a port None: its default, skipped on a node where it is taken."""
+    logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    given = {"metrics_port": getattr(args, "metrics_port", None),
-             "http_port": getattr(args, "http_port", None)}
-    log_dir = getattr(args, "log_dir", None)
+    given = {"metrics_port": metrics_port, "http_port": http_port}
     log_dir = None if log_dir is None else Path(log_dir).absolute()
     try:
-        specs = plan_nodes(args.nodes, args.host, args.port, data_dir,
-                           getattr(args, "sbp_port", None),
+        specs = plan_nodes(nodes, host, port, data_dir, sbp_port,
                            metrics_port=_or(given["metrics_port"], DEFAULT_METRICS_PORT),
                            http_port=_or(given["http_port"], DEFAULT_HTTP_PORT), log_dir=log_dir)
         defaults = {field for field, port in given.items() if port is None}
         check_distinct(settle_defaults(specs, defaults, set())[0])  # the ports given collide
-        doc = node_config(_user_config(args.config), data_dir / DIRECTORY_FILE)
+        doc = node_config(_user_config(config), data_dir / DIRECTORY_FILE)
         dumps(doc)  # refuses what TOML cannot say, before anything starts
     except (PlanError, ValueError) as e:
         _error(str(e))
@@ -136,8 +122,8 @@ def up(args: argparse.Namespace, data_dir: Path) -> int:
         from ..broker.config import load
 
         credentials = load(specs[0].config_file).replication_credentials
-        driver = LocalDriver(data_dir, args.host, [s.port for s in specs], credentials)
-        supervisor = Supervisor(specs, data_dir, args.host, log_level=args.log_level,
+        driver = LocalDriver(data_dir, host, [s.port for s in specs], credentials)
+        supervisor = Supervisor(specs, data_dir, host, log_level=log_level,
                                 directory_file=data_dir / DIRECTORY_FILE, drivers=[driver],
                                 optional_ports=defaults)
         return asyncio.run(supervisor.run())
