@@ -111,7 +111,7 @@ def test_connection_options_before_or_after_any_command_word(shared_broker: Brok
     and a level where they are not given does not put the default back."""
     c = conn(shared_broker)
     wrong_port = ["--port", str(free_port())]  # nothing listens there
-    assert cli("streams", "create", "anywhere-1", *c).stdout == b"created anywhere-1\n"  # issue 9
+    assert cli("streams", "create", "anywhere-1", *c).stdout == b"created anywhere-1\n"  # after the command
     assert cli(*c, "streams", "create", "anywhere-2").returncode == 0  # before the command
     assert cli("streams", *c, "create", "anywhere-3").returncode == 0  # between the words
     assert cli(*wrong_port, "streams", "create", "anywhere-4", *c).returncode == 0  # last wins

@@ -1,4 +1,4 @@
-"""Issue 10, items 2 and 3: file descriptors are bounded and a broker restarts on whatever a
+"""Hardening: file descriptors are bounded and a broker restarts on whatever a
 client made it store; a segment roll on a full disk leaves the stream writable once space is
 freed, and refused writes do not flood the log."""
 

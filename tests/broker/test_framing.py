@@ -1,4 +1,4 @@
-"""Frames as a careless or hostile peer sends them (issue 10, items 4-6): frames written with
+"""Frames as a careless or hostile peer sends them (hardening): frames written with
 Open, frames before an oversize one, handshake commands after Open, a frame trickled byte by
 byte, frames in pieces beyond the broker's budget, and the memory such frames cost. Real broker
 processes, raw sockets."""

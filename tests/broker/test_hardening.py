@@ -1,4 +1,4 @@
-"""Issue 10 (hardening): names whose quoted form is too long for a directory, super stream
+"""Hardening: names whose quoted form is too long for a directory, super stream
 records that name an impossible partition, and error answers the codec can read."""
 
 from __future__ import annotations

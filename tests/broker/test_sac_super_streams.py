@@ -131,7 +131,7 @@ def _answer(start: tuple[OffsetType, int | None]) -> Listener:
 @pytest.mark.parametrize("start", list(STARTS))
 async def test_each_consumer_gets_one_partition_and_every_message(shared_broker: BrokerProcess,
                                                                   start: str) -> None:
-    """Issue 9 item 4: three consumers of one group on a 3-partition super stream, then 10,000
+    """Three consumers of one group on a 3-partition super stream, then 10,000
     messages routed over the partitions: every message arrives once, each partition is served
     by one consumer and each consumer serves one partition (member i serves partition i)."""
     b = shared_broker

@@ -1,4 +1,4 @@
-"""An SBP client follows a range to its new server after a leader change (issue 14), on a real
+"""An SBP client follows a range to its new server after a leader change, on a real
 3-node `streamlet cluster up --sbp-port`: a stream made replicated by rstream's create with
 initial-cluster-size 3, an SBP client that found its primary with LIST_RANGES on another broker
 (``streamlet.client.sbp.follow``) appends, its leader's broker is killed (kill -9 of the pid

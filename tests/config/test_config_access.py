@@ -19,7 +19,7 @@ def _load(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
 def test_defaults_keep_the_old_behaviour(tmp_path: Path) -> None:
     cfg = _load(tmp_path, '[[users]]\nname = "app"\npassword = "x"\n')
     assert cfg.vhosts == ("/",) and cfg.permissions == () and cfg.tls is None
-    assert cfg.max_connections == 10_000 and cfg.max_connections_per_user == 0  # issue 10
+    assert cfg.max_connections == 10_000 and cfg.max_connections_per_user == 0  # the defaults
     acl = AccessControl(cfg)
     assert acl.vhost_allowed("app", "/") and acl.allowed("app", "/", "configure", "anything")
 

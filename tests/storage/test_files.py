@@ -1,4 +1,4 @@
-"""Issue 10: descriptors of read segments are bounded (a process-wide LRU)."""
+"""Descriptors of read segments are bounded (a process-wide LRU)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 12, storage side: epochs, whole raw chunks copied to followers (read_raw,
+"""Replication, storage side: epochs, whole raw chunks copied to followers (read_raw,
 accept_chunks) and truncation by the leader's epoch vector (truncate_to, Osiris init_acceptor).
 After quiescence every member's .segment and .index files are byte-identical."""
 

@@ -1,4 +1,4 @@
-"""Issue 10: a segment roll that fails (disk full, out of descriptors) leaves the log writable,
+"""A segment roll that fails (disk full, out of descriptors) leaves the log writable,
 and the next write tries the roll again."""
 
 from __future__ import annotations
