@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from streamlet.core.batch import PublishBatch
 from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.publish import (
     MESSAGE_HEAD_SIZE,
@@ -53,5 +54,5 @@ def test_a_template_sends_its_first_messages() -> None:
     template = bytearray(publish_frame(9, [(i, body) for i in range(5)]))
     end = PUBLISH_HEAD_SIZE + 3 * (MESSAGE_HEAD_SIZE + len(body))
     set_publish_head(template, end, 9, 3)
-    batch = parse_publish(memoryview(template)[8:end], 1)
+    batch = PublishBatch(*parse_publish(memoryview(template)[8:end], 1))
     assert (batch.publisher_id, batch.count, batch.first_id, batch.last_id) == (9, 3, 0, 2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import struct
 from collections.abc import Callable
@@ -10,12 +11,32 @@ from typing import Any
 import pytest
 
 import streamlet.rabbitmq.publish as publish
+from streamlet.core.batch import PublishBatch
 from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.fields import Malformed
 
 
 def body(cmd: f.Publish) -> bytes:
     return f.encode(cmd)[8:]  # size, key, version cut off
+
+
+def parse(frame: bytes, version: int) -> PublishBatch:
+    """The batch the adapter makes of a split."""
+    return PublishBatch(*publish.parse_publish(frame, version))
+
+
+def python_split(frame: bytes, version: int) -> PublishBatch:
+    return PublishBatch(*publish._split_python(frame, version))
+
+
+def test_a_split_is_publish_batchs_fields_in_order() -> None:
+    """The codec names no core type: its tuple is PublishBatch's fields, in order."""
+    msgs = [f.PublishedMessage.simple(7, b"x", "red")]
+    for version in (1, 2):
+        split = publish.parse_publish(body(f.Publish(4, msgs, version=version)), version)
+        assert len(split) == len(dataclasses.fields(PublishBatch))
+        assert dataclasses.astuple(PublishBatch(*split)) == split
+    assert publish.parse_publish(body(f.Publish(4, msgs)), 1)[:3] == (4, 1, struct.pack(">Q", 7))
 
 
 def sub_batch(records: list[bytes]) -> bytes:
@@ -26,7 +47,7 @@ def sub_batch(records: list[bytes]) -> bytes:
 def test_split_gives_confirm_ids_and_chunk_data() -> None:
     msgs = [f.PublishedMessage.simple(i, b"m%d" % i) for i in range(1, 6)]
     msgs.append(f.PublishedMessage(6, sub_batch([b"a", b"bc", b"def"])))
-    b = publish.parse_publish(body(f.Publish(4, msgs)), 1)
+    b = parse(body(f.Publish(4, msgs)), 1)
     assert (b.publisher_id, b.count, b.num_records) == (4, 6, 8)
     assert b.ids == struct.pack(">6Q", *range(1, 7))
     assert b.data == b"".join(m.entry for m in msgs)
@@ -37,13 +58,13 @@ def test_split_gives_confirm_ids_and_chunk_data() -> None:
 
 def test_non_increasing_ids_are_flagged() -> None:
     msgs = [f.PublishedMessage.simple(i, b"x") for i in (5, 3, 9)]
-    b = publish.parse_publish(body(f.Publish(0, msgs)), 1)
+    b = parse(body(f.Publish(0, msgs)), 1)
     assert (b.first_id, b.last_id, b.increasing) == (5, 9, False)
 
 
 def test_v2_carries_filter_values() -> None:
     msgs = [f.PublishedMessage.simple(1, b"x", "red"), f.PublishedMessage.simple(2, b"y", None)]
-    b = publish.parse_publish(body(f.Publish(0, msgs, version=2)), 2)
+    b = parse(body(f.Publish(0, msgs, version=2)), 2)
     assert b.filter_values == ["red", None]
     assert b.data == msgs[0].entry + msgs[1].entry
 
@@ -66,10 +87,10 @@ def test_c_and_python_agree_on_random_frames_and_their_truncations() -> None:
                 raw[:1] + struct.pack(">i", n + 1) + raw[5:], raw[:1] + struct.pack(">i", max(n - 1, 0)) + raw[5:],
                 raw[:1] + struct.pack(">i", -1) + raw[5:]]
         for frame in cuts:
-            assert _outcome(publish.parse_publish, frame) == _outcome(publish._split_python, frame)
+            assert _outcome(parse, frame) == _outcome(python_split, frame)
 
 
-def _outcome(split: Callable[[bytes, int], publish.PublishBatch], frame: bytes) -> object:
+def _outcome(split: Callable[[bytes, int], PublishBatch], frame: bytes) -> object:
     """The batch, or "malformed": both paths must agree on which frames are bad, too."""
     try:
         return split(frame, 1)
@@ -97,7 +118,7 @@ CUTS = [
 @pytest.mark.parametrize(("sizes", "max_entries", "max_bytes", "head_count"), CUTS)
 def test_cut_a_batch_into_head_and_rest(sizes: list[int | list[int]], max_entries: int,
                                         max_bytes: int, head_count: int | None) -> None:
-    whole = publish.parse_publish(body(f.Publish(3, _entries(sizes))), 1)
+    whole = parse(body(f.Publish(3, _entries(sizes))), 1)
     head, rest = whole.cut(max_entries, max_bytes)
     if head_count is None:
         assert head is whole and rest is None
@@ -114,7 +135,7 @@ def test_cut_a_batch_into_head_and_rest(sizes: list[int | list[int]], max_entrie
 
 def test_cut_keeps_filter_values_and_order_flags() -> None:
     msgs = [f.PublishedMessage.simple(i, b"x", c) for i, c in ((5, "a"), (6, None), (2, "b"), (9, "c"))]
-    whole = publish.parse_publish(body(f.Publish(0, msgs, version=2)), 2)
+    whole = parse(body(f.Publish(0, msgs, version=2)), 2)
     head, rest = whole.cut(2, 1 << 20)
     assert rest is not None
     assert [head.filter_values, rest.filter_values] == [["a", None], ["b", "c"]]
@@ -122,7 +143,7 @@ def test_cut_keeps_filter_values_and_order_flags() -> None:
         (5, 6, True), (2, 9, True)]
 
 
-@pytest.mark.parametrize("split", [publish.parse_publish, publish._split_python])
+@pytest.mark.parametrize("split", [parse, python_split])
 def test_a_split_says_whether_every_entry_is_simple(split: Any) -> None:
     """PublishBatch.simple: the chunk it goes into may be sent from the file by SBP's FETCH
     only if no entry is a sub-entry batch, even one of a single record."""

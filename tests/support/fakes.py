@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamlet.core.batch import PublishBatch
 from streamlet.core.ports import Refusal
-from streamlet.rabbitmq.publish import PublishBatch, parse_publish, publish_frame
+from streamlet.rabbitmq.publish import parse_publish, publish_frame
 
 
 class ManualClock:
@@ -97,7 +98,7 @@ class FakeSession:
 
 def batch(first_id: int, bodies: list[bytes], publisher_id: int = 1) -> PublishBatch:
     frame = publish_frame(publisher_id, enumerate(bodies, first_id))
-    return parse_publish(memoryview(frame)[8:], 1)  # after size, key and version
+    return PublishBatch(*parse_publish(memoryview(frame)[8:], 1))  # after size, key, version
 
 
 @dataclass

@@ -11,10 +11,16 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterable
 
-from ..core.batch import PublishBatch
 from ..native import allowed
 from .constants import Key
 from .fields import Malformed, string
+
+#: A Publish body split, in the field order of the core's PublishBatch: publisher id, count,
+#: the publishing ids packed, the entries joined, records, first id, last id, ids increasing,
+#: filter values (v2), every entry simple. The adapter makes the batch of it, one call a frame
+#: (``PublishBatch(*split)``), so the codec names no core type.
+PublishSplit = tuple[int, int, bytes, bytes | memoryview, int, int, int, bool,
+                     list[str | None] | None, bool]
 
 _PID_COUNT = struct.Struct(">Bi")
 _U64 = struct.Struct(">Q")
@@ -23,7 +29,7 @@ _I16 = struct.Struct(">h")
 _SUB_BATCH = struct.Struct(">BHII")
 
 
-def _split_python(body: bytes | memoryview, version: int) -> PublishBatch:
+def _split_python(body: bytes | memoryview, version: int) -> PublishSplit:
     """Walk the frame once; the reference implementation of _speedups.split_publish_v1."""
     if len(body) < 5:
         raise Malformed("truncated publish")
@@ -77,8 +83,8 @@ def _split_python(body: bytes | memoryview, version: int) -> PublishBatch:
         raise Malformed(f"{end - pos} unexpected bytes after publish")
     packed = b"".join(ids)
     first = _U64.unpack_from(packed)[0] if count else 0
-    return PublishBatch(pid, count, packed, b"".join(entries), records, first,
-                        prev if count else 0, increasing, filters, not batched)
+    return (pid, count, packed, b"".join(entries), records, first, prev if count else 0,
+            increasing, filters, not batched)
 
 
 #: the C split (_speedups.pyi), None where it is not built or turned off
@@ -91,11 +97,12 @@ except ImportError:  # no compiler at install time: the Python path gives the sa
     _split_c = None
 
 
-def parse_publish(body: bytes | memoryview, version: int) -> PublishBatch:
-    """Split a Publish body (after key and version). Raises Malformed."""
+def parse_publish(body: bytes | memoryview, version: int) -> PublishSplit:
+    """Split a Publish body (after key and version) into PublishBatch's fields. Raises
+    Malformed."""
     if version == 1 and _split_c is not None:
         try:
-            return PublishBatch(*_split_c(body))
+            return _split_c(body)
         except ValueError as e:
             raise Malformed(str(e)) from None
     return _split_python(body, version)

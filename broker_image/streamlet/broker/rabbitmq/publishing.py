@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import struct
 
+from ...core.batch import PublishBatch
 from ...core.streams import Publisher
 from ...rabbitmq import Code, Key
 from ...rabbitmq import frames as f
@@ -64,7 +65,7 @@ def _relay(conn: ConnectionState, leader: Address, cmd: f.DeclarePublisher) -> N
 def on_publish(conn: ConnectionState, frame: memoryview) -> None:
     version = frame[2] << 8 | frame[3]
     try:
-        batch = parse_publish(frame[4:], version)
+        batch = PublishBatch(*parse_publish(frame[4:], version))
     except Malformed as e:
         conn.reject(Key.PUBLISH, version, None, Code.UNKNOWN_FRAME, f"malformed Publish: {e}")
         return
