@@ -5,7 +5,7 @@ Follows the design of Osiris (osiris_bloom): the filter is ``stream-filter-size-
 entries without a filter value". A chunk with no filter values at all (or only entries without
 one) has no bloom section. Bits are numbered from the most significant bit of byte 0.
 
-A subscription with filter values (RabbitMQ's ``filter.N``: broker/filtering.py) receives a
+A subscription with filter values (RabbitMQ's ``filter.N``: broker/rabbitmq/filtering.py) receives a
 chunk when its bloom may hold one of them;
 a chunk without a bloom only when it subscribed with ``match-unfiltered=true``. Bloom filters
 have false positives, so clients filter messages again themselves (rstream, rbfly and the Java
