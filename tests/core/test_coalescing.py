@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from streamlet.core.pending import CHUNK_MIN_ENTRIES, COALESCE_S
 from streamlet.core.settings import StreamSettings
-from streamlet.core.streams import CHUNK_MIN_ENTRIES, COALESCE_S, Publisher, Stream
+from streamlet.core.streams import Publisher, Stream
 from tests.support.fakes import FakeSession, ManualClock, batch
 
 

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from streamlet.core.names import valid_stream_name
+from streamlet.core.registry import LimitReached, Limits
 from streamlet.core.settings import StreamSettings
-from streamlet.core.streams import LimitReached, Limits, Stream, valid_stream_name
+from streamlet.core.streams import Stream
 from streamlet.core.superstreams import (
     Denial,
     SuperStream,

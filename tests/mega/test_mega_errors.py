@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from streamlet.client.mega import MegaClient, MegaError
-from streamlet.core.streams import dir_name
+from streamlet.core.names import dir_name
 from streamlet.mega import ErrorCode
 from tests.mega.test_mega import _mega_broker, client, expect
 from tests.support.waiting import eventually

@@ -23,11 +23,16 @@ class ManualClock:
 
     def __init__(self, now: float = 100.0) -> None:
         self.now = now
+        #: the wall clock at ``now`` == 0: what streams stamp as their creation
+        self.epoch = 1_700_000_000.0
         self._due: list[tuple[float, int, Callable[[], object]]] = []
         self._seq = 0
 
     def time(self) -> float:
         return self.now
+
+    def wall_time(self) -> float:
+        return self.epoch + self.now
 
     def call_soon(self, callback: Callable[[], object]) -> object:
         return self.call_later(0.0, callback)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ..core.names import valid_stream_name as valid_stream_name  # a core rule, for the adapter
 from ..core.settings import StreamSettings
-from ..core.streams import valid_stream_name as valid_stream_name  # a core rule, for the adapter
 from ..replication.placement import Locator
 from .config import MAX_SEGMENT_BYTES, ConfigError, Retention, parse_duration_ms
 

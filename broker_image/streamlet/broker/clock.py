@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 
@@ -11,6 +12,9 @@ class LoopClock:
 
     def time(self) -> float:
         return asyncio.get_running_loop().time()
+
+    def wall_time(self) -> float:
+        return time.time()  # needs no loop: a create at start-up stamps it too
 
     def call_soon(self, callback: Callable[[], object]) -> object:
         return asyncio.get_running_loop().call_soon(callback)

@@ -1,6 +1,6 @@
 """The broker: its virtual hosts and streams, its listeners and connections, and a clean
 shutdown. It knows protocol adapters only as connection factories (``protocols``, see main.py)
-and their connections only as ``Client`` (and the core's Session port)."""
+and their connections only as ``Client`` (and the core's session roles)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Protocol
 
+from ..core.registry import Limits
 from ..core.settings import StreamSettings
-from ..core.streams import Limits, Stream
+from ..core.streams import Stream
 from ..core.superstreams import SuperStreamsUnreadable
 from ..core.vhosts import VirtualHost
 from .access import AccessControl
@@ -22,6 +23,7 @@ from .arguments import parse_create_arguments
 from .budget import FrameBudget
 from .clock import LoopClock
 from .config import NO_LIMITS, BrokerConfig, ConfigError, ListenerLimits, Permission, User
+from .descriptors import ProcessDescriptors
 from .directory import CHECK_INTERVAL_S, EMPTY, Directory, DirectoryFile, seal_changes
 from .listening import listen_error
 from .memory import TRIM_CHECK_S, return_free_memory, trim_due
@@ -58,7 +60,7 @@ class Broker:
         self.protocols = protocols
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        self.limits = Limits(config.max_streams, config.max_partitions)
+        self.limits = Limits(config.max_streams, config.max_partitions, ProcessDescriptors())
         clock = LoopClock()  # the streams' time and scheduling: the running event loop
 
         def partition_settings(arguments: Mapping[str, str]) -> StreamSettings:

@@ -73,9 +73,9 @@ def offset(text: str) -> str:
 
 
 def stream_name(text: str) -> str:
-    """A name the broker can make a stream of (core.streams.valid_stream_name, the broker's own
+    """A name the broker can make a stream of (core.names.valid_stream_name, the broker's own
     rule: 1 to 255 bytes, no 'amq.' prefix, no NUL or line break)."""
-    from ..core.streams import valid_stream_name
+    from ..core.names import valid_stream_name
 
     why = valid_stream_name(text)
     if why is not None:

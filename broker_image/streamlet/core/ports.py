@@ -1,6 +1,10 @@
-"""The core's ports: what a stream tells the protocol connection that holds its publishers,
-readers and watches. An adapter (the RabbitMQ Stream connection today) implements Session and
-maps a Refusal to its own codes; the core never names an adapter or a wire code.
+"""The core's ports: what a stream tells the protocol connections that hold its publishers,
+readers and watches, and what the core is given (time, the process's descriptors).
+
+A connection implements the roles it plays, no more: ``Watcher`` (every holder: the stream is
+gone or moved), ``PublisherSession`` (confirms, refusals with a neutral ``Refusal``, offsets)
+and ``ReaderSession`` (a subscription's deliveries and activation). The core asks for the role
+it needs where it needs it, and never names an adapter or a wire code.
 """
 
 from __future__ import annotations
@@ -18,18 +22,19 @@ class Refusal(Enum):
     WRITE_FAILED = "the write to disk failed"
 
 
-class Session(Protocol):
-    """One client connection, whatever its protocol. The stream arguments are ``Any``: the
-    adapter's own methods name the core's Stream, which this module cannot import."""
+class Watcher(Protocol):
+    """A connection that holds anything of a stream (a publisher, a reader, a watch): told when
+    the stream is gone or moved. The stream arguments are ``Any``: the adapter's own methods
+    name the core's Stream, which this module cannot import."""
 
-    user: str | None
-    #: the peer does not read what it is sent: deliveries wait for ``write_room``
-    paused: bool
-    closing: bool
+    def stream_gone(self, stream: Any) -> None: ...
 
-    def abort(self) -> None: ...
+    def stream_moved(self, stream: Any) -> None: ...
 
-    # publishers
+
+class PublisherSession(Watcher, Protocol):
+    """The connection of a publisher: told what was stored (or refused) and where."""
+
     def confirmed(self, publisher_id: int, ids: list[bytes]) -> None:
         """``ids``: packed big-endian publishing ids, stored (or deduplicated)."""
 
@@ -39,7 +44,15 @@ class Session(Protocol):
         """For a publisher with ``wants_offsets``: the batch starting with publishing id
         ``first_id`` was written at ``offset`` (before its confirm, which may come later)."""
 
-    # readers
+
+class ReaderSession(Watcher, Protocol):
+    """The connection of a subscription (the core's pushing reader): sent stored chunks while
+    it has room, and told when its single-active-consumer group activates it."""
+
+    #: the peer does not read what it is sent: deliveries wait for ``write_room``
+    paused: bool
+    closing: bool
+
     def write_room(self) -> int:
         """Bytes that may be delivered before the peer counts as not reading."""
 
@@ -49,17 +62,16 @@ class Session(Protocol):
     def activate(self, reader: Any, active: bool) -> None:
         """A single-active-consumer group made ``reader`` active (or asks it to step down)."""
 
-    # watches
-    def stream_gone(self, stream: Any) -> None: ...
-
-    def stream_moved(self, stream: Any) -> None: ...
-
 
 class Clock(Protocol):
     """Time and scheduling, injected: an asyncio loop is one (the broker's), a manual clock
     another (tests of coalescing without waiting)."""
 
-    def time(self) -> float: ...
+    def time(self) -> float:
+        """Monotonic seconds: coalescing and timers."""
+
+    def wall_time(self) -> float:
+        """Seconds since the epoch: what is stored (a stream's creation) and retention's age."""
 
     def call_soon(self, callback: Callable[[], object]) -> object: ...
 
@@ -69,6 +81,15 @@ class Clock(Protocol):
 class Reader(Protocol):
     """A cursor a stream wakes when data is committed."""
 
-    conn: Session
+    @property
+    def conn(self) -> Watcher:
+        """The connection the reader sends to."""
 
     def pump(self) -> None: ...
+
+
+class Descriptors(Protocol):
+    """The process's file descriptors, as the broker reads them (the core reads no /proc)."""
+
+    def descriptors(self) -> tuple[int, int] | None:
+        """(open now, the soft limit); None when unknown or unlimited."""

@@ -1,6 +1,6 @@
 """Single active consumer: one consumer per (stream, name) receives; the others wait in line.
 
-The group tells the consumer it activates through its session (``Session.activate``: the
+The group tells the consumer it activates through its session (``ReaderSession.activate``: the
 RabbitMQ adapter sends a ConsumerUpdate, active=1), and the subscription delivers nothing until
 the adapter says the client is ready (the answer's offset spec decides where it starts). When
 the active consumer leaves (unsubscribed, its connection lost, its stream deleted) the next one

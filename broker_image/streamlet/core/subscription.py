@@ -9,7 +9,7 @@ from ..storage import ChunkRef
 
 if TYPE_CHECKING:
     from .filtering import Matcher
-    from .ports import Session
+    from .ports import ReaderSession
     from .streams import Stream
 
 #: Bytes read from the log at a time: a run of chunks, kept until credit lets them go out, so a
@@ -23,7 +23,7 @@ class Subscription:
     __slots__ = ("conn", "id", "stream", "credit", "_cursor", "properties", "active", "matcher",
                  "sac_key", "_ahead")
 
-    def __init__(self, conn: Session, sub_id: int, stream: Stream, start: int, credit: int,
+    def __init__(self, conn: ReaderSession, sub_id: int, stream: Stream, start: int, credit: int,
                  properties: dict[str, str]) -> None:
         self.conn = conn
         self.id = sub_id
@@ -63,7 +63,8 @@ class Subscription:
         # Never far past the connection's high-water mark: a consumer that stops reading then
         # costs that buffer plus one chunk, not a whole pump more.
         room = min(PUMP_BYTES, conn.write_room())
-        end = self.stream.commit_end  # readers see committed chunks only
+        commits = self.stream.commits
+        end = commits.end  # readers see committed chunks only
         while self.credit > 0 and size < room:
             if not ahead:
                 if self._cursor >= end:
@@ -83,7 +84,7 @@ class Subscription:
             records += chunk.num_records
             self.credit -= 1
         if out:
-            conn.deliver(self.id, out, self.stream.committed_chunk_id)
+            conn.deliver(self.id, out, commits.chunk_id)
             self.stream.messages_out += records  # the broker's metrics read these
             self.stream.bytes_out += size
             if size >= room and self.credit > 0 and not conn.paused:

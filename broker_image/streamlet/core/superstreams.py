@@ -18,7 +18,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TypeGuard
 
-from .streams import valid_stream_name
+from .names import valid_stream_name
 
 
 class Denial(Enum):

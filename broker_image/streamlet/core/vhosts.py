@@ -13,10 +13,12 @@ import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from .names import dir_name
 from .ports import Clock
+from .registry import LimitReached, Limits, StreamManager
 from .sac import SacGroups
 from .settings import StreamSettings
-from .streams import LimitReached, Limits, Stream, StreamManager, dir_name
+from .streams import Stream
 from .superstreams import Denial, SuperStream, SuperStreamRefused, SuperStreams, validate
 
 log = logging.getLogger("streamlet.broker")

@@ -22,11 +22,12 @@ import logging
 import struct
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...core.batch import PublishBatch
 from ...core.ports import Refusal
-from ...core.streams import LimitReached, Publisher, Stream, StreamManager
+from ...core.registry import LimitReached, StreamManager
+from ...core.streams import Publisher, Stream
 from ...mega import ErrorCode, FramingLost, MegaSplitter, MessageType, Request, decode_request
 from ...mega.codec import consumed, encode_error, encode_success, produced
 from ...storage.chunk import HEADER_SIZE, ChunkError, iter_records
@@ -133,7 +134,8 @@ class MegaConnection(FramedConnection):
             self.answer_error(request.correlation, ErrorCode.TOPIC_NOT_FOUND)
         return stream
 
-    # --- the core's Session port (streamlet.core.ports) ----------------------------------------
+    # --- the core's session roles (streamlet.core.ports): PublisherSession, Watcher --------------
+    # (MEGA reads by pull (fetch): no subscription, no ReaderSession)
 
     def confirmed(self, publisher_id: int, ids: list[bytes]) -> None:
         raw = b"".join(ids)
@@ -157,12 +159,6 @@ class MegaConnection(FramedConnection):
             got = self.waiting.pop(pid, None)
             if got is not None:
                 self.answer_error(got[0], REFUSAL_CODES[why])
-
-    def deliver(self, reader_id: int, chunks: list[memoryview], committed: int) -> None:
-        raise AssertionError("MEGA reads by pull (fetch); it holds no subscription")
-
-    def activate(self, reader: Any, active: bool) -> None:
-        raise AssertionError("MEGA holds no subscription")
 
     def stream_gone(self, stream: Stream) -> None:
         self._drop(stream, ErrorCode.TOPIC_NOT_FOUND)

@@ -9,7 +9,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ... import __version__
-from ...core.streams import LimitReached
+from ...core.registry import LimitReached
 from ..arguments import parse_create_arguments, replication_request, valid_stream_name
 from ..config import ConfigError
 from ..http import Request, Response

@@ -1,4 +1,4 @@
-"""What a RabbitMQ Stream connection holds, what every handler shares, and the core's Session port.
+"""What a RabbitMQ Stream connection holds, what every handler shares, and the core's session roles.
 
 The handlers (handshake, publishing, consuming, streams, superstreams) are functions of this
 state and a decoded command; they name no event loop (timers go through ``call_later``).
@@ -12,7 +12,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from ...core.ports import Refusal
-from ...core.streams import Publisher, Stream, StreamManager
+from ...core.registry import StreamManager
+from ...core.streams import Publisher, Stream
 from ...core.subscription import Subscription
 from ...rabbitmq import Code, FrameSplitter, machine
 from ...rabbitmq import frames as f
@@ -46,7 +47,7 @@ class ConnectionState(FramedConnection):
         self.vhost: VirtualHost | None = None
         self.client_properties: dict[str, str] = {}
         #: The handshake's progress, moved only by ``enter`` (streamlet.rabbitmq.machine's table);
-        #: ``opened`` and ``closing`` mirror it, for the hot path and the core's Session port.
+        #: ``opened`` and ``closing`` mirror it, for the hot path and the core's ReaderSession.
         self.state = State.AUTHENTICATING
         #: the handshake's deadline until Open, then the heartbeat's
         self.timer: asyncio.TimerHandle | None = None
@@ -203,7 +204,7 @@ class ConnectionState(FramedConnection):
     def send_publish_error(self, publisher_id: int, ids: list[int], code: Code) -> None:
         self.send(f.PublishError(publisher_id, [(i, code) for i in ids]))
 
-    # --- the core's Session port (streamlet.core.ports) ------------------------------------------
+    # --- the core's session roles (streamlet.core.ports): all three ------------------------------
 
     def confirmed(self, publisher_id: int, ids: list[bytes]) -> None:
         """``ids``: packed big-endian publishing ids, as PublishBatch carries them."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 
+from ...core.registry import LimitReached
 from ...core.settings import StreamSettings
-from ...core.streams import LimitReached
 from ...rabbitmq import Code
 from ...rabbitmq import frames as f
 from ...rabbitmq.constants import STREAM_DETAILS

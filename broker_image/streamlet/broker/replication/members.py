@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from ...core.streams import Stream, StreamManager
+from ...core.registry import StreamManager
+from ...core.streams import Stream
 from ...replication.requests import (
     NO_CLUSTER,
     EpochLeader,

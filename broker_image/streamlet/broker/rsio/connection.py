@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.offsets import OffsetSpec, Start, resolve
 from ...core.ports import Refusal
-from ...core.streams import LimitReached, Publisher, Stream, StreamManager
+from ...core.registry import LimitReached, StreamManager
+from ...core.streams import Publisher, Stream
 from ...rsio import (
     EXT_OFFSETS,
     FRAME_OVERHEAD,
@@ -262,7 +263,8 @@ class RsioConnection(FramedConnection):
         if inbound.completing and inbound.durable and sub in self.appends:
             self.end_append(inbound, None)
 
-    # --- the core's Session port (streamlet.core.ports) ----------------------------------------
+    # --- the core's session roles (streamlet.core.ports): PublisherSession, Watcher --------------
+    # (RSIO's readers write their own frames: no ReaderSession)
 
     def confirmed(self, publisher_id: int, ids: list[bytes]) -> None:
         inbound = self.by_publisher.get(publisher_id)
@@ -281,12 +283,6 @@ class RsioConnection(FramedConnection):
         inbound = self.by_publisher.get(publisher_id)
         if inbound is not None:
             self.end_append(inbound, REFUSALS[why], cancel=True)
-
-    def deliver(self, reader_id: int, chunks: list[memoryview], committed: int) -> None:
-        raise AssertionError("RSIO readers write their own frames")
-
-    def activate(self, reader: Any, active: bool) -> None:
-        raise AssertionError("RSIO has no single active consumer")
 
     def stream_gone(self, stream: Stream) -> None:
         self._drop(stream, f"stream {stream.name!r} was deleted")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Protocol
 
-from ...core.ports import Session
+from ...core.ports import Watcher
 from ...core.streams import Stream
 from ...rsio import OnNextLastPart, OnNextPacked, OnNextPart, Position, encode
 from ...rsio.codec import on_next_head
@@ -48,10 +48,10 @@ class Outbound:
     __slots__ = ("ahead", "conn", "cursor", "demand", "done", "element_size", "end", "error",
                  "expected", "id", "sink", "stream")
 
-    def __init__(self, sink: Sink, conn: Session, sub_id: int, stream: Stream, start: int,
+    def __init__(self, sink: Sink, conn: Watcher, sub_id: int, stream: Stream, start: int,
                  end: int | None, element_size: int) -> None:
         self.sink = sink
-        self.conn = conn  # the same object: the core's Reader names it as its Session
+        self.conn = conn  # the same object: the core's Reader names it, a Watcher
         self.id = sub_id
         self.stream = stream
         self.demand = 0

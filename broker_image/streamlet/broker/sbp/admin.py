@@ -13,7 +13,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ...core.streams import LimitReached, Stream, valid_stream_name
+from ...core.names import valid_stream_name
+from ...core.registry import LimitReached
+from ...core.streams import Stream
 from ...sbp import ErrorCode, Opcode, status, stream_id
 from ...sbp.fbs.AllocateIdRequest import AllocateIdRequestT
 from ...sbp.fbs.AllocateIdResponse import AllocateIdResponseT
@@ -61,7 +63,7 @@ from ..directory import Placement
 from .places import Names, RangeFacts, Server, range_of, range_server
 
 if TYPE_CHECKING:
-    from ...core.streams import StreamManager
+    from ...core.registry import StreamManager
     from ..server import Broker
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ...core.batch import PublishBatch
-from ...core.ports import Refusal, Session
+from ...core.ports import PublisherSession, Refusal
 from ...core.streams import Publisher, Stream
 from ...sbp import ErrorCode, Malformed, Opcode, status
 from ...sbp.fbs.AppendResponse import AppendResponseT
@@ -52,9 +52,9 @@ from ...sbp.flat import (
 from ...storage.entries import consecutive_ids, join_simple
 
 
-class AppendingConnection(Session, Protocol):
+class AppendingConnection(PublisherSession, Protocol):
     """What appends use of their connection (connection.SbpConnection): the stream to append
-    to, the answers, and the core's Session port its Publishers report to."""
+    to, the answers, and the core's PublisherSession its Publishers report to."""
 
     def writable_stream(self, sid: int) -> Stream | tuple[int, str]: ...
     def write(self, data: bytes) -> None: ...
@@ -188,7 +188,7 @@ class Appends:
     #: the groups in flight by their first publishing id, and those ids in order (bisect)
     waiting: dict[int, Group] = field(default_factory=dict)
     starts: list[int] = field(default_factory=list)
-    #: a part's first publishing id -> its offset (Session.placed, before its confirm)
+    #: a part's first publishing id -> its offset (PublisherSession.placed, before its confirm)
     offsets: dict[int, int] = field(default_factory=dict)
     next_publisher: int = 0
     next_id: int = 0
@@ -298,7 +298,7 @@ class Appends:
         if other:
             self.conn.answers_raw(Opcode.APPEND, other)
 
-    # --- the core's Session port, for the connection -------------------------------------------
+    # --- the core's PublisherSession, for the connection ----------------------------------------
 
     def confirmed(self, ids: list[bytes]) -> None:
         by_frame: dict[int, tuple[Frame, list[tuple[Sequence[int], int, int, int]]]] = {}

@@ -26,7 +26,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...core.ports import Refusal
-from ...core.streams import Stream, StreamManager
+from ...core.registry import StreamManager
+from ...core.streams import Stream
 from ...sbp import (
     LAST,
     ErrorCode,
@@ -271,7 +272,8 @@ class SbpConnection(FramedConnection):
         sock = t.get_extra_info("sockname") if t is not None else None
         return int(sock[1]) if isinstance(sock, tuple) else 0
 
-    # --- the core's Session port (streamlet.core.ports) ----------------------------------------
+    # --- the core's session roles (streamlet.core.ports): PublisherSession, Watcher --------------
+    # (SBP reads by pull (fetch): no subscription, no ReaderSession)
 
     def confirmed(self, publisher_id: int, ids: list[bytes]) -> None:
         self.appends.confirmed(ids)
@@ -281,12 +283,6 @@ class SbpConnection(FramedConnection):
 
     def rejected(self, publisher_id: int, ids: list[int], why: Refusal) -> None:
         self.appends.rejected(ids, why)
-
-    def deliver(self, reader_id: int, chunks: list[memoryview], committed: int) -> None:
-        raise AssertionError("SBP reads by pull (fetch); it holds no subscription")
-
-    def activate(self, reader: Any, active: bool) -> None:
-        raise AssertionError("SBP holds no subscription")
 
     def stream_gone(self, stream: Stream) -> None:
         self.appends.drop(stream, ErrorCode.STREAM_NOT_FOUND, "the stream was deleted")
