@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from streamlet.broker.config import DEFAULT_FRAME_LIMIT
+from streamlet.broker.config.model import DEFAULT_FRAME_LIMIT
 from streamlet.rabbitmq import Code
 from streamlet.rabbitmq import frames as f
 from streamlet.storage import chunk

@@ -10,8 +10,7 @@ import gc
 import weakref
 from pathlib import Path
 
-from streamlet.broker.config import load
-from streamlet.broker.main import LISTENERS
+from streamlet.broker.protocols import LISTENERS, load
 from streamlet.broker.server import Broker
 from streamlet.client import connect
 from tests.support.brokers import free_port

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from streamlet.broker.config import ConfigError, MetricsListener, load
+from streamlet.broker.config.model import ConfigError, MetricsListener
+from streamlet.broker.protocols import load
 from streamlet.cli.main import build_parser
 
 

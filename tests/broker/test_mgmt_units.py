@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 
 from streamlet.broker.access import AccessControl
-from streamlet.broker.config import ConfigError, HttpListener, load
+from streamlet.broker.config.model import ConfigError, HttpListener
 from streamlet.broker.http import Response, parse_head, render
 from streamlet.broker.metrics.http import metrics_answer
 from streamlet.broker.mgmt import query, views
 from streamlet.broker.mgmt.identity import Identity, Refused, Visibility, authenticate
 from streamlet.broker.mgmt.routes import NoRoute, Route, route
 from streamlet.broker.mgmt.snapshot import ConnInfo, ConsumerInfo, StreamInfo
+from streamlet.broker.protocols import load
 from streamlet.cli.main import build_parser, parse
 from streamlet.cli.mgmt import path
 from streamlet.cli.tables import COLUMNS, table

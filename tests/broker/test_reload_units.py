@@ -11,17 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from streamlet.broker.config import (
+from streamlet.broker.config.model import (
     DEFAULT_RELOAD_INTERVAL,
     BrokerConfig,
     ConfigError,
     Permission,
     TlsConfig,
     User,
-    UsersFile,
-    combine_users,
-    load,
 )
+from streamlet.broker.config.users import UsersFile, combine_users
+from streamlet.broker.protocols import load
 from streamlet.broker.reload import (
     changed_parts,
     check_users,

@@ -10,8 +10,9 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from streamlet.broker import config as broker_config
+from streamlet.broker.config import environment, model
 from streamlet.broker.directory import parse as parse_directory
+from streamlet.broker.protocols import load
 from streamlet_operator import names
 from streamlet_operator.brokers import ClientTls
 from streamlet_operator.builders import build_all, render_config, render_users
@@ -88,7 +89,7 @@ def test_children_are_owned_and_selected() -> None:
 def _pod_hostname(monkeypatch: pytest.MonkeyPatch) -> None:
     """The broker reads the config as pod events-1 of the StatefulSet would (member "auto")."""
     monkeypatch.delenv("STREAMLET_MEMBER", raising=False)
-    monkeypatch.setattr(broker_config.socket, "gethostname", lambda: "events-1")
+    monkeypatch.setattr(environment.socket, "gethostname", lambda: "events-1")
 
 
 def _mounted(tmp_path: Path, model: BrokerModel, users: dict[str, str], pods: int = 2) -> Path:
@@ -113,7 +114,7 @@ def test_config_is_what_the_broker_reads(tmp_path: Path) -> None:
     """The ConfigMap's file and the users Secret's file, loaded by the broker's own loader."""
     model = broker(port=6000, retention={"maxAge": "2D", "maxLengthBytes": 5000,
                                          "maxSegmentSizeBytes": 1000000})
-    cfg = broker_config.load(_mounted(tmp_path, model, {"streamlet-operator": "p w\"x",
+    cfg = load(_mounted(tmp_path, model, {"streamlet-operator": "p w\"x",
                                                         "app": "secret"}))
     assert cfg.port == 6000 and cfg.host == "0.0.0.0"
     assert str(cfg.data_dir) == "/var/lib/streamlet"
@@ -131,15 +132,15 @@ def test_every_pod_is_a_peer_and_its_member_id_is_its_ordinal(tmp_path: Path,
     ordinal; each pod's member id is the ordinal its hostname ends in."""
     model = broker(port=6000, replicas=3, tls={"secretName": "events-tls", "port": 5671})
     path = _mounted(tmp_path, model, {"u": "p"}, pods=3)
-    cfg = broker_config.load(path)
+    cfg = load(path)
     assert cfg.member == 1
     assert cfg.peers == tuple((f"events-{i}.events-headless.prod.svc.cluster.local", 6000)
                               for i in range(3))
     assert cfg.resume_roles, "restarted pods resume their roles (the operator re-assigns after an election)"
-    monkeypatch.setattr(broker_config.socket, "gethostname", lambda: "events-2")
-    assert broker_config.load(path).member == 2
+    monkeypatch.setattr(environment.socket, "gethostname", lambda: "events-2")
+    assert load(path).member == 2
     # A scale-down kept waiting for moves: the StatefulSet runs 4 pods, and so does the config.
-    assert broker_config.load(_mounted(tmp_path, model, {"u": "p"}, pods=4)).peers[3] == (
+    assert load(_mounted(tmp_path, model, {"u": "p"}, pods=4)).peers[3] == (
         "events-3.events-headless.prod.svc.cluster.local", 6000)
     domain = broker(advertise={"clusterDomain": "k8s.example"})
     assert 'peers = ["events-0.events-headless.prod.svc.k8s.example:5552"]' in render_config(
@@ -163,13 +164,13 @@ def test_a_change_of_the_pod_count_does_not_roll_the_pods() -> None:
 
 def test_tls_config_is_what_the_broker_reads(tmp_path: Path) -> None:
     model = broker(tls={"secretName": "events-tls", "port": 5671})
-    cfg = broker_config.load(_mounted(tmp_path, model, {"u": "p"}))
+    cfg = load(_mounted(tmp_path, model, {"u": "p"}))
     assert cfg.tls is not None and cfg.tls.port == 5671
     assert str(cfg.tls.certfile) == "/etc/streamlet/tls/tls.crt"
     assert str(cfg.tls.keyfile) == "/etc/streamlet/tls/tls.key"
 
 
-def _access(cfg: broker_config.BrokerConfig) -> tuple[tuple[str, ...], set[tuple[str, ...]]]:
+def _access(cfg: model.BrokerConfig) -> tuple[tuple[str, ...], set[tuple[str, ...]]]:
     return cfg.vhosts, {(p.user, p.vhost, p.configure, p.write, p.read) for p in cfg.permissions}
 
 
@@ -213,7 +214,7 @@ def test_vhosts_and_permissions_as_the_broker_reads_them(
     users_text = base64.b64decode(secret["data"][names.USERS_KEY]).decode()
     path = _mounted(tmp_path, model, {})
     (tmp_path / "users.toml").write_text(users_text)  # the Secret as built, not render_users
-    cfg = broker_config.load(path)  # the broker's loader and its validation: no ConfigError
+    cfg = load(path)  # the broker's loader and its validation: no ConfigError
     assert _access(cfg) == (vhosts, permissions)
     assert cfg.config_permissions == (), "every permission is in the users file (reloaded)"
     assert len(plan_access(model).problems) == problems
@@ -227,7 +228,7 @@ def test_followers_replicate_as_the_operator_whatever_the_other_users_are_called
     may be restricted."""
     model = broker(permissions=[{"user": "app", "read": "^mine$"}])
     path = _mounted(tmp_path, model, {"app": "p", "streamlet-operator": "q", "aaa": "r"})
-    assert broker_config.load(path).replication_credentials == ("streamlet-operator", "q")
+    assert load(path).replication_credentials == ("streamlet-operator", "q")
 
 
 def test_a_user_only_permissions_name_has_a_password_nobody_knows() -> None:
@@ -260,7 +261,7 @@ def test_the_ports_the_operator_and_the_brokers_reach_pods_on(
     assert operator_port(model, client) == operator
     assert model.peer_port == peer
     assert model.replication_tls is (peer == 5671)
-    cluster = broker_config.load(_mounted(tmp_path, model, {"u": "p"}))
+    cluster = load(_mounted(tmp_path, model, {"u": "p"}))
     assert cluster.replication_tls is model.replication_tls
     assert {p for _, p in cluster.peers} == {peer}
 
@@ -279,7 +280,7 @@ def test_the_ports_the_operator_and_the_brokers_reach_pods_on(
 def test_tls_modes(tmp_path: Path, tls: dict[str, Any], cafile: str | None, verify: bool,
                    plain: bool) -> None:
     model = broker(tls={**TLS, **tls}, advertise={"port": 30671} if not plain else {})
-    cfg = broker_config.load(_mounted(tmp_path, model, {"u": "p"}))
+    cfg = load(_mounted(tmp_path, model, {"u": "p"}))
     assert cfg.tls is not None and cfg.tls.port == 5671
     assert (str(cfg.tls.cafile) if cfg.tls.cafile else None) == cafile
     assert cfg.tls.verify_peer is verify

@@ -20,7 +20,8 @@ import pytest
 import yaml
 from rstream import Consumer, Producer, RawMessage
 
-from streamlet.broker import config as broker_config
+from streamlet.broker.config import environment
+from streamlet.broker.protocols import load
 from streamlet_operator import names
 from streamlet_operator.builders import build_all
 from streamlet_operator.builders.statefulset import METRICS_PORT
@@ -212,8 +213,8 @@ def test_monitors_find_the_pods_and_services_the_operator_builds(
         "one scrape per pod: the client Service would reach any pod"
     # the broker in the pod serves them there: the operator's config, read by the broker
     monkeypatch.delenv("STREAMLET_MEMBER", raising=False)
-    monkeypatch.setattr(broker_config.socket, "gethostname", lambda: "events-1")
-    cfg = broker_config.load(_mounted(tmp_path, broker(), {"u": "p"}))
+    monkeypatch.setattr(environment.socket, "gethostname", lambda: "events-1")
+    cfg = load(_mounted(tmp_path, broker(), {"u": "p"}))
     assert cfg.metrics is not None and cfg.metrics.port == METRICS_PORT
     assert (cfg.metrics.host or cfg.host) == "0.0.0.0"
     assert names.selector("events").items() <= pod_labels.items()

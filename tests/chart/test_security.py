@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
-from streamlet.broker import config as broker_config
+from streamlet.broker.config import model
 from streamlet_operator.brokers import BrokerUnavailable, ClientTls, operator_tls
 from streamlet_operator.builders.configmap import render_config
 from streamlet_operator.builders.export import (
@@ -183,7 +183,7 @@ def test_an_export_user_reads_its_stream_only(body: dict[str, Any], reads: list[
         assert re.search(permission.read, name), name
     for name in refused:
         assert not re.search(permission.read, name), name
-    broker_config.Permission(permission.user, permission.vhost)  # the broker's fields, same names
+    model.Permission(permission.user, permission.vhost)  # the broker's fields, same names
 
 
 def test_export_jobs_run_as_the_export_user() -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from streamlet.broker.access import AccessControl
-from streamlet.broker.config import ConfigError, load
+from streamlet.broker.config.model import ConfigError
+from streamlet.broker.protocols import load
 
 
 def _load(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]

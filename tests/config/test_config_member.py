@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from streamlet.broker import config
-from streamlet.broker.config import ConfigError, load, member_from_hostname
+from streamlet.broker.config import environment
+from streamlet.broker.config.environment import member_from_hostname
+from streamlet.broker.config.model import ConfigError
+from streamlet.broker.protocols import load
 
 PEERS = 'peers = ["b-0:5552", "b-1:5552", "b-2:5552", "b-3:5552"]\n'
 
@@ -40,21 +42,21 @@ def test_a_hostname_without_an_ordinal_is_a_clear_error(hostname: str, why: str)
 def test_auto_in_the_file_takes_the_hostname(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("STREAMLET_MEMBER", raising=False)
-    monkeypatch.setattr(config.socket, "gethostname", lambda: "streamlet-2")
+    monkeypatch.setattr(environment.socket, "gethostname", lambda: "streamlet-2")
     cfg = tmp_path / "b.toml"
     cfg.write_text('[cluster]\nmember = "auto"\n' + PEERS)
     assert load(cfg).member == 2
-    monkeypatch.setattr(config.socket, "gethostname", lambda: "laptop")
+    monkeypatch.setattr(environment.socket, "gethostname", lambda: "laptop")
     with pytest.raises(ConfigError, match="hostname 'laptop' does not end in -<ordinal>"):
         load(cfg)
-    monkeypatch.setattr(config.socket, "gethostname", lambda: "streamlet-7")
+    monkeypatch.setattr(environment.socket, "gethostname", lambda: "streamlet-7")
     with pytest.raises(ConfigError, match="cluster.member must be one of 0..3, got 7"):
         load(cfg)  # a pod beyond the peers the file lists
 
 
 def test_the_environment_overrides_the_file(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(config.socket, "gethostname", lambda: "streamlet-2")
+    monkeypatch.setattr(environment.socket, "gethostname", lambda: "streamlet-2")
     cfg = tmp_path / "b.toml"
     cfg.write_text("[cluster]\nmember = 1\n" + PEERS)
     monkeypatch.setenv("STREAMLET_MEMBER", "3")

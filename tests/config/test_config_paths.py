@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from streamlet.broker.config import absolute_paths, load
+from streamlet.broker.config.environment import absolute_paths
+from streamlet.broker.protocols import load
 
 
 def test_relative_paths_resolve_against_the_files_folder(tmp_path: Path,

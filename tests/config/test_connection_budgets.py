@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from streamlet.broker.config import ConfigError, ListenerLimits, load
+from streamlet.broker.config.model import ConfigError, ListenerLimits
 from streamlet.broker.http.messages import Request, Response, body_length
 from streamlet.broker.memory import STORM_FREED, TRIM_INTERVAL_S, trim_due
+from streamlet.broker.protocols import load
 from streamlet.broker.transport import QUIET_CHECK_S, check_interval, idle_since, refusal
 
 

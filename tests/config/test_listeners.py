@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from streamlet.broker.config import ConfigError, Listener, load
-from streamlet.broker.main import LISTENERS
+from streamlet.broker.config.model import ConfigError, Listener
+from streamlet.broker.protocols import LISTENERS, load
 from streamlet.broker.server import Broker
 
 TLS = '[tls]\nport = 5551\ncertfile = "c.pem"\nkeyfile = "k.pem"\n'

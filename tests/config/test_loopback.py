@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
-from streamlet.broker import config as config_module
-from streamlet.broker.config import ConfigError, Listener, is_loopback_host, load
+from streamlet.broker.config import environment
+from streamlet.broker.config.environment import is_loopback_host
+from streamlet.broker.config.model import ConfigError, Listener
+from streamlet.broker.protocols import load
 
 #: what the fake resolver answers, by name (absent: the name does not resolve)
 NAMES: dict[str, list[str]] = {
@@ -65,7 +67,7 @@ def test_localhost_resolves_to_loopback_here() -> None:
 @pytest.mark.parametrize("host", ["127.attacker.example", "half.example", "nowhere.example"])
 def test_a_name_that_is_not_loopback_is_refused_at_load(tmp_path: Path, host: str,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(config_module.socket, "getaddrinfo", resolve)
+    monkeypatch.setattr(environment.socket, "getaddrinfo", resolve)
     path = tmp_path / "c.toml"
     path.write_text(f'[listeners.mega]\nport = 5560\nhost = "{host}"\n')
     with pytest.raises(ConfigError, match=r"\[listeners\.mega\] host .*loopback only"):
@@ -73,7 +75,7 @@ def test_a_name_that_is_not_loopback_is_refused_at_load(tmp_path: Path, host: st
 
 
 def test_a_name_that_is_loopback_is_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(config_module.socket, "getaddrinfo", resolve)
+    monkeypatch.setattr(environment.socket, "getaddrinfo", resolve)
     path = tmp_path / "c.toml"
     path.write_text('[listeners.sbp]\nport = 5560\nhost = "loop.example"\n')
     cfg = load(path, data_dir=str(tmp_path / "data"))

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from streamlet.broker.config import ConfigError, load
+from streamlet.broker.config.model import ConfigError
+from streamlet.broker.protocols import load
 from streamlet.broker.replication.peer import PeerLogin
 from streamlet.broker.tls import ServerTls, client_context
 

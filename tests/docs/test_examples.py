@@ -49,7 +49,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from streamlet.broker import config as broker_config
+from streamlet.broker.config.model import ConfigError
+from streamlet.broker.protocols import load
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -131,8 +132,8 @@ def _check_syntax(b: Block) -> None:
             path = Path(folder) / "streamlet.toml"
             path.write_text(b.text)
             try:
-                broker_config.load(path)
-            except broker_config.ConfigError as e:
+                load(path)
+            except ConfigError as e:
                 raise AssertionError(f"{b.where}: streamlet serve would refuse it: {e}") from e
     elif b.lang == "json":
         json.loads(b.text)

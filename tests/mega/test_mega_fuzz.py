@@ -14,9 +14,8 @@ from typing import cast
 
 import pytest
 
-from streamlet.broker import config
-from streamlet.broker.main import LISTENERS
 from streamlet.broker.mega.connection import MegaConnection
+from streamlet.broker.protocols import LISTENERS, load
 from streamlet.broker.server import Broker
 from streamlet.mega import FramingLost, MegaSplitter, MessageType, Request, decode_request
 from streamlet.mega.codec import Response, decode_response, encode_request
@@ -53,7 +52,7 @@ def what_the_broker_sees(raw: bytes) -> tuple[list[Request], bool]:
 
 @pytest.fixture
 async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
-    b = Broker(config.load(data_dir=tmp_path / "data"), LISTENERS)  # never started: no socket
+    b = Broker(load(data_dir=tmp_path / "data"), LISTENERS)  # never started: no socket
     yield b
     for vhost in b.vhosts.values():
         vhost.close()

@@ -12,8 +12,7 @@ from typing import Any, cast
 
 import pytest
 
-from streamlet.broker import config
-from streamlet.broker.main import LISTENERS
+from streamlet.broker.protocols import LISTENERS, load
 from streamlet.broker.server import Broker
 from streamlet.rabbitmq import Code, FrameSplitter
 from streamlet.rabbitmq import frames as f
@@ -74,7 +73,7 @@ class Wire:
 
 @pytest.fixture
 async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
-    cfg = config.load(data_dir=tmp_path / "data")
+    cfg = load(data_dir=tmp_path / "data")
     b = Broker(cfg, LISTENERS)  # never started: no listening socket
     yield b
     for vhost in b.vhosts.values():

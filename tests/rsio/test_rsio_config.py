@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from streamlet.broker.config import BrokerConfig, ConfigError, Listener, load
+from streamlet.broker.config.model import BrokerConfig, ConfigError, Listener
+from streamlet.broker.protocols import load
+from streamlet.broker.rsio.settings import RsioSettings
 
 TLS = '[tls]\nport = 5551\ncertfile = "c.pem"\nkeyfile = "k.pem"\n'
 
@@ -31,15 +33,16 @@ def test_rsio_port_flag(tmp_path: Path, text: str, flag: int | None, rsio: list[
     assert [lst for lst in cfg.listeners if lst.protocol == "rsio"] == rsio
 
 
-def test_rsio_limits_default() -> None:
-    assert (BrokerConfig().rsio_max_element_bytes, BrokerConfig().rsio_split_bytes,
-            BrokerConfig().rsio_window) == (1 << 20, 64 << 10, 256)
+def test_rsio_limits_default(tmp_path: Path) -> None:
+    """Without a section, as without a loader: the adapter's defaults."""
+    assert BrokerConfig().settings_of("rsio", RsioSettings) == RsioSettings(1 << 20, 64 << 10, 256)
+    assert _load(tmp_path, "").settings_of("rsio", RsioSettings) == RsioSettings(1 << 20, 64 << 10, 256)
 
 
 def test_rsio_limits_from_the_file(tmp_path: Path) -> None:
     cfg = _load(tmp_path, "[listeners.rsio]\nport = 5554\nmax_element_bytes = 5000\n"
                           "split_bytes = 100\nwindow = 3\n")
-    assert (cfg.rsio_max_element_bytes, cfg.rsio_split_bytes, cfg.rsio_window) == (5000, 100, 3)
+    assert cfg.settings_of("rsio", RsioSettings) == RsioSettings(5000, 100, 3)
 
 
 @pytest.mark.parametrize(("text", "message"), [

@@ -27,8 +27,7 @@ from typing import cast
 
 import pytest
 
-from streamlet.broker import config
-from streamlet.broker.main import LISTENERS
+from streamlet.broker.protocols import LISTENERS, load
 from streamlet.broker.rsio.connection import RsioConnection
 from streamlet.broker.server import Broker
 from streamlet.client.rsio import RsioClient
@@ -195,7 +194,7 @@ class Wire:
 
 @pytest.fixture
 async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
-    b = Broker(config.load(data_dir=tmp_path / "data"), LISTENERS)  # never started: no socket
+    b = Broker(load(data_dir=tmp_path / "data"), LISTENERS)  # never started: no socket
     yield b
     for vhost in b.vhosts.values():
         vhost.close()

@@ -716,7 +716,8 @@ def test_cli_produce_and_consume_over_sbp(broker: SbpBroker) -> None:
     ("[listeners.sbp]\nport = 5555\nmax_frame_bytes = 8\n", None, "max_frame_bytes"),
 ])
 def test_listener_config(tmp_path: Path, toml: str, port: int | None, error: str | None) -> None:
-    from streamlet.broker.config import ConfigError, load
+    from streamlet.broker.config.model import ConfigError
+    from streamlet.broker.protocols import load
     path = tmp_path / "c.toml"
     path.write_text(toml)
     if error is not None:

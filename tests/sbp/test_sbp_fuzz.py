@@ -15,8 +15,7 @@ from typing import Any, cast
 
 import pytest
 
-from streamlet.broker import config
-from streamlet.broker.main import LISTENERS
+from streamlet.broker.protocols import LISTENERS, load
 from streamlet.broker.sbp.connection import SbpConnection
 from streamlet.broker.server import Broker
 from streamlet.sbp import Opcode, SbpSplitter, decode, encode, read, stream_id, write
@@ -42,7 +41,7 @@ NAMES = ["sf-0", "sf-0", "sf-0", "sf-1", "sf-none"]
 
 @pytest.fixture
 async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
-    b = Broker(config.load(data_dir=tmp_path / "data"), LISTENERS)  # never started: no socket
+    b = Broker(load(data_dir=tmp_path / "data"), LISTENERS)  # never started: no socket
     yield b
     for vhost in b.vhosts.values():
         vhost.close()

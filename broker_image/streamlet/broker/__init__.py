@@ -1,7 +1,8 @@
 """The asyncio broker: connections, streams, subscriptions, authentication."""
 
-from .config import BrokerConfig, ConfigError, load
-from .main import LISTENERS, run, serve
+from .config.model import BrokerConfig, ConfigError
+from .main import run, serve
+from .protocols import LISTENERS, PROTOCOLS, load
 from .server import Broker
 
-__all__ = ["LISTENERS", "Broker", "BrokerConfig", "ConfigError", "load", "run", "serve"]
+__all__ = ["LISTENERS", "PROTOCOLS", "Broker", "BrokerConfig", "ConfigError", "load", "run", "serve"]

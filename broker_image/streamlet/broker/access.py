@@ -14,7 +14,7 @@ import re
 from functools import lru_cache
 from typing import Literal
 
-from .config import BrokerConfig, Permission
+from .config.model import BrokerConfig, Permission
 
 Kind = Literal["configure", "write", "read"]
 

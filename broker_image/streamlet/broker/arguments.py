@@ -5,7 +5,8 @@ from __future__ import annotations
 from ..core.names import valid_stream_name as valid_stream_name  # a core rule, for the adapter
 from ..core.settings import StreamSettings
 from ..replication.placement import Locator
-from .config import MAX_SEGMENT_BYTES, ConfigError, Retention, parse_duration_ms
+from .config.model import MAX_SEGMENT_BYTES, ConfigError, Retention
+from .config.values import parse_duration_ms
 
 #: Arguments about where a stream's members go (``replication_request``), not its settings.
 PLACEMENT = {"initial-cluster-size", "queue-leader-locator"}

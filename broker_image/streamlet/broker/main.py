@@ -1,8 +1,5 @@
-"""Running a broker: the protocols it listens for, and the process's life until a signal.
-
-``LISTENERS`` is the table of protocol adapters: a further protocol is one adapter module and
-one entry here (with its own config section when it lands).
-"""
+"""Running a broker: its listeners (every protocol of protocols.py, metrics, the management
+API), and the process's life until a signal."""
 
 from __future__ import annotations
 
@@ -12,32 +9,20 @@ import logging
 import os
 import resource
 import signal
-from collections.abc import Mapping
 
 from ..dirlock import DirectoryLock
 from ..native import ENV as NO_C
 from ..native import missing_line, survey
 from ..storage.files import files
-from .config import BrokerConfig
-from .mega.connection import MegaConnection
+from .config.model import BrokerConfig
 from .memory import keep_large_blocks, settle_collector
 from .metrics import start_metrics
 from .mgmt import start_management
-from .rabbitmq.connection import Connection
+from .protocols import LISTENERS
 from .reload import Reloader, fingerprints
-from .rsio.connection import RsioConnection
-from .sbp.connection import SbpConnection
-from .server import Broker, ConnectionFactory
+from .server import Broker
 
 log = logging.getLogger("streamlet.broker")
-
-LISTENERS: Mapping[str, ConnectionFactory] = {
-    "rabbitmq": lambda broker, tls: Connection(broker, tls=tls),
-    "mega": lambda broker, tls: MegaConnection(broker, tls=tls),
-    "rsio": lambda broker, tls: RsioConnection(broker, tls=tls),
-    "sbp": lambda broker, tls: SbpConnection(broker, tls=tls),
-}
-
 
 def use_all_descriptors(max_open_files: int) -> int:
     """Raise the soft RLIMIT_NOFILE to the hard one (the kernel's default soft limit, 1024, is

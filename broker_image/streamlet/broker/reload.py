@@ -37,7 +37,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from .config import BrokerConfig, ConfigError, User, combine_users
+from .config.model import BrokerConfig, ConfigError, User
+from .config.users import combine_users
 from .mgmt.closing import close
 from .periodic import every
 

@@ -22,7 +22,7 @@ from .access import AccessControl
 from .arguments import parse_create_arguments
 from .budget import FrameBudget
 from .clock import LoopClock
-from .config import NO_LIMITS, BrokerConfig, ConfigError, ListenerLimits, Permission, User
+from .config.model import NO_LIMITS, BrokerConfig, ConfigError, ListenerLimits, Permission, User
 from .descriptors import ProcessDescriptors
 from .directory import CHECK_INTERVAL_S, EMPTY, Directory, DirectoryFile, seal_changes
 from .listening import listen_error

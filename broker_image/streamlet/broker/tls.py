@@ -6,7 +6,7 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
-from .config import ConfigError, TlsConfig
+from .config.model import ConfigError, TlsConfig
 
 
 def server_context(cfg: TlsConfig) -> ssl.SSLContext:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ..wire.framing import FrameTooLarge, ReadBuffer, Splitter
-from .config import NO_LIMITS, ListenerLimits
+from .config.model import NO_LIMITS, ListenerLimits
 
 if TYPE_CHECKING:
     from .server import Broker

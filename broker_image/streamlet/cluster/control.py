@@ -21,7 +21,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from ..broker.config import absolute_paths
+from ..broker.config.environment import absolute_paths
 from ..dirlock import AlreadyRunning, DirectoryLock
 from ..dirlock import holders as lock_holders
 from ..replication.model import NO_LEADER
@@ -119,7 +119,7 @@ def up(data_dir: Path, *, nodes: int, host: str, port: int, sbp_port: int | None
         if problem is not None:
             _error(problem)
             return 2
-        from ..broker.config import load
+        from ..broker.protocols import load
 
         credentials = load(specs[0].config_file).replication_credentials
         driver = LocalDriver(data_dir, host, [s.port for s in specs], credentials)
@@ -138,7 +138,8 @@ def _or(port: int | None, default: int) -> int:
 def _prepare(specs: list[NodeSpec], doc: dict[str, Any], data_dir: Path) -> str | None:
     """Write each node's directory and configuration, and the (empty) stream directory; check
     the configuration as a broker will. Why not, or None."""
-    from ..broker.config import ConfigError, load
+    from ..broker.config.model import ConfigError
+    from ..broker.protocols import load
 
     directory = data_dir / DIRECTORY_FILE
     peers = [f"{s.host}:{s.port}" for s in specs]
@@ -192,7 +193,8 @@ async def status(data_dir: Path, as_json: bool) -> int:
 
 def _credentials(data_dir: Path) -> tuple[str, str]:
     """The replication user's, from node 0's configuration (what the driver logs in with)."""
-    from ..broker.config import ConfigError, load
+    from ..broker.config.model import ConfigError
+    from ..broker.protocols import load
 
     try:
         return load(data_dir / "node-0" / "broker.toml").replication_credentials

@@ -35,6 +35,7 @@ from ...wire.framing import FrameTooLarge
 from ..arguments import parse_create_arguments, valid_stream_name
 from ..replication.members import Refused
 from ..transport import FramedConnection
+from .settings import MegaSettings
 
 if TYPE_CHECKING:
     from ..server import Broker
@@ -55,9 +56,9 @@ def now_ms() -> int:
 
 class MegaConnection(FramedConnection):
     def __init__(self, broker: Broker, tls: bool = False) -> None:
-        cfg = broker.config
-        super().__init__(broker, tls, MegaSplitter(cfg.mega_max_topic_bytes,
-                                                  cfg.mega_max_payload_bytes))
+        settings = broker.config.settings_of("mega", MegaSettings)
+        super().__init__(broker, tls, MegaSplitter(settings.max_topic_bytes,
+                                                  settings.max_payload_bytes))
         vhost = broker.vhosts["/"]
         self.streams: StreamManager = vhost.streams
         #: one core Publisher per stream this connection produced to

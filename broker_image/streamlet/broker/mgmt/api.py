@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ... import __version__
 from ...core.registry import LimitReached
 from ..arguments import parse_create_arguments, replication_request, valid_stream_name
-from ..config import ConfigError
+from ..config.model import ConfigError
 from ..http import Request, Response
 from ..rabbitmq.handshake import ANNOUNCED_VERSION
 from . import closing, query, snapshot, views

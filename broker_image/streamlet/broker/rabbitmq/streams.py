@@ -12,7 +12,7 @@ from ...rabbitmq import frames as f
 from ...rabbitmq.constants import STREAM_DETAILS
 from ...replication.placement import Locator, NotEnoughPods
 from ..arguments import parse_create_arguments, replication_request, valid_stream_name
-from ..config import ConfigError, Retention
+from ..config.model import ConfigError, Retention
 from ..directory import Address, Placement, answer_metadata
 from ..replication.create import Cluster, create_replicated, delete_members, placement_for
 from ..replication.forward import FORWARDED

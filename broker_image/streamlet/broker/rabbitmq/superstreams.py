@@ -13,7 +13,7 @@ from ...rabbitmq import Code
 from ...rabbitmq import frames as f
 from ...replication.placement import NotEnoughPods
 from ..arguments import parse_create_arguments, replication_request
-from ..config import ConfigError
+from ..config.model import ConfigError
 from ..directory import SuperStreamEntry
 from ..replication.create import (
     Cluster,

@@ -63,6 +63,7 @@ from ..replication.members import Refused
 from ..transport import FramedConnection
 from .appending import Inbound, Violation
 from .reading import Outbound
+from .settings import RsioSettings
 
 if TYPE_CHECKING:
     from ..server import Broker
@@ -79,12 +80,12 @@ REFUSALS = {Refusal.GONE: "the stream was deleted",
 
 class RsioConnection(FramedConnection):
     def __init__(self, broker: Broker, tls: bool = False) -> None:
-        cfg = broker.config
-        super().__init__(broker, tls, RsioSplitter(cfg.rsio_max_element_bytes + FRAME_OVERHEAD))
+        settings = broker.config.settings_of("rsio", RsioSettings)
+        super().__init__(broker, tls, RsioSplitter(settings.max_element_bytes + FRAME_OVERHEAD))
         self.streams: StreamManager = broker.vhosts["/"].streams
-        self.split_bytes = cfg.rsio_split_bytes
-        self.window = cfg.rsio_window
-        self.max_element = cfg.rsio_max_element_bytes
+        self.split_bytes = settings.split_bytes
+        self.window = settings.window
+        self.max_element = settings.max_element_bytes
         self.offsets = False  # the client's hello listed extension 1
         self.greeted = False  # the client's hello came
         self.said_goodbye = False

@@ -53,6 +53,7 @@ from ..transport import FramedConnection
 from .appending import Appends
 from .fetching import KEPT_READER_BYTES, MAX_FETCH_BYTES, PIECE, Fetch, Readers
 from .places import Names, Server, server_of
+from .settings import SbpSettings
 
 if TYPE_CHECKING:
     from ..server import Broker
@@ -64,15 +65,15 @@ _HEAD = struct.Struct(">HBI")  # opcode, flags, stream id: at byte 5 of a frame
 
 class SbpConnection(FramedConnection):
     def __init__(self, broker: Broker, tls: bool = False) -> None:
-        cfg = broker.config
-        super().__init__(broker, tls, SbpSplitter(cfg.sbp_max_frame_bytes))
+        max_frame = broker.config.settings_of("sbp", SbpSettings).max_frame_bytes
+        super().__init__(broker, tls, SbpSplitter(max_frame))
         self.streams: StreamManager = broker.vhosts["/"].streams
         #: a fetch answers at most MAX_FETCH_BYTES per stream, in frames of ``piece_bytes`` of
         #: records (half a frame at most: room for the results)
         self.max_fetch_bytes = MAX_FETCH_BYTES
-        self.piece_bytes = max(min(PIECE, cfg.sbp_max_frame_bytes // 2), 1)
+        self.piece_bytes = max(min(PIECE, max_frame // 2), 1)
         #: a chunk sent whole from its file is at most this big (half a frame, as a piece)
-        self.file_piece_bytes = max(cfg.sbp_max_frame_bytes // 2, 1)
+        self.file_piece_bytes = max(max_frame // 2, 1)
         self.names = Names()
         self.appends = Appends(self)
         self.fetches: set[Fetch] = set()
