@@ -1,6 +1,7 @@
 """The fakes tests share, in one place: a manual clock for the core's Clock port, a session
-that records what the core tells it (the core's Session port), a transport that records what a
-connection writes, and ``batch``, a parsed RabbitMQ Stream publish for feeding a stream.
+that records what the core tells it (every session role of the core's ports), a transport that
+records what a connection writes, and ``batch``, a core batch of simple entries for feeding a
+stream (made as any adapter makes one, without a wire codec).
 
 They stand in for the edges of the code under test only (time, the session adapter, the
 socket); the code in the middle is the real one. A fake used by one test module stays in it.
@@ -15,7 +16,6 @@ from typing import Any
 
 from streamlet.core.batch import PublishBatch
 from streamlet.core.ports import Refusal
-from streamlet.rabbitmq.publish import parse_publish, publish_frame
 
 
 class ManualClock:
@@ -58,7 +58,8 @@ class ManualClock:
 
 
 class FakeSession:
-    """Implements streamlet.core.ports.Session by recording."""
+    """Plays every session role of streamlet.core.ports (Watcher, PublisherSession,
+    ReaderSession) by recording."""
 
     def __init__(self) -> None:
         self.user: str | None = "test"
@@ -102,8 +103,11 @@ class FakeSession:
 
 
 def batch(first_id: int, bodies: list[bytes], publisher_id: int = 1) -> PublishBatch:
-    frame = publish_frame(publisher_id, enumerate(bodies, first_id))
-    return PublishBatch(*parse_publish(memoryview(frame)[8:], 1))  # after size, key, version
+    """Messages ``first_id``, ``first_id + 1``, ... with these bodies, one simple entry each."""
+    n = len(bodies)
+    entries = b"".join(struct.pack(">I", len(b)) + b for b in bodies)
+    return PublishBatch(publisher_id, n, struct.pack(f">{n}Q", *range(first_id, first_id + n)),
+                        entries, n, first_id, first_id + n - 1, True, None, True)
 
 
 @dataclass
