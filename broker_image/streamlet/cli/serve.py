@@ -1,5 +1,5 @@
 """`streamlet serve`: run a broker. Its flags are the configuration's (--config FILE, then the
-environment, then flags: broker.config's ``load``); the listeners beside the stream port are
+environment, then flags: broker/protocols.py's ``load``); the listeners beside the stream port are
 one list (:data:`LISTENERS`), each a --NAME-port flag given to ``load`` as NAME_port. The broker
 is imported when serve runs, never to parse. Exit 0 when stopped, 1 when a port cannot be
 served, 2 for a configuration refused or a data directory another broker serves from."""

@@ -7,8 +7,8 @@ answered under its correlation id. Topics are the streams of virtual host "/".
   it (as a RabbitMQ confirm: written, or on a majority for a replicated stream).
 - CONSUME answers the committed record at an offset, with its chunk's timestamp.
 
-MEGA has no authentication: config.py accepts a MEGA listener on loopback only, or on TLS
-with client certificates required. A connection has no user and every right on vhost "/".
+MEGA has no authentication: config/reading.py accepts a MEGA listener on loopback only, or on
+TLS with client certificates required. A connection has no user and every right on vhost "/".
 It is idle (closed after [listeners.mega] idle_timeout of silence: transport.py) while no
 PRODUCE waits for its confirm: MEGA has no subscription and no keep-alive.
 A malformed request is answered with its error code; a request whose end cannot be found

@@ -13,11 +13,12 @@ streamlet.rsio's splitter; the broker plays both roles over the streams of virtu
 - goodbye either way ends everything; anything that is not a message of the protocol is
   answered with goodbye and a close. Nothing here disturbs another connection or stored data.
 
-RSIO has no authentication: config.py accepts an RSIO listener on loopback only, or on TLS with
-client certificates required. A connection has no user and every right on vhost "/". Its hello
-must come within server.handshake_timeout; it is idle (closed after [listeners.rsio]
-idle_timeout of silence: transport.py) while it has no subscription either way: a subscriber
-waiting for the stream to grow, or a publisher with nothing to send yet, is not.
+RSIO has no authentication: config/reading.py accepts an RSIO listener on loopback only, or
+on TLS with client certificates required. A connection has no user and every right on vhost
+"/". Its hello must come within server.handshake_timeout; it is idle (closed after
+[listeners.rsio] idle_timeout of silence: transport.py) while it has no subscription either
+way: a subscriber waiting for the stream to grow, or a publisher with nothing to send yet, is
+not.
 """
 
 from __future__ import annotations

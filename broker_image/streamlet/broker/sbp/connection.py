@@ -12,10 +12,10 @@ named to SBP by the hash of their name (streamlet.sbp.ids).
   length cannot be trusted or is past the limit: GOAWAY and a close. A failing handler costs
   its request a system error (UNKNOWN), never the broker or another connection.
 
-SBP has no authentication: config.py accepts an SBP listener on loopback only, or on TLS with
-client certificates required. A connection has no user and every right on vhost "/". It is idle
-(closed after [listeners.sbp] idle_timeout without a frame: transport.py; HEARTBEAT or PING
-keeps it) while no FETCH long poll and no APPEND is unanswered.
+SBP has no authentication: config/reading.py accepts an SBP listener on loopback only, or on
+TLS with client certificates required. A connection has no user and every right on vhost "/".
+It is idle (closed after [listeners.sbp] idle_timeout without a frame: transport.py; HEARTBEAT
+or PING keeps it) while no FETCH long poll and no APPEND is unanswered.
 """
 
 from __future__ import annotations
