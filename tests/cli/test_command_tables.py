@@ -1,6 +1,6 @@
 """The CLI's tables: which module owns each command, the protocol table behind `produce` and
 `consume --protocol` (a row's port is the default, a row's hooks are complete), and serve's
-listener flags."""
+listener flags; both as the broker's own protocol table has them."""
 
 from __future__ import annotations
 
@@ -47,3 +47,15 @@ def test_rabbitmq_has_no_hooks() -> None:
 def test_each_listener_flag_is_parsed(name: str) -> None:
     assert getattr(parse(["serve", f"--{name}-port", "7001"]), f"{name}_port") == 7001
     assert getattr(parse(["serve"]), f"{name}_port") is None  # the configuration's
+
+
+@pytest.mark.process  # importing the broker runs ldconfig (broker/memory.py finds libc)
+def test_the_tables_agree_with_the_brokers() -> None:
+    """The CLI's tables are its own (the parser imports no broker): the same protocols, with
+    the broker's usual ports; a --NAME-port for each further protocol, and metrics and http."""
+    from streamlet.broker.protocols import PROTOCOLS as SPOKEN
+
+    assert {n: row.port for n, row in PROTOCOLS.items()} == {
+        p.name: p.default_port for p in SPOKEN}
+    assert {name for name, _ in LISTENERS} == {
+        p.name for p in SPOKEN if p.settings is not None} | {"metrics", "http"}
