@@ -1,6 +1,6 @@
-"""A protocol is one row of broker/protocols.py: its listener, its [listeners.<name>] settings
-and its connections come from the row alone (a made-up protocol's row is read as MEGA's is),
-and the CLI's own lists (it must not import the broker to parse) agree with the rows."""
+"""A protocol is one row of broker/protocols.py: its listener and its [listeners.<name>]
+settings come from the row alone (a made-up protocol's row is read as MEGA's is). That the
+CLI's lists agree with the rows: tests/cli/test_command_tables.py."""
 
 from __future__ import annotations
 
@@ -15,8 +15,6 @@ from streamlet.broker.config.model import BrokerConfig, ConfigError, Listener
 from streamlet.broker.config.reading import read
 from streamlet.broker.config.values import int_key
 from streamlet.broker.protocols import LISTENERS, PROTOCOLS, ProtocolRow
-from streamlet.cli.protocols import PROTOCOLS as CLI_PROTOCOLS
-from streamlet.cli.serve import LISTENERS as SERVE_FLAGS
 
 
 @dataclass(frozen=True)
@@ -78,10 +76,3 @@ def test_settings_are_checked_only_when_the_protocol_listens(tmp_path: Path) -> 
                           "[listeners.echo]\nport = 5600\nenabled = false\nmax_line_bytes = 9000\n")
     assert cfg.settings_of("echo", EchoSettings).max_line_bytes == 9000
 
-
-def test_every_row_has_a_listener_factory_and_the_cli_knows_it() -> None:
-    assert set(LISTENERS) == {p.name for p in PROTOCOLS}
-    assert {name: p.port for name, p in CLI_PROTOCOLS.items()} == {
-        p.name: p.default_port for p in PROTOCOLS}
-    flags = {name for name, _ in SERVE_FLAGS}
-    assert {p.name for p in PROTOCOLS if p.settings is not None} <= flags  # serve --NAME-port
