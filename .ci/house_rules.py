@@ -35,9 +35,17 @@ def docstring_lines(source: str) -> int:
 
 
 def files(paths: list[str]) -> list[Path]:
-    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard",
-                          "--", *paths], capture_output=True, text=True, check=True).stdout
-    return [Path(f) for f in out.splitlines()
+    """git's files (tracked, or new and not ignored) under ``paths`` (git pathspecs: ``:!x``
+    leaves x out); outside a git checkout, the files under them, ``:!x`` leaving x out."""
+    try:
+        out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard",
+                              "--", *paths], capture_output=True, text=True, check=True).stdout
+        names = out.splitlines()
+    except (OSError, subprocess.CalledProcessError):
+        left_out = tuple(p[2:].rstrip("/") + "/" for p in paths if p.startswith(":!"))
+        names = [str(f) for p in paths if not p.startswith(":!") for f in Path(p).rglob("*")
+                 if not str(f).startswith(left_out) and "__pycache__" not in f.parts]
+    return [Path(f) for f in names
             if f.endswith(SUFFIXES) and not any(s in f for s in SKIP) and Path(f).is_file()]
 
 

@@ -4,6 +4,8 @@ measured."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from .conftest import load
@@ -45,3 +47,18 @@ def test_issue_numbers_gives_line_numbers() -> None:
 ])
 def test_docstring_lines(source: str, lines: int) -> None:
     assert rules.docstring_lines(source) == lines
+
+
+def test_files_without_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("pkg/a.py", "pkg/b.txt", "pkg/gen/fbs/c.py", "pkg/__pycache__/d.py",
+                 "pkg/bench/e.py", "pkg/f.c"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    monkeypatch.chdir(tmp_path)
+
+    def no_git(*args: object, **kwargs: object) -> None:
+        raise FileNotFoundError("git")  # as where git is not installed
+
+    monkeypatch.setattr(rules.subprocess, "run", no_git)
+    found = sorted(str(f) for f in rules.files(["pkg", ":!pkg/bench"]))
+    assert found == ["pkg/a.py", "pkg/f.c"]
