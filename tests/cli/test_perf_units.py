@@ -74,6 +74,9 @@ def test_counts_weigh_like_repeated_values_and_merge_adds() -> None:
     ([], None, {"p50": None, "p75": None, "p95": None, "p99": None, "max": None}),
     ([1000, 2000, 3000, 4000], 4000,
      {"p50": 2.0, "p75": 3.0, "p95": 4.0, "p99": 4.0, "max": 4.0}),
+    # the top bucket's middle (774,143 us) is above the exact maximum: capped at it
+    ([773_180], 773_180, {"p50": 773.18, "p75": 773.18, "p95": 773.18, "p99": 773.18,
+                          "max": 773.18}),
 ])
 def test_percentiles_in_milliseconds(values: list[int], maximum: int | None,
                                      expected: dict[str, float | None]) -> None:
@@ -84,6 +87,7 @@ def test_percentiles_in_milliseconds(values: list[int], maximum: int | None,
     # within a bucket's width (1/64) of the values; max exact
     assert got == (pytest.approx(expected, rel=1 / 64) if values else expected)
     assert got["max"] == expected["max"]
+    assert all(v is None or v <= got["max"] for v in got.values())  # type: ignore[operator]
 
 
 @pytest.mark.parametrize(("q", "name"), [(0.5, "p50"), (0.75, "p75"), (0.99, "p99"),

@@ -75,13 +75,16 @@ def percentile(hist: Mapping[int, int], q: float) -> int | None:
 def percentiles(hist: Mapping[int, int], qs: Iterable[float] = SUMMARY_QUANTILES,
                 maximum: int | None = None) -> dict[str, float | None]:
     """``{"p50": ms, ...}`` in milliseconds, and ``"max"`` (the exact maximum when given, else
-    the highest bucket's value); None for each when there is nothing."""
+    the highest bucket's value); None for each when there is nothing. No percentile is above
+    the maximum (a bucket's middle can be, when the maximum is in that bucket)."""
     out: dict[str, float | None] = {}
-    for q in qs:
-        v = percentile(hist, q)
-        out[quantile_name(q)] = None if v is None else v / 1000
     if maximum is None and hist:
         maximum = bucket_value(max(hist))
+    for q in qs:
+        v = percentile(hist, q)
+        if v is not None and maximum is not None:
+            v = min(v, maximum)
+        out[quantile_name(q)] = None if v is None else v / 1000
     out["max"] = None if maximum is None or not hist else maximum / 1000
     return out
 
