@@ -15,11 +15,13 @@ import contextlib
 import time
 from typing import Any
 
+from streamlet.client import StreamletError
+from streamlet.client.connection import Connection
 from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.constants import NO_LEADER, Code
 from streamlet.rabbitmq.publish import PUBLISH_HEAD_SIZE, set_publish_head
 
-from .client import BenchError, Conn, connect
+from .client import BenchError, connect, request
 from .load import _TS_MSG, frame_template
 
 
@@ -35,47 +37,54 @@ def leader_port(answer: f.MetadataResponse, stream: str) -> int | None:
 
 
 class _Sink:
-    """Counts one connection's confirms; the first one's time is kept."""
+    """Counts one connection's confirms (the first one's time is kept); ``moved`` once the
+    broker refused publishes, said the stream moved (MetadataUpdate) or closed."""
 
-    def __init__(self) -> None:
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
         self.confirmed = 0
         self.errored = 0
         self.first_confirm = 0.0
+        self.moved = False
+        self.errors: list[str] = []
 
-    def on_confirm(self, count: int) -> None:
+    def _on_confirm(self, ids: tuple[int, ...]) -> None:
         if not self.first_confirm:
             self.first_confirm = time.monotonic()
-        self.confirmed += count
+        self.confirmed += len(ids)
 
-    def on_error(self, count: int) -> None:
-        self.errored += count
+    def _on_publish_error(self, errors: list[tuple[int, int]]) -> None:
+        self.errored += len(errors)
+        self.errors.append(f"publish errors: {errors[:3]}...")
+        self.moved = True
 
-    def pump(self) -> None:
-        pass
+    def _on_closed(self, exc: StreamletError) -> None:
+        self.errors.append(str(exc))
+        self.moved = True
 
 
-async def _attach(port: int, stream: str, timeout: float = 2.0) -> tuple[Conn, _Sink] | None:
+async def _attach(port: int, stream: str,
+                  timeout: float = 2.0) -> tuple[Connection, _Sink] | None:
     """Metadata on ``port``; if it names a leader, a connection there with publisher 0
     declared, else None."""
-    conns: list[Conn] = []
+    conns: list[Connection] = []
     try:
-        conn = await asyncio.wait_for(connect(port), timeout)
-        conns.append(conn)
-        answer = await conn.request(f.Metadata(0, [stream]), timeout)
-        where = leader_port(answer, stream)
-        if where is None:
-            return None
-        if where != port:
-            conn = await asyncio.wait_for(connect(where), timeout)
+        async with asyncio.timeout(timeout):
+            conn, _ = await connect(port)
             conns.append(conn)
-        resp = await conn.request(f.DeclarePublisher(0, 0, "", stream), timeout)
-        if getattr(resp, "code", None) != Code.OK:
-            return None
-        sink = _Sink()
-        conn.publishers[0] = sink
-        conns.remove(conn)
-        return conn, sink
-    except (BenchError, OSError, TimeoutError):
+            answer = await request(conn, lambda c: f.Metadata(c, [stream]))
+            where = leader_port(answer, stream)
+            if where is None:
+                return None
+            if where != port:
+                conn, _ = await connect(where)
+                conns.append(conn)
+            sink = _Sink(stream)
+            conn.publishers[0] = sink
+            await request(conn, lambda c: f.DeclarePublisher(c, 0, "", stream))
+            conns.remove(conn)
+            return conn, sink
+    except (BenchError, StreamletError, OSError, TimeoutError):
         return None
     finally:
         for c in conns:
@@ -84,14 +93,14 @@ async def _attach(port: int, stream: str, timeout: float = 2.0) -> tuple[Conn, _
                     c.transport.close()
 
 
-async def attach_first(stream: str, port: int) -> tuple[Conn, _Sink]:
+async def attach_first(stream: str, port: int) -> tuple[Connection, _Sink]:
     got = await _attach(port, stream)
     if got is None:
         raise BenchError(f"no leader for {stream} via port {port}")
     return got
 
 
-async def run(stream: str, got: tuple[Conn, _Sink], ports: list[int], rate: int, size: int,
+async def run(stream: str, got: tuple[Connection, _Sink], ports: list[int], rate: int, size: int,
               after: float, deadline: float, tick: float = 0.001) -> dict[str, Any]:
     """Publish at ``rate`` msg/s from now on the attached connection ``got``; once confirms
     flow on a new leader for ``after`` seconds (or at ``deadline``, a monotonic time), stop
@@ -111,9 +120,7 @@ async def run(stream: str, got: tuple[Conn, _Sink], ports: list[int], rate: int,
     base_t, base_n = t0, 0  # the schedule restarts on each new connection: no backlog burst
     while time.monotonic() < deadline:
         now = time.monotonic()
-        moved = conn.closed.done() or any("metadata update" in e or "publish errors" in e
-                                          for e in conn.errors)
-        if moved:
+        if sink.moved or conn.closed is not None:
             lost_at = lost_at or now
             old_sent += on_conn_sent
             old_confirmed += sink.confirmed
@@ -148,14 +155,14 @@ async def run(stream: str, got: tuple[Conn, _Sink], ports: list[int], rate: int,
                 _TS_MSG.pack_into(template, pos, i, size, ts)
                 pos += stride
             set_publish_head(template, pos, 0, n)
-            conn.send(bytes(template[:pos]))
+            conn.write(bytes(template[:pos]))
             sent += n
             on_conn_sent += n
         await asyncio.sleep(tick)
     # the last connection: let the confirms of what it was sent arrive (bounded)
     end = time.monotonic() + 5
     while reattached_at and sink.confirmed + sink.errored < on_conn_sent and \
-            time.monotonic() < end and not conn.closed.done():
+            time.monotonic() < end and conn.closed is None:
         await asyncio.sleep(0.01)
     t1 = time.monotonic()
     with contextlib.suppress(Exception):
@@ -167,7 +174,7 @@ async def run(stream: str, got: tuple[Conn, _Sink], ports: list[int], rate: int,
         "sent_after": on_conn_sent if reattached_at else 0,
         "confirmed_after": sink.confirmed if reattached_at else 0,
         "errors_after": sink.errored if reattached_at else 0,
-        "attempts": attempts, "server_errors": conn.errors[:5],
+        "attempts": attempts, "server_errors": sink.errors[:5],
     }
 
 

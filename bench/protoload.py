@@ -345,7 +345,7 @@ class SbpAppender(_Sbp):
 class SbpFetcher(_Load, asyncio.BufferedProtocol):
     """FETCH a stream from its first offset, ``batch_max_bytes`` at a time, each request from the
     offset after the last answered, until ``total`` batches came. Frames are read in place (a
-    buffered protocol, as bench/client.py's RabbitMQ consumer). It asks for length_prefixed
+    buffered protocol). It asks for length_prefixed
     (streamlet's: a result per run of consecutive offsets with its batch count, each batch in
     the payload behind its length, as the project's client does); each answer's results are
     checked (runs following each other from the offset asked, the results adding up to the

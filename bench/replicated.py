@@ -21,14 +21,16 @@ import asyncio
 import contextlib
 import os
 import signal
-import struct
 import time
 from typing import Any
 
+from streamlet.client import StreamletError
+from streamlet.client.connection import Connection
 from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.constants import Code
+from streamlet.storage.chunk import ChunkHeader
 
-from .client import CREATED_OR_EXISTS, BenchError, connect
+from .client import CREATED_OR_EXISTS, BenchError, connect, credit, request
 from .failover import failover_seconds, leader_port
 from .servers import ClusterServer
 from .workers import Job
@@ -41,14 +43,14 @@ async def _create(port: int, stream: str, members: int,
                   timeout: float = 60) -> tuple[int, list[int]]:
     """Create ``stream`` with ``members`` members through ``port``; the leader's port and the
     replicas' ports once Metadata names all of them."""
-    conn = await connect(port)
+    conn, _ = await connect(port)
     try:
-        await conn.ok(f.Delete(0, stream), (Code.OK, Code.STREAM_DOES_NOT_EXIST))
-        await conn.ok(f.Create(0, stream, {"initial-cluster-size": str(members)}),
+        await request(conn, lambda c: f.Delete(c, stream), (Code.OK, Code.STREAM_DOES_NOT_EXIST))
+        await request(conn, lambda c: f.Create(c, stream, {"initial-cluster-size": str(members)}),
                       CREATED_OR_EXISTS)
         deadline = time.monotonic() + timeout
         while True:
-            answer = await conn.request(f.Metadata(0, [stream]))
+            answer = await request(conn, lambda c: f.Metadata(c, [stream]))
             leader = leader_port(answer, stream)
             brokers = {b.reference: b.port for b in answer.brokers}
             replicas = [brokers[r] for s in answer.streams if s.stream == stream
@@ -67,11 +69,11 @@ async def _delete(ports: list[int], stream: str) -> None:
     """Delete through the first node that takes it (the leader may have moved)."""
     for port in ports:
         with contextlib.suppress(BenchError, OSError, TimeoutError, asyncio.TimeoutError):
-            conn = await asyncio.wait_for(connect(port), 5)
+            conn, _ = await asyncio.wait_for(connect(port), 5)
             try:
-                resp = await conn.request(f.Delete(0, stream), 30)
-                if getattr(resp, "code", None) in (Code.OK, Code.STREAM_DOES_NOT_EXIST):
-                    return
+                await request(conn, lambda c: f.Delete(c, stream),
+                              (Code.OK, Code.STREAM_DOES_NOT_EXIST))
+                return
             finally:
                 await conn.close()
 
@@ -197,26 +199,25 @@ def failover(srv: ClusterServer, sz: Sizes, run_no: int) -> list[Row]:
         _delete_sync(srv, stream)
 
 
-_CHUNK_HEAD = struct.Struct(">BBHIqQQ")  # magic+version, type, entries, records, time, epoch, first
 _OFFSET = 4  # Subscribe's offset type "offset"
 
 
 class _Reaches:
     """A subscription's sink that sets ``done`` once a chunk holding ``target`` arrives."""
 
-    wants_data = False
-
-    def __init__(self, conn: Any, target: int) -> None:
-        self.conn, self.target = conn, target
+    def __init__(self, conn: Connection, stream: str, target: int) -> None:
+        self.conn, self.stream, self.target = conn, stream, target
         self.done = asyncio.Event()
 
-    def on_header(self, buf: bytearray, pos: int) -> None:
-        _, _, _, records, _, _, first = _CHUNK_HEAD.unpack_from(buf, pos)
-        if first + records > self.target:
+    def _on_chunk(self, header: ChunkHeader, data: memoryview) -> None:
+        if header.next_offset > self.target:
             self.done.set()
-        self.conn.credit(1, 1)
+        credit(self.conn, 1, 1)
 
-    def on_chunk(self, chunk: memoryview) -> None:  # pragma: no cover - wants_data is False
+    def _on_consumer_update(self, correlation_id: int, active: bool) -> None:
+        pass
+
+    def _on_closed(self, exc: StreamletError) -> None:
         pass
 
 
@@ -224,11 +225,11 @@ async def _holds(port: int, stream: str, target: int, timeout: float) -> bool:
     """Whether the member on ``port`` delivers offset ``target`` within ``timeout`` seconds: a
     consumer on a member reads that member's own log (both servers), so the chunk holding it
     comes once the member has it (and knows it committed)."""
-    conn = await connect(port)
+    conn, _ = await connect(port)
     try:
-        sink = _Reaches(conn, target)
-        conn.subs[1] = sink
-        await conn.ok(f.Subscribe(0, 1, stream, _OFFSET, target, 10, {}))
+        sink = _Reaches(conn, stream, target)
+        conn.subscribers[1] = sink
+        await request(conn, lambda c: f.Subscribe(c, 1, stream, _OFFSET, target, 10, {}))
         with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
             await asyncio.wait_for(sink.done.wait(), timeout)
         return sink.done.is_set()

@@ -19,11 +19,16 @@ from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event
 from typing import Any
 
+from streamlet.client.connection import Connection
+from streamlet.perf import stats
+from streamlet.perf.consumer import CREDIT, PerfConsumer
+from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.constants import OffsetType
+from streamlet.storage.chunk import ChunkHeader
 
 from . import failover, protoload
-from .client import Conn, connect
-from .load import CountingConsumer, LatencyConsumer, Publisher, RatePublisher, percentile
+from .client import admin, connect, request
+from .load import CountingConsumer, Publisher, RatePublisher
 
 
 @dataclass
@@ -58,12 +63,23 @@ async def _bounded(futs: list[asyncio.Future[None]], timeout: float) -> bool:
         return False
 
 
-async def _publish(job: Job, conn: Conn, ready: Callable[[], None], go: Event) -> dict[str, Any]:
+async def _declare_publisher(conn: Connection, pid: int, stream: str) -> None:
+    # an empty reference means none; RabbitMQ 3.10 closes the connection on a null string
+    await request(conn, lambda c: f.DeclarePublisher(c, pid, "", stream))
+
+
+async def _subscribe(conn: Connection, sub_id: int, stream: str, offset_type: int,
+                     credit: int) -> None:
+    await request(conn, lambda c: f.Subscribe(c, sub_id, stream, offset_type, 0, credit, {}))
+
+
+async def _publish(job: Job, conn: Connection, ready: Callable[[], None],
+                   go: Event) -> dict[str, Any]:
     p = job.params
     pubs = []
     for i, stream in enumerate(job.streams):
-        await conn.declare_publisher(i, stream)
-        pubs.append(Publisher(conn, i, p["count"], p["size"], p.get("batch", 100),
+        await _declare_publisher(conn, i, stream)
+        pubs.append(Publisher(conn, i, stream, p["count"], p["size"], p.get("batch", 100),
                               p.get("window", 20_000)))
     ready()
     await _go(go)
@@ -75,68 +91,91 @@ async def _publish(job: Job, conn: Conn, ready: Callable[[], None], go: Event) -
         "errors": sum(x.errored for x in pubs), "complete": ok,
         "t0": min(x.started for x in pubs),
         "t1": max(x.finished or time.monotonic() for x in pubs),
+        "role_errors": [e for x in pubs for e in x.errors],
     }
 
 
-async def _consume(job: Job, conn: Conn, ready: Callable[[], None], go: Event) -> dict[str, Any]:
+async def _consume(job: Job, conn: Connection, ready: Callable[[], None],
+                   go: Event) -> dict[str, Any]:
     p = job.params
     ready()
     await _go(go)
     subs = []
     t0 = time.monotonic()
     for i, stream in enumerate(job.streams):
-        sink = CountingConsumer(conn, i, p["count"], p.get("credit", 64))
+        sink = CountingConsumer(conn, i, stream, p["count"], p.get("credit", 64))
         subs.append(sink)
-        await conn.subscribe(i, stream, OffsetType.FIRST, sink.initial_credit, sink)
+        await _subscribe(conn, i, stream, OffsetType.FIRST, sink.initial_credit)
     ok = await _bounded([s.done for s in subs], p.get("timeout", 600))
     return {
         "records": sum(s.records for s in subs), "chunks": sum(s.chunks for s in subs),
         "data_bytes": sum(s.data_bytes for s in subs), "complete": ok, "t0": t0,
         "t1": max(s.finished or time.monotonic() for s in subs),
+        "role_errors": [e for s in subs for e in s.errors],
     }
 
 
-async def _latency_pub(job: Job, conn: Conn, ready: Callable[[], None],
+async def _latency_pub(job: Job, conn: Connection, ready: Callable[[], None],
                        go: Event) -> dict[str, Any]:
     p = job.params
-    await conn.declare_publisher(0, job.streams[0])
-    pub = RatePublisher(conn, 0, p["rate"], p["duration"], p["size"])
+    await _declare_publisher(conn, 0, job.streams[0])
+    pub = RatePublisher(conn, 0, job.streams[0], p["rate"], p["duration"], p["size"])
     ready()
     await _go(go)
     t0 = time.monotonic()
     with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
         await asyncio.wait_for(pub.run(), p["duration"] + 60)
     return {"sent": pub.sent, "confirmed": pub.confirmed, "errors": pub.errored,
-            "complete": pub.confirmed == pub.total, "t0": t0, "t1": time.monotonic()}
+            "complete": pub.confirmed == pub.total, "t0": t0, "t1": time.monotonic(),
+            "role_errors": list(pub.errors)}
 
 
-async def _latency_sub(job: Job, conn: Conn, ready: Callable[[], None],
+class _Chunks(PerfConsumer):
+    """perf's consumer, counting chunks too (the report's records per chunk)."""
+
+    chunks = 0
+
+    def _on_chunk(self, header: ChunkHeader, data: memoryview) -> None:
+        self.chunks += 1
+        super()._on_chunk(header, data)
+
+
+async def _latency_sub(job: Job, conn: Connection, ready: Callable[[], None],
                        go: Event) -> dict[str, Any]:
+    """perf's consumer: each record's send time against the clock on arrival (up to
+    perf.consumer.SAMPLES records a chunk), into perf's histogram."""
     p = job.params
     expected = int(p["rate"] * p["duration"])
-    sink = LatencyConsumer(conn, 0, expected)
-    await conn.subscribe(0, job.streams[0], OffsetType.NEXT, 32, sink)
+    sink = _Chunks(conn, 0, job.streams[0], max(p["size"], 8), 0, [0, 0], 0)
+    conn.subscribers[0] = sink
+    await _subscribe(conn, 0, job.streams[0], OffsetType.NEXT, CREDIT)
     ready()
     await _go(go)
     # the first part of the run is warm-up: its latencies are not kept
-    sink.skip_before_ns = time.monotonic_ns() + int(p.get("warmup", 0) * 1e9)
+    sink.since_ns = time.time_ns() + int(p.get("warmup", 0) * 1e9)
     t0 = time.monotonic()
-    ok = await _bounded([sink.done], p["duration"] + 60)
-    lat = sorted(sink.latencies)
+    deadline = t0 + p["duration"] + 60
+    while sink.consumed < expected and sink.closed is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    hist = sink.hist
+    lat = stats.percentiles(hist, (0.5, 0.99), sink.max_us)
+    nan = float("nan")
     return {
-        "records": sink.records, "chunks": sink.chunks, "complete": ok, "t0": t0,
-        "t1": time.monotonic(), "samples": len(lat),
-        "p50_ms": percentile(lat, 0.50) / 1e6, "p99_ms": percentile(lat, 0.99) / 1e6,
-        "max_ms": (lat[-1] / 1e6) if lat else float("nan"),
+        "records": sink.consumed, "chunks": sink.chunks, "complete": sink.consumed >= expected,
+        "t0": t0, "t1": time.monotonic(), "samples": stats.total(hist),
+        "p50_ms": lat["p50"] if lat["p50"] is not None else nan,
+        "p99_ms": lat["p99"] if lat["p99"] is not None else nan,
+        "max_ms": lat["max"] if lat["max"] is not None else nan,
+        "role_errors": [str(sink.closed)] if sink.closed is not None else [],
     }
 
 
-async def _stalled(job: Job, conn: Conn, ready: Callable[[], None], go: Event,
+async def _stalled(job: Job, conn: Connection, ready: Callable[[], None], go: Event,
                    stop: Event) -> dict[str, Any]:
     """Subscribe with credit, then never read the socket again until told to stop."""
-    sink = CountingConsumer(conn, 0, 1 << 62, job.params.get("credit", 64))
+    sink = CountingConsumer(conn, 0, job.streams[0], 1 << 62, job.params.get("credit", 64))
     sink.grant = False
-    await conn.subscribe(0, job.streams[0], OffsetType.FIRST, sink.initial_credit, sink)
+    await _subscribe(conn, 0, job.streams[0], OffsetType.FIRST, sink.initial_credit)
     assert conn.transport is not None
     conn.transport.pause_reading()
     ready()
@@ -170,7 +209,7 @@ async def _run(job: Job, ready: Callable[[], None], go: Event, stop: Event) -> d
                                              lambda: _go(go))
         _client_cpu(res)
         return res
-    conn = await connect(job.port)
+    conn, _ = await connect(job.port)
     try:
         if job.kind == "publish":
             res = await _publish(job, conn, ready, go)
@@ -191,7 +230,7 @@ async def _run(job: Job, ready: Callable[[], None], go: Event, stop: Event) -> d
             conn.transport.close()
         else:
             await conn.close()
-    res["server_errors"] = conn.errors[:5]
+    res["server_errors"] = res.pop("role_errors", [])[:5]
     res["close_s"] = time.monotonic() - t
     return res
 
@@ -266,17 +305,6 @@ def run_parallel(jobs: list[Job], *, on_start: Callable[[], None] | None = None,
             if proc.is_alive():
                 proc.kill()
     return [r for r in out if r is not None]
-
-
-async def admin(port: int, create: list[str] = (), delete: list[str] = ()) -> None:  # type: ignore[assignment]
-    conn = await connect(port)
-    try:
-        for s in delete:
-            await conn.delete(s)
-        for s in create:
-            await conn.create(s)
-    finally:
-        await conn.close()
 
 
 def admin_sync(port: int, create: list[str] | None = None, delete: list[str] | None = None) -> None:

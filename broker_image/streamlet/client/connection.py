@@ -1,5 +1,8 @@
-"""One connection to a broker: the asyncio Protocol, the handshake, requests matched to their
+"""One connection to a broker: the asyncio protocol, the handshake, requests matched to their
 responses by correlation id, heartbeats, and the dispatch of server-initiated frames.
+
+Reads land in a ``ReadBuffer`` (streamlet.wire.framing, as the broker's): frames, and the chunk
+data a Deliver hands a subscriber, are views of it, never copied.
 
 Every frame goes through :func:`streamlet.rabbitmq.frames.decode` except the two that arrive at
 message rates, PublishConfirm and Deliver: those are cut with one ``struct`` call each, so a
@@ -23,6 +26,7 @@ from ..rabbitmq.client import ClientHandshake, HandshakeFailed, Opened
 from ..rabbitmq.constants import RESPONSE_FLAG
 from ..rabbitmq.frames import Command, FrameError, decode, encode
 from ..storage.chunk import HEADER_SIZE, ChunkError, ChunkHeader
+from ..wire.framing import ReadBuffer
 from .errors import ConnectionClosed, StreamletError
 
 log = logging.getLogger(__name__)
@@ -71,14 +75,14 @@ def parse_version(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in m.group(1).split(".")) if m else ()
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
     """The wire side of a :class:`~streamlet.client.Client`."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float | None = 30.0) -> None:
         self.loop = loop
         self.timeout = timeout
         self.transport: asyncio.Transport | None = None
-        self._splitter = FrameSplitter()
+        self._reader = ReadBuffer(FrameSplitter())  # reads land there, frames are views of it
         self._corr = 0
         self._pending: dict[int, asyncio.Future[Command]] = {}
         #: the handshake in progress (streamlet.rabbitmq.client): fed every frame until Open
@@ -102,7 +106,7 @@ class Connection(asyncio.Protocol):
         self._read = False
         self._silent_ticks = 0
 
-    # --- asyncio.Protocol ------------------------------------------------------------------
+    # --- asyncio.BufferedProtocol ----------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports do not subclass asyncio.Transport, but behave as one
@@ -124,10 +128,24 @@ class Connection(asyncio.Protocol):
                 self._writable.set_result(None)
             self._writable = None
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._reader.space()
+
+    def data_received(self, data: bytes | memoryview) -> None:
+        """Bytes read elsewhere (tests feed them so): as if read into the buffer, in pieces of
+        the room it offers."""
+        view = memoryview(data)
+        while view:
+            room = self._reader.space()
+            n = min(len(room), len(view))
+            room[:n] = view[:n]
+            view = view[n:]
+            self.buffer_updated(n)
+
+    def buffer_updated(self, nbytes: int) -> None:
         self._read = True
         try:
-            for frame in self._splitter.feed(data):
+            for frame in self._reader.filled(nbytes):
                 key = _KEY_VERSION.unpack_from(frame, 0)[0]
                 if key == Key.DELIVER:
                     self._on_deliver(frame)
@@ -144,7 +162,7 @@ class Connection(asyncio.Protocol):
 
     # --- writing ---------------------------------------------------------------------------
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray) -> None:
         if self.closed is not None:
             raise self.closed
         assert self.transport is not None
