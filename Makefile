@@ -39,18 +39,24 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 up: $(VENV)/.installed-core
 	$(VENV)/bin/streamlet serve --host $(HOST) --port $(PORT) --mega-port $(MEGA_PORT) --rsio-port $(RSIO_PORT) --sbp-port $(SBP_PORT) --data-dir $(DATA)
 
+# pytest-xdist: $(TEST_WORKERS) workers (most tests wait on a broker, so more workers than cores
+# pays); --dist loadgroup keeps a module whose tests share a module-scoped fixture (a broker,
+# a SparkSession) on one worker (tests/conftest.py). PYTEST_ARGS="-n 0": one process.
+# PYTHONDONTWRITEBYTECODE emptied: pytest keeps its assertion-rewritten test modules in __pycache__.
+TEST_WORKERS ?= 4
+PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider
 test: $(STAMP) test-twins
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The C modules' Python twins, once: the codec and storage tests with every C module off
 # (STREAMLET_NO_C, streamlet/native.py); the rest of the suite runs the C modules.
 TWIN_TESTS := tests/rabbitmq tests/wire tests/sbp/test_sbp_codec.py tests/sbp/test_sbp_flat.py \
 	tests/sbp/test_sbp_appends.py tests/sbp/test_sbp_reader.py tests/storage
 test-twins: $(STAMP)
-	STREAMLET_NO_C=1 $(PY) -m pytest -q -p no:cacheprovider -m "not process and not slow" $(TWIN_TESTS)
+	STREAMLET_NO_C=1 $(PYTEST) -m "not process and not slow" $(TWIN_TESTS)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -m "not process and not slow" $(PYTEST_ARGS)
+	$(PYTEST) -m "not process and not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check broker_image operator spark-on-k8s tests bench .ci

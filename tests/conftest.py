@@ -62,6 +62,45 @@ def certs(tmp_path: Path) -> Path:
     return make_certs(tmp_path / "certs", clients={"client": "app"})
 
 
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(
+        d.scope in ("class", "module", "package")
+        for defs in info.name2fixturedefs.values() for d in defs)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``-n N --dist loadgroup`` (make test): the tests of a module that share a
+    module-scoped fixture (a broker, a SparkSession, a rendered chart) stay on one worker, so
+    the fixture starts once; every other test is handed out one by one. Spark's modules run
+    one after another on one worker: SparkSessions side by side on 2 cores made its Python
+    workers miss their connect timeout."""
+    for item in items:
+        if item.nodeid.startswith("tests/spark/"):
+            item.add_marker(pytest.mark.xdist_group("spark"))
+        elif _shares_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    if hasattr(config, "workerinput"):  # an xdist worker: its order is the order handed out
+        items[:] = _longest_first(items)
+
+
+# the folders of the longest units (a SparkSession per module, the docs pages one at a time)
+_LONGEST = ("tests/spark/", "tests/docs/", "tests/cluster/", "tests/operator/")
+
+
+def _longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """Modules that start processes first, the longest folders before them, in-memory tests
+    last: they fill the workers' gaps at the end instead of a Spark module running alone.
+    A module's tests stay together and in order."""
+    starts = {i.nodeid.split("::")[0] for i in items if i.get_closest_marker("process")}
+
+    def weight(item: pytest.Item) -> int:
+        module = item.nodeid.split("::")[0]
+        return 0 if module.startswith(_LONGEST) else 1 if module in starts else 2
+    return sorted(items, key=weight)
+
+
 class UnmarkedProcess(RuntimeError):
     """A test without the ``process`` mark tried to start a process."""
 

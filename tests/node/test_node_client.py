@@ -6,6 +6,7 @@ with npm's cache in tests/node/.npm-cache (both git-ignored)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import shutil
 import subprocess
@@ -27,12 +28,17 @@ def node_client() -> Path:
     installed = HERE / "node_modules" / "rabbitmq-stream-js-client" / "package.json"
     lock = HERE / "package-lock.json"
     stamp = HERE / "node_modules" / ".streamlet-installed"
-    if not installed.exists() or not stamp.exists() or stamp.read_text() != lock.read_text():
-        res = subprocess.run(["npm", "ci", "--cache", str(HERE / ".npm-cache"), "--no-audit",
-                              "--no-fund", "--prefer-offline"],
-                             cwd=HERE, capture_output=True, text=True, timeout=300)
-        assert res.returncode == 0, f"npm ci failed:\n{res.stdout}\n{res.stderr}"
-        stamp.write_text(lock.read_text())
+    cache = HERE / ".npm-cache"
+    cache.mkdir(exist_ok=True)
+    # one npm ci at a time: xdist's workers may ask together (test modules sharing node_modules)
+    with open(cache / "install.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if not installed.exists() or not stamp.exists() or stamp.read_text() != lock.read_text():
+            res = subprocess.run(["npm", "ci", "--cache", str(cache), "--no-audit",
+                                  "--no-fund", "--prefer-offline"],
+                                 cwd=HERE, capture_output=True, text=True, timeout=300)
+            assert res.returncode == 0, f"npm ci failed:\n{res.stdout}\n{res.stderr}"
+            stamp.write_text(lock.read_text())
     return HERE / "run.js"
 
 
