@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +16,18 @@ EXAMPLES = ROOT / "examples"
 KUBE_VERSIONS = ("1.28", "1.30", "1.33")
 
 
-def load_crds() -> dict[str, dict[str, Any]]:
-    """kind -> CRD object."""
+@functools.cache
+def _parsed_crds() -> dict[str, dict[str, Any]]:
     crds = {}
     for path in sorted(CRDS.glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text())
+        crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         crds[crd["spec"]["names"]["kind"]] = crd
     return crds
+
+
+def load_crds() -> dict[str, dict[str, Any]]:
+    """kind -> CRD object (a copy of what was read once: a test may change its own)."""
+    return copy.deepcopy(_parsed_crds())
 
 
 def crd_schema(kind: str) -> dict[str, Any]:

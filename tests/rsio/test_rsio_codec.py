@@ -217,6 +217,7 @@ def mutate(rng: random.Random, raw: bytes) -> bytes:
     return bytes(b)
 
 
+@pytest.mark.slow  # 100,000 frames: make test runs it, make test-fast does not
 def test_fuzz_decode_and_split() -> None:
     """Well-formed messages round-trip; mutated and random frames give Malformed (decode) or
     FramingLost (splitter), never another exception, never a wrong round trip."""

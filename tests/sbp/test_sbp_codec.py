@@ -205,6 +205,7 @@ def _mutate(rng: random.Random, raw: bytes) -> bytes:
     return bytes(b)
 
 
+@pytest.mark.slow  # 100,000 frames: make test runs it, make test-fast does not
 def test_fuzz_split_decode_read() -> None:
     """Random and mutated frames: the splitter cuts or says FramingLost, the decoder gives a
     frame, None (discard) or Malformed, the header reader a table or Malformed; nothing else
