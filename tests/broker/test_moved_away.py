@@ -161,7 +161,7 @@ async def test_a_stream_created_while_the_directory_names_another_broker_takes_p
     try:
         await client.metadata(["s"])  # the directory is loaded before the stream exists
         await client.create_stream("s")
-        await asyncio.sleep(1.5)  # a directory timer tick passes
+        await asyncio.sleep(1.5)  # the scenario: a directory timer tick passes (must not seal it)
         producer = await client.producer("s")
         await producer.send(b"copied")
         await producer.flush()

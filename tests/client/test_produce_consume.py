@@ -187,7 +187,7 @@ async def test_named_consumer_stores_offset(client: Client, stream: str) -> None
 async def test_close_ends_iteration(client: Client, stream: str) -> None:
     consumer = await client.consumer(stream)
     task = asyncio.ensure_future(take_into(consumer, []))
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # the scenario: the task is left waiting in its iteration
     await consumer.close()
     await asyncio.wait_for(task, 10)  # ends, does not hang or raise
     assert consumer.closed
