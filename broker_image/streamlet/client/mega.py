@@ -1,7 +1,8 @@
 """A MEGA client (docs/protocols/mega.md), asyncio: create_topic, produce -> offset,
 consume(offset) -> (timestamp, message). Requests may be in flight together (produce answers
 come once the message is durable, so out of order); each waits for its correlation id.
-produce_many and consume_many send a batch of requests in one write.
+produce_many and consume_many send a batch of requests in one write. The protocol is
+streamlet.mega.session's (no I/O); this is the socket and the futures around it.
 
     async with await MegaClient.connect("127.0.0.1", 5553) as c:
         await c.create_topic("events")
@@ -15,8 +16,8 @@ import asyncio
 import time
 from collections.abc import Iterable
 
-from ..mega import ErrorCode, MessageType, Response, encode_request
-from ..mega.codec import iter_responses
+from ..mega import ErrorCode, MessageType, Response
+from ..mega.session import MegaSession
 from .socket import SocketClient
 
 
@@ -36,47 +37,44 @@ class NotMega(ConnectionError):
 class MegaClient(SocketClient):
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         super().__init__(reader, writer)
-        self._corr = 0
-        self._pending: dict[int, tuple[MessageType, asyncio.Future[Response]]] = {}
-        self._buf = bytearray()
+        self._session = MegaSession()
+        self._pending: dict[int, asyncio.Future[Response]] = {}
         self.start_reading()
-
-    def _kind(self, correlation: int) -> MessageType | None:
-        got = self._pending.get(correlation)
-        return got[0] if got else None
 
     async def _read(self) -> None:
         error: BaseException = ConnectionError("the broker closed the connection")
         try:
             while data := await self.reader.read(1 << 16):
-                self._buf += data
-                for response in iter_responses(self._buf, self._kind):
-                    got = self._pending.pop(response.correlation, None)
-                    if got is not None and not got[1].done():
-                        got[1].set_result(response)
+                for response in self._session.receive(data):
+                    fut = self._pending.pop(response.correlation, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(response)
         except OSError as e:
             error = e
         except ValueError as e:  # not MEGA's answer: another protocol's port
             error = NotMega(str(e))
-        for _, fut in self._pending.values():
+        for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(error)
         self._pending.clear()
 
-    def _register(self, kind: MessageType) -> tuple[int, asyncio.Future[Response]]:
+    def _ask(self, kind: MessageType, topic: str | bytes, now: int, *,
+             payload: bytes | None = None,
+             offset: int | None = None) -> tuple[bytes, asyncio.Future[Response]]:
+        """A request's bytes, and the future its answer resolves."""
         if self._task.done():
             raise ConnectionError("the connection is closed")
-        self._corr = (self._corr + 1) & 0xFFFFFFFF
+        corr, data = self._session.request(kind, topic, now, payload=payload, offset=offset)
         fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
-        self._pending[self._corr] = (kind, fut)
-        return self._corr, fut
+        self._pending[corr] = fut
+        return data, fut
 
     async def request(self, kind: MessageType, topic: str | bytes, *, payload: bytes | None = None,
                       offset: int | None = None) -> Response:
         """Send one request and wait for its answer (MegaError for an error code)."""
-        corr, fut = self._register(kind)
-        self.writer.write(encode_request(corr, kind, topic, int(time.time() * 1000),
-                                         payload=payload, offset=offset))
+        data, fut = self._ask(kind, topic, int(time.time() * 1000), payload=payload,
+                              offset=offset)
+        self.writer.write(data)
         response = await fut
         if not response.ok:
             raise MegaError(response.code)
@@ -92,11 +90,11 @@ class MegaClient(SocketClient):
         now = int(time.time() * 1000)
         futs, out = [], []
         for item in items:
-            corr, fut = self._register(kind)
+            data, fut = (self._ask(kind, topic, now, payload=item)
+                         if isinstance(item, bytes | bytearray)
+                         else self._ask(kind, topic, now, offset=item))
             futs.append(fut)
-            out.append(encode_request(corr, kind, topic, now, payload=item, offset=None)
-                       if isinstance(item, bytes | bytearray)
-                       else encode_request(corr, kind, topic, now, offset=item))
+            out.append(data)
         self.writer.write(b"".join(out))
         responses = list(await asyncio.gather(*futs))
         for response in responses if check else ():
