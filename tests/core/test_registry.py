@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from streamlet.core.registry import FD_RESERVE, FDS_PER_STREAM, LimitReached, Limits, StreamManager
+from streamlet.core.registry import FD_RESERVE, FDS_PER_STREAM, LimitReached, Limits, Streams
 from streamlet.core.settings import StreamSettings
 from streamlet.storage.files import files
 from tests.support.fakes import ManualClock
@@ -48,7 +48,7 @@ def test_a_create_fits_in_the_descriptors_the_broker_reports(
 
 def test_max_streams_is_checked_before_the_descriptors(tmp_path: Path) -> None:
     limits = Limits(max_streams=1, descriptors=FixedDescriptors((10, 10 + NEED)))
-    streams = StreamManager(tmp_path, ManualClock(), limits=limits)
+    streams = Streams(tmp_path, ManualClock(), limits=limits)
     streams.create("a", StreamSettings())
     with pytest.raises(LimitReached, match="max_streams"):
         streams.create("b", StreamSettings())
@@ -57,7 +57,7 @@ def test_max_streams_is_checked_before_the_descriptors(tmp_path: Path) -> None:
 
 def test_a_stream_is_stamped_with_the_clocks_wall_time(tmp_path: Path) -> None:
     clock = ManualClock(now=5.0)
-    streams = StreamManager(tmp_path, clock)
+    streams = Streams(tmp_path, clock)
     stream = streams.create("s", StreamSettings())
     doc = json.loads((stream.directory / "stream.json").read_bytes())
     assert doc["created"] == int((clock.epoch + 5.0) * 1000)

@@ -1,4 +1,4 @@
-"""The registry of a virtual host's streams (``StreamManager``): open at start, create,
+"""The registry of a virtual host's streams (``Streams``): open at start, create,
 delete, lookup, and the unreadable set.
 
 Streams are kept under ``<data_dir>/streams/<dir_name(name)>/``; a stream exists once its
@@ -58,7 +58,7 @@ class Limits:
         self.max_partitions = max_partitions
         #: the process's descriptors (the broker's); None: not checked
         self.descriptors = descriptors
-        self.managers: list[StreamManager] = []
+        self.managers: list[Streams] = []
 
     def stream_count(self) -> int:
         return sum(len(m.streams) for m in self.managers)
@@ -88,7 +88,7 @@ class Limits:
         return None
 
 
-class StreamManager:
+class Streams:
     """All streams of this broker, kept under ``<data_dir>/streams/<dir_name(name)>/``.
     Recovered at start; one that cannot be read (its ``stream.json``, its log) is set aside
     (``unreadable``) and the others are served."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .names import dir_name
 from .ports import Clock
-from .registry import LimitReached, Limits, StreamManager
+from .registry import LimitReached, Limits, Streams
 from .sac import SacGroups
 from .settings import StreamSettings
 from .streams import Stream
@@ -46,7 +46,7 @@ class VirtualHost:
         self.partition_settings = partition_settings
         self.root = vhost_root(data_dir, name)
         self.root.mkdir(parents=True, exist_ok=True)
-        self.streams = StreamManager(self.root, clock, fsync, limits)
+        self.streams = Streams(self.root, clock, fsync, limits)
         self.limits = self.streams.limits
         self.superstreams = SuperStreams(self.root / "superstreams.json")
         self.sac = SacGroups()

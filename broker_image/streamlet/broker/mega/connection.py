@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from ...core.batch import PublishBatch
 from ...core.ports import Refusal
-from ...core.registry import LimitReached, StreamManager
+from ...core.registry import LimitReached, Streams
 from ...core.streams import Publisher, Stream
 from ...mega import ErrorCode, FramingLost, MegaSplitter, MessageType, Request, decode_request
 from ...mega.codec import consumed, encode_error, encode_success, produced
@@ -60,7 +60,7 @@ class MegaConnection(FramedConnection):
         super().__init__(broker, tls, MegaSplitter(settings.max_topic_bytes,
                                                   settings.max_payload_bytes))
         vhost = broker.vhosts["/"]
-        self.streams: StreamManager = vhost.streams
+        self.streams: Streams = vhost.streams
         #: one core Publisher per stream this connection produced to
         self.publishers: dict[Stream, Publisher] = {}
         self.next_publisher = 0

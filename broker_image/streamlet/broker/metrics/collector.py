@@ -152,7 +152,7 @@ class BrokerCollector:
         yield omitted
 
     def _latency(self) -> Metric:
-        """Every vhost's histogram, summed (each StreamManager keeps one for all its streams)."""
+        """Every vhost's histogram, summed (each Streams keeps one for all its streams)."""
         parts: list[LatencyHistogram] = [v.streams.confirm_latency
                                          for v in self.broker.vhosts.values()]
         bounds = parts[0].bounds

@@ -12,7 +12,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ...core.ports import Refusal
-from ...core.registry import StreamManager
+from ...core.registry import Streams
 from ...core.streams import Publisher, Stream
 from ...core.subscription import Subscription
 from ...rabbitmq import Code, FrameSplitter, machine
@@ -82,7 +82,7 @@ class ConnectionState(FramedConnection):
         self.enter(machine.after(self.state, outcome))
 
     @property
-    def streams(self) -> StreamManager:
+    def streams(self) -> Streams:
         """This connection's virtual host's streams (handlers past Open only)."""
         assert self.vhost is not None
         return self.vhost.streams
@@ -91,7 +91,7 @@ class ConnectionState(FramedConnection):
         """The code for a stream this broker does not hold: 6 (not available here) when the
         stream directory says another broker does, as RabbitMQ answers for a stream without a
         local member (clients look it up again), or when its files here were set aside at
-        start (unreadable: StreamManager.unreadable), else 2 (does not exist)."""
+        start (unreadable: Streams.unreadable), else 2 (does not exist)."""
         assert self.vhost is not None
         if self.vhost.streams.unreadable_reason(name) is not None:
             return Code.STREAM_NOT_AVAILABLE

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from ...core.registry import StreamManager
+from ...core.registry import Streams
 from ...core.streams import Stream
 from ...replication.requests import (
     NO_CLUSTER,
@@ -122,7 +122,7 @@ class Members:
         any replicated stream and refuses every driver request."""
         return bool(self.peers) and self.me is not None
 
-    def load(self, streams: StreamManager) -> None:
+    def load(self, streams: Streams) -> None:
         """At start: every stream with a stored member state is a member again, fenced: it
         waits for an Assign (or ``resume``). A state that cannot be read sets its stream
         aside (logged, not served): the other streams start."""

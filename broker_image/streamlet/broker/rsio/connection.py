@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.offsets import OffsetSpec, Start, resolve
 from ...core.ports import Refusal
-from ...core.registry import LimitReached, StreamManager
+from ...core.registry import LimitReached, Streams
 from ...core.streams import Publisher, Stream
 from ...rsio import (
     EXT_OFFSETS,
@@ -83,7 +83,7 @@ class RsioConnection(FramedConnection):
     def __init__(self, broker: Broker, tls: bool = False) -> None:
         settings = broker.config.settings_of("rsio", RsioSettings)
         super().__init__(broker, tls, RsioSplitter(settings.max_element_bytes + FRAME_OVERHEAD))
-        self.streams: StreamManager = broker.vhosts["/"].streams
+        self.streams: Streams = broker.vhosts["/"].streams
         self.split_bytes = settings.split_bytes
         self.window = settings.window
         self.max_element = settings.max_element_bytes

@@ -63,7 +63,7 @@ from ..directory import Placement
 from .places import Names, RangeFacts, Server, range_of, range_server
 
 if TYPE_CHECKING:
-    from ...core.registry import StreamManager
+    from ...core.registry import Streams
     from ..server import Broker
 
 
@@ -72,7 +72,7 @@ class AdminConnection(Protocol):
     streams by SBP id, the range servers, and the answer."""
 
     broker: Broker
-    streams: StreamManager
+    streams: Streams
     names: Names
 
     def stream_name(self, sid: int) -> str | None: ...

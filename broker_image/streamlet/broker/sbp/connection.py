@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...core.ports import Refusal
-from ...core.registry import StreamManager
+from ...core.registry import Streams
 from ...core.streams import Stream
 from ...sbp import (
     LAST,
@@ -67,7 +67,7 @@ class SbpConnection(FramedConnection):
     def __init__(self, broker: Broker, tls: bool = False) -> None:
         max_frame = broker.config.settings_of("sbp", SbpSettings).max_frame_bytes
         super().__init__(broker, tls, SbpSplitter(max_frame))
-        self.streams: StreamManager = broker.vhosts["/"].streams
+        self.streams: Streams = broker.vhosts["/"].streams
         #: a fetch answers at most MAX_FETCH_BYTES per stream, in frames of ``piece_bytes`` of
         #: records (half a frame at most: room for the results)
         self.max_fetch_bytes = MAX_FETCH_BYTES
