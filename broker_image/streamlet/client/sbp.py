@@ -10,7 +10,8 @@ response-end flag (an APPEND's or a FETCH's answers may come in several).
 Streams are named (their SBP id is streamlet.sbp.stream_id(name)). A client does not move by
 itself: an append the broker does not lead is refused NOT_PRIMARY (SbpError), and ``follow``
 asks any broker with LIST_RANGES for the stream's primary and connects there (after a leader
-change too: tests/cluster/test_sbp_failover.py).
+change too: tests/cluster/test_sbp_failover.py). The protocol is streamlet.sbp.session's (no
+I/O); this is the socket and the per-request queues around it.
 """
 
 from __future__ import annotations
@@ -27,13 +28,9 @@ from ..sbp import (
     Frame,
     Malformed,
     Opcode,
-    SbpSplitter,
-    decode,
-    encode,
     read,
     response_class,
     stream_id,
-    write,
 )
 from ..sbp.fbs.AppendInfo import AppendInfoT
 from ..sbp.fbs.AppendRequest import AppendRequestT
@@ -43,12 +40,12 @@ from ..sbp.fbs.DeleteStreamsRequest import DeleteStreamsRequestT
 from ..sbp.fbs.DescribeStreamsRequest import DescribeStreamsRequestT
 from ..sbp.fbs.FetchInfo import FetchInfoT
 from ..sbp.fbs.FetchRequest import FetchRequestT
-from ..sbp.fbs.GoAway import GoAwayT
 from ..sbp.fbs.ListRangesRequest import ListRangesRequestT
 from ..sbp.fbs.RangeOwner import RangeOwnerT
 from ..sbp.fbs.Stream import StreamT
 from ..sbp.fbs.SystemErrorResponse import SystemErrorResponseT
 from ..sbp.headers import text
+from ..sbp.session import SbpSession
 from .socket import SocketClient
 
 #: a response's frames, or the error that ended the connection
@@ -78,26 +75,22 @@ def _check(st: Any) -> None:
 class SbpClient(SocketClient):
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         super().__init__(reader, writer)
-        self._sid = 0
+        self._session = SbpSession()
         self._pending: dict[int, asyncio.Queue[_Item]] = {}
-        #: the broker's GOAWAY, once it came: why it ends the connection
-        self.goaway: str | None = None
         self.start_reading()
+
+    @property
+    def goaway(self) -> str | None:
+        """The broker's GOAWAY, once it came: why it ends the connection."""
+        return self._session.goaway
 
     async def _read(self) -> None:
         error: BaseException = ConnectionError("the broker closed the connection")
-        splitter = SbpSplitter(0)
         try:
             while data := await self.reader.read(1 << 16):
-                for raw in splitter.feed(data):
-                    frame = decode(bytes(raw))
-                    if frame is None:
-                        continue
-                    if frame.opcode == Opcode.GOAWAY and not frame.is_response:
-                        self.goaway = text(read(GoAwayT, frame.header).status.message)
-                        continue
+                for frame in self._session.receive(data):
                     queue = self._pending.get(frame.stream_id)
-                    if queue is not None and frame.is_response:
+                    if queue is not None:
                         queue.put_nowait(frame)
         except (OSError, Malformed, ValueError) as e:
             error = e
@@ -111,11 +104,9 @@ class SbpClient(SocketClient):
         """Send a request frame; returns its stream identifier (``header``: a table or bytes)."""
         if self._task.done():
             raise ConnectionError("the connection is closed")
-        self._sid = (self._sid + 1) & 0x7FFFFFFF
-        sid = self._sid
+        sid, data = self._session.request(opcode, header, payload, flags)
         self._pending[sid] = asyncio.Queue()
-        raw = header if isinstance(header, bytes) else b"" if header is None else write(header)
-        self.writer.write(encode(opcode, flags, sid, raw, payload))
+        self.writer.write(data)
         return sid
 
     async def frames(self, sid: int) -> AsyncIterator[Frame]:
