@@ -1,4 +1,4 @@
-"""The stream core through its Session port, in memory: no socket, no broker process. A fake
+"""The stream core through its session ports, in memory: no socket, no broker process. A fake
 session records what the stream tells it; the wire codes are the adapter's business."""
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ async def test_detaching_a_publisher_confirms_what_it_sent_first_unless_its_sess
 
 
 def test_a_publisher_that_wants_offsets_is_told_where_each_batch_went(tmp_path: Path) -> None:
-    """Session.placed gives each batch's real offset, also when the chunk's write rolls the
+    """PublisherSession.placed gives each batch's real offset, also when the chunk's write rolls the
     segment and the roll's tracking snapshot takes the offset the batch would have had, and
     when several publishers share a chunk."""
     from streamlet.storage.chunk import HEADER_SIZE, iter_records

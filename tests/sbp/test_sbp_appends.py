@@ -29,7 +29,7 @@ SID = 42  # the stream's SBP id, as the fake connection knows it
 
 
 class FakeConn:
-    """What Appends asks of its SbpConnection, and the core's Session port routed to it."""
+    """What Appends asks of its SbpConnection, and the core's PublisherSession routed to it."""
 
     def __init__(self, stream: Stream) -> None:
         self.stream = stream
@@ -68,7 +68,7 @@ class FakeConn:
     def maybe_done(self) -> None:
         pass
 
-    # the core's Session port
+    # the core's PublisherSession
     def placed(self, pid: int, first_id: int, offset: int) -> None:
         self.appends.placed(first_id, offset)
 

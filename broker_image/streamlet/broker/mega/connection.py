@@ -221,7 +221,7 @@ def on_produce(conn: MegaConnection, request: Request) -> None:
     pid = conn.next_id
     batch = PublishBatch(pub.id, 1, _U64.pack(pid), _U32.pack(len(payload)) + payload, 1, pid,
                          pid, True, simple=True)
-    # Its offset comes with Session.placed once written, its answer with the confirm.
+    # Its offset comes with PublisherSession.placed once written, its answer with the confirm.
     # Registered first: a refusal answers it during publish.
     conn.waiting[pid] = (request.correlation, -1, stream)
     stream.publish(pub, batch)
