@@ -40,13 +40,14 @@ up: $(VENV)/.installed-core
 	$(VENV)/bin/streamlet serve --host $(HOST) --port $(PORT) --mega-port $(MEGA_PORT) --rsio-port $(RSIO_PORT) --sbp-port $(SBP_PORT) --data-dir $(DATA)
 
 # pytest-xdist: $(TEST_WORKERS) workers (most tests wait on a broker, so more workers than cores
-# pays); --dist loadgroup keeps a module whose tests share a module-scoped fixture (a broker,
-# a SparkSession) on one worker (tests/conftest.py). PYTEST_ARGS="-n 0": one process.
+# pays); --dist loadfile: a module's tests on one worker (its module-scoped broker starts once),
+# tests/spark/ as one module, the longest handed out first (tests/conftest.py).
+# PYTEST_ARGS="-n 0": one process.
 # PYTHONDONTWRITEBYTECODE emptied: pytest keeps its assertion-rewritten test modules in __pycache__.
 TEST_WORKERS ?= 4
 PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider
 test: $(STAMP) test-twins
-	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The C modules' Python twins, once: the codec and storage tests with every C module off
 # (STREAMLET_NO_C, streamlet/native.py); the rest of the suite runs the C modules.

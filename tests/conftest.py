@@ -62,38 +62,43 @@ def certs(tmp_path: Path) -> Path:
     return make_certs(tmp_path / "certs", clients={"client": "app"})
 
 
-def _shares_a_module_fixture(item: pytest.Item) -> bool:
-    info = getattr(item, "_fixtureinfo", None)
-    return info is not None and any(
-        d.scope in ("class", "module", "package")
-        for defs in info.name2fixturedefs.values() for d in defs)
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``-n N --dist loadfile`` (make test): a test module runs on one worker, so a
+    module-scoped fixture (a broker, a rendered chart) starts once, and tests/spark/ counts as
+    one module: SparkSessions side by side on 2 cores made Spark's Python workers miss their
+    connect timeout. (xdist_group marks cannot do it: xdist 3.8 renames the node id for a
+    group, which pytest 9 no longer lets it.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "tests/spark/" if module.startswith("tests/spark/") else module
+
+    return ByModule(config, log)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``-n N --dist loadgroup`` (make test): the tests of a module that share a
-    module-scoped fixture (a broker, a SparkSession, a rendered chart) stay on one worker, so
-    the fixture starts once; every other test is handed out one by one. Spark's modules run
-    one after another on one worker: SparkSessions side by side on 2 cores made its Python
-    workers miss their connect timeout."""
-    for item in items:
-        if item.nodeid.startswith("tests/spark/"):
-            item.add_marker(pytest.mark.xdist_group("spark"))
-        elif _shares_a_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-    if hasattr(config, "workerinput"):  # an xdist worker: its order is the order handed out
+    """In an xdist worker, the order its collection reports is the order modules are handed
+    out (with --no-loadscope-reorder): the longest first."""
+    if hasattr(config, "workerinput"):
         items[:] = _longest_first(items)
 
 
-# the folders of the longest units (a SparkSession per module, the docs pages one at a time)
+# the folders of the longest units (Spark's one session, the docs pages, clusters, operators)
 _LONGEST = ("tests/spark/", "tests/docs/", "tests/cluster/", "tests/operator/")
 
 
 def _longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """Modules that start processes first, the longest folders before them, in-memory tests
-    last: they fill the workers' gaps at the end instead of a Spark module running alone.
-    A module's tests stay together and in order."""
-    starts = {i.nodeid.split("::")[0] for i in items if i.get_closest_marker("process")}
+    """Modules that start processes or hold a slow test (a fuzz loop) first, the longest
+    folders before them, quick in-memory tests last: they fill the workers' gaps at the end
+    instead of a Spark module or a fuzz loop running alone. A module's tests stay together
+    and in order."""
+    starts = {i.nodeid.split("::")[0] for i in items
+              if i.get_closest_marker("process") or i.get_closest_marker("slow")}
 
     def weight(item: pytest.Item) -> int:
         module = item.nodeid.split("::")[0]

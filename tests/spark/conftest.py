@@ -1,5 +1,6 @@
-"""One local SparkSession per test module (starting one takes seconds), workers on this
-virtual environment's Python, the streamlet source registered."""
+"""One local SparkSession for every Spark test of a run (starting one takes seconds; under xdist
+Spark's modules share one worker, tests/conftest.py), workers on this virtual environment's
+Python, the streamlet source registered."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def spark_session(master: str = "local[2]", **conf: str):  # type: ignore[no-unt
     return spark
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     # local[2,4]: two cores, and a failed task is retried (the retry tests need that)
     session = spark_session("local[2,4]")
