@@ -1,6 +1,8 @@
 """A Reactive Streams IO client (docs/protocols/reactive-streams.md), asyncio: subscribe to a
 stream (an async iterator of elements, demand sent as they are taken) and publish into one
 (elements sent within the broker's demand; returns once the broker says all are durable).
+The protocol is streamlet.rsio.session's (no I/O); this is the socket and the subscriptions'
+queues around it.
 
     async with await RsioClient.connect("127.0.0.1", 5554) as c:
         await c.publish("events", [b"a", b"b"], create=True)
@@ -17,7 +19,6 @@ from dataclasses import dataclass
 from typing import Self
 
 from ..rsio import (
-    EXT_OFFSETS,
     VERSION,
     Cancel,
     Goodbye,
@@ -33,12 +34,10 @@ from ..rsio import (
     Request,
     Subscribe,
     Subscribed,
-    Type,
-    decode,
     encode,
     format_publisher,
 )
-from ..rsio.codec import read_varint
+from ..rsio.session import RsioSession
 from .socket import SocketClient
 
 #: elements asked for at a time by a subscription (more once half of them were taken)
@@ -190,12 +189,10 @@ class _Append:
 class RsioClient(SocketClient):
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         super().__init__(reader, writer)
-        self._ids = 0
+        self._session = RsioSession()
         self._subs: dict[int, _Subscription | _Append] = {}
-        self._buf = bytearray()
         self.hello: asyncio.Future[Hello] = asyncio.get_running_loop().create_future()
         self.goodbye_reason: str | None = None
-        self._bye = False
         self.start_reading()
 
     @classmethod
@@ -203,7 +200,7 @@ class RsioClient(SocketClient):
         """Connected once the broker's Hello came (RsioError when none came within
         ``timeout`` s, or the peer answered something else: not an RSIO listener)."""
         client = await super().connect(host, port)
-        client.send(Hello(VERSION, (EXT_OFFSETS,)))
+        client.writer.write(client._session.hello())
         try:
             hello = await asyncio.wait_for(client.hello, timeout)
         except TimeoutError:
@@ -217,18 +214,17 @@ class RsioClient(SocketClient):
     def send(self, msg: Message) -> None:
         if self._task.done():
             raise RsioError(f"the connection is closed ({self.goodbye_reason or 'no goodbye'})")
-        self.writer.write(encode(msg))
+        self.writer.write(self._session.send(msg))
 
     def new_id(self) -> int:
-        self._ids += 1
-        return self._ids
+        return self._session.new_id()
 
     async def close(self) -> None:
         """Say goodbye, wait (briefly) for the broker's, and close."""
         if not self._task.done():
-            self._bye = True
+            bye = self._session.goodbye("client closing")
             with contextlib.suppress(OSError, RuntimeError):
-                self.writer.write(encode(Goodbye("client closing")))
+                self.writer.write(bye)
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(self._task), 5)
         self._task.cancel()
@@ -239,12 +235,24 @@ class RsioClient(SocketClient):
     async def _read(self) -> None:
         try:
             while data := await self.reader.read(1 << 16):
-                self._buf += data
-                ended = self._take(self._buf)
-                for sub in self._subs.values():
+                messages, reply = self._session.receive(data)
+                subs = self._subs
+                for msg in messages:
+                    if isinstance(msg, Hello):
+                        if not self.hello.done():
+                            self.hello.set_result(msg)
+                    elif not isinstance(msg, Goodbye):  # a goodbye is the last of them
+                        sub = subs.get(msg.subscriber)
+                        if sub is not None:
+                            sub.handle(msg)
+                for sub in subs.values():
                     if isinstance(sub, _Subscription):
                         sub.flush()
-                if ended:
+                if self._session.ended:
+                    self.goodbye_reason = self._session.goodbye_reason
+                    if reply:
+                        with contextlib.suppress(OSError, RuntimeError):
+                            self.writer.write(reply)
                     return
         except (OSError, ValueError) as e:
             self.goodbye_reason = self.goodbye_reason or str(e)
@@ -260,46 +268,6 @@ class RsioClient(SocketClient):
                     sub.done.set_result(reason)
                     sub.changed.set()
             self._subs.clear()
-
-    def _take(self, buf: bytearray) -> bool:
-        """Handle the whole frames at the start of ``buf`` and remove them; True once the
-        connection ends (a goodbye). onNext for a subscription of ours (the bulk of what a
-        reader gets) is cut out here without a decode; anything else goes through the codec."""
-        pos, end = 0, len(buf)
-        try:
-            while pos < end:
-                got = read_varint(buf, pos, end)
-                if got is None:
-                    break
-                size, at = got
-                if end - at < size:
-                    break
-                sub = self._subs.get(buf[at + 1]) if size >= 2 and buf[at + 1] < 0x80 else None
-                if buf[at] == Type.ON_NEXT and isinstance(sub, _Subscription):
-                    sub._element(bytes(buf[at + 2 : at + size]))
-                elif self._dispatch(decode(bytes(buf[pos : at + size]))):
-                    return True
-                pos = at + size
-        finally:
-            del buf[:pos]
-        return False
-
-    def _dispatch(self, msg: Message) -> bool:
-        """True once the connection ends (a goodbye)."""
-        if isinstance(msg, Hello):
-            if not self.hello.done():
-                self.hello.set_result(msg)
-        elif isinstance(msg, Goodbye):
-            self.goodbye_reason = msg.reason
-            if not self._bye:
-                with contextlib.suppress(OSError, RuntimeError):
-                    self.writer.write(encode(Goodbye("acknowledged")))
-            return True
-        else:
-            sub = self._subs.get(msg.subscriber)
-            if sub is not None:
-                sub.handle(msg)
-        return False
 
     # --- reading ---------------------------------------------------------------------------------
 
