@@ -31,7 +31,23 @@ def frame_template(pid: int, count: int, body: bytes) -> bytearray:
     return bytearray(publish_frame(pid, [(i, body) for i in range(count)]))
 
 
-class Publisher:
+class _Role:
+    """What every role does when its connection or its stream goes: note why (unless it was
+    our own close) and end."""
+
+    errors: list[str]
+    done: asyncio.Future[None]
+    finished = 0.0
+
+    def _on_closed(self, exc: StreamletError) -> None:
+        if exc.code != Code.OK:
+            self.errors.append(str(exc))
+        if not self.done.done():
+            self.finished = time.monotonic()
+            self.done.set_result(None)
+
+
+class Publisher(_Role):
     """Publishes ``total`` messages of ``size`` bytes, ``batch`` per frame, keeping at most
     ``window`` unconfirmed; ``done`` resolves at the last confirm (or when the publisher is
     closed: ``errors`` says why)."""
@@ -96,15 +112,8 @@ class Publisher:
         self._settle()
         self.pump()
 
-    def _on_closed(self, exc: StreamletError) -> None:
-        if exc.code != Code.OK:  # not our own close
-            self.errors.append(str(exc))
-        if not self.done.done():
-            self.finished = time.monotonic()
-            self.done.set_result(None)
 
-
-class RatePublisher:
+class RatePublisher(_Role):
     """Publishes at a fixed rate for ``duration`` seconds, each body starting with its send
     time (``time.time_ns``, the clock streamlet.perf's consumer reads it by)."""
 
@@ -154,14 +163,8 @@ class RatePublisher:
         self.errored += len(errors)
         self._settle()
 
-    def _on_closed(self, exc: StreamletError) -> None:
-        if exc.code != Code.OK:  # not our own close
-            self.errors.append(str(exc))
-        if not self.done.done():
-            self.done.set_result(None)
 
-
-class CountingConsumer:
+class CountingConsumer(_Role):
     """Counts records and data bytes per chunk from the chunk header (the connection hands it
     the chunk's data as a view: nothing is copied), giving credit back in batches."""
 
@@ -201,10 +204,3 @@ class CountingConsumer:
 
     def _on_consumer_update(self, correlation_id: int, active: bool) -> None:
         pass  # no single-active-consumer name is given, so the server sends none
-
-    def _on_closed(self, exc: StreamletError) -> None:
-        if exc.code != Code.OK:  # not our own close
-            self.errors.append(str(exc))
-        if not self.done.done():
-            self.finished = time.monotonic()
-            self.done.set_result(None)

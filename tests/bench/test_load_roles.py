@@ -13,8 +13,10 @@ import struct
 import pytest
 
 from bench.load import CountingConsumer, Publisher, frame_template
+from streamlet.client import StreamletError
 from streamlet.client.connection import Connection
 from streamlet.core.batch import PublishBatch
+from streamlet.rabbitmq import Code
 from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.publish import PUBLISH_HEAD_SIZE, deliver_prefix, parse_publish
 from streamlet.storage.chunk import encode_chunk, simple_entry
@@ -72,8 +74,9 @@ async def test_counts_are_exact_for_any_split(seed: int) -> None:
     pub = Publisher(conn, 3, "s", 400, 8, batch=10, window=400)
     rng = random.Random(seed)
     cuts = sorted(rng.sample(range(1, len(data)), 300)) if seed else []
-    if seed == 1:
-        cuts = list(range(1, len(data), 13))  # many tiny reads
+    if seed == 1:  # many tiny reads over the first MiB (chunks of both versions, confirms,
+        # a heartbeat), then random cuts: tiny reads all through the 9 MiB prove no more
+        cuts = [*range(1, 1 << 20, 13), *sorted(rng.sample(range(1 << 20, len(data)), 300))]
     pos = 0
     for end in [*cuts, len(data)]:
         conn.data_received(data[pos:end])
@@ -105,3 +108,13 @@ def test_a_frame_template_holds_its_bodies_after_the_head() -> None:
     frame = frame_template(1, 3, b"abc")
     assert len(frame) == PUBLISH_HEAD_SIZE + 3 * (12 + 3)
     assert PublishBatch(*parse_publish(memoryview(frame)[8:], 1)).data == simple_entry(b"abc") * 3
+
+
+async def test_a_lost_stream_ends_a_role_and_says_why_but_our_own_close_does_not() -> None:
+    conn, _ = _conn()
+    gone = CountingConsumer(conn, 0, "s", 10)
+    gone._on_closed(StreamletError(Code.STREAM_NOT_AVAILABLE, "stream 's' is not available"))
+    closed = Publisher(conn, 1, "s", 10, 8, batch=10)
+    closed._on_closed(StreamletError(Code.OK, "closed by the client"))
+    assert gone.done.done() and gone.errors == ["STREAM_NOT_AVAILABLE: stream 's' is not available"]
+    assert closed.done.done() and closed.errors == []
