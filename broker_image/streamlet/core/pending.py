@@ -88,10 +88,6 @@ class PendingChunk:
         self._chunk_entries = CHUNK_MIN_ENTRIES
         self._since = 0.0  # when the pending chunk took its first publish
 
-    def __bool__(self) -> bool:
-        """Something is pending."""
-        return bool(self._count)
-
     def add(self, publisher: Writer, batch: PublishBatch) -> None:
         """Take ``batch`` (not empty) into the pending chunk, writing full chunks on the way."""
         clock = self.clock
