@@ -15,9 +15,9 @@ SBP_PORT ?= 5555
 
 help:
 	@echo "make up     - install and serve a broker on $(HOST):$(PORT) (MEGA on 127.0.0.1:$(MEGA_PORT), Reactive Streams IO on 127.0.0.1:$(RSIO_PORT), SBP on 127.0.0.1:$(SBP_PORT)), data in ./$(DATA) (Ctrl-C stops)"
-	@echo "make test   - install everything the tests use and run them all"
+	@echo "make test   - install everything the tests use and run them all, on $(TEST_WORKERS) pytest-xdist workers (TEST_WORKERS=N; PYTEST_ARGS=\"-n 0\": one process)"
 	@echo "make test-twins - the codec and storage tests on the C modules' Python twins (STREAMLET_NO_C=1; part of make test)"
-	@echo "make test-fast - the tests that start no process and are not slow: pytest -m 'not process and not slow' (no broker, CLI, node, Spark)"
+	@echo "make test-fast - the tests that start no process and are not slow: pytest -m 'not process and not slow' on 2 workers (no broker, CLI, node, Spark)"
 	@echo "make lint   - ruff, mypy, the import contracts (.importlinter) and no import cycle (.ci/cycles.py)"
 	@echo "make bench  - side-by-side benchmark against RabbitMQ (installs it as root if missing); results in bench/results/ (UPDATE_DOCS=1: also docs/performance.md)"
 	@echo "make soak   - the long hardening runs: fuzz, 10,000 connections, kill -9 (docs/reliability.md)"
@@ -56,8 +56,10 @@ TWIN_TESTS := tests/rabbitmq tests/wire tests/sbp/test_sbp_codec.py tests/sbp/te
 test-twins: $(STAMP)
 	STREAMLET_NO_C=1 $(PYTEST) -m "not process and not slow" $(TWIN_TESTS)
 
+# two workers: in-memory tests use a core each; the collection each worker repeats (3 s) is
+# less than the half of the run it saves
 test-fast: $(STAMP)
-	$(PYTEST) -m "not process and not slow" $(PYTEST_ARGS)
+	$(PYTEST) -m "not process and not slow" -n 2 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check broker_image operator spark-on-k8s tests bench .ci
