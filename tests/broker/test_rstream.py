@@ -125,7 +125,7 @@ async def test_offset_specifications(shared_broker: BrokerProcess) -> None:
         await p.create_stream(stream)
     await publish(shared_broker, stream, [b"a%d" % i for i in range(100)])
     before_second = int(time.time() * 1000)
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # the scenario: the clock moves on between the two batches
     await publish(shared_broker, stream, [b"b%d" % i for i in range(100)])
 
     first = await consume(shared_broker, stream, ConsumerOffsetSpecification(OffsetType.FIRST), 200)
@@ -153,7 +153,7 @@ async def test_offset_specifications(shared_broker: BrokerProcess) -> None:
     async with consumer(shared_broker) as c:
         await c.subscribe(stream, on_message, decoder=lambda x: x,
                           offset_specification=ConsumerOffsetSpecification(OffsetType.NEXT))
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # the scenario: a quiet while in which nothing may arrive
         assert got == []
         await publish(shared_broker, stream, [b"after"])
         await asyncio.wait_for(arrived.wait(), 10)
