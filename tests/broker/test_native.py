@@ -90,12 +90,11 @@ async def extensions(port: int) -> dict[str, float]:
 
 
 def need_built() -> None:
-    for module in ALL:
+    for module in native.MODULES:
         if importlib.util.find_spec(module) is None:
             pytest.skip(f"{module} was not built here (no compiler at install time)")
 
 
-@pytest.mark.process
 @pytest.mark.process  # a broker process
 async def test_a_broker_without_one_says_so_once_and_in_metrics(
         broker_factory: Callable[..., BrokerProcess]) -> None:
@@ -107,26 +106,24 @@ async def test_a_broker_without_one_says_so_once_and_in_metrics(
     [line] = lines(b)  # one line, written before the ports listen: no second one follows
     assert "C extensions missing: streamlet.sbp._flat: running their Python twins" in line
     assert "_entries" not in line and "_speedups" not in line
-    assert await extensions(port) == {ALL[0]: 1, ALL[1]: 1, ALL[2]: 0}
+    assert await extensions(port) == {**dict.fromkeys(native.MODULES, 1), "streamlet.sbp._flat": 0}
 
 
-@pytest.mark.process
 @pytest.mark.process  # a broker process
 async def test_a_broker_with_all_of_them_says_nothing(
         broker_factory: Callable[..., BrokerProcess]) -> None:
     need_built()
     port = free_port()
     b = broker_factory(extra_args=["--metrics-port", str(port)], env={native.ENV: ""})
-    assert await extensions(port) == dict.fromkeys(ALL, 1)
+    assert await extensions(port) == dict.fromkeys(native.MODULES, 1)
     assert lines(b) == []  # it would be logged before the ports listen
 
 
-@pytest.mark.process
 @pytest.mark.process  # a broker process
 async def test_the_switch_turns_them_all_off(
         broker_factory: Callable[..., BrokerProcess]) -> None:
     port = free_port()
     b = broker_factory(extra_args=["--metrics-port", str(port)], env={native.ENV: "1"})
     await eventually(lambda: lines(b), timeout=30)
-    assert all(module in lines(b)[0] for module in ALL)
-    assert await extensions(port) == dict.fromkeys(ALL, 0)
+    assert all(module in lines(b)[0] for module in native.MODULES)
+    assert await extensions(port) == dict.fromkeys(native.MODULES, 0)
