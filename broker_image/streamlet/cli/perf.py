@@ -87,6 +87,6 @@ def check(args: argparse.Namespace, parser: Parser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..perf.run import perf
-    from .stop import run_client
+    from .stop import run_client, stop
 
-    return run_client(lambda: perf(args))  # its own connections, in worker processes
+    return run_client(lambda: perf(args, stop.caught))  # its own connections, in worker processes

@@ -3,7 +3,8 @@ print a live line a second, then stop publishing, drain, and sum up.
 
 Counts come from a shared array the workers write and this process reads every 100 ms, so
 each second's rates are exact differences; latency histograms come over a queue. Ctrl-C or
-SIGTERM (clitools.stop) ends the run early with the same summary."""
+SIGTERM (cli/stop.py, whose ``caught`` the command passes in) ends the run early with the same
+summary."""
 
 from __future__ import annotations
 
@@ -14,11 +15,10 @@ import queue as queue_
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from ..cli.stop import stop
 from ..client import StreamletError
 from . import report, stats
 from .plan import Worker, assign, stream_names
@@ -46,7 +46,10 @@ def target_of(args: argparse.Namespace) -> Target:
                   args.ca_cert, args.cert, args.key, args.sasl_mechanism)
 
 
-async def perf(args: argparse.Namespace) -> int:
+async def perf(args: argparse.Namespace,
+               caught: Callable[[asyncio.CancelledError], None]) -> int:
+    """The run; ``caught`` is called where it catches a cancellation (a signal's, which it
+    lets through to its summary, or another, which it re-raises)."""
     streams = stream_names(args.streams, args.stream_count)
     target = target_of(args)
     try:
@@ -54,7 +57,7 @@ async def perf(args: argparse.Namespace) -> int:
     except PerfError as e:
         print(f"streamlet: {e}", file=sys.stderr)
         return 1
-    run = Run(args, target, streams)
+    run = Run(args, target, streams, caught)
     try:
         code = await run.execute()
     finally:
@@ -103,8 +106,10 @@ async def _delete(target: Target, streams: list[str]) -> None:
 
 
 class Run:
-    def __init__(self, args: argparse.Namespace, target: Target, streams: list[str]) -> None:
+    def __init__(self, args: argparse.Namespace, target: Target, streams: list[str],
+                 caught: Callable[[asyncio.CancelledError], None]) -> None:
         self.args = args
+        self.caught = caught
         self.workers: list[Worker] = assign(streams, args.producers, args.consumers,
                                             args.processes, args.rate)
         self.ctx = mp.get_context("spawn")  # never fork a process that runs an event loop
@@ -125,7 +130,7 @@ class Run:
 
     async def execute(self) -> int:
         """0, or 1 when a connection was lost or a publish refused; the interruption's own
-        code is the command's (clitools.stop)."""
+        code is the command's (cli/stop.py)."""
         try:
             self._start()
             await self._ready()
@@ -133,7 +138,7 @@ class Run:
             self.t0 = time.monotonic()
             await self._measure()
         except asyncio.CancelledError as e:
-            stop.caught(e)
+            self.caught(e)
             self.totals.interrupted = True
         except PerfError as e:
             print(f"streamlet: {e}", file=sys.stderr)
@@ -142,7 +147,7 @@ class Run:
             try:
                 await self._wind_down()
             except asyncio.CancelledError as e:  # only a second signal ends this; stop.py exits
-                stop.caught(e)
+                self.caught(e)
         self.totals.elapsed_s = time.monotonic() - self.t0 if self.t0 else 0.0
         failed = self.lost or self.totals.errored
         return 1 if failed else 0
