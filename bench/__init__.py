@@ -1,4 +1,4 @@
-"""Side-by-side benchmarks of streamlet and RabbitMQ's stream plugin (issue 4).
+"""Side-by-side benchmarks of streamlet and RabbitMQ's stream plugin.
 
 Run from the repository root: ``python -m bench.run`` (``--help`` for options).
 """

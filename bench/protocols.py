@@ -23,7 +23,7 @@ from .workloads import Row, Sizes, _consume_row, _phase, _publish_row
 PROTOCOLS = (("rabbitmq", "RabbitMQ Stream protocol"), ("mega", "MEGA"), ("rsio", "RSIO"),
              ("sbp", "SBP"))
 BASELINE = "rabbitmq"
-#: the protocols run at the large size too (SBP's target is at both sizes, issue 14)
+#: the protocols run at the large size too (SBP's target is at both sizes)
 BOTH_SIZES = ("rabbitmq", "sbp")
 
 

@@ -1,4 +1,4 @@
-"""The replicated workload (issue 12): a stream with 3 members on a 3-node cluster of each
+"""The replicated workload: a stream with 3 members on a 3-node cluster of each
 server, run the same way against both.
 
 - publish 1,000,000 x 100 B and 200,000 x 1,000 B to the leader (the stream created on node 0

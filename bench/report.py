@@ -62,8 +62,8 @@ def table(rows: list[Row]) -> str:
 
 def targets(rows: list[Row], physical: dict[str, float],
             notes: list[str] | None = None) -> list[str]:
-    """One line per target of issue 4 (and of issue 12's replicated workload): met, missed,
-    or not measured; then ``notes``."""
+    """One line per target (the single-node ones, the replicated workload's, SBP's): met,
+    missed, or not measured, then the protocol comparisons; then ``notes``."""
     by = {(r.workload, r.server): r for r in rows}
     out: list[str] = []
 
@@ -105,8 +105,8 @@ def targets(rows: list[Row], physical: dict[str, float],
 
 
 def protocol_lines(rows: list[Row], by: dict[tuple[str, str], Row]) -> list[str]:
-    """MEGA's and RSIO's throughput against the RabbitMQ protocol's, all on streamlet (issue
-    13: no target, a comparison); SBP's against issue 14's target, >= the RabbitMQ protocol's
+    """MEGA's and RSIO's throughput against the RabbitMQ protocol's, all on streamlet (no
+    target, a comparison); SBP's against its target, >= the RabbitMQ protocol's
     at 100 B and 1,000 B (an SBP record batch is a message: msg/s and MB/s say the same)."""
     out = []
     for size in (100, 1000):
@@ -126,7 +126,7 @@ def protocol_lines(rows: list[Row], by: dict[tuple[str, str], Row]) -> list[str]
 
 
 def replicated_targets(by: dict[tuple[str, str], Row]) -> list[str]:
-    """Issue 12's targets for a stream with 3 members, and RF=3 / RF=1 for streamlet."""
+    """The replicated workload's targets for a stream with 3 members, and RF=3 / RF=1 for streamlet."""
     out: list[str] = []
     for size in (100, 1000):
         s, r = by.get((f"r3-publish-{size}", "streamlet")), by.get((f"r3-publish-{size}",
@@ -252,12 +252,7 @@ def results_section(rows: list[Row], physical: dict[str, float], meta: dict[str,
                   + ", ".join(f"{k} {v:,.0f} MB/s" for k, v in physical.items()) + ".", ""]
     lines = targets(rows, physical, notes)
     if lines:
-        issues = ["4"] + (["12"] if any(r.workload.startswith("r3-") for r in rows) else []) \
-            + (["13"] if any(baseline_of(r) for r in rows) else []) \
-            + (["14"] if any(r.workload.startswith("sbp-") for r in rows) else [])
-        which = f"issue {issues[0]}" if len(issues) == 1 else \
-            f"issues {', '.join(issues[:-1])} and {issues[-1]}"
-        parts += [f"Targets of {which}:", ""] + [f"- {line}" for line in lines] + [""]
+        parts += ["Targets:", ""] + [f"- {line}" for line in lines] + [""]
     if plot_name:
         parts += [f"![throughput and latency, both servers]({plot_name})", ""]
     parts.append(END)

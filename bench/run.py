@@ -1,4 +1,4 @@
-"""Run the workloads of issue 4 against RabbitMQ and streamlet and print them side by side.
+"""Run the benchmark workloads against RabbitMQ and streamlet and print them side by side.
 
     python -m bench.run [--quick] [--only streamlet|rabbitmq] [--json out.json]
                         [--plot docs/performance.png]

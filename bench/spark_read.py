@@ -1,5 +1,5 @@
 """Rows/s reading N messages of a stream into a Spark DataFrame (noop sink), against reading
-the same rows from Parquet with Spark, in one run (issue 6's benchmark; target >= 0.5x).
+the same rows from Parquet with Spark, in one run (target >= 0.5x).
 
     .venv/bin/python bench/spark_read.py [--messages 1000000] [--size 100] [--runs 3]
 

@@ -1,4 +1,4 @@
-"""The workloads of issue 4, each run the same way against any server.
+"""The benchmark workloads, each run the same way against any server.
 
 Every workload creates its own streams, runs its client processes through
 :func:`bench.workers.run_parallel` while a thread samples the broker's RSS, deletes its streams,

@@ -1,4 +1,4 @@
-"""`make soak`: the long hardening runs of issue 10 against one real broker process.
+"""`make soak`: the long hardening runs against one real broker process.
 
 Phases (each a module with one job): ``fuzz`` (mutated frames over many short connections
 while a bystander publishes and consumes), ``hold`` (10,000 connections open at once) and
