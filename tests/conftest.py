@@ -48,9 +48,10 @@ def broker(broker_factory: Callable[..., BrokerProcess]) -> BrokerProcess:
 
 @pytest.fixture(scope="module")
 def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """One broker for a whole test module (tests must use distinct stream names)."""
+    """One broker for a whole test module (tests must use distinct stream names); no metrics
+    or management API: it would hold their default ports for the whole module."""
     root = tmp_path_factory.mktemp("shared-broker")
-    b = BrokerProcess(root / "data").start()
+    b = BrokerProcess(root / "data", extra_args=["--metrics-port", "0", "--http-port", "0"]).start()
     yield b
     b.stop()
 

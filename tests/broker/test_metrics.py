@@ -16,7 +16,7 @@ from rstream import Consumer as RConsumer
 from rstream import ConsumerOffsetSpecification, OffsetType, RawMessage
 from rstream import Producer as RProducer
 
-from tests.support.brokers import BrokerProcess, free_port
+from tests.support.brokers import BrokerProcess, free_port, holding
 from tests.support.scrape import Samples, scrape, scrape_text, value
 from tests.support.waiting import eventually
 
@@ -232,18 +232,10 @@ def logged(b: BrokerProcess, text: str, timeout: float = 30) -> bool:
 
 def test_the_default_port_taken_is_skipped(broker_factory: Callable[..., BrokerProcess]) -> None:
     """Two brokers on one machine both start; the second logs that it has no metrics."""
-    holder = socket.socket()
-    try:
-        try:
-            holder.bind(("127.0.0.1", 15692))
-            holder.listen()
-        except OSError:
-            pass  # someone else holds it: taken all the same
+    with holding(15692):
         b = broker_factory()
         assert logged(b, "no metrics endpoint: cannot listen on 127.0.0.1:15692")
         assert b.alive()
-    finally:
-        holder.close()
 
 
 def test_metrics_port_zero_turns_it_off(broker_factory: Callable[..., BrokerProcess],

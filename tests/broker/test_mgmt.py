@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import socket
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +17,7 @@ from rstream import Consumer as RConsumer
 from rstream import ConsumerOffsetSpecification, OffsetType, RawMessage
 from rstream import Producer as RProducer
 
-from tests.support.brokers import BrokerProcess, free_port
+from tests.support.brokers import BrokerProcess, free_port, holding
 from tests.support.users import APP, app_users
 from tests.support.waiting import eventually
 
@@ -217,19 +216,11 @@ async def test_rabbitmqadmin(broker_factory: Callable[..., BrokerProcess],
 
 
 def test_the_default_port_taken_is_skipped(broker_factory: Callable[..., BrokerProcess]) -> None:
-    holder = socket.socket()
-    try:
-        try:
-            holder.bind(("127.0.0.1", 15672))
-            holder.listen()
-        except OSError:
-            pass  # someone else holds it: taken all the same
+    with holding(15672):
         b = broker_factory(extra_args=["--metrics-port", "0"])
         assert eventually_sync(lambda: "no management API: cannot listen on 127.0.0.1:15672"
                                in b.log_text())
         assert b.alive()
-    finally:
-        holder.close()
 
 
 def eventually_sync(check: Callable[[], bool], timeout: float = 30) -> bool:

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -26,6 +27,26 @@ def distinct_ports(n: int) -> list[int]:
         for s in socks:
             s.bind(("127.0.0.1", 0))
         return [int(s.getsockname()[1]) for s in socks]
+
+
+@contextlib.contextmanager
+def holding(port: int, timeout: float = 120.0) -> Iterator[socket.socket]:
+    """Listen on 127.0.0.1:``port`` for the block, so a broker started in it finds the port
+    taken. Another test's broker may hold it now (a default port, under xdist) and let it go
+    any moment, so wait until this test holds it itself; after ``timeout``, go on with it
+    held by the other (taken all the same, as long as that holder keeps it)."""
+    deadline = time.monotonic() + timeout
+    with socket.socket() as holder:
+        while True:
+            try:
+                holder.bind(("127.0.0.1", port))
+                holder.listen()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+        yield holder
 
 
 def wait_for_port(host: str, port: int, timeout: float = 60.0, proc: subprocess.Popen[bytes] | None = None) -> None:
