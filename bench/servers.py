@@ -336,27 +336,34 @@ class StreamletCluster(ClusterServer):
     log_path: Path | None = None
 
     @classmethod
-    def start(cls, root: Path, nodes: int = 3, timeout: float = 60) -> StreamletCluster:
-        port = consecutive_free_ports(nodes)
+    def start(cls, root: Path, nodes: int = 3, timeout: float = 60,
+              tries: int = 3) -> StreamletCluster:
         data = root / "streamlet-cluster"
         data.mkdir(parents=True, exist_ok=True)
         log = root / "streamlet-cluster.log"
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(REPO / "broker_image"), env.get("PYTHONPATH", "")) if p)
-        cmd = [sys.executable, "-m", "streamlet", "cluster", "up", "--nodes", str(nodes),
-               "--port", str(port), "--data-dir", str(data),
-               "--metrics-port", "0", "--http-port", "0"]  # measured: the stream ports only
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                    cwd=root, start_new_session=True)
-        srv = cls("streamlet", port, proc.pid, data, [port + i for i in range(nodes)], proc, log)
-        try:
-            srv.ensure_up(timeout)
-        except ServerError as e:
-            srv.stop()
-            raise ServerError(f"{e}; log: {log.read_text()[-2000:]}") from e
-        return srv
+        for attempt in range(1, tries + 1):
+            port = consecutive_free_ports(nodes)
+            cmd = [sys.executable, "-m", "streamlet", "cluster", "up", "--nodes", str(nodes),
+                   "--port", str(port), "--data-dir", str(data),
+                   "--metrics-port", "0", "--http-port", "0"]  # measured: the stream ports only
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                        cwd=root, start_new_session=True)
+            srv = cls("streamlet", port, proc.pid, data, [port + i for i in range(nodes)], proc,
+                      log)
+            try:
+                srv.ensure_up(timeout)
+                return srv
+            except ServerError as e:
+                srv.stop()
+                said = log.read_text()
+                if attempt < tries and "is busy" in said:
+                    continue  # a port found free was taken before cluster up got it: others
+                raise ServerError(f"{e}; log: {said[-2000:]}") from e
+        raise AssertionError("unreachable")
 
     def node_pids(self) -> list[int]:
         """Each node's broker pid from cluster.json (0 when unknown: not started, restarting)."""
