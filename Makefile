@@ -67,6 +67,7 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache  # the layers: .importlinter
 	$(PY) .ci/cycles.py streamlet streamlet_operator streamlet_spark  # no import cycle, type-only imports included
 	$(PY) .ci/house_rules.py broker_image operator spark-on-k8s tests bench .ci  # no issue numbers
+	$(PY) .ci/house_rules.py --docstrings 10 broker_image operator spark-on-k8s tests bench .ci  # module docstrings: the contract
 
 # Side by side with RabbitMQ; results in bench/results/ (latest.json, performance.png) only.
 # UPDATE_DOCS=1 also rewrites the results section of docs/performance.md and docs/performance.png.

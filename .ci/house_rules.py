@@ -3,8 +3,8 @@
 `python .ci/house_rules.py [PATH ...]` lists every line of the project's code and tests (git's
 files ending .py, .pyi, .c, .sh under PATH) that names an issue number ("issue" and a number, or
 "#" and a number; a reference that names another project, osiris#N or Strimzi #N, is not one), and exits 1
-if there is one. `--docstrings N` lists the module docstrings longer than N lines instead
-(report only: their mechanism belongs in docs/).
+if there is one. `--docstrings N` lists the module docstrings longer than N lines instead,
+and exits 1 if there is one (a docstring states the contract; the mechanism belongs in docs/).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="*", default=["."])
     parser.add_argument("--docstrings", type=int, metavar="N",
-                        help="list module docstrings longer than N lines (report only)")
+                        help="list module docstrings longer than N lines instead")
     args = parser.parse_args(argv)
     if args.docstrings is not None:
         long = []
@@ -64,7 +64,10 @@ def main(argv: list[str]) -> int:
                     long.append((n, path))
         for n, path in sorted(long, key=lambda r: (-r[0], str(r[1]))):
             print(f"{path}: a module docstring of {n} lines")
-        return 0
+        if long:
+            print(f"{len(long)} module docstring(s) longer than {args.docstrings} lines: state the "
+                  "contract, move the mechanism to docs/ (docs/development.md, 'House rules')")
+        return 1 if long else 0
     found = 0
     for path in files(args.paths):
         for n, line in issue_numbers(path.read_text()):

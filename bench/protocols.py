@@ -2,15 +2,10 @@
 the RabbitMQ Stream protocol on one streamlet broker, in one run (streamlet only: RabbitMQ speaks
 none of them).
 
-Each protocol produces ``proto_count`` messages into its own empty stream (the RabbitMQ protocol
-with bench/load.py's publisher, the others with bench/protoload.py's pipelined clients); SBP and
-its RabbitMQ-protocol baseline move ``sbp_bytes`` at each size, enough for a rate. Then SBP
-reads back the stream the RabbitMQ protocol wrote, from its first offset, so both read the same
-chunks; MEGA and RSIO (``proto_count`` messages) read back their own. MEGA and RSIO run at
-``small`` bytes; SBP and its RabbitMQ baseline at ``small`` and ``large``. An SBP record batch
-is stored as one message (docs/protocols/sbp.md), so SBP's rows count batches of ``size``
-bytes as the RabbitMQ rows count messages. The rows' ratio column compares each protocol with
-the RabbitMQ protocol's row of the same size and run.
+Each protocol produces into its own empty stream and reads back (SBP the stream the RabbitMQ
+protocol wrote, so both read the same chunks); each row's ratio column compares it with the
+RabbitMQ protocol's row of the same size and run. Sizes and counts:
+docs/performance.md#other-protocols-mega-and-rsio.
 """
 
 from __future__ import annotations

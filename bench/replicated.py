@@ -1,18 +1,10 @@
 """The replicated workload: a stream with 3 members on a 3-node cluster of each
 server, run the same way against both.
 
-- publish 1,000,000 x 100 B and 200,000 x 1,000 B to the leader (the stream created on node 0
-  with ``initial-cluster-size`` 3, which both servers place with the leader on the receiving
-  node), then catch-up consume from a follower (a replica, both servers): a confirm means a
-  majority holds the message;
-- publish-to-deliver latency at a fixed rate, publisher and consumer on the leader (both
-  servers deliver committed messages only, so this includes the replication round trip);
-- catch-up: a member stopped (SIGSTOP) while 1 GB is published, then let go: the time until
-  a consumer attached to it at the last offset gets that message (a consumer reads its
-  member's own log on both servers);
-- failover: kill -9 of the leader's process while a publisher publishes at a steady rate; the
-  time from the kill to the first confirm on a connection to the new leader (found through
-  Metadata on any surviving node, retried while it answers no leader or refuses).
+Four parts: publish to the leader then catch-up consume from a follower; publish-to-deliver
+latency at a fixed rate on the leader; a member's catch-up after being stopped while 1 GB is
+published; failover, the time from kill -9 of the leader to the first confirm on the new one.
+What each measures and why: docs/performance.md#replicated-streams-3-members.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """Draining a broker pod before its node goes away, decided as pure functions.
 
-A drain is asked for with the annotation ``streamlet.dev/drain``: ``"true"`` on a Pod (it goes
-with the Pod: a pod made again, on a new node, is used again), or a list of ordinals on the
-Broker (``"2"``, ``"1,2"``: it outlives the pod's re-creation; removed by whoever set it).
-While a pod is drained (docs/operations.md, "Draining a pod"):
-
-- the streams it leads move their leadership to an in-sync member on a pod not drained (a
-  planned transfer, driver.py);
-- single-replica streams on it are moved off (moves.py's protocol, handlers/stream.py);
-- no new stream, and no moved stream, is placed on it (placement.place's ``avoid``);
-- the members of replicated streams stay (membership changes are not built): the drain is
-  complete only once every stream with a member there keeps a quorum in sync without the
-  drained pods, so taking them away leaves every stream writable.
-
-The Broker's ``Drained`` condition says where it stands. driver.py carries out the transfers
-and writes the condition; handlers/stream.py moves the streams. Tests:
-tests/operator/test_drain_units.py (tables), tests/operator/test_drain.py (end to end).
+A drain is asked for with the annotation ``streamlet.dev/drain``: ``"true"`` on a Pod, or a list
+of ordinals on the Broker. While a pod is drained, the streams it leads are transferred to
+in-sync members elsewhere, its single-replica streams are moved off, nothing new is placed on
+it, and the drain is complete once every stream keeps a quorum in sync without the drained pods
+(the Broker's ``Drained`` condition). driver.py carries out the transfers; handlers/stream.py
+moves the streams. Mechanism: docs/operations.md#draining-a-pod.
 """
 
 from __future__ import annotations

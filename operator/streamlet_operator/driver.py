@@ -1,27 +1,11 @@
 """The operator as placement driver: one Broker's replicated Streams, looked after each tick.
 
-Each tick (handlers/replication.py runs it every ``SETTINGS.replication_interval`` seconds):
-
-- every pod is probed (a login within a second, elector.Members.probe); misses in a row count;
-  the Broker's Pods are listed for those being deleted (their leaderships move first);
-- a Stream with no ``status.replication`` yet is discovered: the pods that hold it (StreamStats)
-  once all its copies answer, epoch 1, the Create's pod as leader (failover.discovered);
-- a Stream whose leader missed ``SUSPECT_AFTER`` probes or is on a pod being deleted, that has
-  no leader, or that carries the force-leader annotation is elected (elector.run_election): the new epoch is reserved in
-  its status by a resourceVersion compare-and-swap **before** any member hears of it (a
-  conflict with another writer that changed the epoch means it is theirs: this one stops), the
-  reachable members are fenced, the pure rule elects, Assign goes to the leader and then the
-  followers (the push), and the status and the directory ConfigMap (the backstop) follow;
-- otherwise the members' tails give who is in sync and the phase, and a member pod that
-  missed probes and answers again (restarted: it may hold an older epoch's role) is assigned
-  its role in the current epoch again; so is every member once when the driver starts;
-- then the drain (drain.py decides): the leaderships on drained pods are transferred to
-  in-sync members elsewhere, and the Broker's Drained condition says what is left;
-- then the roll (any Broker, replicated Streams or not): pods made from an older pod template
-  are deleted one at a time, each once its leaderships were transferred (a planned transfer)
-  and no stream would lose its quorum (rolling.py decides; the Broker's Rolling condition).
-
-The decisions are failover.py's, drain.py's and rolling.py's (pure); this module makes the calls.
+Each tick (handlers/replication.py runs it every ``SETTINGS.replication_interval`` seconds) it
+probes the pods, discovers new replicated Streams, elects where a leader is lost, on a pod being
+deleted or forced (the epoch reserved in the Stream's status before any member hears of it),
+reassigns restarted members, then carries out the drain and the roll. The decisions are
+failover.py's, drain.py's and rolling.py's (pure); this module makes the calls.
+Mechanism: docs/replication.md#on-kubernetes.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """A Stream's scheduled export: keep the CronJob (or ScheduledSparkApplication) that
 builders/export.py makes, remove it when ``spec.export`` goes, and report the last run.
 
-Each export runs as a user of its own, which may only read its stream: its name and random
-password are kept in a Secret (``<stream>-export-user``, made here once), which the Broker's
-reconciler adds to the broker's users with that permission (handlers/broker.py), and which
-goes with the export (deleted here) or the Stream (its owner; the Broker's reconciler also
-drops the users of Streams that are gone).
-
-Runs at the end of every Stream reconciliation (change handler and timer), so the status
-follows the runs without watching Jobs. The ``ExportReady`` condition records which kind was
-made (its reason), so a Stream without an export costs no API call at all.
+Each export runs as a user of its own that may only read its stream, kept in a Secret
+(``<stream>-export-user``, made here once) that goes with the export or the Stream. Runs at the
+end of every Stream reconciliation; the ``ExportReady`` condition records which kind was made, so
+a Stream without an export costs no API call. Mechanism: docs/operations.md#export-users.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """Moving a stream between broker pods without losing a confirmed message.
 
-A move, driven by the Stream reconciler across as many passes as it needs:
-
-1. create the stream on the new pod and copy the old one into it (``copy_stream``);
-2. record the new placement (and ``status.move``) and write the directory naming the new pod;
-3. wait until the old pod has read that directory and sealed its stream (``sealed``): it then
-   confirms nothing more, tells its publishers (MetadataUpdate) and they go to the new pod;
-4. copy again: the messages the old pod confirmed since step 1, now final;
-5. delete the old stream.
-
-Copies publish with the publisher reference ``MOVE_REFERENCE`` and publishing id = source
-offset + 1, so the new pod deduplicates: a copy interrupted at any point is resumed, never
-doubled, and the tail copy starts where the stored sequence says. A copy keeps publishing
-while confirms come back and waits for them once, at its end: the tail is whatever producers
-sent until the seal, often thousands of chunks of a few messages, and one round trip per chunk
-copied more slowly than they had published. Offsets stay the same when the old stream still
-starts at offset 0 (nothing removed by retention). Stored consumer offsets (StoreOffset) are
-not copied: consumers that track offsets on the server start again from their own offset
-specification.
+A move, driven by the Stream reconciler across as many passes as it needs: copy the stream to
+the new pod (``copy_stream``), record the placement and write the directory naming the new pod,
+wait until the old pod has sealed its stream (``sealed``), copy the tail, delete the old stream.
+Copies publish with ``MOVE_REFERENCE`` and publishing id = source offset + 1, so an interrupted
+copy is resumed, never doubled. Stored consumer offsets are not copied.
+Mechanism: docs/operations.md#5-scale, docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """What one pass of the Stream reconciler does, and what its status says, decided without I/O.
 
-handlers/stream.py is the executor: it reads the Stream and its Broker, asks ``plan_stream``
-what to do (which settings, which pod, which step of a move), makes the broker calls the plan
-names, and asks ``report`` what they came to (phase, Ready condition, Events, directory).
-Neither function does I/O nor imports kopf, so tests/operator/test_plan.py covers every
-decision with tables, as kopf's tests/causation does for its own ``detect_*_cause``.
-
-A move (moves.py has the protocol) spans passes: START on the pass that finds the stream on a
-pod being removed (copy, record ``status.move``, name the new pod), FINISH on that pass and
-each later one until the old pod has sealed (copy the tail, delete the old stream).
+handlers/stream.py is the executor: it asks ``plan_stream`` what to do (which settings, which
+pod, which step of a move), makes the broker calls the plan names, and asks ``report`` what they
+came to (phase, Ready condition, Events, directory). Neither function does I/O nor imports kopf,
+so tests/operator/test_plan.py covers every decision with tables. A move spans passes: START
+(copy, record ``status.move``, name the new pod), then FINISH until the old pod has sealed.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """The operator's roll of a Broker's pods, decided as pure functions (driver.py carries it out).
 
-The StatefulSet's ``updateStrategy`` is ``OnDelete``: its controller makes a deleted pod again
-from the current template and does nothing else. Each tick the placement driver asks
-:func:`next_step` what to do with the pods whose template hash differs from the StatefulSet's,
-one pod at a time (Strimzi's KafkaRoller and the notes' section 3.8):
-
-1. wait while any pod is being deleted, missing (deleted, not made again yet), not ready or
-   not answering probes: never two pods down at once;
-2. the next pod in :func:`roll_order` may stop only if every replicated stream with a member
-   on it keeps a quorum of in-sync members without it (``safe_to_stop``; else
-   ``WaitingForQuorum``) and every replicated stream is back in sync (``WaitingForSync``);
-3. the streams it leads are transferred to an in-sync member first (a planned transfer);
-4. then it is deleted, and step 1 waits for it to come back.
-
-Nothing is forced: a roll that cannot go on waits and the Broker's ``Rolling`` condition says
-why. Tests: tests/operator/test_rolling.py (tables).
+The StatefulSet's ``updateStrategy`` is ``OnDelete``. Each tick :func:`next_step` says what to do
+with the pods whose template hash differs from the StatefulSet's, one pod at a time, in
+:func:`roll_order`: wait while any pod is down; stop the next only if every replicated stream
+keeps a quorum in sync without it (``safe_to_stop``) and all are in sync; transfer its
+leaderships first; then delete it. Nothing is forced: the Broker's ``Rolling`` condition says
+why a roll waits. Mechanism: docs/operations.md#what-rolls-the-pods.
 """
 
 from __future__ import annotations

@@ -1,16 +1,13 @@
 """Incremental export of a stream (or super stream) to Parquet; progress is a stored offset.
 
-Each run reads from one after the offset stored under ``--reference`` (or from the first
-offset) up to the stream's end when the run starts, writes the rows into one folder per run
-(``run=<start>`` — a retried run whose store did not happen rewrites the same folder, so no row
-is exported twice), and then stores the end as the reference's offset in the stream.
+Each run reads from one after the offset stored under ``--reference`` (or from the first) up to
+the stream's end when the run starts, writes one folder per run (``run=<start>``: a retried run
+rewrites the same folder, so no row is exported twice), then stores the end as the reference's
+offset.
 
     spark-submit export_parquet.py --host streamlet --stream events --destination s3a://b/events
 
-Over TLS (``--tls``, with ``--ca-cert``, and ``--cert``/``--key`` for mutual TLS), as the CLI.
-The files may come as PEM text in the environment instead (``STREAMLET_TLS_CA``,
-``STREAMLET_TLS_CERT``, ``STREAMLET_TLS_KEY``: how the operator hands over one key of a
-Secret, as it does the password); they are written to a private folder for the run.
+TLS as the CLI (``--tls``, ``--ca-cert``, ``--cert``/``--key``, or PEM text in ``STREAMLET_TLS_*``).
 """
 
 from __future__ import annotations

@@ -62,3 +62,19 @@ def test_files_without_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(rules.subprocess, "run", no_git)
     found = sorted(str(f) for f in rules.files(["pkg", ":!pkg/bench"]))
     assert found == ["pkg/a.py", "pkg/f.c"]
+
+
+def test_long_docstrings_fail_the_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "short.py").write_text('"""One.\n\nThree lines.\n"""\n')
+    (tmp_path / "long.py").write_text('"""' + "\n".join(["line"] * 4) + '\n"""\n')
+    monkeypatch.chdir(tmp_path)
+
+    def no_git(*args: object, **kwargs: object) -> None:
+        raise FileNotFoundError("git")  # the files under ".", not git's
+
+    monkeypatch.setattr(rules.subprocess, "run", no_git)
+    assert rules.main(["--docstrings", "4", "."]) == 0
+    assert rules.main(["--docstrings", "3", "."]) == 1
+    out = capsys.readouterr().out
+    assert "long.py: a module docstring of 4 lines" in out and "short.py" not in out

@@ -1,14 +1,11 @@
-"""The images ship compiled bytecode: they run as a user who cannot write their Python trees
-(and the broker's and operator's with PYTHONDONTWRITEBYTECODE), so a module without its .pyc is
-compiled from source at every start (a client command in the broker image took 2 s). The
-broker's and operator's build compiles the whole venv with unchecked-hash .pyc files (used
-without comparing the sources' timestamps, which COPY --from need not keep); the Spark image
-keeps what pip compiles. Nothing removes __pycache__ afterwards.
+"""The images ship compiled bytecode and their C extensions, checked in their Dockerfiles.
 
-Each image builds the C extensions (streamlet.native.MODULES): gcc and the Python headers are
-installed in a build stage only (the runtime stage never has a compiler), before the pip
-step that builds streamlet, and an import of every C module after it fails the build when
-one did not compile (pip skips an optional extension silently)."""
+The broker's and operator's build compiles the whole venv with unchecked-hash .pyc files (they
+run as a user who cannot write their Python trees, and a module without its .pyc is compiled at
+every start); nothing removes __pycache__ afterwards. Each image builds the C extensions
+(streamlet.native.MODULES) with gcc in a build stage only, and imports every C module after the
+pip step, so a build where one did not compile fails. Why: docs/development.md#the-c-extensions.
+"""
 
 from __future__ import annotations
 

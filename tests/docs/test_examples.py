@@ -1,29 +1,11 @@
 """The examples of README.md and docs/, run as a reader would run them.
 
 Each fenced block of shell, Python, TOML, JSON or YAML carries a marker on the line before its
-fence, an HTML comment readers do not see: ``<!-- example: KIND [note] -->``. KINDs:
-
-- ``run``: executed here, in a folder of its own per page (``.venv``, ``spark-on-k8s``,
-  ``examples`` and ``crds`` linked into it from the repository), in document order: shell with
-  ``bash -e -o pipefail``, Python as a script with ``.venv/bin/python``. It must exit 0.
-- ``output``: the standard output the ``run`` block before it must print, line for line.
-- ``serve PORT...``: started in the background (a broker, a local cluster) and waited for until
-  each PORT accepts connections; stopped when the page is done.
-- ``file NAME``: written to NAME in the page's folder (and parsed, by its language).
-- ``setup``: what the test does itself (the README's ``make up``: a page without a ``serve``
-  block gets a broker from ``make up`` on free ports, as "a broker running" means).
-- ``k8s REASON`` / ``bench REASON``: needs a Kubernetes cluster or cloud storage / minutes of
-  load; not run, only checked: shell by ``bash -n``, Python compiled, YAML parsed.
-- ``fragment``: part of a larger program (compiled or ``bash -n``); ``api``: signatures, not
-  code; ``config``: a TOML, JSON or YAML text, parsed (TOML also by the broker's own
-  configuration loader: a whole file ``streamlet serve --config`` takes).
-
-The examples use the ports the docs name (5552, the CLI's default...), as written: each page
-runs in a network namespace of its own (``unshare --net --map-root-user``, its loopback only),
-so they are free whatever runs on the machine, and nothing leaves loopback. Where namespaces
-are not allowed, the page runs on the machine's loopback and fails if one of its ports is
-taken. The processes get the environment of a reader who has not activated the virtual
-environment: no ``PYSPARK_PYTHON``, no ``.venv/bin`` on ``PATH``, no ``STREAMLET_*``.
+fence, an HTML comment readers do not see: ``<!-- example: KIND [note] -->``, KIND one of
+``run``, ``output``, ``serve PORT...``, ``file NAME``, ``setup``, ``k8s REASON``, ``bench
+REASON``, ``fragment``, ``api``, ``config``. Each page runs in a folder of its own, in a network
+namespace of its own where namespaces are allowed (loopback only), with the environment of a
+reader who has not activated the virtual environment. The kinds: docs/development.md#docs-examples.
 """
 
 from __future__ import annotations

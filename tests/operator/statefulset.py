@@ -1,15 +1,12 @@
 """The test plays the StatefulSet controller with ``updateStrategy: OnDelete`` and the kubelet,
-for one Broker: a Pod object per ordinal, made from the StatefulSet's template as it is when
-the pod is made (its labels and annotations: the template hash the operator compares), its
-broker process started and the Pod marked Ready once the broker listens. A Pod deleted (it
-carries a finalizer, so it is Terminating) keeps its broker running for ``grace`` seconds, as
-the broker's preStop sleep does, then has it stopped (SIGTERM), its finalizer removed, and is
-made again from the template then current, ``restart_delay`` seconds after it is gone.
+for one Broker: a Pod per ordinal made from the StatefulSet's template as it is then, its broker
+process started and the Pod marked Ready once it listens; a deleted Pod keeps its broker for
+``grace`` seconds (the preStop sleep), then has it stopped, and is made again ``restart_delay``
+seconds after it is gone.
 
-It records what a test asserts on: each deletion seen (with whatever ``on_delete`` says at
-that moment, e.g. the streams the pod led), and the most pods down at once, in the API
-server's order (resourceVersions: a pod is down from the write that marked it deleted until
-the one that made it again), which no sluggishness of this loop can hide.
+It records what a test asserts on: each deletion seen (with what ``on_delete`` says then), and
+the most pods down at once in the API server's order (resourceVersions), which no sluggishness
+of this loop can hide.
 """
 
 from __future__ import annotations

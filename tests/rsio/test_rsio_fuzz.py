@@ -1,14 +1,8 @@
 """Fuzzing the Reactive Streams IO listener.
 
-In process (fast): 100,000 random, mostly well-formed frames, some mutated, fed frame by frame
-into the broker's real RsioConnection (the LISTENERS factory, a broker that never listens, a
-fake transport). The test models what the broker accepted from each append (it decodes what it
-sends exactly as the broker's splitter does) and reads what the broker wrote back, so it knows
-which elements the broker confirmed (its demand given back, its onComplete); every one of them
-must be in the stream at the end, and the broker must have raised nothing. Then the broker is
-restarted on the same data: every confirmed element is still there and it serves an append
-and a read.
-
+In process (fast): 100,000 random, mostly well-formed frames, some mutated, fed into the
+broker's real RsioConnection; every element the broker confirmed must be in the stream at the
+end, also after a restart on the same data, and the broker must have raised nothing.
 Over sockets (short): a real broker process takes random and mutated frames on several
 connections while a well-behaved client publishes; the broker keeps serving and everything the
 client was confirmed is readable.

@@ -1,24 +1,12 @@
 """The stream directory: where streams this broker does not hold live, so it can answer for them.
 
-Brokers are independent (one broker per stream). A directory file, written by the operator and
-mounted into every pod, maps stream names to the advertised ``host:port`` of the broker holding
-them, so a Metadata request to any broker names the right leader::
-
-    {"streams": {"orders": "b-1.b-headless.ns.svc.cluster.local:5552",
-                 "tenant-a/audit": "b-0.b-headless.ns.svc.cluster.local:5552",
-                 "payments": {"epoch": 4, "leader": "b-2...:5552",
-                              "replicas": ["b-0...:5552", "b-1...:5552"]}},
-     "super_streams": {"invoices": {"partitions": ["invoices-0", "invoices-1"],
-                                    "binding_keys": ["0", "1"]}}}
-
-A replicated stream's entry is an object: its epoch, its leader (``null`` while it is being
-elected: Metadata then answers leader 0xFFFF, and clients retry) and its other members.
-
-A key is the stream's name for the vhost ``/``, else ``<vhost>/<stream>``. A stream this broker
-holds whose entry changes to name another broker has been moved there: it is sealed here
-(``seal_changes``). The file is read again when it changes (its stat is checked at most once a
-second, by a timer and when a request needs it); a file that cannot be
-read or parsed is logged and the last good one kept. Everything but ``DirectoryFile`` is pure.
+A directory file, written by the operator (or the local placement driver) and mounted into every
+pod, maps stream names (``<vhost>/<stream>``, or the name alone for ``/``) to the advertised
+``host:port`` of the broker holding them, or for a replicated stream to its epoch, leader and
+replicas, and super streams to their partitions. A stream held here whose entry names another
+broker is sealed (``seal_changes``). The file is read again when it changes; one that cannot be
+read keeps the last good one. All but ``DirectoryFile`` is pure.
+Format: docs/configuration.md#the-stream-directory.
 """
 
 from __future__ import annotations

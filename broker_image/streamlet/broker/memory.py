@@ -1,20 +1,11 @@
 """Giving freed memory back to the system, and keeping large blocks for reuse.
 
-Python frees a closed connection's objects at once, but glibc keeps the freed heap pages for
-reuse: after 10,000 connections closed the broker stayed ~30 MB above where it started. Asking
-glibc to return its free pages (malloc_trim) after connections closed brings most of it back;
-it costs a millisecond or a few, so the broker does it when connections closed (or quiet ones
-gave their read arenas back, transport.py) since the last time: every TRIM_INTERVAL_S, or
-within TRIM_CHECK_S of a storm (STORM_FREED of them since), so that a storm's memory does not
-wait out the interval (``trim_due``). Elsewhere than glibc this does nothing.
-
-The other way round, large blocks: glibc gives a block above its mmap threshold (128 KiB at
-first, raised as such blocks are freed) its own mapping, and trims the heap's free top past its
-trim threshold, so a broker reading multi-megabyte chunks and cutting them into fetch answers
-(SBP, MEGA, RSIO) starts each on fresh pages and pays a page fault per 4 KiB: half the broker's
-CPU for an SBP FETCH of 1,000-byte records (2,100 -> 900-1,170 ns per record, bench/protocols).
-``keep_large_blocks`` serves blocks up to 16 MiB from the heap and keeps up to 32 MiB of its
-free top for the next one; the timer's malloc_trim still returns what closed connections freed.
+``trim_due`` says when to ask glibc to return its free pages (malloc_trim): every
+TRIM_INTERVAL_S once connections closed (or quiet ones gave their read arenas back), or within
+TRIM_CHECK_S of a storm (STORM_FREED of them). ``keep_large_blocks`` serves blocks up to 16 MiB
+from the heap and keeps up to 32 MiB of its free top, so multi-megabyte chunk reads do not
+start on fresh pages each time. Elsewhere than glibc this does nothing.
+Why: docs/reliability.md#the-rule-for-memory.
 """
 
 from __future__ import annotations

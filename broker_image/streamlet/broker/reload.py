@@ -1,31 +1,12 @@
 """Reloading the users file and the TLS certificate while the broker runs, without a restart.
 
-The files ``[server] users_file`` and ``[tls] certfile``, ``keyfile``, ``cafile`` name are
-read again when their content changes (checked every ``[server] reload_interval`` seconds)
-and at once on SIGHUP. Content, not inotify: a Kubernetes Secret volume is updated by
-swapping a ``..data`` symlink to a new folder, which leaves the watched path itself
-untouched; hashing what the path resolves to sees every such change.
-
-A change is applied whole or not at all: a users file or certificate that does not load
-keeps the old one in force, is logged and counted (``streamlet_reload_failures_total``).
-
-Users: the users file's [[users]] and its [[permissions]] are swapped in together, in one
-step, so a user the file adds is never known without the permissions the file gives it. New
-logins (RabbitMQ Stream SASL and the management API's Basic) use the new table at once. The
-open connections of a user no longer there are closed (a RabbitMQ Stream client is sent a
-Close saying why), as RabbitMQ closes a deleted user's connections; a user whose password,
-loopback_only or max_connections changed keeps its open connections (the new values apply
-from its next login). Permissions are checked per operation (create, delete, declare
-publisher, subscribe, offsets, stats): an open connection's next such operation sees
-the new permissions, but what it already holds stays (a declared publisher keeps
-publishing, a subscription keeps delivering, the vhost it opened stays open), as in RabbitMQ.
-A [[permissions]] entry of the main config naming a removed user stays in force, dormant:
-the user can no longer log in, and if it comes back it comes back with those restrictions,
-never with full access (a warning is logged, since a restart with that config would be
-refused until the entry goes).
-
-TLS: new handshakes use the new certificate, key and CA, on every listener with TLS; open
-TLS connections keep theirs.
+The files ``[server] users_file`` and ``[tls] certfile``, ``keyfile``, ``cafile`` name are read
+again when their content changes (checked every ``[server] reload_interval`` seconds) and at
+once on SIGHUP. A change is applied whole or not at all: one that does not load keeps the old
+one in force, is logged and counted (``streamlet_reload_failures_total``). Users and their
+permissions are swapped in one step; a removed user's connections are closed; new TLS
+handshakes use the new certificate.
+Mechanism: docs/configuration.md#reloading-users-and-certificates.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """The asyncio side of a connection, whatever its protocol: frames in, bytes out, back-pressure.
 
 A protocol adapter subclasses ``FramedConnection`` and implements ``handle_frame`` (one whole
-frame), ``frame_too_large``, ``lost`` (the connection is gone: release what it held) and
-``busy`` (the peer waits on something: not idle). This class knows no protocol: it splits
-frames with the splitter it is given, counts connections against the broker's limit and its
-listener's budget (``limits``, config.ListenerLimits), closes a connection that sends no
-complete first frame within its listener's ``first_frame_timeout`` or stays silent, not
-``busy``, for its ``idle_timeout``, gives a quiet connection's read arena back, and bounds
-what a peer can make the broker hold:
-
-- a frame that arrives in pieces is bounded three ways: by the splitter's limit for one frame,
-  by the broker's FrameBudget for all of them together (the connection stops being read while
-  its frame does not fit), and, once the adapter says the connection is ``opened``, by
-  ``server.frame_timeout`` from its first byte (a peer trickling bytes is closed);
-- a peer that does not read what we write (past WRITE_HIGH buffered) is not read either, so a
-  publisher ignoring its answers is held back by TCP instead of growing our buffers.
+frame), ``frame_too_large``, ``lost`` (release what it held) and ``busy`` (not idle). This class
+knows no protocol: it splits frames with the splitter it is given, counts connections against
+the broker's and its listener's limits, closes a connection too slow to send its first frame or
+silent and not ``busy`` too long, gives a quiet connection's read arena back, and bounds what a
+peer can make the broker hold (frames in pieces, unread writes): docs/reliability.md#limits.
 """
 
 from __future__ import annotations

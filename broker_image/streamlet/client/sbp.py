@@ -1,17 +1,12 @@
 """An SBP client (docs/protocols/sbp.md), asyncio. Requests are frames under stream identifiers
 of their own, in flight together; each collects its response frames up to the one with the
-response-end flag (an APPEND's or a FETCH's answers may come in several).
+response-end flag.
 
     async with await SbpClient.connect("127.0.0.1", 5555) as c:
-        await c.create_stream("events")
         offsets = await c.append("events", [b"batch-1", b"batch-2"])
-        records = await c.fetch("events", 0, max_wait_ms=1000, min_bytes=1)
 
-Streams are named (their SBP id is streamlet.sbp.stream_id(name)). A client does not move by
-itself: an append the broker does not lead is refused NOT_PRIMARY (SbpError), and ``follow``
-asks any broker with LIST_RANGES for the stream's primary and connects there (after a leader
-change too: tests/cluster/test_sbp_failover.py). The protocol is streamlet.sbp.session's (no
-I/O); this is the socket and the per-request queues around it.
+Streams are named (their SBP id is streamlet.sbp.stream_id(name)). An append the broker does not
+lead is refused NOT_PRIMARY (SbpError); ``follow`` finds the primary (LIST_RANGES) and goes there.
 """
 
 from __future__ import annotations

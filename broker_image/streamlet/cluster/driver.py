@@ -2,27 +2,11 @@
 (streamlet.replication.election), carries the decision out with the brokers' private Fence and
 Assign (streamlet.driver.elector), and writes the stream directory every node answers Metadata from.
 
-What it watches is the supervisor's: a node whose broker exited or was restarted (a new pid)
-lost its roles (a restarted broker comes back fenced). And it probes each leader's broker every
-tick: one that has not logged a client in for SUSPECT_AFTER probes is suspected, and its
-followers are asked (ReplicaContact) how long ago they heard from it; it is replaced only when
-it and the followers still in contact with it are no longer a quorum
-(replication.liveness.leader_lost), so a failing path between the driver and a working leader
-deposes nobody. A stream to elect gets an epoch reserved in ``driver.json`` (written before any
-Fence, so no epoch is used twice), every reachable member fenced with it, the highest (epoch,
-chunk id) among a fenced majority wins, then Assign to the leader and its followers. A member
-that came back fenced, or was not reached at the election, is assigned its role in the current
-epoch once it answers. Without a fenced majority nothing is elected: the directory names no
-leader (Metadata answers 0xFFFF) and the next tick tries again.
-
-Requests (``D/requests/``, cluster.requests): ``cluster elect --force`` lets the next election
-of a stream without a leader be unclean (recorded in the stream's record); ``cluster transfer``
-seals the leader (ReplicaSeal: no publishes, feeds and commits going on), waits for the target
-to hold its whole log, and elects with the target preferred.
-
-Discovery: a local cluster's nodes share one file system, so the driver finds each replicated
-stream's members in the members' own state files (``node-i/streams/<s>/replication.json``) when
-it has no record of its own yet. The Kubernetes operator keeps the same facts in Stream status.
+A leader is replaced only when it and the followers still in contact with it are no longer a
+quorum; an epoch is reserved in ``driver.json`` before any Fence, so none is used twice; without
+a fenced majority nothing is elected. It also carries out ``cluster elect --force`` and
+``cluster transfer`` requests.
+Mechanism: docs/replication.md#the-local-placement-driver-streamlet-cluster-up.
 """
 from __future__ import annotations
 

@@ -1,16 +1,13 @@
 """``<data dir>/cluster.json``: what the supervisor of ``cluster up`` tells ``status`` and ``down``.
 
-::
-
     {"supervisor_pid": 4242, "host": "127.0.0.1",
      "nodes": [{"index": 0, "pid": 4250, "port": 5552, "alive": true, "restarts": 0,
                 "started_at": 1767225600.0, "metrics_port": 15692, "http_port": 15672,
                 "log": "/home/me/cluster/node-0/broker.log"}, ...]}
 
-``alive`` is the supervisor's view (the process runs); ``started_at`` is the wall-clock time
-its current process started (0 before the first start); ``metrics_port`` and ``http_port`` are
-0 when off; ``log`` is where the node's output goes. Written whole, atomically (a temporary
-file renamed over it): a reader sees the old state or the new one, never half of one.
+``alive`` is the supervisor's view; ``started_at`` the wall-clock start of the current process
+(0 before the first); ports are 0 when off. Written whole, atomically: a reader sees the old
+state or the new one, never half of one.
 """
 
 from __future__ import annotations

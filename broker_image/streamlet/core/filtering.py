@@ -1,16 +1,11 @@
 """Stream filtering: a bloom filter per chunk, and the subscriptions' matchers.
 
-Follows the design of Osiris (osiris_bloom): the filter is ``stream-filter-size-bytes`` bytes
-(16-255); each filter value sets two bits, both in 1..bits-1; bit 0 says "this chunk also holds
-entries without a filter value". A chunk with no filter values at all (or only entries without
-one) has no bloom section. Bits are numbered from the most significant bit of byte 0.
-
-A subscription with filter values (RabbitMQ's ``filter.N``: broker/rabbitmq/filtering.py) receives a
-chunk when its bloom may hold one of them;
-a chunk without a bloom only when it subscribed with ``match-unfiltered=true``. Bloom filters
-have false positives, so clients filter messages again themselves (rstream, rbfly and the Java
-client all do). The hash is streamlet's own (blake2b), not Erlang's phash2: blooms are never
-sent to clients, so only this broker reads them.
+Follows Osiris's design (osiris_bloom): a ``stream-filter-size-bytes`` filter (16-255 bytes),
+two bits per filter value, bit 0 for "also entries without a filter value"; a chunk with no
+filter values has no bloom section. A subscription with filter values receives a chunk when its
+bloom may hold one of them, a chunk without a bloom only with ``match-unfiltered=true``; clients
+filter again (blooms have false positives). The hash is streamlet's own (blake2b): blooms never
+leave the broker. The layout: docs/protocol.md#subscribe-properties.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """Single active consumer: one consumer per (stream, name) receives; the others wait in line.
 
-The group tells the consumer it activates through its session (``ReaderSession.activate``: the
-RabbitMQ adapter sends a ConsumerUpdate, active=1), and the subscription delivers nothing until
-the adapter says the client is ready (the answer's offset spec decides where it starts). When
-the active consumer leaves (unsubscribed, its connection lost, its stream deleted) the next one
-in order of arrival is activated the same way.
-
-A group joined with a ``partition_index`` (RabbitMQ: the ``super-stream`` property, on a
-partition of that super stream) is a partitioned group: the active member is
-``members[index % len(members)]`` where ``index`` is the partition's position in the super
-stream, so the partitions spread over the group's consumers. When a join or a leave moves that
-choice, the current active one is first told to step down (active=False); the new one is
-activated once it has (``stepped_down``) or it leaves, so two consumers never deliver at once.
-
-A group's members need not be local subscriptions: a replicated stream's leader decides for the
-consumers its members hold (docs/replication.md), each a stand-in whose ``conn.activate`` tells
-that member. A consumer whose group is decided elsewhere (on a replicated stream's follower) is
-``defer``-red to that decider: ``leave``, ``stepped_down`` and ``is_active`` go to it. A
-new leader ``hold``s a stream's groups (steps down, activates nobody) until the consumers an
-earlier leader activated have surely stopped, then ``release``s them.
+The group activates a consumer through its session (``ReaderSession.activate``) and the
+subscription delivers nothing until the adapter says the client is ready; when the active one
+leaves, the next in order of arrival is activated. A partitioned group (``partition_index``)
+spreads a super stream's partitions over its consumers, the old active one stepping down before
+the new one starts. Members may be stand-ins for another broker's consumers, and a group may be
+``defer``-red to a decider elsewhere or ``hold``-ed by a new leader.
+Mechanism: docs/replication.md#single-active-consumer-groups.
 """
 
 from __future__ import annotations

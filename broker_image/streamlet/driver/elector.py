@@ -1,19 +1,12 @@
 """Carrying out an election against the member brokers, for any placement driver.
 
 The rule is pure (streamlet.replication.election); this is the I/O around it, shared by the
-local cluster's driver (streamlet.cluster.driver, its record a file) and the Kubernetes operator
-(its record the Stream's status, written with a resourceVersion compare-and-swap):
-
-1. ``reserve(epoch)`` records the new epoch durably **before** any member hears of it, so no
-   epoch is used twice even if the driver dies between steps; it answers False when another
-   driver reserved first (then this one stops: the other carries the election out);
-2. every member is fenced with it (a fenced member refuses the old epoch's traffic and answers
-   its tail);
-3. the rule elects among the fenced members;
-4. Assign goes to the leader, then to each follower.
-
-``Members`` speaks to the brokers: the brokers' private Fence and Assign over the RabbitMQ
-Stream protocol (streamlet.client), one short connection per request.
+local cluster's driver (its record a file) and the Kubernetes operator (its record the Stream's
+status): reserve the epoch durably before any member hears of it (False: another driver did,
+this one stops), fence every member with it, elect among the fenced, Assign the leader then each
+follower. ``Members`` speaks to the brokers: the private Fence and Assign over the RabbitMQ
+Stream protocol, one short connection per request.
+Mechanism: docs/replication.md#election-electionpy.
 """
 
 from __future__ import annotations

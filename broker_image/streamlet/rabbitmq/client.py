@@ -2,29 +2,10 @@
 
 A :class:`ClientHandshake` is fed what the server sent and answers with what to send; whoever
 owns the socket (asyncio streams, a blocking socket, a test's fake transport) reads and writes.
-
-The order, one request at a time, each waiting for its answer:
-
-    state               waits for                   then sends
-    (start())                                       PeerProperties(properties)
-    PEER_PROPERTIES     PeerPropertiesResponse      SaslHandshake
-    SASL_HANDSHAKE      SaslHandshakeResponse       SaslAuthenticate (PLAIN or EXTERNAL)
-    SASL_AUTHENTICATE   SaslAuthenticateResponse    nothing: the server's Tune follows
-    TUNE                Tune(frame_max, heartbeat)  Tune(negotiated values), Open(vhost)
-    OPEN                OpenResponse                nothing: OPENED, ``opened`` is set
-
-A response with a code other than OK, a frame the state does not wait for (or an answer to
-another correlation id), an undecodable frame, or the server's Close ends the handshake:
-``receive`` raises :class:`HandshakeFailed` with the protocol's code and the state is
-``FAILED``. A Heartbeat is ignored in every state.
-
-The Tune answer is the RabbitMQ clients' rule (:func:`negotiate`): for each value, the smaller
-of what we ask and what the server offers, 0 meaning "no preference". ``heartbeat=None`` asks
-for no heartbeats at all (0 answered whatever the server offers; the server then sends none
-and expects none).
-
-ExchangeCommandVersions is not part of it: it is an ordinary request after Open whose policy
-(which servers to ask, what to declare) is the client's own.
+Order: PeerProperties, SaslHandshake, SaslAuthenticate (PLAIN or EXTERNAL), the server's Tune
+answered by :func:`negotiate`'s values, Open. Anything else (an error code, an unexpected frame,
+the server's Close) raises :class:`HandshakeFailed` and the state is ``FAILED``; a Heartbeat is
+ignored. The table, state by state: docs/protocol.md#the-handshake-as-a-client-does-it.
 """
 
 from __future__ import annotations

@@ -3,29 +3,9 @@
 What may live here: states, the inputs that move between them, and the verdict on each pair.
 Nothing that sends, reads, times or authenticates: the connection does that, asks ``step``
 before it runs a command's handler, and reports what the handler decided with ``after``.
-
-The order, as clients send it: PeerProperties, SaslHandshake, SaslAuthenticate (again after a
-mechanism the server does not offer), then the server's Tune, which the client echoes, then Open.
-
-- ``AUTHENTICATING`` until a SaslAuthenticate succeeds. PeerProperties, SaslHandshake and
-  SaslAuthenticate are accepted in any order and any number of times. Tune or Open here is
-  refused with ACCESS_REFUSED and a Close only (no answer). Any other command is refused with
-  ACCESS_REFUSED, answered in its response layout, then Close.
-- ``TUNING``: authenticated, the server's Tune sent. The client's Tune moves to ``TUNED``.
-- ``TUNED``: the client's Tune received.
-  In both, Open is accepted (a client that skips the Tune echo keeps the server's values); the
-  handler's ``OPENED`` moves to ``OPEN``. A refused Open leaves the state as it is: the
-  connection lingers unopened until it is closed. A second successful SaslAuthenticate sends a
-  fresh Tune, so ``AUTHENTICATED`` returns to ``TUNING`` from either.
-- ``OPEN``: the five handshake commands are refused with UNKNOWN_FRAME, as RabbitMQ does, and
-  answered before the Close. Everything else goes to its handler (which refuses what the
-  server never expects with UNKNOWN_FRAME).
-- ``CLOSED``: every command is dropped. ``CLOSED`` (the outcome) is reachable from every state.
-
-Close and Heartbeat are accepted in every state before ``CLOSED``.
-
-RabbitMQ's reader is stricter before Open (one step after the other, anything else closes the
-socket); this table keeps what streamlet has always accepted. Tightening it is a table edit.
+States: ``AUTHENTICATING``, ``TUNING``, ``TUNED``, ``OPEN``, ``CLOSED``; Close and Heartbeat
+are accepted in every state before ``CLOSED``. The table, state by state, and how it differs
+from RabbitMQ's reader: docs/protocol.md#the-handshake-state-by-state.
 """
 
 from __future__ import annotations

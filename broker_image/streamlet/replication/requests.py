@@ -1,17 +1,10 @@
 """What a member checks of a placement driver's request before it saves anything, and when it
-has seen two leaders for one epoch.
+has seen two leaders for one epoch. Pure.
 
-- ``peer_index``: which configured peer an address is, compared as a link would connect to it
-  (host case-insensitive, without IPv6 brackets or a trailing dot; the port exact: with
-  replication over TLS the peers are the TLS ports). A member's links go to peers only.
-  ``named_peer``, for the leader an Assign names, also takes the one peer whose DNS name the
-  address's host is the start of (the operator names pods without the cluster domain that
-  cluster.peers carries); the member then stores and connects to the configured address.
-- ``fence_refusal`` and ``assign_refusal``: why a Fence or an Assign cannot be taken (None: it
-  can). An epoch starts at 1; an Assign's members index the peers and include this member, its
-  leader is a peer among them (this member itself when it is told to lead, another when it is
-  told to follow). A broker without peers takes neither.
-- ``two_leaders``: a claim about an epoch's leader that contradicts the one this member knows.
+``peer_index`` and ``named_peer``: which configured peer an address is (as a link would connect
+to it); ``fence_refusal`` and ``assign_refusal``: why a Fence or an Assign cannot be taken (None:
+it can); ``two_leaders``: a claim about an epoch's leader that contradicts the one this member
+knows. The rules: docs/replication.md#requests-requestspy.
 """
 
 from __future__ import annotations

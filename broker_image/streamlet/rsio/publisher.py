@@ -1,9 +1,7 @@
 """The publisher string of a subscribe (docs/protocols/reactive-streams.md): which stream, from
-where, until when, and whether to read it or append to it. A pure function: text in, a
-``PublisherSpec`` out, or ``BadPublisher`` saying why.
+where, until when, read or append. Pure: text in, a ``PublisherSpec`` out, or ``BadPublisher``.
 
     <stream, percent-encoded>[?<key>=<value>&...]     (values form-encoded)
-
     offset        first (default) | last | next | <offset> | @<ms since the epoch>
     end           never (default) | now | <offset>: complete before this offset
     element_size  0 (default) | 1..65535: every message has this many bytes (packed delivery)

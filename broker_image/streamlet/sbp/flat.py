@@ -1,18 +1,10 @@
 """FlatBuffers by hand for the tables on SBP's hot path: APPEND's request (one AppendInfo per
 record batch, or streamlet's AppendRuns) and the APPEND and FETCH answers (one result per
-batch, or per run with streamlet's run forms). The generated object API costs several
-microseconds per table, more than storing a 100-byte batch; these cost one struct call per
-table. Everything else goes through headers.py's ``read``/``write``.
+batch, or per run with streamlet's run forms), at one struct call per table or a column at a
+time where the layout allows. Everything else goes through headers.py's ``read``/``write``.
 
 Reading checks every position it follows (a bad offset is Malformed, never an IndexError or a
-wrong field); writing lays the buffer out front to back: vtables first, then the root table,
-the vector, the results, and one Status table (code NONE) that every result points to (a
-FlatBuffers buffer is a DAG: shared tables are allowed).
-
-Both sides work a column at a time where they can, so that no Python runs per table: the
-results are evenly spaced tables of one layout, so each field is a strided view of the buffer
-(``memoryview.cast`` and a step), written from or read into an array in one C call. A vector of
-tables that is not laid out that way (another encoder's) is read a table at a time.
+wrong field). Mechanism: docs/protocols/sbp.md#the-extended-headers-flatbuffers.
 """
 
 from __future__ import annotations

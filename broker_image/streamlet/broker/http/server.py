@@ -1,14 +1,11 @@
 """A minimal HTTP/1.x server on the broker's own event loop: no thread, so an answer reads the
 broker's state between two events, never during one.
 
-One request per connection (answered with ``Connection: close``); a request head longer than
-HEAD_LIMIT or slower than REQUEST_TIMEOUT_S closes the connection unanswered. A body (only
-the management API's queue declaration takes one) is read, up to BODY_LIMIT, and handed to the
-page with the request; a longer one is answered 413 (a chunked one 411) and what the client
-still sends is read and dropped for a while (LINGER_BYTES, LINGER_S) before the close, so that
-the client reads the answer instead of a reset. At most MAX_CONNECTIONS connections are open
-at once on a server: the next one is answered 503 and closed (the stream listeners'
-limits.max_connections does not count these).
+One request per connection (``Connection: close``); a head past HEAD_LIMIT or slower than
+REQUEST_TIMEOUT_S closes the connection unanswered; a body up to BODY_LIMIT is handed to the
+page, a longer one answered 413 (chunked: 411) and what follows drained for a while before the
+close. At most MAX_CONNECTIONS open at once (the next is answered 503), apart from the stream
+listeners' limits.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """One MEGA connection (docs/protocols/mega.md): requests cut by streamlet.mega's splitter, each
 answered under its correlation id. Topics are the streams of virtual host "/".
 
-- CREATE_TOPIC creates the stream with the broker's default retention.
-- PRODUCE stores the payload as one simple entry (as a RabbitMQ Publish of that body stores
-  it) through a core Publisher, and answers with the message's offset once the core confirms
-  it (as a RabbitMQ confirm: written, or on a majority for a replicated stream).
-- CONSUME answers the committed record at an offset, with its chunk's timestamp.
-
-MEGA has no authentication: config/reading.py accepts a MEGA listener on loopback only, or on
-TLS with client certificates required. A connection has no user and every right on vhost "/".
-It is idle (closed after [listeners.mega] idle_timeout of silence: transport.py) while no
-PRODUCE waits for its confirm: MEGA has no subscription and no keep-alive.
-A malformed request is answered with its error code; a request whose end cannot be found
-(unknown type, past a limit) with its code and a close. Nothing here disturbs another
-connection or stored data.
+CREATE_TOPIC creates the stream with the broker's default retention; PRODUCE stores the payload
+as one simple entry through a core Publisher and answers with its offset once the core confirms
+it; CONSUME answers the committed record at an offset. A malformed request is answered with its
+error code, one whose end cannot be found with its code and a close; nothing disturbs another
+connection or stored data. No authentication, every right on "/"; idle only while no PRODUCE
+waits for its confirm.
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
 """The private replication commands (keys 0x7E01-0x7E0B, 0x7E10-0x7E11, docs/protocol.md):
-what the placement driver sends (Fence, Assign, ReplicaContact, ReplicaSeal), what a follower's
-link sends its leader (ReplicaHello, ReplicaStart, ReplicaAck) and a member's single-active-
-consumer link (SacJoin, SacLeave, SacSteppedDown).
+the placement driver's (Fence, Assign, ReplicaContact, ReplicaSeal), a follower's link's
+(ReplicaHello, ReplicaStart, ReplicaAck) and a member's single-active-consumer link's.
 
-They are authorised by identity, never by a permission: only a connection logged in as the
-replication user (the one this broker's own links log in as, taken at its start) or the
-placement driver's (``cluster.driver_user``, by default the same) may send them; anyone else is
-answered 16 (ACCESS_REFUSED; a command without an answer closes the
-connection with 16). A request no member takes (broker.replication.members.Invalid) is answered
-17 (PRECONDITION_FAILED) before anything is saved. The work is broker.replication.members'."""
+Authorised by identity, never by a permission: only the replication user or the placement
+driver's (``cluster.driver_user``) may send them, anyone else is answered 16 (ACCESS_REFUSED).
+A request no member takes (broker.replication.members.Invalid) is answered 17
+(PRECONDITION_FAILED) before anything is saved. The work is broker.replication.members'.
+"""
 
 from __future__ import annotations
 

@@ -1,14 +1,11 @@
 """The replicated streams this broker is a member of, and what the placement driver and the
 followers' links ask of them: Fence, Assign, ReplicaHello, ReplicaStart, ReplicaAck.
 
-Every answer that promises an epoch is given after ``MemberState.save``, and nothing is saved
-before the request was checked (``Invalid``: streamlet.replication.requests; a broker without
-cluster peers takes none). A member never takes an epoch lower than its own. Roles: the leader
-takes publishes and commits by its followers' acks; a follower's stream is sealed (publishes
-answered 6: clients ask Metadata, which names the leader) and fed by its link; a fenced member
-(after a Fence, or a restart) is sealed and does nothing until assigned. Readers everywhere see
-committed data only. A claim that another member leads this member's epoch (an Assign, a
-ReplicaHello, a SacJoin) is logged and counted: two leaders in one epoch (``TwoLeaders``).
+Every answer that promises an epoch is given after ``MemberState.save``, nothing is saved before
+the request was checked (``Invalid``), and a member never takes an epoch lower than its own.
+The leader takes publishes; a follower's and a fenced member's stream is sealed; readers see
+committed data only. Two leaders claimed for one epoch are logged and counted (``TwoLeaders``).
+Roles and their rules: docs/replication.md#the-data-path-brokerreplication.
 """
 
 from __future__ import annotations

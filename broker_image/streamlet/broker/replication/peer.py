@@ -2,15 +2,11 @@
 stream's members on its peers): asyncio streams, the client's handshake machine, frames in and
 out. No heartbeats: each side's liveness is the placement driver's business.
 
-A link goes to a configured peer only (``PeerLogin.peers``, cluster.peers): an address from
-anywhere else (a leader named by a request, a stored state, the stream directory) is refused,
-logged, before anything is sent to it, so the replication user's password never reaches an
-address that is not a peer.
-
-A follower's link to its leader carries every replicated byte, so it reads differently
-(``open_buffered_peer``): the socket is read straight into one buffer (a BufferedProtocol, so
-recv_into) and a frame is handed out as a view of it, where asyncio's StreamReader copies each
-byte twice (into its buffer, then out of it)."""
+A link goes to a configured peer only (``PeerLogin.peers``): any other address is refused,
+logged, before anything is sent, so the replication user's password never leaves the peers.
+``open_buffered_peer`` reads a follower's link into one buffer and hands frames out as views
+of it. Mechanism: docs/replication.md#the-data-path-brokerreplication.
+"""
 
 from __future__ import annotations
 

@@ -1,19 +1,11 @@
 """Publishers declared on a follower, passed on to the leader.
 
-RabbitMQ takes a publisher on any node of a cluster and writes to the stream's leader wherever
-it is; clients that do not look the leader up (rbfly, which knows one address; any client behind
-a Kubernetes Service or a load balancer) rely on it. A follower does the same here: a client
-connection's publishers on streams this broker follows are declared on the leader over one
-upstream connection per client connection and leader (publisher ids are per connection, so the
-upstream's are the client's own); Publish frames go up as they came, and the leader's
-PublishConfirm and PublishError frames come back as they were sent. Deduplication, confirms after
-commit and every refusal stay the leader's.
-
-When the leader goes (the upstream closes) or says the stream moved (its MetadataUpdate), the
-client is told MetadataUpdate 6 and the publishers are dropped, as RabbitMQ does when a stream's
-leader goes down: what was not confirmed the client sends again, on a publisher declared anew
-(here or on the new leader). A slow leader slows the client: its connection is not read while
-the upstream holds more than HIGH_WATER unsent bytes.
+As RabbitMQ does, a follower takes a client's publishers on a stream it follows and declares
+them on the leader, over one upstream connection per client connection and leader: Publish
+frames go up as they came, PublishConfirm and PublishError come back as sent; deduplication,
+confirms and refusals stay the leader's. When the leader goes or says the stream moved, the
+client is told MetadataUpdate and the publishers are dropped. A slow leader slows the client
+(HIGH_WATER). Mechanism: docs/replication.md#what-a-client-sees.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """Single-active-consumer groups of replicated streams, decided at the stream's leader.
 
-Each broker decides the groups of the streams it holds alone (streamlet.core.sac). A replicated
-stream's consumers connect to any of its members, so its groups are decided at its leader, by
-the same rules: here, a ``StreamSac`` keeps this broker's single active consumers of one
-replicated stream and puts them where this member's role says:
-
-- **leader**: into this broker's own groups, beside the stand-ins of the other members'
-  consumers (``sac_remote``);
-- **follower**: at the leader, over a ``SacLink`` (one connection per stream and epoch): each
-  consumer joins with a SacJoin, leaves with a SacLeave; the leader's SacUpdate activates one
-  (the client gets its ConsumerUpdate from here, as with a local group) or steps it down (it
-  stops at once; the client's answer goes back as SacSteppedDown);
-- **fenced** (being elected, or no leader known): nowhere. They wait, inactive.
-
-A consumer is active only while the link to the leader that activated it is up and that leader
-is heard from (a keepalive every KEEPALIVE_S; silent for LEASE_S, the link is dropped): a lost
-link, a Fence or an Assign (a new epoch) stops every consumer here (ConsumerUpdate active=0)
-before anything else, and they register again with the leader of the new epoch, which decides
-afresh once HOLD_S passed since its Assign, when every consumer an earlier leader activated has
-stopped. So two consumers never deliver at once: docs/replication.md.
+A ``StreamSac`` keeps this broker's single active consumers of one replicated stream and puts
+them where this member's role says: the leader's own groups (beside stand-ins for the other
+members' consumers), the leader's groups over a ``SacLink`` (on a follower), or nowhere while
+fenced. A consumer is active only while the link to the leader that activated it is up and that
+leader is heard from, and a new leader decides only once every consumer an earlier one activated
+has stopped: two consumers never deliver at once.
+Mechanism: docs/replication.md#single-active-consumer-groups.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """One Reactive Streams IO connection (docs/protocols/reactive-streams.md): frames cut by
 streamlet.rsio's splitter; the broker plays both roles over the streams of virtual host "/".
 
-- The broker's hello (version 0, extension 1 "offsets") goes out on connect; the client's hello
-  must be its first message (another version: goodbye and close).
-- subscribe with a read publisher string: the broker publishes the stream's messages
-  (``reading.Outbound``) within the subscriber's demand; subscribed, onNext / onNextPacked /
-  onNextPart + onNextLastPart, onComplete (``end``), onError.
-- subscribe with mode=append: the broker answers subscribed on the client's subscription, then
-  subscribes back to the client's publisher under the same id (``appending.Inbound``): demand
-  is given back as elements become durable; the client's onComplete is answered with onComplete
-  once all it sent is durable.
-- goodbye either way ends everything; anything that is not a message of the protocol is
-  answered with goodbye and a close. Nothing here disturbs another connection or stored data.
-
-RSIO has no authentication: config/reading.py accepts an RSIO listener on loopback only, or
-on TLS with client certificates required. A connection has no user and every right on vhost
-"/". Its hello must come within server.handshake_timeout; it is idle (closed after
-[listeners.rsio] idle_timeout of silence: transport.py) while it has no subscription either
-way: a subscriber waiting for the stream to grow, or a publisher with nothing to send yet, is
-not.
+Hellos first (the broker's on connect, the client's as its first message); subscribe with a read
+publisher string makes the broker publish within the subscriber's demand (``reading.Outbound``),
+with mode=append it subscribes back and gives demand as elements become durable
+(``appending.Inbound``). Goodbye ends everything; anything not of the protocol is answered with
+goodbye and a close, disturbing no other connection or stored data. No authentication, every
+right on "/"; idle only without a subscription.
 """
 
 from __future__ import annotations

@@ -3,23 +3,10 @@ RabbitMQ Publish of that body stores it), published through a core Publisher as 
 is; its answer goes out once the core confirms it (written, or on a majority of a replicated
 stream), with the offset it got.
 
-No Python runs per batch on the hot path: the request's AppendInfo tables are read a column at a
-time by streamlet.sbp.flat (streamlet's AppendRuns, runs already, in one C call), the
-consecutive batches of a frame to one stream go to the core as one PublishBatch (a Group:
-consecutive publishing ids, so consecutive offsets) whose entries are the payload itself when
-it is length-prefixed (each batch behind its length: a simple entry) or else joined in C
-(storage.entries), and the answers' results are written in C too (sbp.flat; an AppendRun's
-part confirmed is one result with its batch_count). Answers are grouped per confirm: one
-response frame per request frame per confirm, the last with the response-end flag, so the
-batches of one frame can be answered out of order and over several frames; a confirm's frames
-go out in one write. Refusals (rare) are answered through the generated object API, a result
-per batch.
-
-The usual frame, one AppendRun to one stream, has less Python still (``start_run``): the
-connection reads the whole frame in one C call (sbp.flat.append_run), its payload is stored as
-it arrived (length-prefixed) or its batches joined from the lengths vector as it arrived, and
-its answer, when one confirm covers it, is a whole frame copied from one layout
-(sbp.flat.append_run_frames). Any other frame takes ``start``.
+Answers are grouped per confirm (one response frame per request frame per confirm, the last
+with the response-end flag); ``start_run`` takes the usual frame (one AppendRun to one stream),
+``start`` any other. No Python runs per batch on the hot path.
+Mechanism: docs/protocols/sbp.md#append-a-record-batch-is-one-message.
 """
 
 from __future__ import annotations

@@ -2,20 +2,11 @@
 request answered under its frame's stream identifier. Streams are those of virtual host "/",
 named to SBP by the hash of their name (streamlet.sbp.ids).
 
-- PING: PONG (the same header and payload, response + end flags); HEARTBEAT: echoed with a
-  status; GOAWAY from the client: answered, new requests ignored, the connection closed once
-  its appends and fetches are answered; GOAWAY to the client when the broker closes it.
-- APPEND (appending.py), FETCH (fetching.py), the stream, range and placement driver opcodes
-  (admin.py).
-- A frame with a wrong magic or an unknown opcode is discarded unanswered (the
-  specification's rule); a malformed one is answered with a system error frame; a frame whose
-  length cannot be trusted or is past the limit: GOAWAY and a close. A failing handler costs
-  its request a system error (UNKNOWN), never the broker or another connection.
-
-SBP has no authentication: config/reading.py accepts an SBP listener on loopback only, or on
-TLS with client certificates required. A connection has no user and every right on vhost "/".
-It is idle (closed after [listeners.sbp] idle_timeout without a frame: transport.py; HEARTBEAT
-or PING keeps it) while no FETCH long poll and no APPEND is unanswered.
+PING, HEARTBEAT and GOAWAY are answered here; APPEND (appending.py), FETCH (fetching.py) and the
+stream, range and placement driver opcodes (admin.py) go to their handlers. A failing handler
+costs its request a system error, never the broker or another connection. No authentication,
+every right on "/"; idle only with nothing unanswered. What is discarded, answered or closed:
+docs/protocols/sbp.md#what-is-discarded-answered-closed.
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """FETCH as a long poll over the core's pull reads (``Stream.fetch`` + ``when_stored``).
 
-A request names several streams (request indexes). Until ``min_bytes`` are available across
-them nothing is sent (the gate); then each stream is answered as soon as it has data, up to its
-``batch_max_bytes`` (one record batch at least, so a batch bigger than that still comes), in
-frames of about ``PIECE`` bytes of records: each piece is read while the client takes the one
-before, and the next is read only while the client keeps up (the transport's write room), so
-one answer
-never holds more than a piece and the transport's buffer. At ``max_wait_ms`` the streams still
-unanswered are answered with what they have (or nothing). The last frame of the fetch has the
-response-end flag. A record batch is one stored message: each goes as a FetchResult of its own,
-with its offset (streamlet's ``base_offset``), its bytes in the payload in the same order; or,
-when the request asks for ``run_results`` (streamlet's), each run of consecutive offsets goes as
-one FetchResult with its batches' lengths in ``batch_lengths``; with ``length_prefixed``
-(streamlet's too) each batch goes behind its length, as stored, and a run's result gives its
-``batch_count``.
-
-No Python runs per record batch on the way out: a chunk's simple entries are cut out in one
-call (storage.entries, in C), their offsets kept as runs and their lengths as an array (or,
-length-prefixed, the entries taken as views of the chunk read: no copy), and the answer's
-results written in one call (sbp.flat). Length-prefixed over plain TCP, whole chunks of simple
-entries are not read at all: their data sections go from the segment file (sendfile), several
-to a frame (``next_source`` decides, per piece).
+A request names several streams. Until ``min_bytes`` are available across them nothing is sent;
+then each stream is answered as soon as it has data, up to its ``batch_max_bytes`` (one record
+batch at least), in frames of about ``PIECE`` bytes read only while the client keeps up; at
+``max_wait_ms`` the rest are answered with what they have. The last frame carries the
+response-end flag. No Python runs per record batch on the way out.
+Mechanism: docs/protocols/sbp.md#fetch-a-long-poll-answered-per-stream.
 """
 
 from __future__ import annotations
