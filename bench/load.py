@@ -69,6 +69,7 @@ class Publisher(_Role):
         self.finished = 0.0
         self.errors: list[str] = []
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._resumer: asyncio.Task[None] | None = None
         conn.publishers[pid] = self
 
     def start(self) -> None:
@@ -93,6 +94,19 @@ class Publisher(_Role):
             sent += batch
             self.frames += 1
         self.sent = sent
+        if sent < total and conn.paused and self._resumer is None and conn.closed is None:
+            # Nothing else would pump again: with every frame confirmed, no confirm is coming
+            # (other publishers' bytes on the connection can hold it paused past our last one).
+            self._resumer = asyncio.get_running_loop().create_task(self._resume())
+
+    async def _resume(self) -> None:
+        try:
+            await self.conn.drain()
+        except StreamletError:
+            return  # closed: _on_closed ends the role
+        finally:
+            self._resumer = None
+        self.pump()
 
     def _settle(self) -> None:
         if self.confirmed + self.errored >= self.total and not self.done.done():

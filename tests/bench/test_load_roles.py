@@ -20,6 +20,7 @@ from streamlet.rabbitmq import Code
 from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.publish import PUBLISH_HEAD_SIZE, deliver_prefix, parse_publish
 from streamlet.storage.chunk import encode_chunk, simple_entry
+from tests.support.waiting import eventually
 
 
 class _Transport:
@@ -102,6 +103,20 @@ async def test_the_publisher_keeps_its_window_and_sends_consecutive_ids() -> Non
         assert (batch.publisher_id, batch.count) == (2, 10)
         ids.extend(range(batch.first_id, batch.last_id + 1))
     assert ids == list(range(40))
+
+
+async def test_a_publisher_with_nothing_unconfirmed_sends_again_when_writing_resumes() -> None:
+    # two publishers share the connection: the other's bytes hold it paused past our last
+    # confirm, so no confirm of ours is left to pump us when the transport takes bytes again
+    conn, transport = _conn()
+    ours = Publisher(conn, 1, "s", 20, 8, batch=10, window=10)
+    ours.start()
+    conn.pause_writing()  # the other publisher filled the transport's buffer
+    conn.data_received(f.encode(f.PublishConfirm(1, list(range(10)))))
+    assert ours.sent == 10  # paused: nothing written
+    conn.resume_writing()
+    await eventually(lambda: ours.sent == 20)
+    assert len(transport.sent) == 2
 
 
 def test_a_frame_template_holds_its_bodies_after_the_head() -> None:
