@@ -1,25 +1,10 @@
-"""Load through MEGA and Reactive Streams IO, for the ``protocols`` workload (bench/protocols.py).
+"""Load through MEGA, SBP and Reactive Streams IO, for the ``protocols`` workload.
 
-Like bench/load.py, the clients cost little per message so the broker is what is measured:
-
-- **MEGA** pipelines requests, up to ``window`` unanswered (the protocol matches answers by
-  correlation id, so any number may be in flight). A ring of request batches is built once;
-  before each send only the correlation ids (and CONSUME's offsets) are patched in place. A
-  slot comes round again only after the window moved past it, so its bytes were answered and
-  the transport no longer holds them. Answers are cut by their fixed layouts, not decoded.
-- **SBP** appends ``per_frame`` record batches (one message each, docs/protocols/sbp.md) per
-  APPEND frame, as one AppendRun, each batch behind its length (streamlet's length_prefixed:
-  the project's client sends that too, and gets a result per run answered), frames pipelined
-  up to ``window`` unanswered batches; the frame is encoded once and only its stream
-  identifier changes. FETCH asks for ``batch_max_bytes`` at a
-  time from the offset after the last one answered, its answers a result per run of batches
-  (run_results). APPEND's answers are read with streamlet.sbp.flat (a column of results per C
-  call), not the generated object API.
-- **RSIO** appends with every element of demand the broker grants (its ``window``, then one
-  more per durable element): one onNext frame encoded once and repeated. A subscription asks
-  for ``demand`` elements and more once half were taken, and counts frames by their type byte.
-
-Each job returns the dict bench/workers.py expects of a publish or consume job.
+Like bench/load.py, the clients cost little per message so the broker is what is measured: each
+pipelines up to ``window`` unanswered requests (or elements of demand), encodes its frames once
+and patches only what changes, and reads answers by their fixed layouts rather than decoding
+them. Each job returns the dict bench/workers.py expects of a publish or consume job.
+How each client does it: docs/performance.md#other-protocols-mega-and-rsio.
 """
 
 from __future__ import annotations
@@ -615,6 +600,21 @@ async def _run(load: _Load, port: int, ready: Callable[[], None],
             load.transport.close()
 
 
+def _published(load: Any, ok: bool, **extra: Any) -> dict[str, Any]:
+    """What bench/workers.py expects of a publish job, from a producing ``load`` (``ok``: it
+    finished in time)."""
+    return {"sent": load.sent, "confirmed": load.confirmed, "errors": load.errors,
+            "complete": ok, "t0": load.started, "t1": load.finished or time.monotonic(),
+            **extra, "server_errors": load.server_errors}
+
+
+def _consumed(load: Any, complete: bool) -> dict[str, Any]:
+    """What bench/workers.py expects of a consume job, from a consuming ``load``."""
+    return {"records": load.records, "chunks": 0, "data_bytes": load.data_bytes,
+            "errors": load.errors, "complete": complete, "t0": load.started,
+            "t1": load.finished or time.monotonic(), "server_errors": load.server_errors}
+
+
 async def mega_produce(port: int, stream: str, p: dict[str, Any], ready: Callable[[], None],
                        go: Callable[[], Awaitable[None]]) -> dict[str, Any]:
     load = MegaProducer(stream, p["count"], p["size"], p.get("batch", 100),
@@ -623,18 +623,14 @@ async def mega_produce(port: int, stream: str, p: dict[str, Any], ready: Callabl
     if ok and not load.offsets_ok():
         load.errors += 1
         load.server_errors.append("the offsets answered are not 0..n-1")
-    return {"sent": load.sent, "confirmed": load.confirmed, "errors": load.errors,
-            "complete": ok, "t0": load.started, "t1": load.finished or time.monotonic(),
-            "server_errors": load.server_errors}
+    return _published(load, ok)
 
 
 async def mega_consume(port: int, stream: str, p: dict[str, Any], ready: Callable[[], None],
                        go: Callable[[], Awaitable[None]]) -> dict[str, Any]:
     load = MegaConsumer(stream, p["count"], p.get("batch", 100), p.get("window", 20_000))
     ok = await _run(load, port, ready, go, p.get("timeout", 600))
-    return {"records": load.records, "chunks": 0, "data_bytes": load.data_bytes,
-            "errors": load.errors, "complete": ok, "t0": load.started,
-            "t1": load.finished or time.monotonic(), "server_errors": load.server_errors}
+    return _consumed(load, ok)
 
 
 async def sbp_produce(port: int, stream: str, p: dict[str, Any], ready: Callable[[], None],
@@ -645,36 +641,28 @@ async def sbp_produce(port: int, stream: str, p: dict[str, Any], ready: Callable
     if ok and not load.errors and not load.offsets_ok():
         load.errors += 1
         load.server_errors.append("the offsets answered are not 0..n-1")
-    return {"sent": load.sent, "confirmed": load.confirmed, "errors": load.errors,
-            "complete": ok, "t0": load.started, "t1": load.finished or time.monotonic(),
-            "server_errors": load.server_errors}
+    return _published(load, ok)
 
 
 async def sbp_consume(port: int, stream: str, p: dict[str, Any], ready: Callable[[], None],
                       go: Callable[[], Awaitable[None]]) -> dict[str, Any]:
     load = SbpFetcher(stream, p["count"], p.get("batch_max_bytes", 8 << 20))
     ok = await _run(load, port, ready, go, p.get("timeout", 600))
-    return {"records": load.records, "chunks": 0, "data_bytes": load.data_bytes,
-            "errors": load.errors, "complete": ok, "t0": load.started,
-            "t1": load.finished or time.monotonic(), "server_errors": load.server_errors}
+    return _consumed(load, ok)
 
 
 async def rsio_produce(port: int, stream: str, p: dict[str, Any], ready: Callable[[], None],
                        go: Callable[[], Awaitable[None]]) -> dict[str, Any]:
     load = RsioAppender(stream, p["count"], p["size"])
     ok = await _run(load, port, ready, go, p.get("timeout", 600))
-    return {"sent": load.sent, "confirmed": load.confirmed, "errors": load.errors,
-            "complete": ok, "t0": load.started, "t1": load.finished or time.monotonic(),
-            "window": load.window, "server_errors": load.server_errors}
+    return _published(load, ok, window=load.window)
 
 
 async def rsio_consume(port: int, stream: str, p: dict[str, Any], ready: Callable[[], None],
                        go: Callable[[], Awaitable[None]]) -> dict[str, Any]:
     load = RsioSubscriber(stream, p["count"], p.get("demand", 10_000))
     ok = await _run(load, port, ready, go, p.get("timeout", 600))
-    return {"records": load.records, "chunks": 0, "data_bytes": load.data_bytes,
-            "errors": load.errors, "complete": ok and load.complete, "t0": load.started,
-            "t1": load.finished or time.monotonic(), "server_errors": load.server_errors}
+    return _consumed(load, ok and load.complete)
 
 
 JOBS: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {

@@ -91,6 +91,18 @@ def _at_least(confirmed: set[int], n: int) -> bool:
     return len(confirmed) >= n
 
 
+def _record_confirms(producer: Any, confirmed: set[int]) -> None:
+    """Adds every publishing id ``producer`` gets confirmed to ``confirmed``, then confirms it as
+    before."""
+    on_confirm = producer._on_confirm
+
+    def record(ids: tuple[int, ...]) -> None:
+        confirmed.update(ids)
+        on_confirm(ids)
+
+    producer._on_confirm = record
+
+
 def _files(cluster: Cluster, node: int, name: str, suffixes: tuple[str, ...]) -> dict[str, bytes]:
     d = cluster.data_dir / f"node-{node}" / "streams" / name
     return {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.suffix in suffixes}
@@ -130,13 +142,7 @@ async def test_killing_the_leader_five_times_loses_no_confirmed_message(cluster:
             try:
                 async with await connect(HOST, cluster.ports()[leader], timeout=5) as client:
                     producer = await client.producer("f", reference="app", max_unconfirmed=200)
-                    on_confirm = producer._on_confirm
-
-                    def record(ids: tuple[int, ...], on_confirm=on_confirm) -> None:
-                        confirmed.update(ids)
-                        on_confirm(ids)
-
-                    producer._on_confirm = record  # type: ignore[method-assign]
+                    _record_confirms(producer, confirmed)
                     for i in range(1, N + 1):  # what is not confirmed, again, with its id
                         if i not in confirmed:
                             await producer.send(b"%d" % i, publishing_id=i)

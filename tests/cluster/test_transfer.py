@@ -13,7 +13,14 @@ import pytest
 
 from streamlet.client import connect
 from streamlet.client.errors import StreamletError
-from tests.cluster.test_failover import _at_least, _create_replicated, _files, _leader, _led
+from tests.cluster.test_failover import (
+    _at_least,
+    _create_replicated,
+    _files,
+    _leader,
+    _led,
+    _record_confirms,
+)
 from tests.cluster.test_local_cluster import HOST, Cluster, cli, status_json
 from tests.support.waiting import eventually
 
@@ -59,13 +66,7 @@ async def test_a_planned_transfer_loses_no_confirmed_message(cluster: Cluster) -
             try:
                 async with await connect(HOST, cluster.ports()[leader], timeout=5) as client:
                     producer = await client.producer("m", reference="app", max_unconfirmed=100)
-                    on_confirm = producer._on_confirm
-
-                    def record(ids: tuple[int, ...], on_confirm=on_confirm) -> None:
-                        confirmed.update(ids)
-                        on_confirm(ids)
-
-                    producer._on_confirm = record  # type: ignore[method-assign]
+                    _record_confirms(producer, confirmed)
                     for i in range(1, sent[0] + 1):  # what is not confirmed, again, with its id
                         if i not in confirmed:
                             await producer.send(b"%d" % i, publishing_id=i)
