@@ -20,7 +20,8 @@ from streamlet.client.connection import Connection
 from streamlet.rabbitmq import frames as f
 from streamlet.rabbitmq.constants import Code
 from streamlet.rabbitmq.publish import PUBLISH_HEAD_SIZE, publish_frame, set_publish_head
-from streamlet.storage.chunk import ChunkHeader
+from streamlet.storage.chunk import CHUNK_USER, HEADER_SIZE, MAGIC_VERSION
+from streamlet.storage.chunk import HEADER as _CHUNK_HEADER
 
 _U64 = struct.Struct(">Q")
 _TS_MSG = struct.Struct(">QIQ")  # publishing id, length, send timestamp (first body bytes)
@@ -179,8 +180,9 @@ class RatePublisher(_Role):
 
 
 class CountingConsumer(_Role):
-    """Counts records and data bytes per chunk from the chunk header (the connection hands it
-    the chunk's data as a view: nothing is copied), giving credit back in batches."""
+    """Counts records and data bytes per chunk from the chunk header alone (one of the
+    connection's ``header_subscribers``: no header object, no data view), giving credit back
+    in batches."""
 
     def __init__(self, conn: Connection, sub_id: int, stream: str, expected: int,
                  credit: int = 64, credit_batch: int = 16) -> None:
@@ -198,15 +200,18 @@ class CountingConsumer(_Role):
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if expected <= 0:
             self.done.set_result(None)
-        conn.subscribers[sub_id] = self
+        conn.header_subscribers[sub_id] = self
 
-    # --- the connection's callbacks (SubscriberHandler) ------------------------------------
+    # --- the connection's callbacks (HeaderSubscriberHandler) ------------------------------
 
-    def _on_chunk(self, header: ChunkHeader, data: memoryview) -> None:
+    def _on_chunk_header(self, frame: memoryview, pos: int) -> None:
+        magic, ctype, _, records, _, _, _, _, data_len, _, _ = _CHUNK_HEADER.unpack_from(frame, pos)
+        if magic != MAGIC_VERSION or len(frame) - pos - HEADER_SIZE < data_len:  # the
+            raise ValueError(f"bad chunk in Deliver (magic {magic:#04x})")  # connection closes
         self.chunks += 1
-        if header.chunk_type == 0:
-            self.records += header.num_records
-            self.data_bytes += header.data_length
+        if ctype == CHUNK_USER:
+            self.records += records
+            self.data_bytes += data_len
         if self.grant:
             self.owed += 1
             if self.owed >= self.credit_batch:

@@ -1,18 +1,28 @@
-"""streamlet.client pieces that need no peer: offset specs, frame building, filtering."""
+"""streamlet.client pieces that need no peer: offset specs, frame building, filtering, and
+the connection's dispatch of delivered chunks fed as bytes."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import struct
 
 import pytest
 
 from streamlet.client import OffsetSpec, StreamletError
-from streamlet.client.connection import parse_version
+from streamlet.client.connection import Connection, parse_version
 from streamlet.client.consumer import chunk_records
-from streamlet.rabbitmq import Code, OffsetType
+from streamlet.client.errors import ConnectionClosed
+from streamlet.rabbitmq import Code, OffsetType, frames
 from streamlet.rabbitmq.client import negotiate, plain_credentials
-from streamlet.storage.chunk import ChunkError, encode_chunk, iter_records, simple_entry
+from streamlet.storage.chunk import (
+    HEADER,
+    ChunkError,
+    ChunkHeader,
+    encode_chunk,
+    iter_records,
+    simple_entry,
+)
 
 
 def test_offset_spec_parse() -> None:
@@ -75,3 +85,49 @@ def test_iter_records_mixes_simple_entries_and_sub_batches() -> None:
     for bad in (data[:-1], data[:3], simple_entry(b"abc")[:5]):
         with pytest.raises(ChunkError):
             list(iter_records(bad))
+
+
+class _Heads:
+    """A header subscriber: keeps (chunk id, records) per chunk from the header bytes."""
+
+    stream = "s"
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, int]] = []
+        self.closed: StreamletError | None = None
+
+    def _on_chunk_header(self, frame: memoryview, pos: int) -> None:
+        h = HEADER.unpack_from(frame, pos)
+        self.seen.append((h[6], h[3]))
+
+    def _on_consumer_update(self, correlation_id: int, active: bool) -> None:
+        pass
+
+    def _on_closed(self, exc: StreamletError) -> None:
+        self.closed = exc
+
+
+class _Chunks(_Heads):
+    """An ordinary subscriber: the connection builds the header and slices the data."""
+
+    def _on_chunk(self, header: ChunkHeader, data: memoryview) -> None:
+        self.seen.append((header.chunk_id, header.num_records))
+        assert bytes(data) == b"".join(simple_entry(b"m") for _ in range(header.num_records))
+
+
+async def test_header_subscribers_get_the_header_position_in_v1_and_v2_delivers() -> None:
+    conn = Connection(asyncio.get_running_loop())
+    heads, chunks = _Heads(), _Chunks()
+    conn.header_subscribers[1] = heads
+    conn.subscribers[2] = chunks
+    data = b""
+    for i, (sub, version) in enumerate([(1, 1), (2, 1), (1, 2), (2, 2), (3, 1)]):
+        body = simple_entry(b"m") * (i + 1)
+        _, chunk = encode_chunk(body, chunk_id=10 * i, num_entries=i + 1, num_records=i + 1,
+                                timestamp=0)
+        data += frames.encode(frames.Deliver(sub, chunk, 7 if version == 2 else None,
+                                             version=version))
+    conn.data_received(data)  # subscription 3 is nobody's: its chunk is dropped
+    assert heads.seen == [(0, 1), (20, 3)] and chunks.seen == [(10, 2), (30, 4)]
+    conn._shutdown(ConnectionClosed(Code.OK, "closed by the client"))
+    assert heads.closed is not None and not conn.header_subscribers

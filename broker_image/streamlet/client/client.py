@@ -46,9 +46,9 @@ async def connect(
     return Client(conn)
 
 
-def _free_id(used: dict[int, Any], what: str) -> int:
+def _free_id(used: dict[int, Any], what: str, *more: dict[int, Any]) -> int:
     for i in range(256):
-        if i not in used:
+        if i not in used and not any(i in m for m in more):
             return i
     raise StreamletError(Code.PRECONDITION_FAILED, f"all 256 {what} ids of this connection are in use")
 
@@ -246,7 +246,7 @@ class Client:
         props = dict(properties or {})
         if name:
             props.setdefault("name", name)
-        sid = _free_id(conn.subscribers, "subscription")
+        sid = _free_id(conn.subscribers, "subscription", conn.header_subscribers)
         consumer = Consumer(self, conn, stream, sid, spec, credit, name, check_crc)
         conn.subscribers[sid] = consumer  # before Subscribe: chunks may follow its answer at once
         try:

@@ -4,9 +4,10 @@ responses by correlation id, heartbeats, and the dispatch of server-initiated fr
 Reads land in a ``ReadBuffer`` (streamlet.wire.framing, as the broker's): frames, and the chunk
 data a Deliver hands a subscriber, are views of it, never copied.
 
-Every frame goes through :func:`streamlet.rabbitmq.frames.decode` except the two that arrive at
-message rates, PublishConfirm and Deliver: those are cut with one ``struct`` call each, so a
-confirm of 100 ids or a chunk of 5,000 records costs one Python call, not one per item.
+Every frame goes through :func:`streamlet.rabbitmq.frames.decode` except PublishConfirm and
+Deliver, which arrive at message rates: one ``struct`` call each, not one per id or record. A
+subscriber of chunk headers only (a counter) joins ``header_subscribers``: it is handed the
+frame and where the header starts, no ChunkHeader built, no data sliced.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 _KEY_VERSION = struct.Struct(">HH")
 _CONFIRM_HEAD = struct.Struct(">Bi")  # publisher id, count; after key and version
 _DELIVER_V2_COMMITTED = struct.Struct(">Q")
+_DELIVER = int(Key.DELIVER)  # plain ints: an IntEnum member's lookup costs per frame
+_PUBLISH_CONFIRM = int(Key.PUBLISH_CONFIRM)
 _HEARTBEAT = encode(frames.Heartbeat())
 
 #: What this client speaks, declared in ExchangeCommandVersions (RabbitMQ's order).
@@ -69,6 +72,17 @@ class SubscriberHandler(Protocol):
     def _on_closed(self, exc: StreamletError) -> None: ...
 
 
+class HeaderSubscriberHandler(Protocol):
+    """A subscriber that reads chunk headers only: ``frame`` is the Deliver frame (a view of
+    the read buffer, valid during the call) and its chunk header starts at ``pos``."""
+
+    stream: str
+
+    def _on_chunk_header(self, frame: memoryview, pos: int) -> None: ...
+    def _on_consumer_update(self, correlation_id: int, active: bool) -> None: ...
+    def _on_closed(self, exc: StreamletError) -> None: ...
+
+
 def parse_version(text: str) -> tuple[int, ...]:
     """``"3.13.7"`` -> (3, 13, 7); ``"4.0.0-beta"`` -> (4, 0, 0); no leading number -> ()."""
     m = re.match(r"\s*v?(\d+(?:\.\d+)*)", text or "")
@@ -94,6 +108,8 @@ class Connection(asyncio.BufferedProtocol):
         self.closed: ConnectionClosed | None = None
         self.publishers: dict[int, PublisherHandler] = {}
         self.subscribers: dict[int, SubscriberHandler] = {}
+        #: subscription id -> a handler of chunk headers only (ids shared with ``subscribers``)
+        self.header_subscribers: dict[int, HeaderSubscriberHandler] = {}
         self.on_metadata_update: Callable[[str, int], None] | None = None
         self.server_properties: dict[str, str] = {}
         self.connection_properties: dict[str, str] = {}
@@ -144,12 +160,20 @@ class Connection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self._read = True
+        key_version = _KEY_VERSION.unpack_from
         try:
             for frame in self._reader.filled(nbytes):
-                key = _KEY_VERSION.unpack_from(frame, 0)[0]
-                if key == Key.DELIVER:
-                    self._on_deliver(frame)
-                elif key == Key.PUBLISH_CONFIRM:
+                key, version = key_version(frame, 0)
+                if key == _DELIVER:
+                    pos = 13 if version >= 2 else 5  # after the committed offset in v2
+                    sub = self.subscribers.get(frame[4])
+                    if sub is not None:
+                        self._on_deliver(sub, frame, pos)
+                    else:
+                        counter = self.header_subscribers.get(frame[4])
+                        if counter is not None:  # else unsubscribed while it was on its way
+                            counter._on_chunk_header(frame, pos)
+                elif key == _PUBLISH_CONFIRM:
                     pid, n = _CONFIRM_HEAD.unpack_from(frame, 4)
                     publisher = self.publishers.get(pid)
                     if publisher is not None:
@@ -294,10 +318,12 @@ class Connection(asyncio.BufferedProtocol):
         self._pending.clear()
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
-        handlers: list[PublisherHandler | SubscriberHandler] = [
-            *self.publishers.values(), *self.subscribers.values()]
+        handlers: list[PublisherHandler | SubscriberHandler | HeaderSubscriberHandler] = [
+            *self.publishers.values(), *self.subscribers.values(),
+            *self.header_subscribers.values()]
         self.publishers.clear()
         self.subscribers.clear()
+        self.header_subscribers.clear()
         for h in handlers:
             h._on_closed(exc)
 
@@ -325,12 +351,7 @@ class Connection(asyncio.BufferedProtocol):
 
     # --- reading ---------------------------------------------------------------------------
 
-    def _on_deliver(self, frame: memoryview) -> None:
-        version = _KEY_VERSION.unpack_from(frame, 0)[1]
-        sub = self.subscribers.get(frame[4])
-        pos = 5 + (8 if version >= 2 else 0)
-        if sub is None:
-            return  # unsubscribed while the chunk was on its way
+    def _on_deliver(self, sub: SubscriberHandler, frame: memoryview, pos: int) -> None:
         try:
             header = ChunkHeader.unpack(frame, pos)
         except ChunkError as e:
@@ -370,7 +391,8 @@ class Connection(asyncio.BufferedProtocol):
             assert self.transport is not None
             self.transport.close()
         elif isinstance(cmd, frames.ConsumerUpdate):
-            sub = self.subscribers.get(cmd.subscription_id)
+            sub = (self.subscribers.get(cmd.subscription_id)
+                   or self.header_subscribers.get(cmd.subscription_id))
             if sub is not None:
                 sub._on_consumer_update(cmd.correlation_id, bool(cmd.active))
             else:
