@@ -5,7 +5,9 @@ marked ``process``: ``make test-fast`` runs ``-m "not process and not slow"``. T
 enforced, not kept by hand: while an unmarked test runs (its fixtures' setup and teardown
 included), starting a process (subprocess, asyncio's subprocesses, os.fork, os.posix_spawn,
 os.system, multiprocessing) raises ``UnmarkedProcess`` and the test fails with "this test
-starts a process: mark it process", also when the test swallowed that error.
+starts a process: mark it process", also when the test swallowed that error. Under
+pytest-xdist (``make test``: ``-n N --dist loadfile``) a module runs whole on one worker,
+tests/spark/ counting as one, the longest handed out first.
 """
 
 from __future__ import annotations
