@@ -161,5 +161,7 @@ def test_partial_frames_cost_at_most_the_budget_and_are_returned(
     finally:
         for peer in peers:
             peer.sock.close()
-    after = b.settled_rss_kib()
+    after, deadline = b.settled_rss_kib(), time.monotonic() + 60
+    while after - start >= 16 * 1024 and time.monotonic() < deadline:  # a starved broker
+        after = b.settled_rss_kib()  # (cores shared with other tests) frees on its own time
     assert after - start < 16 * 1024, f"{(after - start) >> 10} MiB not returned after the peers closed"
