@@ -166,7 +166,9 @@ async def test_two_drivers_racing_never_use_an_epoch_twice(
         replicated_stream: tuple[Kubelet, PeeredLauncher, dict[str, Any]]) -> None:
     """Two placement drivers (two operator instances) elect the same stream from the same
     status at once, three times: each time one reserves the epoch and elects; the other's
-    compare-and-swap finds the epoch taken and it fences nothing."""
+    compare-and-swap finds the epoch taken and it fences nothing. The test cluster's own
+    operator is a third driver: a round it also elected in (the epoch moved by more than
+    one, or neither of the two won) still may not have two winners, and is run again."""
     _, _, stream = replicated_stream
     runtimes = [Runtime(kube=kube_client(cluster.url), admin=ClientBrokerAdmin(),
                         resolve=cluster.pods, credentials=_guest) for _ in range(2)]
@@ -174,7 +176,7 @@ async def test_two_drivers_racing_never_use_an_epoch_twice(
         broker = BrokerModel.from_body(await kube.get("Broker", namespace, "b") or {})
         drivers = [Driver(r, namespace, "b") for r in runtimes]
         won: list[int] = []
-        for _ in range(3):
+        for _ in range(12):
             obj = await kube.get("Stream", namespace, "orders")
             assert obj is not None
             record = record_of(obj)
@@ -182,11 +184,16 @@ async def test_two_drivers_racing_never_use_an_epoch_twice(
             results = await asyncio.gather(*(
                 d.elect(broker, m, obj, record, {0, 1, 2})
                 for d, m in zip(drivers, members, strict=True)))
-            assert sorted(results) == [False, True], results
+            assert results.count(True) <= 1, results  # never two winners of one epoch
             after = record_of(await kube.get("Stream", namespace, "orders") or {})
-            assert after.epoch == record.epoch + 1 and after.leader is not None
+            if True not in results or after.epoch != record.epoch + 1:
+                continue  # the cluster's operator elected too: this round proves less
+            assert after.leader is not None
             won.append(after.epoch)
-        assert won == [won[0], won[0] + 1, won[0] + 2]
+            if len(won) == 3:
+                break
+        assert len(won) == 3, f"only {len(won)} of 12 rounds were the two drivers' alone"
+        assert won == sorted(set(won)), won
     finally:
         for r in runtimes:
             await r.kube.close()
