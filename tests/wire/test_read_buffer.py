@@ -121,30 +121,3 @@ def test_frames_are_read_only_views() -> None:
     buf = ReadBuffer(FrameSplitter(0))
     (got,) = list(buf.filled(read_into(buf, memoryview(struct.pack(">I", 2) + b"ok"), 99)))
     assert got.readonly and got == b"ok"
-
-
-def test_a_new_arena_is_the_old_one_again_when_no_frame_of_it_is_alive() -> None:
-    """Its pages are mapped already; an arena a kept frame still views is never rewritten."""
-    buf = ReadBuffer(FrameSplitter(0))
-    big = struct.pack(">I", 200_000) + bytes(200_000)
-
-    def one_frame(fill: int) -> memoryview:
-        data = memoryview(big[:4] + bytes([fill]) * 200_000)
-        got: list[memoryview] = []
-        while data:
-            n = read_into(buf, data, 1 << 30)
-            data = data[n:]
-            got += buf.filled(n)
-        (frame,) = got
-        return frame
-
-    arenas = []
-    for i in range(6):
-        one_frame(i)  # dropped: nothing keeps it
-        arenas.append(buf._arena)
-    # grown as for any busy connection, then the same arena over and over
-    assert len({id(a) for a in arenas[-3:]}) == 1 and len(arenas[-1] or b"") == ARENA_MAX
-    kept = one_frame(7)
-    for i in range(6):
-        one_frame(i)
-    assert buf._arena is not kept.obj and bytes(kept) == bytes([7]) * 200_000

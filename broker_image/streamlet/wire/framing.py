@@ -122,17 +122,6 @@ ARENA_MAX = 1 << 20
 MIN_READ = 64 << 10
 
 
-def _unseen(arena: bytearray) -> bool:
-    """No view of ``arena`` is alive: a bytearray viewed cannot change size (BufferError);
-    one not viewed takes a byte off and back, in place."""
-    try:
-        del arena[-1:]
-    except BufferError:
-        return False
-    arena.append(0)
-    return True
-
-
 class ReadBuffer:
     """Where a connection's reads land (an asyncio BufferedProtocol's ``get_buffer``), cut into
     frames by ``splitter`` as they are whole: the splitter's limits and ``measure`` apply, and
@@ -144,18 +133,14 @@ class ReadBuffer:
     where it is and the next read lands after it; only when the arena has too little room left
     is what arrived of it copied to the start of a new arena, one with room for the whole
     frame. (Splitter.feed takes bytes the transport already copied out of its own buffer, and
-    copies and joins a frame split over reads.) That new arena is the old one again when no
-    frame handed out of it is alive any more (nothing can see it rewritten) and it is big
-    enough: its pages are mapped already, where a fresh one's fault in as reads fill them.
+    copies and joins a frame split over reads.)
     """
 
-    __slots__ = ("_arena", "_buf", "_end", "_first", "_need", "_start", "_view", "begun",
-                 "splitter")
+    __slots__ = ("_buf", "_end", "_first", "_need", "_start", "_view", "begun", "splitter")
 
     def __init__(self, splitter: Splitter) -> None:
         self.splitter = splitter
-        self._arena: bytearray | None = None
-        self._buf = _EMPTY  # the arena's view
+        self._buf = _EMPTY  # the arena
         self._start = 0  # the first byte not handed out: the incomplete frame's, if any
         self._end = 0  # the first byte not filled
         self._need = 0  # the incomplete frame's whole length, once its first bytes say it
@@ -175,7 +160,7 @@ class ReadBuffer:
 
     def clear(self) -> None:
         """Drop the arena and an incomplete frame (the connection is gone)."""
-        self._arena, self._buf, self._start, self._end, self._need = None, _EMPTY, 0, 0, 0
+        self._buf, self._start, self._end, self._need = _EMPTY, 0, 0, 0
 
     def space(self) -> memoryview:
         """Where the next read goes: the arena's room after what was filled, if it is
@@ -184,18 +169,8 @@ class ReadBuffer:
         rest = max(self._need - held, MIN_READ)
         if len(self._buf) - self._end < rest:
             size = min(2 * len(self._buf), ARENA_MAX) if len(self._buf) else ARENA_FIRST
-            size = max(size, held + rest)
-            old, start = self._arena, self._start
-            self._buf = _EMPTY  # our own view of it goes: only frames still alive hold it
-            if old is not None and len(old) >= size and _unseen(old):
-                arena = memoryview(old)
-                arena[:held] = arena[start : start + held]  # the incomplete frame's start
-            else:
-                self._arena = new = _arena(size)
-                arena = memoryview(new)
-                if held:
-                    assert old is not None
-                    arena[:held] = memoryview(old)[start : start + held]
+            arena = memoryview(_arena(max(size, held + rest)))
+            arena[:held] = self._buf[self._start : self._end]  # the incomplete frame's start
             self._buf, self._start, self._end = arena, 0, held
         return self._buf[self._end :]
 
