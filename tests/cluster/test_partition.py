@@ -55,9 +55,13 @@ class ProxiedCluster:
     def __init__(self, root: Path, bg: LoopThread) -> None:
         self.root = root
         self.bg = bg
+        # The proxies listen first and the brokers' ports are chosen while they do: a port chosen
+        # first could be given to a proxy, which would then connect to itself without end.
+        self.proxies = [bg.run(FaultProxy(0).start()) for _ in range(3)]
+        self.driver_proxies = [bg.run(FaultProxy(0).start()) for _ in range(3)]
         ports = [free_port() for _ in range(3)]
-        self.proxies = [bg.run(FaultProxy(p).start()) for p in ports]
-        self.driver_proxies = [bg.run(FaultProxy(p).start()) for p in ports]
+        for proxy, driver_proxy, port in zip(self.proxies, self.driver_proxies, ports, strict=True):
+            proxy.target_port = driver_proxy.target_port = port
         peers = ", ".join(f'"{HOST}:{p.port}"' for p in self.proxies)
         self.brokers: list[BrokerProcess] = []
         for i, port in enumerate(ports):

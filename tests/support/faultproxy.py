@@ -57,7 +57,7 @@ class FaultProxy:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.is_cut:
+        if self.is_cut or self.target_port in (0, self.port):  # cut, or no target but itself
             writer.transport.abort()
             return
         try:
