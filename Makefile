@@ -39,12 +39,12 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 up: $(VENV)/.installed-core
 	$(VENV)/bin/streamlet serve --host $(HOST) --port $(PORT) --mega-port $(MEGA_PORT) --rsio-port $(RSIO_PORT) --sbp-port $(SBP_PORT) --data-dir $(DATA)
 
-# pytest-xdist: $(TEST_WORKERS) workers (most tests wait on a broker: 6 took 7 min where 4 took 10
-# on 2 cores); --dist loadfile: a module's tests on one worker (its module-scoped broker starts once),
+# pytest-xdist: $(TEST_WORKERS) workers (most tests wait on a broker; on 2 cores 6 workers took
+# 6 min but starved the failover and move scenarios' timing about one run in three, 4 keep it); --dist loadfile: a module's tests on one worker (its module-scoped broker starts once),
 # tests/spark/ as one module, the longest handed out first (tests/conftest.py).
 # PYTEST_ARGS="-n 0": one process.
 # PYTHONDONTWRITEBYTECODE emptied: pytest keeps its assertion-rewritten test modules in __pycache__.
-TEST_WORKERS ?= 6
+TEST_WORKERS ?= 4
 PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider
 test: $(STAMP) test-twins
 	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
