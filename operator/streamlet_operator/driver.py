@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from streamlet.driver.elector import Members, run_election
+from streamlet.driver.elector import REQUEST_TIMEOUT_S, Members, run_election
 from streamlet.rabbitmq.constants import Role
 from streamlet.replication.election import Decision, transfer, transfer_ready
 from streamlet.replication.model import NO_LEADER, Tail
@@ -595,12 +595,13 @@ class _Members(Members):
     """Members whose address may be unknown (a resolver that raises for a pod not running):
     such a member is unreachable, as one that does not answer."""
 
-    async def request(self, member: int, make: Any, probe: bool = False) -> Any:
+    async def request(self, member: int, make: Any, probe: bool = False,
+                      timeout: float = REQUEST_TIMEOUT_S) -> Any:
         try:
             self.address(member)
         except BrokerUnavailable:
             return None
-        return await super().request(member, make, probe)
+        return await super().request(member, make, probe, timeout)
 
 
 class _PodSession:

@@ -207,6 +207,8 @@ _REQUESTS: list[tuple[Callable[[int], f.Command], type[f.Command]]] = [
     (lambda c: rf.ReplicaHello(c, "s", 1, 1, 0, -1, 0), rf.ReplicaHelloResponse),
     (lambda c: rf.ReplicaContact(c, "s"), rf.ReplicaContactResponse),
     (lambda c: rf.ReplicaSeal(c, "s", 1, 1), rf.ReplicaSealResponse),
+    (lambda c: rf.ReplicaLearn(c, "s", 1, 1), rf.ReplicaLearnResponse),
+    (lambda c: rf.ReplicaLeave(c, "s", 1), rf.ReplicaLeaveResponse),
 ]
 
 

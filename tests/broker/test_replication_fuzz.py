@@ -47,7 +47,7 @@ def random_command(rng: random.Random, corr: int, ports: list[int]) -> f.Command
     tail = (rng.choice(EPOCHS), rng.choice([-1, 0, 5]), rng.choice([0, 1, 100]))
     # answered ones mostly: those without an answer (and a leader's, which no broker takes)
     # end an application user's connection
-    kind = rng.choices(range(12), weights=[6, 8, 3, 2, 4, 3, 3, 1, 1, 1, 1, 1])[0]
+    kind = rng.choices(range(14), weights=[6, 8, 3, 2, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1])[0]
     if kind == 0:
         return rf.Fence(corr, stream, epoch)
     if kind == 1:
@@ -71,6 +71,10 @@ def random_command(rng: random.Random, corr: int, ports: list[int]) -> f.Command
         return rf.ReplicaChunks(epoch, rng.choice([-1, 0]), rng.randbytes(rng.randrange(0, 80)))
     if kind == 10:
         return rf.ReplicaCommit(epoch, 0)
+    if kind == 12:
+        return rf.ReplicaLearn(corr, stream, epoch, rng.choice([0, 1, 2, 5]))
+    if kind == 13:  # a former member may drop its copy: not of the streams checked after
+        return rf.ReplicaLeave(corr, rng.choice(["none", ""]), epoch)
     return rf.SacUpdate(1, 1)
 
 

@@ -45,6 +45,16 @@ def parse_create_arguments(args: dict[str, str], defaults: Retention) -> StreamS
     return StreamSettings(max_age, max_len, segment, filter_size)
 
 
+def create_arguments(settings: StreamSettings) -> dict[str, str]:
+    """The Create arguments that give a stream ``settings`` whatever a broker's defaults are
+    (how a leader makes a new member's copy: ``parse_create_arguments`` reads them back)."""
+    age = settings.max_age_ms or 0
+    return {"max-age": f"{-(-age // 1000)}s",
+            "max-length-bytes": str(settings.max_length_bytes or 0),
+            "stream-max-segment-size-bytes": str(settings.max_segment_size_bytes),
+            "stream-filter-size-bytes": str(settings.filter_size)}
+
+
 def replication_request(args: dict[str, str]) -> tuple[int, Locator]:
     """How many members a Create asks for (``initial-cluster-size``, 1 when absent) and where
     its leader goes (``queue-leader-locator``); raise ConfigError (-> precondition failed)."""

@@ -1,12 +1,12 @@
-"""Carrying out an election against the member brokers, for any placement driver.
+"""Carrying out elections and member set changes against the member brokers.
 
-The rule is pure (streamlet.replication.election); this is the I/O around it, shared by the
-local cluster's driver (its record a file) and the Kubernetes operator (its record the Stream's
-status): reserve the epoch durably before any member hears of it (False: another driver did,
-this one stops), fence every member with it, elect among the fenced, Assign the leader then each
-follower. ``Members`` speaks to the brokers: the private Fence and Assign over the RabbitMQ
-Stream protocol, one short connection per request.
-Mechanism: docs/replication.md#election-electionpy.
+The rules are pure (streamlet.replication); this is the I/O around them, shared by the local
+cluster's driver (its record a file) and the operator (the Stream's status): reserve the epoch
+durably before any member hears of it (False: another driver did, this one stops); an election
+fences the members, elects among the fenced, assigns the leader then each follower; a change's
+``join`` assigns the next epoch's new member set, the leader kept. ``Members`` speaks to the
+brokers (private commands over the RabbitMQ Stream protocol, a connection per request).
+Mechanism: docs/replication.md#election-electionpy and #membership-membershippy.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ log = logging.getLogger("streamlet.driver.elector")
 
 #: A request to a member broker must be answered within this many seconds.
 REQUEST_TIMEOUT_S = 3.0
+#: A ReplicaLearn is answered once the leader made the learner (two requests of its own).
+LEARN_TIMEOUT_S = 10.0
 #: A probe: a broker must log a client in within this many seconds.
 PROBE_TIMEOUT_S = 1.0
 
@@ -100,16 +102,33 @@ class Members:
             return None
         return Tail(answer.tail_epoch, answer.tail_chunk_id, answer.next_offset)
 
+    async def learn(self, leader: int, name: str, epoch: int, member: int) -> bool:
+        """Ask the leader of ``epoch`` to make ``member`` a learner (ReplicaLearn): answered
+        once the member follows it."""
+        answer = await self.request(leader, lambda c: rf.ReplicaLearn(c, name, epoch, member),
+                                    timeout=LEARN_TIMEOUT_S)
+        ok = answer is not None and answer.code == Code.OK
+        if not ok:
+            log.info("stream %s: member %d could not become a learner at member %d (%s)", name,
+                     member, leader, "unreachable" if answer is None else f"code {answer.code}")
+        return ok
+
+    async def leave(self, member: int, name: str, epoch: int) -> bool:
+        """Tell a former member to drop its copy (ReplicaLeave): True once it has none."""
+        answer = await self.request(member, lambda c: rf.ReplicaLeave(c, name, epoch))
+        return answer is not None and answer.code in (Code.OK, Code.STREAM_DOES_NOT_EXIST)
+
     async def probe(self, member: int) -> bool:
         """Whether the member's broker logs a client in within PROBE_TIMEOUT_S."""
         return await self.request(member, None, probe=True) is not None
 
-    async def request(self, member: int, make: Any, probe: bool = False) -> Any:
+    async def request(self, member: int, make: Any, probe: bool = False,
+                      timeout: float = REQUEST_TIMEOUT_S) -> Any:
         """The answer of ``member``'s broker, or None when it cannot be reached in time."""
         host, port = self.address(member)
         user, password = self.credentials
         try:
-            async with asyncio.timeout(PROBE_TIMEOUT_S if probe else REQUEST_TIMEOUT_S):
+            async with asyncio.timeout(PROBE_TIMEOUT_S if probe else timeout):
                 client = await connect(host, port, user, password, heartbeat=0, ssl=self.tls,
                                        connection_name=self.connection_name)
                 try:
@@ -185,4 +204,29 @@ async def run_election(name: str, members: Sequence[int], current_epoch: int,
             outcome.assigned.append(m)
     log.info("stream %s: member %d leads epoch %d (%s)", name, decision.leader, epoch,
              decision.reason.value)
+    return outcome
+
+
+async def join(name: str, members: Sequence[int], current_epoch: int, leader: int,
+               reserve: Callable[[int], Awaitable[bool]], brokers: Members, *,
+               reachable: Collection[int] | None = None) -> Outcome:
+    """Make ``members`` the member set of ``name`` from epoch ``current_epoch + 1``, ``leader``
+    kept: the epoch and the new set reserved durably first (``reserve``; False: another
+    driver did, this one stops), then Assign to the leader (it keeps its publishers and opens
+    the epoch: commits count the new set from its first chunk) and to each other member. A
+    member not reached is assigned by the driver's usual pass over returning members."""
+    epoch = current_epoch + 1
+    outcome = Outcome(epoch)
+    if not await reserve(epoch):
+        outcome.lost = True
+        return outcome
+    if not await brokers.assign(leader, name, epoch, Role.LEADER, leader, members):
+        return outcome
+    outcome.assigned.append(leader)
+    for m in members:
+        if m != leader and (reachable is None or m in reachable) and await brokers.assign(
+                m, name, epoch, Role.FOLLOWER, leader, members):
+            outcome.assigned.append(m)
+    log.info("stream %s: members %s from epoch %d, led by member %d", name, list(members),
+             epoch, leader)
     return outcome

@@ -29,6 +29,8 @@ _ERROR_ANSWERS: dict[int, Callable[[int, Code], f.Command]] = {
     Key.FENCE: lambda c, code: rf.FenceResponse(c, code),
     Key.REPLICA_CONTACT: lambda c, code: rf.ReplicaContactResponse(c, code),
     Key.REPLICA_SEAL: lambda c, code: rf.ReplicaSealResponse(c, code),
+    Key.REPLICA_LEARN: lambda c, code: rf.ReplicaLearnResponse(c, code),
+    Key.REPLICA_LEAVE: lambda c, code: rf.ReplicaLeaveResponse(c, code),
 }
 
 

@@ -59,6 +59,10 @@ class Key(IntEnum):
     # a leader's publishes stopped (or taken again) for a planned transfer
     REPLICA_CONTACT = 0x7E10
     REPLICA_SEAL = 0x7E11
+    # driver -> a stream's leader: make a peer a learner (it catches up, its acks not counted);
+    # driver -> a former member: drop your copy, you are no member of that epoch
+    REPLICA_LEARN = 0x7E12
+    REPLICA_LEAVE = 0x7E13
 
 
 class Code(IntEnum):

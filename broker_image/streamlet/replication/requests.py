@@ -58,7 +58,8 @@ def fence_refusal(epoch: int, peers: Sequence[Address]) -> str | None:
 def assign_refusal(epoch: int, leading: bool, leader: Address, members: Sequence[int],
                    peers: Sequence[Address], me: int | None) -> str | None:
     """Why an Assign is refused, before anything is saved; None: taken. ``leading``: this
-    member is told to lead; ``leader``: the leader's address as its followers reach it."""
+    member is told to lead; ``leader``: the leader's address as its followers reach it. A
+    follower outside ``members`` is a learner (being added: fed, its acks not counted)."""
     if not peers or me is None:
         return NO_CLUSTER
     if epoch < 1:
@@ -70,7 +71,7 @@ def assign_refusal(epoch: int, leading: bool, leader: Address, members: Sequence
     strangers = [m for m in members if not 0 <= m < len(peers)]
     if strangers:
         return f"members {strangers}: not among the {len(peers)} cluster.peers"
-    if me not in members:
+    if leading and me not in members:
         return f"this broker (member {me}) is not among the members {list(members)}"
     index = named_peer(peers, leader)
     if index is None:

@@ -96,6 +96,8 @@ HANDLERS: dict[type, Callable[[ConnectionState, Any], None]] = {
     rf.ReplicaAck: replication.on_replica_ack,
     rf.ReplicaContact: replication.on_replica_contact,
     rf.ReplicaSeal: replication.on_replica_seal,
+    rf.ReplicaLearn: replication.on_replica_learn,
+    rf.ReplicaLeave: replication.on_replica_leave,
     rf.SacJoin: replication.on_sac_join,
     rf.SacLeave: replication.on_sac_leave,
     rf.SacSteppedDown: replication.on_sac_stepped_down,

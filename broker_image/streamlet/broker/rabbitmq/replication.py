@@ -1,5 +1,6 @@
-"""The private replication commands (keys 0x7E01-0x7E0B, 0x7E10-0x7E11, docs/protocol.md):
-the placement driver's (Fence, Assign, ReplicaContact, ReplicaSeal), a follower's link's
+"""The private replication commands (keys 0x7E01-0x7E0B, 0x7E10-0x7E13, docs/protocol.md):
+the placement driver's (Fence, Assign, ReplicaContact, ReplicaSeal, ReplicaLearn,
+ReplicaLeave), a follower's link's
 (ReplicaHello, ReplicaStart, ReplicaAck) and a member's single-active-consumer link's.
 
 Authorised by identity, never by a permission: only the replication user or the placement
@@ -17,6 +18,8 @@ from ...rabbitmq import Code
 from ...rabbitmq import frames as f
 from ...rabbitmq.constants import Role as WireRole
 from ...rabbitmq.frames import replication as rf
+from ..arguments import create_arguments
+from ..replication.create import make_learner
 from ..replication.member import Role
 from ..replication.members import Invalid, Refused
 from .state import ConnectionState
@@ -210,3 +213,62 @@ def on_sac_stepped_down(conn: ConnectionState, cmd: rf.SacSteppedDown) -> None:
         return
     if conn.sac_link is not None:
         conn.sac_link.stepped_down(cmd.consumer)
+
+
+def on_replica_learn(conn: ConnectionState, cmd: rf.ReplicaLearn) -> None:
+    """Make a peer a learner of a stream this broker leads (answered once it follows)."""
+    stream = _target(conn, cmd, cmd.stream)
+    cluster = conn.broker.cluster
+    if isinstance(stream, Code):
+        conn.send(rf.ReplicaLearnResponse(cmd.correlation_id, stream))
+        return
+    try:
+        if cluster is None:
+            raise Invalid("this broker has no [cluster] peers")
+        leader, members = conn.broker.members.learner(stream, cmd.epoch, cmd.member)
+    except Invalid as e:
+        log.warning("stream %s: ReplicaLearn of member %d refused: %s", cmd.stream, cmd.member, e)
+        conn.send(rf.ReplicaLearnResponse(cmd.correlation_id, Code.PRECONDITION_FAILED))
+        return
+    except Refused:
+        conn.send(rf.ReplicaLearnResponse(cmd.correlation_id, Code.STREAM_NOT_AVAILABLE))
+        return
+    assert conn.vhost is not None
+    vhost, arguments = conn.vhost.name, create_arguments(stream.settings)
+
+    async def learn() -> None:
+        try:
+            await make_learner(cluster, vhost, cmd.stream, arguments, cmd.member, cmd.epoch,
+                               leader, members)
+            code = Code.OK
+        except Exception as e:  # the member's problem: the driver asks again
+            log.warning("stream %s: member %d cannot become a learner: %s", cmd.stream,
+                        cmd.member, e)
+            code = Code.STREAM_NOT_AVAILABLE
+        conn.send(rf.ReplicaLearnResponse(cmd.correlation_id, code))
+
+    conn.spawn(learn(), f"learner {cmd.member} of {cmd.stream!r}")
+
+
+def on_replica_leave(conn: ConnectionState, cmd: rf.ReplicaLeave) -> None:
+    """A former member drops its copy (this broker only: nothing is passed on)."""
+    stream = _target(conn, cmd, cmd.stream)
+    if isinstance(stream, Code):
+        conn.send(rf.ReplicaLeaveResponse(cmd.correlation_id, stream))
+        return
+    try:
+        conn.broker.members.leave(stream, cmd.epoch)
+    except Invalid as e:
+        log.warning("stream %s: ReplicaLeave refused: %s", cmd.stream, e)
+        conn.send(rf.ReplicaLeaveResponse(cmd.correlation_id, Code.PRECONDITION_FAILED))
+        return
+    except Refused as e:
+        log.warning("stream %s: ReplicaLeave in epoch %d refused: %s", cmd.stream, cmd.epoch, e)
+        conn.send(rf.ReplicaLeaveResponse(cmd.correlation_id, Code.STREAM_NOT_AVAILABLE))
+        return
+    assert conn.vhost is not None
+    gone = conn.broker.delete_stream(conn.vhost, cmd.stream)
+    log.info("stream %s: no member of epoch %d: copy deleted here", cmd.stream, cmd.epoch)
+    conn.send(rf.ReplicaLeaveResponse(cmd.correlation_id, Code.OK))
+    if gone is not None:
+        conn.broker.stream_gone(gone)

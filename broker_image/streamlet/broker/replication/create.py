@@ -133,6 +133,22 @@ async def create_replicated_super_stream(
     return Code.OK
 
 
+async def make_learner(cluster: Cluster, vhost: str, name: str, arguments: dict[str, str],
+                       member: int, epoch: int, leader: Address,
+                       members: tuple[int, ...]) -> None:
+    """As the leader of ``epoch``: make ``member`` a learner of ``name``, its copy created with
+    this stream's settings (a copy it still holds is kept: its link truncates it to a prefix
+    of this log), then assigned follower of this epoch outside the member set. Raises when
+    that member does not take it."""
+    address = cluster.peers[member]
+    await _ask(address, cluster.credentials, vhost, lambda c: f.Create(c, name, arguments),
+               f.CreateResponse, (Code.OK, Code.STREAM_ALREADY_EXISTS))
+    await _ask(address, cluster.credentials, vhost, lambda c: rf.Assign(
+        c, name, epoch, WireRole.FOLLOWER, leader[0], leader[1], list(members)),
+        rf.AssignResponse)
+    log.info("stream %s: member %d is a learner in epoch %d", name, member, epoch)
+
+
 async def _ask(address: Address, credentials: PeerLogin, vhost: str, make: object,
                kind: type[f.Command], ok: tuple[int, ...] = (Code.OK,)) -> None:
     async with open_peer(address, credentials, vhost=vhost) as peer:

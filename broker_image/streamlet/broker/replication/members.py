@@ -307,12 +307,38 @@ class Members:
             log.info("stream %s: follower of %s:%d in epoch %d", stream.name, *leader, epoch)
 
     def hello(self, stream: Stream, epoch: int, member_id: int) -> TailReport:
-        """A follower's link asks to follow: only this epoch's leader, only a member."""
+        """A follower's link asks to follow: only this epoch's leader, only a peer (a member,
+        or a learner: a peer outside the member set being added, fed but not counted)."""
         self.claimed_here(stream, epoch, f"ReplicaHello from member {member_id}")
         member = self._leading(stream, epoch)
-        if member_id not in member.state.members:
-            raise Refused(f"member {member_id} is not in epoch {epoch}'s members", epoch)
+        if not 0 <= member_id < len(self.peers) or member_id == self.me:
+            raise Refused(f"member {member_id} is no peer of this broker", epoch)
         return member.report()
+
+    def learner(self, stream: Stream, epoch: int, member_id: int) -> tuple[Address, tuple[int, ...]]:
+        """As the leader of ``epoch``: may ``member_id`` become a learner? Answers where its
+        link will reach this leader and the member set it is told; raises Invalid (not a peer,
+        already a member) or Refused (not this epoch's leader)."""
+        member = self._leading(stream, epoch)
+        if not 0 <= member_id < len(self.peers):
+            raise Invalid(f"member {member_id}: not among the {len(self.peers)} cluster.peers")
+        if member_id in member.state.members:
+            raise Invalid(f"member {member_id} is already a member in epoch {epoch}")
+        assert self.me is not None
+        return self.peers[self.me], member.state.members
+
+    def leave(self, stream: Stream, epoch: int) -> None:
+        """May this broker drop its copy of ``stream``, no member of ``epoch``'s set? Refused
+        when it leads, or is a member of ``epoch`` or of a later epoch (added again); Invalid
+        when the stream is not replicated here."""
+        member = self.members.get(stream)
+        if member is None:
+            raise Invalid("not a replicated stream here")
+        state = member.state
+        if member.leader is not None or state.role is Role.LEADER:
+            raise Refused(f"this member leads epoch {state.epoch}", state.epoch)
+        if state.epoch > epoch or (state.epoch == epoch and self.me in state.members):
+            raise Refused(f"a member in epoch {state.epoch}", state.epoch)
 
     def start(self, stream: Stream, epoch: int, member_id: int, tail: tuple[int, int, int],
               conn: FollowerConnection) -> Feed:

@@ -1,8 +1,8 @@
-"""streamlet's own commands, not RabbitMQ's (keys 0x7E01-0x7E11, a range RabbitMQ does not
+"""streamlet's own commands, not RabbitMQ's (keys 0x7E01-0x7E13, a range RabbitMQ does not
 use): replication between a stream's members (ReplicaHello, ReplicaStart, ReplicaChunks,
-ReplicaAck, ReplicaCommit), the placement driver's (Fence, Assign, ReplicaContact, ReplicaSeal)
-and a member's single-active-consumer link to the stream's leader (SacJoin, SacLeave, SacUpdate,
-SacSteppedDown). Between brokers and from the driver, never a client's; the same frame layout
+ReplicaAck, ReplicaCommit), the placement driver's (Fence, Assign, ReplicaContact, ReplicaSeal,
+ReplicaLearn, ReplicaLeave) and a member's single-active-consumer link to the stream's leader
+(SacJoin, SacLeave, SacUpdate, SacSteppedDown). Between brokers and from the driver, never a client's; the same frame layout
 and field codecs as RabbitMQ's commands, decoded by the same
 :func:`streamlet.rabbitmq.frames.decode`."""
 
@@ -251,6 +251,40 @@ class ReplicaSealResponse(Command):
     tail_epoch: int = 0
     tail_chunk_id: int = -1
     next_offset: int = 0
+
+
+@register
+@dataclass(slots=True)
+class ReplicaLearn(Command):
+    """Placement driver to ``stream``'s leader in ``epoch``: make ``member`` a learner (the
+    stream created there with the leader's settings, the member assigned follower of this
+    epoch without being in its member set: fed, its acks not counted). Answered once it is."""
+
+    KEY: ClassVar[int] = Key.REPLICA_LEARN
+    LAYOUT: ClassVar[tuple[Codec, ...]] = (U32, STR, U64, U16)
+    correlation_id: int
+    stream: str
+    epoch: int
+    member: int
+
+
+ReplicaLearnResponse = simple_response(Key.REPLICA_LEARN, "ReplicaLearnResponse")
+
+
+@register
+@dataclass(slots=True)
+class ReplicaLeave(Command):
+    """Placement driver to a former member: ``epoch``'s member set does not hold you, delete
+    your copy of ``stream`` here only. Refused (6) by a member of that epoch or a later one."""
+
+    KEY: ClassVar[int] = Key.REPLICA_LEAVE
+    LAYOUT: ClassVar[tuple[Codec, ...]] = (U32, STR, U64)
+    correlation_id: int
+    stream: str
+    epoch: int
+
+
+ReplicaLeaveResponse = simple_response(Key.REPLICA_LEAVE, "ReplicaLeaveResponse")
 
 
 # A member's single-active-consumer link to the stream's leader (one connection per stream and
