@@ -21,7 +21,7 @@ from streamlet.rabbitmq.constants import Role
 from streamlet.replication.election import Decision, transfer, transfer_ready
 from streamlet.replication.model import NO_LEADER, Tail
 
-from . import drain, failover, names, rolling
+from . import drain, failover, metrics, names, rolling
 from .brokers import BrokerUnavailable
 from .builders.directory import Placed
 from .builders.statefulset import TEMPLATE_HASH
@@ -436,6 +436,7 @@ class Driver:
         unclean = decision is not None and decision.unclean and leader is not None
         await self._write(unit, lambda r: r is not None and r.epoch == outcome.epoch, after,
                           broker=broker, unclean=unclean)
+        metrics.ELECTIONS.labels(self.namespace, broker.name, reason).inc()
         await self._directory(broker, name)
         if leader is None:
             return True

@@ -1,4 +1,5 @@
-"""Prometheus metrics of the reconcilers: how many, how many failed, how long they took."""
+"""Prometheus metrics of the operator: its reconcilers (how many, how many failed, how long they
+took), and what its replication driver did (elections, member changes, replacements)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,18 @@ DRIFT_REPAIRS = Counter(
 MOVES = Counter(
     "streamlet_operator_stream_moves_total", "Streams moved off broker pods being removed",
     ["namespace"])
+
+ELECTIONS = Counter(
+    "streamlet_operator_elections_total",
+    "Elections of a replicated stream's leader the operator's driver recorded (reason: why that"
+    " member won, or StreamGone)", ["namespace", "broker", "reason"])
+MEMBER_REPLACEMENTS = Counter(
+    "streamlet_operator_member_replacements_total",
+    "Lost members of replicated streams replaced by a new member", ["namespace", "broker"])
+MEMBERSHIP_CHANGES = Counter(
+    "streamlet_operator_membership_changes_total",
+    "Member set changes of replicated streams completed (kind: add or remove)",
+    ["namespace", "broker", "kind"])
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
