@@ -18,6 +18,8 @@ DEFAULT_PORT = 5552
 DEFAULT_TLS_PORT = 5551
 #: Broker.spec.scaleDownPolicy: move the streams off pods being removed (else: "Refuse").
 MOVE_STREAMS = "MoveStreams"
+#: Broker.spec.storage.fsync: the brokers' storage.fsync (docs/replication.md#what-a-confirm-means).
+FSYNC_MODES = ("never", "interval", "chunk")
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,11 @@ class BrokerModel:
     pod_template: dict[str, Any] = field(default_factory=dict)
     #: spec.streams.defaultReplicas: copies of a Stream that sets no spec.replicas
     default_replicas: int = 1
+    #: spec.storage.fsync: when the brokers fsync what they write (FSYNC_MODES)
+    fsync: str = "never"
+    #: spec.replication.restorePreferredLeader: a stream's leadership goes back to its
+    #: preferred leader once that member is in sync again (driver.py)
+    restore_preferred_leader: bool = True
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> BrokerModel:
@@ -170,6 +177,9 @@ class BrokerModel:
             ),
             pod_template=dict(spec.get("podTemplate") or {}),
             default_replicas=int((spec.get("streams") or {}).get("defaultReplicas") or 1),
+            fsync=str(storage.get("fsync") or "never"),
+            restore_preferred_leader=bool((spec.get("replication") or {}).get(
+                "restorePreferredLeader", True)),
         )
 
     @property

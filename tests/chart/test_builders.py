@@ -11,6 +11,7 @@ import kubernetes_validate
 import pytest
 
 from streamlet.broker.config import environment, model
+from streamlet.broker.config.model import FSYNC_POLICIES
 from streamlet.broker.directory import parse as parse_directory
 from streamlet.broker.protocols import load
 from streamlet_operator import names
@@ -29,7 +30,7 @@ from streamlet_operator.builders.statefulset import (
     build_statefulset,
     template_hash,
 )
-from streamlet_operator.model import BrokerModel
+from streamlet_operator.model import FSYNC_MODES, BrokerModel
 from streamlet_operator.runtime import operator_port
 from tests.chart.conftest import KUBE_VERSIONS
 
@@ -145,6 +146,23 @@ def test_every_pod_is_a_peer_and_its_member_id_is_its_ordinal(tmp_path: Path,
     domain = broker(advertise={"clusterDomain": "k8s.example"})
     assert 'peers = ["events-0.events-headless.prod.svc.k8s.example:5552"]' in render_config(
         domain, 1)
+
+
+@pytest.mark.parametrize("fsync", FSYNC_MODES)
+def test_spec_storage_fsync_is_the_brokers_storage_fsync(tmp_path: Path, fsync: str) -> None:
+    """spec.storage.fsync reaches the broker's storage.fsync (what a confirm survives:
+    docs/replication.md#what-a-confirm-means); the modes are the broker's own; unset: never."""
+    assert FSYNC_MODES == FSYNC_POLICIES
+    assert load(_mounted(tmp_path, broker(storage={"fsync": fsync}), {"u": "p"})).fsync == fsync
+    assert load(_mounted(tmp_path, broker(), {"u": "p"})).fsync == "never"
+
+
+def test_a_change_of_fsync_rolls_the_pods() -> None:
+    """The broker reads storage.fsync at start: a change is a change of configuration."""
+    def hash_of(**storage: Any) -> str:
+        sts = build_statefulset(broker(storage=storage), 1)
+        return str(sts["spec"]["template"]["metadata"]["annotations"]["streamlet.dev/config-hash"])
+    assert hash_of() == hash_of(fsync="never") != hash_of(fsync="chunk")
 
 
 @pytest.mark.parametrize(("spec", "pods"), [({}, 1), ({"replicas": 3}, 3)])

@@ -150,6 +150,8 @@ def test_rbac_is_least_privilege(chart: helm_python.Chart) -> None:
     # growing storage: the PVCs patched when their StorageClass allows expansion
     assert granted[("", "persistentvolumeclaims")] == {"get", "patch"}
     assert granted[("storage.k8s.io", "storageclasses")] == {"get", "list"}
+    # zones: the Nodes' topology.kubernetes.io/zone labels, read only
+    assert granted[("", "nodes")] == {"get", "list"}
     # a pod's IP for the directory (advertise PodIP); pods being deleted (placement driver);
     # the roll deletes one pod at a time
     assert granted[("", "pods")] == {"get", "list", "delete"}

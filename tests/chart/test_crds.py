@@ -113,6 +113,38 @@ def test_invalid_broker_is_rejected() -> None:
         validate(obj, crd_schema("Broker"))
 
 
+@pytest.mark.parametrize("spec", [
+    {"storage": {"fsync": "always"}},
+    {"storage": {"fsync": "Chunk"}},
+    {"replication": {"restorePreferredLeader": "yes"}},
+])
+def test_bad_fsync_and_replication_settings_are_rejected(spec: dict[str, Any]) -> None:
+    obj = {"apiVersion": "streamlet.dev/v1alpha1", "kind": "Broker", "metadata": {"name": "b"},
+           "spec": spec}
+    with pytest.raises(jsonschema.ValidationError):
+        validate(obj, crd_schema("Broker"))
+
+
+@pytest.mark.parametrize("fsync", ["never", "interval", "chunk"])
+def test_fsync_and_replication_settings_are_accepted(fsync: str) -> None:
+    obj = {"apiVersion": "streamlet.dev/v1alpha1", "kind": "Broker", "metadata": {"name": "b"},
+           "spec": {"storage": {"fsync": fsync},
+                    "replication": {"restorePreferredLeader": False}}}
+    validate(obj, crd_schema("Broker"))
+    broker = BrokerModel.from_body({**obj, "metadata": {"name": "b"}})
+    assert broker.fsync == fsync and not broker.restore_preferred_leader
+    assert BrokerModel.from_body({"metadata": {"name": "b"}, "spec": {}}).restore_preferred_leader
+
+
+def test_the_preferred_leader_fits_the_stream_status() -> None:
+    status = {"replication": {"epoch": 2, "leader": 1, "members": [0, 1, 2], "inSync": [0, 1],
+                              "phase": "Ready", "reason": "Elected", "preferredLeader": 0},
+              "partitionReplication": {"s-0": {"epoch": 1, "leader": 2, "members": [0, 1, 2],
+                                               "preferredLeader": 2}}}
+    validate({"apiVersion": "streamlet.dev/v1alpha1", "kind": "Stream", "metadata": {"name": "s"},
+              "spec": {"broker": "b"}, "status": status}, crd_schema("Stream"))
+
+
 def test_chart_carries_the_same_crds() -> None:
     chart = helm_python.Chart.load(CHART)
     try:

@@ -100,13 +100,15 @@ def test_namespace_scope_grants_roles_in_the_watched_namespaces(chart: helm_pyth
         for rule in role["rules"]:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"]
             assert "deletecollection" not in rule["verbs"]
-    # cluster-wide: one CRD read by name, and StorageClasses read (growing storage)
+    # cluster-wide: one CRD read by name, StorageClasses read (growing storage), Nodes read
+    # (their zone labels)
     [cluster_role] = _kinds(docs, "ClusterRole")
     assert cluster_role["rules"] == [
         {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
          "resourceNames": ["scheduledsparkapplications.sparkoperator.k8s.io"], "verbs": ["get"]},
         {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"],
-         "verbs": ["get", "list"]}]
+         "verbs": ["get", "list"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}]
     [cluster_binding] = _kinds(docs, "ClusterRoleBinding")
     assert cluster_binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
 
@@ -122,6 +124,7 @@ def test_both_scopes_grant_the_same_in_a_namespace(chart: helm_python.Chart) -> 
     cluster = _grants(cluster_role["rules"])
     del cluster[("apiextensions.k8s.io", "customresourcedefinitions")]
     del cluster[("storage.k8s.io", "storageclasses")]
+    del cluster[("", "nodes")]
     cluster[("kopf.dev", "kopfpeerings")] = cluster.pop(("kopf.dev", "clusterkopfpeerings"))
     assert _grants(role["rules"]) == cluster
 

@@ -68,6 +68,9 @@ def render_config(broker: BrokerModel, pods: int | None = None) -> str:
         *([f"tls = {'true' if broker.replication_tls else 'false'}"]  # TLS only: over TLS
           if broker.tls is not None else []),
         "",
+        "[storage]",
+        f"fsync = {toml_string(broker.fsync)}",  # spec.storage.fsync: what a confirm survives
+        "",
         "[retention]",
         f"max_age = {toml_string(r.max_age or '0s')}",
         f"max_length_bytes = {r.max_length_bytes or 0}",
