@@ -1,8 +1,16 @@
-"""Where streams go: pure functions of the cluster state, so they are tested without one."""
+"""Where streams go, in which zones, and which member leads them: pure functions of the
+cluster state, so they are tested without one (the pods' zones from their Nodes, the planned
+transfers of a rebalance and of preferred leaders restored). Mechanism:
+docs/replication.md#on-kubernetes."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any
+
+from streamlet.replication.membership import Led, preferred_moves
+from streamlet.replication.membership import rebalance as rebalance_moves
+from streamlet.replication.placement import Pod
 
 
 def stream_counts(placements: Iterable[Iterable[int]], replicas: int) -> list[int]:
@@ -56,3 +64,74 @@ def members_held(streams: Iterable[tuple[str, Sequence[int] | None]],
     not yet discovered by the placement driver)."""
     return {name: list(members) if members is not None else list(range(pods))
             for name, members in streams}
+
+
+# --- zones ---------------------------------------------------------------------------------------
+
+#: The Node label a pod's zone is read from (the well-known one the cloud providers set).
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+
+def pod_zones(pods: Mapping[int, Mapping[str, Any]],
+              nodes: Mapping[str, Mapping[str, Any]]) -> dict[int, str | None]:
+    """Each pod's zone by ordinal: the ZONE_LABEL of the Node it runs on (``spec.nodeName``);
+    None when it is not scheduled, its Node is not known (not readable: no permission) or
+    not labelled, or the label is empty."""
+    zones: dict[int, str | None] = {}
+    for ordinal, pod in pods.items():
+        node = nodes.get(str((pod.get("spec") or {}).get("nodeName") or ""))
+        labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+        zones[ordinal] = str(labels.get(ZONE_LABEL) or "") or None
+    return zones
+
+
+def member_pods(pods: Mapping[int, Mapping[str, Any]], zones: Mapping[int, str | None],
+                replicas: int, avoid: Collection[int] = ()) -> list[Pod]:
+    """The Broker's pods as membership.next_change and the placement rules see them: ordinals
+    0..``replicas``-1 and any other pod that exists, each with its zone (``zones``); draining
+    when being deleted, beyond ``replicas`` (a scale-down removes it) or in ``avoid`` (drained);
+    ready when its Pod's Ready condition is True."""
+    ordinals = sorted(set(range(replicas)) | set(pods))
+    result = []
+    for o in ordinals:
+        pod = pods.get(o) or {}
+        terminating = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in (pod.get("status") or {}).get("conditions") or [])
+        result.append(Pod(o, zones.get(o), terminating or o >= replicas or o in avoid, ready))
+    return result
+
+
+# --- leaderships ---------------------------------------------------------------------------------
+
+#: The Broker annotation that asks for a leader rebalance (any value; removed once done).
+REBALANCE = "streamlet.dev/rebalance"
+
+
+def leadership_moves(streams: Mapping[str, Led], pods: Collection[int],
+                     preferred: Mapping[str, int], *, rebalance: bool, restore: bool
+                     ) -> list[tuple[str, int]]:
+    """The planned transfers ``(stream, new leader)`` to carry out now, one after another.
+
+    ``streams``: the replicated streams (and partitions) looked at this tick, by key;
+    ``pods``: the ordinals that may lead (ready, staying, not drained); ``preferred``: each
+    stream's preferred leader. A rebalance asked for: membership.rebalance over ``pods``.
+    Otherwise, with ``restore``: each stream back to its preferred leader once that member is
+    in sync (membership.preferred_moves), unless it is on a pod that may not lead.
+    """
+    allowed = set(pods)
+    if rebalance:
+        return rebalance_moves(streams, sorted(allowed))
+    if not restore:
+        return []
+    return [(name, target) for name, target in preferred_moves(streams, preferred)
+            if target in allowed]
+
+
+def preferred_leaders(records: Mapping[str, tuple[int | None, int | None]]) -> dict[str, int]:
+    """The preferred leader to record for each stream that has none yet, from ``records``:
+    key -> (recorded preferred leader or None, leader or None). Recorded at the first look
+    after discovery, the leader is the member placed to lead it at creation (epoch 1); a
+    stream discovered before preferred leaders were recorded takes its leader of then."""
+    return {key: leader for key, (recorded, leader) in records.items()
+            if recorded is None and leader is not None}
