@@ -640,6 +640,22 @@ class StreamLog:
         ci = seg.locate(chunk_id)
         return self.first_offset if ci < 0 else seg.ids[ci] + seg.nrec[ci]
 
+    def span_from(self, offset: int) -> tuple[int, int]:
+        """``(chunks, bytes)`` of the log from the chunk holding ``offset`` to its end, any
+        type, bytes as the chunks take them in the segment files: how far a replica whose
+        next offset is ``offset`` is behind. ``(0, 0)`` from ``next_offset`` on. Reads
+        segment tables, never chunks: for metrics, not the data path."""
+        found = self._run_at(offset)
+        if found is None:
+            return 0, 0
+        seg, ci = found
+        chunks, size = seg.nchunks - ci, seg.size - seg.pos[ci]
+        for si in range(self._seg_index(seg.id) + 1, len(self._segments)):
+            later = self._seg(si)
+            chunks += later.nchunks
+            size += later.size - FILE_HEADER_SIZE
+        return chunks, size
+
     def last_user_before(self, end: int) -> int:
         """The id of the last user chunk that ends at or before ``end`` (-1: none)."""
         si = min(bisect_right(self._seg_ids, max(end - 1, 0)) - 1, len(self._segments) - 1)

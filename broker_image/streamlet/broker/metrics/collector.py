@@ -60,6 +60,7 @@ class BrokerCollector:
                           for name, stream in v.streams.streams.items()), key=lambda t: t[:2])
         yield from self._clients(streams)
         yield from self._streams(streams)
+        yield from self._replication(streams[: self.max_streams] if self.max_streams else [])
         yield self._latency()
         yield from self._disk()
         yield from self._reloads()
@@ -150,6 +151,65 @@ class BrokerCollector:
         omitted.add_metric(["streams"], len(streams) - len(listed))
         omitted.add_metric(["consumers"], omitted_consumers)
         yield omitted
+
+    def _replication(self, listed: list[tuple[str, str, Stream]]) -> Iterator[Metric]:
+        """Replicated streams: what every member knows (epoch, members, role, its counts) and
+        what only the leader does (in-sync members, each follower's lag by its acks)."""
+
+        def gauge(name: str, doc: str, labels: list[str] = STREAM_LABELS) -> GaugeMetricFamily:
+            return GaugeMetricFamily(PREFIX + "replication_" + name, doc, labels=labels)
+
+        def counter(name: str, doc: str) -> CounterMetricFamily:
+            return CounterMetricFamily(PREFIX + "replication_" + name, doc, labels=STREAM_LABELS)
+
+        member_labels = [*STREAM_LABELS, "member"]
+        epoch = gauge("epoch", "The epoch this member is in")
+        members = gauge("members", "Members of the stream in this member's "
+                         "epoch (learners being added not counted)")
+        leader = gauge("leader", "1: this member leads the stream; 0: it "
+                        "follows or is fenced")
+        in_sync = gauge("in_sync_members", "Members in sync, the leader included (reported "
+                        "by the leader only): a follower is while its link is up and it held "
+                        "everything the leader had written 10 s before")
+        follower_in_sync = gauge("follower_in_sync", "1: the follower is in sync (reported by "
+                                 "the leader)", member_labels)
+        lag_offsets = gauge("follower_lag_offsets", "Offsets of the leader's log past the "
+                            "follower's last ack (reported by the leader)", member_labels)
+        lag_chunks = gauge("follower_lag_chunks", "Chunks of the leader's log past the "
+                           "follower's last ack", member_labels)
+        lag_bytes = gauge("follower_lag_bytes", "Bytes of the leader's log (as its segment "
+                          "files hold them) past the follower's last ack", member_labels)
+        elections = counter("elections", "Epochs this broker was assigned to lead the stream "
+                            "(a member set change's new epoch too)")
+        changes = counter("membership_changes", "Assigns this member took whose member set "
+                          "differs from the one before")
+        for vhost, name, stream in listed:
+            member = self.broker.members.get(stream)
+            if member is None:
+                continue
+            labels = [vhost, name]
+            state = member.state
+            epoch.add_metric(labels, state.epoch)
+            members.add_metric(labels, len(state.members))
+            leader.add_metric(labels, 1 if member.leader is not None else 0)
+            elections.add_metric(labels, member.elections)
+            changes.add_metric(labels, member.membership_changes)
+            lead = member.leader
+            if lead is None or lead.stopped:
+                continue
+            in_sync.add_metric(labels, sum(lead.in_sync(m) for m in lead.members))
+            for m in lead.members:
+                if m == lead.me:
+                    continue
+                each = [*labels, str(m)]
+                follower_in_sync.add_metric(each, 1 if lead.in_sync(m) else 0)
+                behind = lead.lag(m)
+                if behind is not None:
+                    lag_offsets.add_metric(each, behind[0])
+                    lag_chunks.add_metric(each, behind[1])
+                    lag_bytes.add_metric(each, behind[2])
+        yield from (epoch, members, leader, in_sync, follower_in_sync, lag_offsets, lag_chunks,
+                    lag_bytes, elections, changes)
 
     def _latency(self) -> Metric:
         """Every vhost's histogram, summed (each Streams keeps one for all its streams)."""

@@ -11,6 +11,7 @@ plain TCP; FramedConnection.write_file). The connection's own back-pressure resu
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Protocol
 
 from ...core.streams import Stream
@@ -26,6 +27,9 @@ FEED_BYTES = 1 << 20
 #: An idle feed gets a ReplicaCommit this often: followers tell the placement driver how long
 #: ago they heard from their leader (ReplicaContact), which a stopped leader makes grow.
 HEARTBEAT_S = 0.5
+#: A follower is in sync while its link is up and it holds, or held at most this long ago,
+#: everything the leader had written at some earlier look (what /metrics reports, no rule).
+IN_SYNC_S = 10.0
 
 
 class FollowerConnection(Protocol):
@@ -38,6 +42,29 @@ class FollowerConnection(Protocol):
     def write(self, data: bytes) -> None: ...
 
     def write_file(self, head: bytes, fd: int, pos: int, size: int) -> None: ...
+
+
+@dataclass
+class Progress:
+    """What the leader knows of one member's copy, for /metrics: its last ack (``chunk_id``,
+    ``next_offset``: -1 until one came), and since when it is known to have caught up
+    (``caught_up_at``): an ack at or past ``mark_id`` (the leader's tail when ``mark_at``)
+    says it held everything the leader had then."""
+
+    caught_up_at: float
+    mark_id: int
+    mark_at: float
+    chunk_id: int = -1
+    next_offset: int = -1
+
+    def acked(self, chunk_id: int, next_offset: int, tail_id: int, now: float) -> None:
+        self.chunk_id, self.next_offset = chunk_id, next_offset
+        if chunk_id >= tail_id:  # it holds everything now
+            self.caught_up_at = self.mark_at = now
+            self.mark_id = tail_id
+        elif chunk_id >= self.mark_id:
+            self.caught_up_at = self.mark_at
+            self.mark_id, self.mark_at = tail_id, now
 
 
 class Leader:
@@ -54,6 +81,8 @@ class Leader:
         self.epoch_start: int | None = None
         self.committed_id = -1
         self.stopped = False
+        #: each other member's progress (read by /metrics, never by the commit)
+        self.progress: dict[int, Progress] = {}
 
     def start(self) -> None:
         """Open the epoch: its first chunk (a tracking snapshot) is what the commit waits for.
@@ -66,6 +95,9 @@ class Leader:
         stream.awaits_commit = len(self.members) > 1
         ref = stream.log.open_epoch(self.epoch)
         self.epoch_start = ref.chunk_id
+        now = stream.clock.time()
+        self.progress = {m: Progress(now, ref.chunk_id, now) for m in self.members
+                         if m != self.me}
         stream.appended()  # the feeds send it
         self.recompute()
         stream.clock.call_later(HEARTBEAT_S, self._beat)
@@ -103,7 +135,36 @@ class Leader:
             return  # another epoch's, or not a member's: never counted
         self.acks[member] = EpochAck(member, epoch, chunk_id)
         self.ends[chunk_id] = next_offset
+        progress = self.progress.get(member)
+        if progress is not None:
+            progress.acked(chunk_id, next_offset, self.stream.log.tail()[1],
+                           self.stream.clock.time())
         self.recompute()
+
+    def in_sync(self, member: int) -> bool:
+        """Whether ``member`` is in sync (IN_SYNC_S); the leader itself always is."""
+        if member == self.me:
+            return True
+        progress, feed = self.progress.get(member), self.feeds.get(member)
+        if progress is None or feed is None or feed.stopped or feed.conn.closing:
+            return False
+        return (progress.chunk_id >= self.stream.log.tail()[1]
+                or self.stream.clock.time() - progress.caught_up_at <= IN_SYNC_S)
+
+    def lag(self, member: int) -> tuple[int, int, int] | None:
+        """How far ``member``'s copy is behind by its last ack (before one, where its feed
+        started): offsets, chunks and bytes of the leader's log; None when not known."""
+        progress, feed = self.progress.get(member), self.feeds.get(member)
+        if progress is None:
+            return None
+        start = progress.next_offset
+        if start < 0:
+            if feed is None:
+                return None
+            start = feed.start
+        lg = self.stream.log
+        chunks, size = lg.span_from(start)
+        return max(lg.next_offset - start, 0), chunks, size
 
     def recompute(self) -> None:
         if self.stopped:
@@ -128,6 +189,7 @@ class Feed:
     def __init__(self, leader: Leader, conn: FollowerConnection, start: int) -> None:
         self.leader = leader
         self.conn = conn
+        self.start = start  # the follower's next offset when its link started
         self.next = start
         self.sent_commit = -1
         self.stopped = False

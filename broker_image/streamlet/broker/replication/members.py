@@ -84,6 +84,19 @@ class Member:
         self.led_by: EpochLeader | None = None
         #: two leaders seen in one epoch (None: never)
         self.two_leaders: TwoLeaders | None = None
+        #: for /metrics: epochs this broker was assigned to lead (the last: ``led``), and
+        #: Assigns that changed the member set
+        self.elections = 0
+        self.led = 0
+        self.membership_changes = 0
+
+    def counted(self, before: tuple[int, ...], state: MemberState) -> None:
+        """Count an Assign taken (``before``: the member set it replaced, () if none)."""
+        if state.role is Role.LEADER and state.epoch > self.led:
+            self.elections += 1
+            self.led = state.epoch
+        if before and sorted(before) != sorted(state.members):
+            self.membership_changes += 1
 
     def report(self) -> TailReport:
         lg = self.stream.log
@@ -288,10 +301,12 @@ class Members:
             return  # the same assignment again (a driver re-driving its step)
         if not (role is Role.LEADER and member is not None and member.leader is not None):
             self._fence_stream(stream)  # a leader kept in a new epoch keeps its publishers
+        before = () if member is None else member.state.members
         if member is None:
             member = self.members[stream] = Member(stream, state)
         member.halt()
         member.state = state
+        member.counted(before, state)
         member.led_by = claimed
         state.save(stream.directory)
         self.sac.changed(stream, state)
