@@ -11,7 +11,8 @@ from .workloads import Row
 #: rows where lower is better compare this metric; every other row compares msg/s
 _LOWER_IS_BETTER = {"latency": "p99_ms", "r3-latency": "p99_ms"}
 #: rows whose key figure is neither msg/s nor a column: (extra key, label in the ratio column)
-_EXTRA_METRIC = {"r3-failover": ("failover_ms", "failover time")}
+_EXTRA_METRIC = {"r3-failover": ("failover_ms", "failover time"),
+                 "r3-add-member": ("add_s", "time to in sync")}
 
 
 def _num(v: float | None, fmt: str = "{:,.0f}") -> str:
@@ -161,6 +162,7 @@ def replicated_targets(by: dict[tuple[str, str], Row]) -> list[str]:
         else:
             out.append(f"INFO RabbitMQ's member catch-up of {gb:.2f} GB: "
                        f"{f'{took:.2f} s' if measured else 'not measured'}")
+    out += add_member_targets(by)
     for size in (100, 1000):
         s, r = by.get((f"r3-consume-{size}", "streamlet")), by.get((f"r3-consume-{size}",
                                                                      "rabbitmq"))
@@ -176,6 +178,28 @@ def replicated_targets(by: dict[tuple[str, str], Row]) -> list[str]:
             out.append(f"INFO streamlet {key} RF=3 / RF=1: {rf3.msg_s / rf1.msg_s:.2f} "
                        f"({rf3.msg_s:,.0f} vs {rf1.msg_s:,.0f} msg/s)")
     return out
+
+
+def add_member_targets(by: dict[tuple[str, str], Row]) -> list[str]:
+    """A member added to a filled stream of 2 (add-member): in sync in no more time than
+    RabbitMQ's add_replica takes; streamlet's figure alone as INFO when RabbitMQ's is missing."""
+    s, r = by.get(("r3-add-member", "streamlet")), by.get(("r3-add-member", "rabbitmq"))
+    if s is None:
+        return []
+    gb = s.expected * s.size / 1e9
+    a = s.extra.get("add_s") if s.exact else None
+    if r is None:
+        return [f"INFO streamlet adds a member to a stream of {gb:.2f} GB in {_s(a)}"]
+    b = r.extra.get("add_s") if r.exact else None
+    ok = a is not None and (b is None or a <= b)
+    rate = f" ({s.expected * s.size / 1e6 / a:,.0f} MB/s)" if a else ""
+    vs = f", {a / b:.2f}x" if a is not None and b else ""
+    return [f"{'MET ' if ok else 'MISS'} a member added to a stream of {gb:.2f} GB is in sync "
+            f"in no more time than RabbitMQ's add_replica: {_s(a)}{rate} vs {_s(b)}{vs}"]
+
+
+def _s(v: float | None) -> str:
+    return "never" if v is None else f"{v:,.2f} s"
 
 
 def _ms(v: float | None) -> str:

@@ -32,6 +32,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import physical, profiling, report  # noqa: E402
+from bench.addmember import add_member  # noqa: E402
 from bench.replicated import replicated  # noqa: E402
 from bench.servers import (  # noqa: E402
     ClusterServer,
@@ -45,8 +46,10 @@ from bench.servers import (  # noqa: E402
 from bench.workloads import WORKLOADS, Row, Sizes  # noqa: E402
 
 SERVERS = ("rabbitmq", "streamlet")
-#: the workloads on single brokers, then the one on 3-node clusters (bench.replicated)
-ALL_WORKLOADS = [*WORKLOADS, "replicated"]
+#: the workloads on 3-node clusters, both on the same clusters (bench.replicated, bench.addmember)
+CLUSTER_WORKLOADS = ["replicated", "add-member"]
+#: the workloads on single brokers, then those on 3-node clusters
+ALL_WORKLOADS = [*WORKLOADS, *CLUSTER_WORKLOADS]
 #: how long the 3-node RabbitMQ may take to come up before the replicated workload goes on
 #: with streamlet alone
 RABBIT_CLUSTER_TIMEOUT = 120.0
@@ -93,6 +96,9 @@ def run_one(name: str, srv: Server, key: str, sizes: Sizes, run_no: int = 0) -> 
     if key == "replicated":
         assert isinstance(srv, ClusterServer)
         rows = replicated(srv, sizes, run_no)
+    elif key == "add-member":
+        assert isinstance(srv, ClusterServer)
+        rows = add_member(srv, sizes.add_bytes, run_no)
     else:
         rows = WORKLOADS[key](srv, sizes)
     for r in rows:
@@ -102,18 +108,28 @@ def run_one(name: str, srv: Server, key: str, sizes: Sizes, run_no: int = 0) -> 
             log(f"  failover {r.extra.get('failover_ms') or float('nan'):.1f} ms after the kill (connection lost "
                 f"at {r.extra.get('lost_ms')} ms, new leader attached at "
                 f"{r.extra.get('reattached_ms')} ms, {r.extra.get('attempts')} attempts)")
+        if r.workload == "r3-add-member":
+            log(f"  added node {r.extra.get('added')}: in sync {r.extra.get('add_s')} s after "
+                f"the command's start, not yet at {r.extra.get('not_in_sync_s')} s (the command "
+                f"itself {r.extra.get('command_s')} s, {r.extra.get('polls')} looks by "
+                f"{r.extra.get('in_sync_by')}) {r.extra.get('error', '')}")
         for e in r.extra.get("server_errors", []):
             log(f"  server said: {e}")
     return rows
 
 
+#: rows ranked by a time in ``extra`` (lowest first)
+_SECONDS_KEY = {"r3-failover": "failover_ms", "r3-add-member": "add_s"}
+
+
 def _rank(r: Row) -> float:
-    """Best first: the lowest p99 (latency rows), the fastest failover, else the most msg/s."""
+    """Best first: the lowest p99 (latency rows), the fastest failover or member add, else the
+    most msg/s."""
     if r.workload in ("latency", "r3-latency"):
         return r.p99_ms or 0.0
-    if r.workload == "r3-failover":
-        ms = r.extra.get("failover_ms")
-        return float("inf") if ms is None else float(ms)
+    if r.workload in _SECONDS_KEY:
+        v = r.extra.get(_SECONDS_KEY[r.workload])
+        return float("inf") if v is None else float(v)
     return -r.msg_s
 
 
@@ -131,8 +147,8 @@ def median_rows(runs: list[list[Row]]) -> list[Row]:
         if len(same) > 1:
             mid.extra["repeats"] = [
                 {"msg_s": r.msg_s, "p50_ms": r.p50_ms, "p99_ms": r.p99_ms, "exact": r.exact,
-                 **({"failover_ms": r.extra.get("failover_ms")}
-                    if r.workload == "r3-failover" else {})}
+                 **({_SECONDS_KEY[r.workload]: r.extra.get(_SECONDS_KEY[r.workload])}
+                    if r.workload in _SECONDS_KEY else {})}
                 for r in same]
             # every repeat must have been exact for the kept row to say so
             if not all(r.exact for r in same):
@@ -142,10 +158,10 @@ def median_rows(runs: list[list[Row]]) -> list[Row]:
 
 
 def run_replicated(servers: list[str], root: Path, sizes: Sizes, args: argparse.Namespace,
-                   notes: list[str]) -> list[Row]:
-    """The replicated workload on a 3-node cluster of each server, interleaved, ``repeat``
-    times. A RabbitMQ cluster that does not come up in time leaves streamlet's side alone,
-    with a note saying so."""
+                   notes: list[str], keys: list[str]) -> list[Row]:
+    """The cluster workloads ``keys`` on a 3-node cluster of each server, interleaved,
+    ``repeat`` times. A RabbitMQ cluster that does not come up in time leaves streamlet's
+    side alone, with a note saying so."""
     runs: dict[str, list[list[Row]]] = {}
     with contextlib.ExitStack() as stack:
         clusters: dict[str, ClusterServer] = {}
@@ -157,11 +173,12 @@ def run_replicated(servers: list[str], root: Path, sizes: Sizes, args: argparse.
                     raise
                 log(f"rabbitmq 3-node cluster: {e}")
                 notes.append("INFO the 3-node RabbitMQ cluster did not come up within "
-                             f"{RABBIT_CLUSTER_TIMEOUT:.0f} s ({str(e)[:200]}): the replicated "
-                             "workload is reported for streamlet alone")
+                             f"{RABBIT_CLUSTER_TIMEOUT:.0f} s ({str(e)[:200]}): the "
+                             f"{', '.join(keys)} workload is reported for streamlet alone")
         for i in range(args.repeat):
-            for name, srv in clusters.items():
-                runs.setdefault(name, []).append(run_one(name, srv, "replicated", sizes, i))
+            for key in keys:
+                for name, srv in clusters.items():
+                    runs.setdefault(name, []).append(run_one(name, srv, key, sizes, i))
     rows = [r for name in servers for r in median_rows(runs.get(name, []))]
     kinds = list(dict.fromkeys(r.workload for r in rows))
     return sorted(rows, key=lambda r: (kinds.index(r.workload), servers.index(r.server)))
@@ -170,8 +187,10 @@ def run_replicated(servers: list[str], root: Path, sizes: Sizes, args: argparse.
 def run_all(servers: list[str], root: Path, sizes: Sizes, selected: list[str],
             args: argparse.Namespace, notes: list[str] | None = None) -> list[Row]:
     rows = run_single(servers, root, sizes, [k for k in selected if k in WORKLOADS], args)
-    if "replicated" in selected:
-        rows += run_replicated(servers, root, sizes, args, notes if notes is not None else [])
+    keys = [k for k in CLUSTER_WORKLOADS if k in selected]
+    if keys:
+        rows += run_replicated(servers, root, sizes, args, notes if notes is not None else [],
+                               keys)
     return rows
 
 
@@ -246,9 +265,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--only", choices=SERVERS, help="run against one server only")
     p.add_argument("--workloads", default=",".join(ALL_WORKLOADS),
                    help=f"comma-separated subset of {','.join(ALL_WORKLOADS)} (replicated: "
-                        "3-node clusters of both servers, bench/replicated.py; protocols: "
+                        "3-node clusters of both servers, bench/replicated.py; add-member: "
+                        "a member added to a filled stream of 2 on the same clusters, "
+                        "bench/addmember.py; protocols: "
                         "MEGA and RSIO beside the RabbitMQ protocol, streamlet only, "
                         "bench/protocols.py)")
+    p.add_argument("--add-member-mb", type=int, default=None, metavar="MB",
+                   help="MB (of 1,000 B messages) in the stream add-member adds a member to "
+                        "(default 1000, quick 20)")
     p.add_argument("--no-physical", action="store_true",
                    help="skip the loopback and disk references")
     p.add_argument("--pub-procs", type=int, default=1,
@@ -276,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sizes = Sizes.quick() if args.quick else Sizes()
     sizes.pub_procs = args.pub_procs
+    if args.add_member_mb is not None:
+        sizes.add_bytes = args.add_member_mb * 1_000_000
     if args.repeat is None:
         args.repeat = 1 if args.quick else 3
     selected = [w.strip() for w in args.workloads.split(",") if w.strip()]

@@ -17,6 +17,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 RABBIT_BIN = Path("/usr/lib/rabbitmq/bin")
 REPO = Path(__file__).resolve().parent.parent
@@ -302,6 +303,20 @@ class ClusterServer(Server):
     def ensure_up(self, timeout: float = 120) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    def add_baseline(self, stream: str) -> int:  # pragma: no cover - overridden
+        """What the new member must reach, looked at before the add (add-member)."""
+        raise NotImplementedError
+
+    def add_member(self, stream: str, port: int) -> None:  # pragma: no cover - overridden
+        """Make the node on ``port`` a member of ``stream`` with the server's own tool."""
+        raise NotImplementedError
+
+    def member_in_sync(self, stream: str, port: int,
+                       baseline: int) -> bool | None:  # pragma: no cover - overridden
+        """Whether the server's own status says the member on ``port`` holds ``baseline``;
+        None when its status does not say."""
+        raise NotImplementedError
+
 
 def consecutive_free_ports(n: int, tries: int = 50) -> int:
     """A port P with P .. P+n-1 all free on loopback."""
@@ -325,6 +340,31 @@ def leader_from_directory(doc: object, stream: str) -> int | None:
         return int(leader.rpartition(":")[2])
     except ValueError:
         return None
+
+
+def rabbit_in_sync(status: list[dict[str, Any]], node: str, last: int) -> bool:
+    """Whether ``rabbitmq-streams stream_status --formatter json`` rows show ``node`` as a
+    member whose log reaches offset ``last`` (its ``offset``: the last one it holds;
+    ``committed_offset`` is the id of the committed chunk, the chunk's first offset)."""
+    return any(r.get("node") == node and isinstance(r.get("offset"), int)
+               and r["offset"] >= last >= 0 for r in status)
+
+
+def rabbit_last(status: list[dict[str, Any]]) -> int:
+    """The writer's last offset in ``stream_status`` rows; -1 when there is no writer."""
+    return max((int(r.get("offset", -1)) for r in status if r.get("role") == "writer"),
+               default=-1)
+
+
+def streamlet_in_sync(doc: dict[str, Any], stream: str, member: int) -> bool | None:
+    """Whether ``streamlet cluster status --json`` names ``member`` among the members and the
+    in-sync members of ``stream``; None when the stream's entry names no in-sync members."""
+    for s in doc.get("streams", []):
+        if s.get("name") == stream:
+            if "in_sync" not in s:
+                return None
+            return member in s.get("members", []) and member in s["in_sync"]
+    return False
 
 
 @dataclass
@@ -384,6 +424,36 @@ class StreamletCluster(ClusterServer):
         except (OSError, ValueError):
             return None
         return leader_from_directory(doc, stream)
+
+    def _cluster(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """``python -m streamlet cluster ACTION ... --data-dir D`` on this cluster."""
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(REPO / "broker_image"), env.get("PYTHONPATH", "")) if p)
+        return subprocess.run([sys.executable, "-m", "streamlet", "cluster", *args,
+                               "--data-dir", str(self.data_dir)], env=env, capture_output=True,
+                              text=True, timeout=timeout)
+
+    def add_baseline(self, stream: str) -> int:
+        return 0  # cluster status says in_sync itself
+
+    def add_member(self, stream: str, port: int) -> None:
+        """``cluster members STREAM --add I``: exit 0 once the new member set is recorded."""
+        r = self._cluster("members", stream, "--add", str(self.ports.index(port)), timeout=900)
+        if r.returncode != 0:
+            raise ServerError(f"cluster members {stream} --add: exit {r.returncode}: "
+                              f"{(r.stdout + r.stderr)[-500:]}")
+
+    def member_in_sync(self, stream: str, port: int, baseline: int) -> bool | None:
+        """``cluster status --json`` names the node among ``stream``'s in-sync members."""
+        import json
+
+        r = self._cluster("status", "--json", timeout=30)
+        try:
+            return r.returncode == 0 and streamlet_in_sync(json.loads(r.stdout), stream,
+                                                           self.ports.index(port))
+        except ValueError:
+            return False
 
     def ensure_up(self, timeout: float = 60) -> None:
         """Every node listening and named with a live pid in cluster.json."""
@@ -540,6 +610,40 @@ class RabbitCluster(ClusterServer):
                             if other.nodename in line:
                                 return other.stream_port
         return None
+
+    def _streams(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """``rabbitmq-streams -n NODE ...`` on the first live node."""
+        node = next((n for n in self.nodes if rss_bytes(n.pid)), self.nodes[0])
+        return subprocess.run([str(RABBIT_BIN / "rabbitmq-streams"), "-q", "-n", node.nodename,
+                               *args], env=node.env, capture_output=True, text=True,
+                              timeout=timeout)
+
+    def stream_status(self, stream: str) -> list[dict[str, Any]]:
+        """``stream_status --formatter json``: a row per member; [] when it cannot be had."""
+        import json
+
+        with contextlib.suppress(subprocess.TimeoutExpired, OSError, ValueError):
+            r = self._streams("stream_status", stream, "--formatter", "json", timeout=30)
+            rows = json.loads(r.stdout) if r.returncode == 0 else []
+            return [x for x in rows if isinstance(x, dict)] if isinstance(rows, list) else []
+        return []
+
+    def add_baseline(self, stream: str) -> int:
+        """The writer's last offset before the add (every message was confirmed: committed)."""
+        return rabbit_last(self.stream_status(stream))
+
+    def add_member(self, stream: str, port: int) -> None:
+        """``rabbitmq-streams add_replica STREAM NODE``."""
+        node = next(n.nodename for n in self.nodes if n.stream_port == port)
+        r = self._streams("add_replica", stream, node, timeout=300)
+        if r.returncode != 0:
+            raise ServerError(f"add_replica {stream} {node}: exit {r.returncode}: "
+                              f"{(r.stdout + r.stderr)[-500:]}")
+
+    def member_in_sync(self, stream: str, port: int, baseline: int) -> bool:
+        """``stream_status`` shows the node's log reaching the writer's last offset of before."""
+        node = next(n.nodename for n in self.nodes if n.stream_port == port)
+        return rabbit_in_sync(self.stream_status(stream), node, baseline)
 
     def ensure_up(self, timeout: float = 120) -> None:
         """Start again any node that is gone (a failover killed it); it rejoins by itself."""

@@ -41,6 +41,7 @@ class Sizes:
     fail_kill_after: float = 3.0  # replicated failover: publish this long, then kill the leader
     fail_after: float = 2.0  # and keep publishing this long after the first new confirm
     catchup_bytes: int = 1_000_000_000  # published while a member is stopped (replicated)
+    add_bytes: int = 1_000_000_000  # in the stream a member is added to (add-member)
     proto_count: int = 100_000  # of `small` messages, per protocol (protocols)
     #: bytes SBP and its RabbitMQ-protocol baseline move at each size (protocols): 100,000
     #: messages take the RabbitMQ consumer 10-50 ms, too short for a rate
@@ -51,7 +52,8 @@ class Sizes:
         return cls(pub_small=20_000, pub_large=5_000, fan_count=2_000, lat_seconds=1.0,
                    lat_warmup=0.2, many_total=10_000, stall_count=5_000, stall_hold=0.5,
                    consume_reps=1, physical_bytes=64 << 20, fail_kill_after=1.0,
-                   fail_after=0.5, catchup_bytes=20_000_000, proto_count=5_000,
+                   fail_after=0.5, catchup_bytes=20_000_000, add_bytes=20_000_000,
+                   proto_count=5_000,
                    sbp_bytes=500_000)
 
 
