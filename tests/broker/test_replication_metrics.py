@@ -27,7 +27,8 @@ Factory = Callable[..., BrokerProcess]
 R = "streamlet_replication_"
 
 
-def _cluster(tmp_path: Path, broker_factory: Factory) -> tuple[list[BrokerProcess], list[int]]:
+def replicated_cluster(tmp_path: Path,
+                       broker_factory: Factory) -> tuple[list[BrokerProcess], list[int]]:
     """Three members (ids 0..2), each with a metrics port (returned)."""
     ports = distinct_ports(6)
     peers = ", ".join(f'"127.0.0.1:{p}"' for p in ports[:3])
@@ -57,7 +58,7 @@ async def _publish(b: BrokerProcess, n: int, confirmed: bool = True) -> None:
 
 
 async def test_members_in_sync_and_lag(tmp_path: Path, broker_factory: Factory) -> None:
-    brokers, metrics = _cluster(tmp_path, broker_factory)
+    brokers, metrics = replicated_cluster(tmp_path, broker_factory)
     for b in brokers:
         async with await connect(b.host, b.port) as client:
             await client.create_stream("s")

@@ -3,7 +3,8 @@ ConfigMap validated by Kubernetes' schemas. The Prometheus Operator's kinds (Pod
 ServiceMonitor, PrometheusRule) are not in those schemas: their structure is checked against
 the fields of monitoring.coreos.com/v1 they use (below, no unknown field), and their selectors
 and ports against the StatefulSet and Services the operator builds. Every metric the alert
-rules and the dashboard name exists in a real scrape of a broker process."""
+rules and the dashboard name exists in a real scrape of a broker process (the replication
+metrics: of a replicated stream's leader)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from streamlet.broker.protocols import load
 from streamlet_operator import names
 from streamlet_operator.builders import build_all
 from streamlet_operator.builders.statefulset import METRICS_PORT
+from tests.broker.test_replication import assign
+from tests.broker.test_replication_metrics import replicated_cluster
 from tests.chart.conftest import CHART, KUBE_VERSIONS
 from tests.chart.test_builders import _mounted, broker
 from tests.support.brokers import BrokerProcess, free_port
@@ -225,10 +228,22 @@ def test_the_alerts(chart: helm_python.Chart) -> None:
         "enabled": True, "consumerLagThreshold": 500, "diskFreeRatio": 0.2}}})["PrometheusRule"]
     exprs = rule_exprs(rules)
     assert sorted(exprs) == ["StreamletBrokerDown", "StreamletConsumerLagGrowing",
-                             "StreamletDiskFilling", "StreamletStreamUnavailable"]
+                             "StreamletDiskFilling", "StreamletElectionChurn",
+                             "StreamletStreamUnavailable", "StreamletStreamUnderReplicated"]
     assert exprs["StreamletBrokerDown"] == 'up{job="streamlet-broker"} == 0'
     assert "streamlet_consumer_lag > 500" in exprs["StreamletConsumerLagGrowing"]
     assert "< 0.2" in exprs["StreamletDiskFilling"]
+    assert metric_names(exprs["StreamletStreamUnderReplicated"]) == {
+        "streamlet_replication_in_sync_members", "streamlet_replication_members"}
+    assert exprs["StreamletElectionChurn"].endswith("> 5")
+    by = {r["alert"]: r for g in rules["spec"]["groups"] for r in g["rules"]}
+    assert by["StreamletStreamUnderReplicated"]["for"] == "5m"
+    churn = render(chart, {"monitoring": {"prometheusRule": {
+        "enabled": True, "electionChurnThreshold": 2, "underReplicatedFor": "10m"}}})
+    by = {r["alert"]: r for g in churn["PrometheusRule"]["spec"]["groups"] for r in g["rules"]}
+    assert "[10m]" in by["StreamletElectionChurn"]["expr"]
+    assert by["StreamletElectionChurn"]["expr"].endswith("> 2")
+    assert by["StreamletStreamUnderReplicated"]["for"] == "10m"
     for rule in rules["spec"]["groups"][0]["rules"]:
         assert rule["labels"]["severity"] in ("critical", "warning")
         # Prometheus' own templates survive Helm's
@@ -249,7 +264,8 @@ def test_the_dashboard(chart: helm_python.Chart) -> None:
 
 @pytest.mark.process
 async def test_every_metric_the_rules_and_the_dashboard_use_is_scraped(
-        chart: helm_python.Chart, broker_factory: Callable[..., BrokerProcess]) -> None:
+        chart: helm_python.Chart, broker_factory: Callable[..., BrokerProcess],
+        tmp_path: Path) -> None:
     docs = render(chart, ALL_ON)
     used = set().union(*map(metric_names, rule_exprs(docs["PrometheusRule"]).values()))
     used |= dashboard_names(dashboard(docs["ConfigMap"]))
@@ -265,8 +281,25 @@ async def test_every_metric_the_rules_and_the_dashboard_use_is_scraped(
         await c.store_offset(stream="s", subscriber_name="app", offset=3)
         samples = await eventually(lambda: _with_lag(port), what="a consumer lag")
     scraped = {name for name, _ in samples}
-    missing = used - scraped - {"up"}  # up: Prometheus' own, per target
+    replicated = {n for n in used if n.startswith("streamlet_replication_")}
+    missing = used - scraped - replicated - {"up"}  # up: Prometheus' own, per target
     assert not missing, f"used but not scraped: {sorted(missing)}"
+    assert replicated, "the replication alerts' metrics: scraped from a replicated stream"
+    members, metrics = replicated_cluster(tmp_path, broker_factory)
+    for m in members:
+        async with Producer(m.host, m.port, username="guest", password="guest") as p:
+            await p.create_stream("s")
+    assign(members, "s", 1, leader=0)
+    leader = await eventually(lambda: _replicated(metrics[0]), what="the leader's follower lag")
+    scraped = {name for name, _ in leader}
+    assert not replicated - scraped, f"used but not scraped: {sorted(replicated - scraped)}"
+
+
+async def _replicated(port: int) -> Any:
+    """The leader's samples once it reports its followers' lag."""
+    samples = await scrape(port)
+    return samples if any(n == "streamlet_replication_follower_lag_bytes" for n, _ in samples) \
+        else None
 
 
 async def _with_lag(port: int) -> Any:
