@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from streamlet.client import connect
 from streamlet.driver.elector import Members
@@ -120,6 +121,7 @@ async def test_status_records_members_and_a_killed_leader_is_replaced(
     assert condition(stream, "UnderReplicated")["status"] == "False"
     old = record.leader
     await publish(cluster.pods.pods[(namespace, "b", old)], MESSAGES, 0)
+    elections = _elections(namespace)
 
     launcher.kill(cluster.pods.pods.pop((namespace, "b", old)))  # kill -9 of the leader's pod
     stream = await replication(kube, namespace, "orders",
@@ -147,6 +149,7 @@ async def test_status_records_members_and_a_killed_leader_is_replaced(
         f"m{i}".encode() for i in range(2 * MESSAGES)]
     events = [e for e in await kube.list("Event", namespace) if e.get("reason") == "LeaderElected"]
     assert events and f"b-{new} leads epoch {record.epoch}" in events[-1]["message"]
+    assert _elections(namespace) > elections, "streamlet_operator_elections_total counts it"
 
     # The old leader's pod comes back (same volume): it follows in the current epoch.
     kubelet.restart(namespace, "b", old)
@@ -155,6 +158,14 @@ async def test_status_records_members_and_a_killed_leader_is_replaced(
                       and set(r.in_sync) == {0, 1, 2}, what="the restarted pod in sync")
     assert await read_all(cluster.pods.pods[(namespace, "b", old)], "orders", 2 * MESSAGES) == [
         f"m{i}".encode() for i in range(2 * MESSAGES)]
+
+
+def _elections(namespace: str) -> float:
+    """streamlet_operator_elections_total of Broker ``b`` in ``namespace``, every reason."""
+    return sum(s.value for metric in REGISTRY.collect()
+               if metric.name == "streamlet_operator_elections" for s in metric.samples
+               if s.name.endswith("_total") and s.labels.get("namespace") == namespace
+               and s.labels.get("broker") == "b")
 
 
 async def _guest(namespace: str, broker: str) -> tuple[str, str]:
