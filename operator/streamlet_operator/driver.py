@@ -12,14 +12,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from streamlet.driver.elector import REQUEST_TIMEOUT_S, Members, run_election
+from streamlet.driver.elector import REQUEST_TIMEOUT_S, Members, join, run_election
 from streamlet.rabbitmq.constants import Role
 from streamlet.replication.election import Decision, transfer, transfer_ready
+from streamlet.replication.membership import (
+    Action,
+    Kind,
+    change_refusal,
+    change_step,
+    next_change,
+)
 from streamlet.replication.model import NO_LEADER, Tail
+from streamlet.replication.placement import Load, Pod
 
 from . import drain, failover, metrics, names, rolling
 from .brokers import BrokerUnavailable
@@ -30,7 +40,7 @@ from .constants import GROUP, VERSION
 from .directory import sync_directory
 from .failover import Replication, Step, Unit
 from .kube import ApiError
-from .model import BrokerModel
+from .model import TIME_FORMAT, BrokerModel
 from .runtime import Runtime, operator_port
 
 log = logging.getLogger(__name__)
@@ -40,6 +50,10 @@ CAS_ATTEMPTS = 5
 #: Events this module posts.
 LEADER_ELECTED = "LeaderElected"
 FORCE_LEADER_REFUSED = "ForceLeaderRefused"
+MEMBER_ADDED = "MemberAdded"
+MEMBER_REMOVED = "MemberRemoved"
+MEMBER_REPLACED = "MemberReplaced"
+MEMBER_CHANGE_ABORTED = "MemberChangeAborted"
 #: A planned transfer waits this long for the target to hold the sealed leader's whole log
 #: (the leader's seal lifts itself after 30 s), looking every TRANSFER_POLL_S.
 TRANSFER_WAIT_S = 10.0
@@ -79,6 +93,14 @@ class Driver:
         #: a drain was asked for at the last look: its end gets an Event even when another
         #: writer of the Broker's conditions dropped Drained first
         self.draining = False
+        #: pods not fit to hold a member (unreachable or not Ready) since when (monotonic)
+        self.unready_since: dict[int, float] = {}
+        #: this tick's view for member set changes: the pods, the members lost, the load
+        self.change_pods: list[Pod] = []
+        self.lost: frozenset[int] = frozenset()
+        self.load = Load()
+        #: an add's target: the leader's last chunk id at the previous look, by (key, member)
+        self.targets: dict[tuple[str, int], int] = {}
 
     # --- a tick --------------------------------------------------------------------------------
 
@@ -122,6 +144,7 @@ class Driver:
         back = self.away & up
         draining = frozenset(o for o, pod in pods.items()
                              if pod["metadata"].get("deletionTimestamp"))
+        self._change_facts(broker, streams, pods, up, drained, set(probed))
         for obj, unit in _units(streams).values():
             try:
                 await self._drive(broker, members, obj, unit, up, back, draining, drained)
@@ -184,7 +207,8 @@ class Driver:
         returning = [m for m in record.members if m in up and (first or m in back)]
         if returning and record.leader is not None:
             await self._reassign(members, unit, record, returning)
-        await self._observe(broker, obj, unit, record, up)
+        record = await self._observe(broker, obj, unit, record, up)
+        await self._change(broker, members, obj, unit, record, up)
 
     # --- the drain ----------------------------------------------------------------------------
 
@@ -409,8 +433,8 @@ class Driver:
         forced = preferred is not None
 
         async def reserve(epoch: int) -> bool:
-            electing = Replication(epoch, None, record.members, (), failover.ELECTING,
-                                   "Electing")
+            electing = replace(record, epoch=epoch, leader=None, in_sync=(),
+                               phase=failover.ELECTING, reason="Electing")
             if not await self._write(unit, lambda r: r is not None and r.epoch == record.epoch,
                                      electing):
                 return False
@@ -432,7 +456,8 @@ class Driver:
         # decision None: a majority of the members no longer has the stream
         reason = "StreamGone" if decision is None else decision.reason.value
         phase = failover.ELECTING if leader is not None else failover.UNAVAILABLE
-        after = Replication(outcome.epoch, leader, record.members, (), phase, reason)
+        after = replace(record, epoch=outcome.epoch, leader=leader, in_sync=(), phase=phase,
+                        reason=reason)
         unclean = decision is not None and decision.unclean and leader is not None
         await self._write(unit, lambda r: r is not None and r.epoch == outcome.epoch, after,
                           broker=broker, unclean=unclean)
@@ -470,11 +495,198 @@ class Driver:
         if done:
             self.assigned.add(unit.key)
 
+    # --- member set changes -------------------------------------------------------------------
+
+    def _change_facts(self, broker: BrokerModel, streams: list[dict[str, Any]],
+                      pods: dict[int, dict[str, Any]], up: set[int], drained: frozenset[int],
+                      probed: set[int]) -> None:
+        """What this tick's member set changes go by: the pods (a scale-down's removed ones
+        draining; ready when they answer, are Ready and are not drained), the members lost
+        (unready for the Broker's replaceAfter) and the members each pod holds."""
+        ordinals = probed | set(range(broker.replicas)) | set(pods)
+        bad = failover.unready(ordinals, up, {o: _ready(p) for o, p in pods.items()})
+        now = time.monotonic()
+        for o in ordinals:
+            if o in bad:
+                self.unready_since.setdefault(o, now)
+            else:
+                self.unready_since.pop(o, None)
+        self.lost = failover.lost(self.unready_since, now, broker.replace_after)
+        self.change_pods = failover.change_pods(ordinals, up, bad, drained, broker.replicas)
+        hosted: dict[int, int] = {}
+        for s in streams:
+            for unit in failover.units(s):
+                for m in _members_of(s, unit):
+                    hosted[m] = hosted.get(m, 0) + 1
+        self.load = Load(hosted)
+
+    async def _change(self, broker: BrokerModel, members: Members, obj: dict[str, Any],
+                      unit: Unit, record: Replication, up: set[int]) -> None:
+        """The stream's member set change: the next step of the one in progress, else the
+        next change toward its replicas (membership.next_change) when one may start; and
+        former members told again to drop their copy."""
+        if record.leaving:
+            record = await self._leave(members, unit, record, up)
+        if record.leader is None:
+            return
+        if record.changing is None:
+            if record.phase != failover.READY:
+                return
+            desired = int(((obj.get("status") or {}).get("applied") or {}).get("replicas") or 1)
+            nxt = next_change(desired, record.members, record.leader, self.change_pods,
+                              self.load, self.lost)
+            change = nxt.change
+            if change is None:
+                if len(record.members) != desired or self.lost & set(record.members):
+                    log.info("%s/%s: no member set change: %s", self.namespace, unit.key,
+                             nxt.why)
+                return
+            why = change_refusal(record.members, record.leader, record.in_sync, change)
+            if why is not None and not (change.kind is Kind.REMOVE
+                                        and change.member == record.leader):
+                log.info("%s/%s: %s waits: %s", self.namespace, unit.key, change, why)
+                return
+            removed = {p.ordinal for p in self.change_pods if p.draining}
+            started = datetime.now(UTC).strftime(TIME_FORMAT)
+            after = replace(record, changing=failover.start_change(
+                change, record.members, self.lost, removed, started, nxt.why))
+            if not await self._write(unit, lambda r: r is not None and r.epoch == record.epoch
+                                     and r.changing is None, after, broker=broker):
+                return
+            log.info("%s/%s: %s (%s)", self.namespace, unit.key, change, nxt.why)
+            record = after
+        await self._change_step(broker, members, obj, unit, record, up)
+
+    async def _change_step(self, broker: BrokerModel, members: Members, obj: dict[str, Any],
+                           unit: Unit, record: Replication, up: set[int]) -> None:
+        """One step of the change in progress (membership.change_step): make the learner,
+        wait for it, join the next epoch with the new set, transfer a leader to remove, or
+        give the change up."""
+        changing, leader = record.changing, record.leader
+        assert changing is not None and leader is not None
+        change, stream, key = changing.change, unit.stream, unit.key
+        adding = change.kind is Kind.ADD
+        learner = await members.contact(change.member, stream) if adding else None
+        ours = await members.contact(leader, stream) if adding else None
+        mark = (key, change.member)
+        now_tail = ours.tail.chunk_id if ours is not None and ours.tail is not None else None
+        target = self.targets.get(mark, now_tail if now_tail is not None else 2 ** 62)
+        if now_tail is not None:
+            self.targets[mark] = now_tail
+        started = datetime.strptime(changing.started, TIME_FORMAT).replace(tzinfo=UTC)
+        waited = (datetime.now(UTC) - started).total_seconds()
+        step = change_step(change, record.epoch, record.members, leader, record.in_sync,
+                           learner, target, waited, failover.CHANGE_TIMEOUT_S)
+        if adding and change.member in self.lost:
+            step = replace(step, action=Action.ABORT,
+                           why=f"member {change.member}'s pod is lost")
+        if step.action is not Action.JOIN and step.action.value != changing.step:
+            moved = replace(record, changing=replace(changing, step=step.action.value))
+            if step.action is not Action.ABORT and await self._write(
+                    unit, lambda r: r is not None and r.epoch == record.epoch
+                    and r.changing == changing, moved, broker=broker):
+                record, changing = moved, moved.changing
+        if step.action is Action.LEARN:
+            await members.learn(leader, stream, record.epoch, change.member)
+        elif step.action is Action.TRANSFER:
+            assert step.to is not None
+            await self.transfer(broker, members, obj, step.to, up, unit=unit)
+        elif step.action is Action.ABORT:
+            await self._abort(broker, obj, members, unit, record, step.why)
+        elif step.action is Action.JOIN:
+            await self._join(broker, members, obj, unit, record, up)
+        else:
+            log.debug("%s/%s: %s: %s", self.namespace, key, change, step.why)
+
+    async def _join(self, broker: BrokerModel, members: Members, obj: dict[str, Any],
+                    unit: Unit, record: Replication, up: set[int]) -> None:
+        """The next epoch with the new member set: recorded first (the change cleared), then
+        assigned (the leader kept); a removed member is then told to drop its copy."""
+        changing, leader = record.changing, record.leader
+        assert changing is not None and leader is not None
+        change, key = changing.change, unit.key
+        adding = change.kind is Kind.ADD
+        new = change.apply(record.members)
+        in_sync = tuple(sorted((set(record.in_sync) & set(new)) | (
+            {change.member} if adding else set())))
+        leaving = tuple(sorted((set(record.leaving) | (set() if adding else {change.member}))
+                               - set(new)))
+        reason = MEMBER_ADDED if adding else MEMBER_REMOVED
+
+        async def reserve(epoch: int) -> bool:
+            after = replace(record, epoch=epoch, members=new, in_sync=in_sync,
+                            reason=reason, changing=None, leaving=leaving)
+            after = replace(after, phase=failover.phase_of(after, in_sync))
+            return await self._write(unit, lambda r: r is not None and r.epoch == record.epoch
+                                     and r.changing == changing, after, broker=broker)
+
+        outcome = await join(unit.stream, new, record.epoch, leader, reserve, members,
+                             reachable=up)
+        if outcome.lost:
+            return
+        self.targets.pop((key, change.member), None)
+        if len(outcome.assigned) < len([m for m in new if m in up]):
+            self.assigned.discard(key)  # the next tick assigns every member again
+        await self._directory(broker, unit.resource)
+        which = f"{unit.partition}: " if unit.partition is not None else ""
+        pod = names.pod(broker.name, change.member)
+        now = f"members {[names.pod(broker.name, m) for m in new]} from epoch {outcome.epoch}"
+        metrics.MEMBERSHIP_CHANGES.labels(self.namespace, broker.name, change.kind.value).inc()
+        if adding:
+            await self._event(obj, "Normal", MEMBER_ADDED, f"{which}{pod} added: {now}")
+        else:
+            await self._event(obj, "Normal", MEMBER_REMOVED, f"{which}{pod} removed: {now}")
+            if changing.replaces:
+                metrics.MEMBER_REPLACEMENTS.labels(self.namespace, broker.name).inc()
+                await self._event(obj, "Normal", MEMBER_REPLACED,
+                                  f"{which}{pod} replaced ({changing.reason}): {now}")
+            fresh = failover.record_of(
+                ((await self.runtime.kube.get("Stream", self.namespace, unit.resource))
+                 or {}).get("status"), unit)
+            if fresh is not None and fresh.epoch == outcome.epoch:
+                await self._leave(members, unit, fresh, up | {change.member})
+
+    async def _abort(self, broker: BrokerModel, obj: dict[str, Any], members: Members,
+                     unit: Unit, record: Replication, why: str) -> None:
+        """Give the change up: an added member's learner is told to drop its copy."""
+        changing = record.changing
+        assert changing is not None
+        member = changing.member
+        gone = changing.kind is Kind.REMOVE or await members.leave(member, unit.stream,
+                                                                   record.epoch)
+        leaving = record.leaving if gone else tuple(sorted({*record.leaving, member}))
+        after = replace(record, changing=None, leaving=leaving)
+        if await self._write(unit, lambda r: r is not None and r.epoch == record.epoch
+                             and r.changing == changing, after, broker=broker):
+            self.targets.pop((unit.key, member), None)
+            which = f"{unit.partition}: " if unit.partition is not None else ""
+            await self._event(obj, "Warning", MEMBER_CHANGE_ABORTED,
+                              f"{which}{changing.change} given up: {why}")
+
+    async def _leave(self, members: Members, unit: Unit, record: Replication,
+                     up: set[int]) -> Replication:
+        """Tell the former members in ``record.leaving`` that answer probes to drop their copy;
+        those that did (or are members again) leave the list. The record as it is then."""
+        kept = []
+        for m in record.leaving:
+            if m in record.members:
+                continue
+            if m not in up or not await members.leave(m, unit.stream, record.epoch):
+                kept.append(m)
+        if tuple(kept) == record.leaving:
+            return record
+        after = replace(record, leaving=tuple(kept))
+        if await self._write(unit, lambda r: r is not None and r.epoch == record.epoch
+                             and r.leaving == record.leaving, after):
+            return after
+        return record
+
     # --- what the members say -----------------------------------------------------------------
 
     async def _observe(self, broker: BrokerModel, obj: dict[str, Any], unit: Unit,
-                       record: Replication, up: set[int]) -> None:
-        """Who is in sync now, the phase, the conditions: written when they change."""
+                       record: Replication, up: set[int]) -> Replication:
+        """Who is in sync now, the phase, the conditions: written when they change; the
+        record as it is then."""
         assert record.leader is not None
         stream, key = unit.stream, unit.key
         committed = await self._stat(broker, record.leader, stream, "committed_offset") \
@@ -499,6 +711,7 @@ class Driver:
         if after != record or _conditioned(current, after, broker, status, unit) != current:
             await self._write(unit, lambda r: r is not None and r.epoch == record.epoch, after,
                               broker=broker)
+        return after
 
     async def _stat(self, broker: BrokerModel, pod: int, stream: str, key: str) -> int | None:
         try:
@@ -651,6 +864,7 @@ def _conditioned(current: list[dict[str, Any]], record: Replication, broker: Bro
     if unit is None or unit.partition is None:
         wanted = failover.conditions(record, pod)
         which = ""
+        changing = failover.changing_condition({"": record})
     else:
         records = {u.partition or u.stream: (record if u == unit
                                              else failover.record_of(status, u))
@@ -659,8 +873,11 @@ def _conditioned(current: list[dict[str, Any]], record: Replication, broker: Bro
         wanted = failover.summarise(records, lambda o: names.pod(broker.name, o))
         which = f"{unit.partition}: "
         elsewhere = failover.unclean_elsewhere(records, unit.partition)
+        changing = failover.changing_condition(records)
     for type_, value, reason, message in wanted:
         result = set_condition(result, type_, value, reason, message)
+    if changing[1] or get_condition(result, failover.MEMBERS_CHANGING) is not None:
+        result = set_condition(result, *changing)  # absent until a first change
     if unclean:
         result = set_condition(result, failover.UNCLEAN_ELECTION, True, "UncleanElection",
                                f"{which}{pod} elected in epoch {record.epoch} without a"

@@ -17,7 +17,9 @@ from typing import Any
 
 from streamlet.replication.election import Decision, elect
 from streamlet.replication.liveness import Contact
+from streamlet.replication.membership import Action, Change, Kind
 from streamlet.replication.model import NO_LEADER, Tail, quorum
+from streamlet.replication.placement import Pod
 
 #: The annotation that asks for an election now, unclean if no majority answers, preferring
 #: the ordinal it names (docs/replication.md).
@@ -37,6 +39,47 @@ UNCLEAN_ELECTION = "UncleanElection"
 #: A leader that misses this many probes in a row is replaced (docs/replication.md).
 SUSPECT_AFTER = 3
 
+#: The condition a member set change in progress sets, and why a change was started.
+MEMBERS_CHANGING = "MembersChanging"
+LOST = "MemberLost"  # its pod gone or not ready for the Broker's replaceAfter
+REMOVED_POD = "PodRemoved"  # its pod is removed by a scale-down
+RESIZE = "ReplicasChanged"  # spec.replicas changed
+
+
+@dataclass(frozen=True)
+class Changing:
+    """``status.replication.changing``: the member set change in progress and its step (a
+    ``membership.Action`` value), since when (RFC 3339: a restarted driver keeps the clock),
+    and why it was started (``reason``: LOST, REMOVED_POD or RESIZE)."""
+
+    kind: Kind
+    member: int
+    step: str
+    started: str
+    reason: str = RESIZE
+    message: str = ""
+
+    @property
+    def change(self) -> Change:
+        return Change(self.kind, self.member)
+
+    @property
+    def replaces(self) -> bool:
+        """A member that goes because it was lost or its pod is removed (MemberReplaced)."""
+        return self.reason in (LOST, REMOVED_POD)
+
+    @classmethod
+    def parse(cls, doc: Mapping[str, Any] | None) -> Changing | None:
+        if not doc:
+            return None
+        return cls(Kind(str(doc["kind"])), int(doc["member"]), str(doc.get("step") or ""),
+                   str(doc.get("started") or ""), str(doc.get("reason") or RESIZE),
+                   str(doc.get("message") or ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind.value, "member": self.member, "step": self.step,
+                "started": self.started, "reason": self.reason, "message": self.message}
+
 
 @dataclass(frozen=True)
 class Replication:
@@ -48,6 +91,10 @@ class Replication:
     in_sync: tuple[int, ...] = ()
     phase: str = ELECTING
     reason: str = ""
+    #: the member set change in progress (one at a time), None when there is none
+    changing: Changing | None = None
+    #: former members told to drop their copy that have not done so yet (unreachable)
+    leaving: tuple[int, ...] = ()
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any] | None) -> Replication | None:
@@ -58,11 +105,15 @@ class Replication:
         return cls(int(doc["epoch"]), None if leader is None else int(leader),
                    tuple(int(m) for m in doc.get("members") or ()),
                    tuple(int(m) for m in doc.get("inSync") or ()),
-                   str(doc.get("phase") or ELECTING), str(doc.get("reason") or ""))
+                   str(doc.get("phase") or ELECTING), str(doc.get("reason") or ""),
+                   changing=Changing.parse(doc.get("changing")),
+                   leaving=tuple(int(m) for m in doc.get("leaving") or ()))
 
     def to_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "leader": self.leader, "members": list(self.members),
-                "inSync": list(self.in_sync), "phase": self.phase, "reason": self.reason}
+                "inSync": list(self.in_sync), "phase": self.phase, "reason": self.reason,
+                "changing": self.changing.to_dict() if self.changing is not None else None,
+                "leaving": list(self.leaving)}
 
     @property
     def followers(self) -> tuple[int, ...]:
@@ -236,6 +287,68 @@ def conditions(record: Replication, pod: str) -> list[Condition]:
 def with_phase(record: Replication, in_sync_now: tuple[int, ...]) -> Replication:
     """The record after a look at its members: who is in sync and the phase that follows."""
     return replace(record, in_sync=in_sync_now, phase=phase_of(record, in_sync_now))
+
+
+# --- member set changes ------------------------------------------------------------------------
+
+#: A change that does not finish within this many seconds is given up (a learner that cannot
+#: catch up, a member to remove that keeps leading): the next tick may start it again.
+CHANGE_TIMEOUT_S = 600.0
+
+
+def unready(ordinals: Collection[int], up: Collection[int],
+            pod_ready: Mapping[int, bool]) -> set[int]:
+    """The pods of ``ordinals`` not fit to hold a member now: not answering probes (``up``),
+    or whose Pod object says not Ready (``pod_ready``; a pod without one counts by its probe
+    alone)."""
+    return {o for o in ordinals if o not in up or not pod_ready.get(o, True)}
+
+
+def lost(since: Mapping[int, float], now: float, replace_after: float) -> frozenset[int]:
+    """The pods unready (``since``: ordinal -> when first seen so, on the clock of ``now``)
+    for ``replace_after`` seconds or more; none when ``replace_after`` is 0 (never replace)."""
+    if replace_after <= 0:
+        return frozenset()
+    return frozenset(o for o, t in since.items() if now - t >= replace_after)
+
+
+def change_pods(ordinals: Collection[int], up: Collection[int], not_ready: Collection[int],
+                avoid: Collection[int], staying: int,
+                zones: Mapping[int, str] | None = None) -> list[Pod]:
+    """The pods as ``membership.next_change`` sees them: draining when a scale-down removes
+    them (ordinal ``staying`` or above), ready when they answer, are Ready and are not to be
+    avoided (drained: no new member goes there)."""
+    return [Pod(o, (zones or {}).get(o), o >= staying,
+                o in up and o not in not_ready and o not in avoid) for o in sorted(ordinals)]
+
+
+def start_change(change: Change, members: Collection[int], lost_now: Collection[int],
+                 removed: Collection[int], started: str, message: str) -> Changing:
+    """The record of ``change`` as it starts: its reason (the member it replaces was lost or
+    is on a removed pod, else a changed replica count), its first step."""
+    if change.kind is Kind.REMOVE:
+        which = {change.member}
+        step = Action.JOIN.value
+    else:
+        which = set(members)
+        step = Action.LEARN.value
+    reason = (LOST if which & set(lost_now) else
+              REMOVED_POD if which & set(removed) else RESIZE)
+    return Changing(change.kind, change.member, step, started, reason, message)
+
+
+def changing_condition(records: Mapping[str, Replication | None]) -> Condition:
+    """MembersChanging of a Stream from its records (one, or a super stream's partitions by
+    name): True while any has a change in progress, naming each."""
+    busy = {name: r.changing for name, r in records.items()
+            if r is not None and r.changing is not None}
+    if not busy:
+        return (MEMBERS_CHANGING, False, "NoChange", "no member set change in progress")
+    first = next(iter(busy.values()))
+    prefix = len(records) > 1
+    return (MEMBERS_CHANGING, True, first.reason, "; ".join(
+        (f"{name}: " if prefix else "") + f"{c.change} ({c.step}): {c.message}"
+        for name, c in busy.items()))
 
 
 # --- a super stream's partitions ---------------------------------------------------------------

@@ -7,6 +7,7 @@ API server that applies none). tests/chart check these defaults against the CRD 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,6 +21,21 @@ DEFAULT_TLS_PORT = 5551
 MOVE_STREAMS = "MoveStreams"
 #: Broker.spec.storage.fsync: the brokers' storage.fsync (docs/replication.md#what-a-confirm-means).
 FSYNC_MODES = ("never", "interval", "chunk")
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a duration such as ``30s``, ``5m``, ``1h30m`` or ``0`` (as Kubernetes writes
+    them: whole or decimal numbers, each with a unit of h, m or s)."""
+    text = text.strip()
+    if text in ("0", ""):
+        return 0.0
+    parts = re.fullmatch(r"(?:\d+(?:\.\d+)?[hms])+", text)
+    if parts is None:
+        raise ValueError(f"not a duration: {text!r} (e.g. 30s, 5m, 1h)")
+    return sum(float(n) * _UNITS[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)([hms])", text))
 
 
 @dataclass(frozen=True)
@@ -134,6 +150,9 @@ class BrokerModel:
     pod_template: dict[str, Any] = field(default_factory=dict)
     #: spec.streams.defaultReplicas: copies of a Stream that sets no spec.replicas
     default_replicas: int = 1
+    #: spec.replication.replaceAfter in seconds: a member whose pod is gone or not Ready this
+    #: long is replaced on another pod (0: never)
+    replace_after: float = 300.0
     #: spec.storage.fsync: when the brokers fsync what they write (FSYNC_MODES)
     fsync: str = "never"
     #: spec.replication.restorePreferredLeader: a stream's leadership goes back to its
@@ -177,6 +196,8 @@ class BrokerModel:
             ),
             pod_template=dict(spec.get("podTemplate") or {}),
             default_replicas=int((spec.get("streams") or {}).get("defaultReplicas") or 1),
+            replace_after=parse_duration(str((spec.get("replication") or {}).get(
+                "replaceAfter") or "5m")),
             fsync=str(storage.get("fsync") or "never"),
             restore_preferred_leader=bool((spec.get("replication") or {}).get(
                 "restorePreferredLeader", True)),

@@ -59,6 +59,13 @@ def _fixed(applied: Mapping[str, Any], key: str) -> Any:
     return applied.get(key, 1) if key == "replicas" else applied.get(key)
 
 
+def resizable(created: int, wanted: int) -> bool:
+    """Whether a created stream's copies may change from ``created`` to ``wanted``: between
+    counts above one (the placement driver adds or removes one member at a time); a stream
+    made with one copy is not replicated, nor does a replicated one become a plain one."""
+    return created > 1 and wanted > 1
+
+
 def immutable_changes(applied: Mapping[str, Any], wanted: Mapping[str, Any]) -> tuple[str, ...]:
     """The settings fixed at creation that the spec now changes, as the condition says them.
     An unset ``spec.replicas`` changes nothing: the Broker's default was taken at creation."""
@@ -95,6 +102,9 @@ def plan_target(stream: StreamModel, status: StreamStatus) -> Target:
     if not applied:
         return Target(stream, stream.create_arguments(), wanted, replicas=stream.replicas)
     replicas = int(_fixed(applied, "replicas"))
+    if "replicas" in wanted and resizable(replicas, int(wanted["replicas"])):
+        replicas = int(wanted["replicas"])  # the placement driver changes the members
+        applied = {**applied, "replicas": replicas}
     refused = immutable_changes(applied, wanted)
     if not refused:
         return Target(stream, stream.create_arguments(), applied, replicas=replicas)
@@ -117,15 +127,15 @@ def resolve_replicas(target: Target, broker: BrokerModel) -> Target:
 
 
 def unplaceable(target: Target, broker: BrokerModel) -> Ready | None:
-    """Why a stream not created yet cannot be: more copies than pods (refused, not capped: a
-    stream with fewer copies than asked would stay so, members cannot be added yet; a super
-    stream's partitions each need as many). None: it can."""
+    """Why a stream not created yet cannot be: more copies than pods (refused, not capped: the
+    Create places every member at once; a super stream's partitions each need as many). None:
+    it can."""
     replicas = target.replicas or 1
     if replicas > broker.replicas:
         return Ready(False, NOT_ENOUGH_PODS,
                      f"replicas {replicas} needs as many pods; Broker {broker.name!r} has"
                      f" {broker.replicas}: not created until it has them (scale the Broker up,"
-                     " or delete and re-create the Stream with fewer replicas)")
+                     " or lower spec.replicas)")
     return None
 
 
@@ -169,8 +179,8 @@ def plan_stream(stream: StreamModel, status: StreamStatus, broker: BrokerModel |
         step = MoveStep.FINISH
     elif (ordinal is not None and created and ordinal >= broker.replicas
           and broker.scale_down_policy == MOVE_STREAMS
-          # a replicated stream's members cannot move (membership changes are not built):
-          # the Broker keeps their pods instead (placement.members_held)
+          # a replicated stream's members are moved by the placement driver, one at a time
+          # (driver.py); the Broker keeps their pods until then (placement.members_held)
           and int((status.applied or {}).get("replicas") or 1) == 1):
         step = MoveStep.START
     else:

@@ -223,7 +223,10 @@ CASES: dict[str, Case] = {
                                                   dict(STREAM)),
     # Stream: optional immutable fields, removal included
     **_stream_immutability("name", "orders", "orders-2"),
-    **_stream_immutability("replicas", 3, 5),
+    # replicas changes (the operator adds or removes members), set, unset or changed
+    "stream-replicas-changed": Case("Stream", {**STREAM, "replicas": 5}, {**STREAM, "replicas": 3}),
+    "stream-replicas-removed": Case("Stream", dict(STREAM), {**STREAM, "replicas": 3}),
+    "stream-replicas-added": Case("Stream", {**STREAM, "replicas": 3}, dict(STREAM)),
     **_stream_immutability("retention", {"maxAge": "7D"}, {"maxAge": "8D"}),
     **_stream_immutability("filterSizeBytes", 32, 64),
     "stream-retention-field-removed": Case(

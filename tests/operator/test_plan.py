@@ -109,7 +109,7 @@ def test_a_refusal_names_both_values() -> None:
     assert "'1D'" in target.refused[0] and "'2D'" in target.refused[0]
 
 
-# --- how many copies: spec.replicas, the Broker's default, fixed at creation --------------
+# --- how many copies: spec.replicas, the Broker's default; changed between counts above 1 ---
 
 @pytest.mark.parametrize(("spec", "applied", "model", "replicas", "size", "recorded"), [
     pytest.param({}, None, broker(3), 1, None, None, id="new, no default: one copy"),
@@ -142,13 +142,31 @@ def test_replicas(spec: dict[str, Any], applied: dict[str, Any] | None, model: B
     assert "initial-cluster-size" not in plan.target.arguments  # not in applied.arguments
 
 
+@pytest.mark.parametrize(("spec", "created", "now"), [
+    pytest.param({"replicas": 5}, 3, 5, id="3 to 5"),
+    pytest.param({"replicas": 2}, 3, 2, id="3 to 2"),
+    pytest.param({}, 3, 3, id="unset: as created"),
+])
+def test_a_replicated_stream_s_replicas_change(spec: dict[str, Any], created: int,
+                                               now: int) -> None:
+    """The placement driver adds or removes members to match: applied records the count."""
+    applied = {**stream().immutable(), "replicas": created}
+    plan = plan_stream(stream(**spec), StreamStatus(applied=applied, placement=on(0)), broker(5))
+    assert plan.target.refused == ()
+    assert plan.target.replicas == now and plan.target.applied["replicas"] == now
+    result = report(plan, StreamStatus(applied=applied, placement=on(0)),
+                    Outcome(0, stats=STATS), GEN, NOW)
+    assert result.status.applied is not None and result.status.applied["replicas"] == now
+    assert ready_of(result.status)["reason"] == STREAM_READY
+
+
 @pytest.mark.parametrize(("spec", "applied", "refused"), [
-    pytest.param({"replicas": 5}, {**stream().immutable(), "replicas": 3},
-                 "spec.replicas (was 3, now 5)", id="3 to 5"),
     pytest.param({"replicas": 3}, stream().immutable(), "spec.replicas (was 1, now 3)",
                  id="set on a stream created with one copy"),
+    pytest.param({"replicas": 1}, {**stream().immutable(), "replicas": 3},
+                 "spec.replicas (was 3, now 1)", id="a replicated stream to one copy"),
 ])
-def test_replicas_are_fixed_at_creation(spec: dict[str, Any], applied: dict[str, Any],
+def test_replicas_cross_one_only_at_creation(spec: dict[str, Any], applied: dict[str, Any],
                                         refused: str) -> None:
     plan = plan_stream(stream(**spec), StreamStatus(applied=applied, placement=on(0)), broker(5))
     assert plan.target.refused == (refused,)

@@ -70,9 +70,11 @@ async def _export_users(runtime: Runtime, broker: BrokerModel
     return users, permissions
 
 
-async def _replicated_members(runtime: Runtime, broker: BrokerModel) -> dict[str, list[int]]:
+async def _replicated_members(runtime: Runtime, broker: BrokerModel,
+                              copies: dict[str, int] | None = None) -> dict[str, list[int]]:
     """Each replicated Stream of the Broker (by resource name): the pods its members are on
-    (status.replication), every pod the StatefulSet has while they are not known yet."""
+    (status.replication), every pod the StatefulSet has while they are not known yet;
+    ``copies`` gets each one's replicas."""
     sts = await runtime.kube.get("StatefulSet", broker.namespace, broker.name) or {}
     pods = int((sts.get("spec") or {}).get("replicas") or broker.replicas)
     streams: list[tuple[str, list[int] | None]] = []
@@ -82,6 +84,8 @@ async def _replicated_members(runtime: Runtime, broker: BrokerModel) -> dict[str
         if applied.get("broker") != broker.name or int(applied.get("replicas") or 1) == 1:
             continue
         held = members_of(status)  # a super stream: every partition's
+        if copies is not None:
+            copies[obj["metadata"]["name"]] = int(applied["replicas"])
         streams.append((obj["metadata"]["name"], list(held) if held is not None else None))
     return members_held(streams, pods)
 
@@ -100,19 +104,29 @@ async def reconcile_broker(body: dict[str, Any], runtime: Runtime, index: Any,
 
     held = placements(index, runtime, broker.namespace, broker.name)
     blocked = blocked_scale_down(held, broker.replicas)
-    members = await _replicated_members(runtime, broker)
+    copies: dict[str, int] = {}
+    members = await _replicated_members(runtime, broker, copies)
     kept = blocked_scale_down(members, broker.replicas)
+    # The placement driver moves members off removed pods when the pods staying can take
+    # every member of the stream (driver.py); the others hold the scale-down.
+    stuck = {n: o for n, o in kept.items() if copies.get(n, broker.replicas + 1) > broker.replicas}
     replicas = max(effective_replicas(broker.replicas, held),
                    effective_replicas(broker.replicas, members))
     if kept:
-        # Before MoveStreams: it cannot move a replicated stream's members either.
+        # Before MoveStreams: a replicated stream's members move one at a time, never copied.
         streams = ", ".join(f"{n} (pod {', '.join(str(o) for o in sorted(set(o)))})"
-                            for n, o in sorted(kept.items()))
-        message = (f"keeping {replicas} pods instead of {broker.replicas}: replicated streams"
-                   f" have members on pods to be removed: {streams}; members cannot be moved"
-                   " or replaced (not built yet), so a scale-down may remove only pods that"
-                   " hold no member: delete those streams first")
-        conditions = set_condition(conditions, "ScaleDownBlocked", True, "ReplicatedMembers",
+                            for n, o in sorted((stuck or kept).items()))
+        if stuck:
+            message = (f"keeping {replicas} pods instead of {broker.replicas}: replicated"
+                       f" streams have members on pods to be removed: {streams}; no pod can"
+                       " take them (each member on a pod of its own): lower the streams'"
+                       " replicas or delete them first")
+        else:
+            message = (f"keeping {replicas} pods instead of {broker.replicas} while the"
+                       " members of replicated streams move off the pods to be removed:"
+                       f" {streams}")
+        conditions = set_condition(conditions, "ScaleDownBlocked", True,
+                                   "ReplicatedMembers" if stuck else "MovingMembers",
                                    message, gen)
         log.warning("%s/%s: %s", broker.namespace, broker.name, message)
     elif blocked:
