@@ -2,7 +2,8 @@
 member's /metrics: every member reports its epoch, its member set's size, whether it leads,
 the epochs it was assigned to lead and its member set changes; the leader reports the members
 in sync and each follower's lag. A follower stopped (SIGSTOP) while publishes go on falls
-behind (its lag grows) and out of sync; let go, it catches up."""
+behind (its lag grows) and out of sync; let go, it catches up. The management API's queue
+object (``replication``) says what /metrics says."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+import requests
 
 from streamlet.broker.replication.leader import IN_SYNC_S
 from streamlet.client import connect
@@ -27,18 +30,19 @@ Factory = Callable[..., BrokerProcess]
 R = "streamlet_replication_"
 
 
-def replicated_cluster(tmp_path: Path,
-                       broker_factory: Factory) -> tuple[list[BrokerProcess], list[int]]:
-    """Three members (ids 0..2), each with a metrics port (returned)."""
-    ports = distinct_ports(6)
+def replicated_cluster(tmp_path: Path, broker_factory: Factory
+                       ) -> tuple[list[BrokerProcess], list[int], list[int]]:
+    """Three members (ids 0..2), each with a metrics and a management API port (returned)."""
+    ports = distinct_ports(9)
     peers = ", ".join(f'"127.0.0.1:{p}"' for p in ports[:3])
     brokers = []
     for i in range(3):
         config = tmp_path / f"member{i}.toml"
         config.write_text(f"[cluster]\nmember = {i}\npeers = [{peers}]\n")
         brokers.append(broker_factory(config=config, port=ports[i],
-                                      extra_args=["--metrics-port", str(ports[3 + i])]))
-    return brokers, ports[3:]
+                                      extra_args=["--metrics-port", str(ports[3 + i]),
+                                                  "--http-port", str(ports[6 + i])]))
+    return brokers, ports[3:6], ports[6:]
 
 
 def _of(samples: Samples, name: str, member: int | None = None) -> float | None:
@@ -58,7 +62,7 @@ async def _publish(b: BrokerProcess, n: int, confirmed: bool = True) -> None:
 
 
 async def test_members_in_sync_and_lag(tmp_path: Path, broker_factory: Factory) -> None:
-    brokers, metrics = replicated_cluster(tmp_path, broker_factory)
+    brokers, metrics, http = replicated_cluster(tmp_path, broker_factory)
     for b in brokers:
         async with await connect(b.host, b.port) as client:
             await client.create_stream("s")
@@ -86,6 +90,13 @@ async def test_members_in_sync_and_lag(tmp_path: Path, broker_factory: Factory) 
         assert _of(lead, "follower_in_sync", m) == 1
         assert _of(lead, "follower_lag_chunks", m) == 0
         assert _of(lead, "follower_lag_bytes", m) == 0
+    # the management API's queue object says the same
+    queues = [await asyncio.to_thread(_queue, port) for port in http]
+    none = {"offsets": 0, "chunks": 0, "bytes": 0}
+    assert queues[0]["replication"] == {"epoch": 1, "member_ids": [0, 1, 2], "leads": True,
+                                        "in_sync": [0, 1, 2], "lag": {"1": none, "2": none}}
+    assert queues[1]["replication"] == {"epoch": 1, "member_ids": [0, 1, 2], "leads": False,
+                                        "in_sync": None, "lag": None}
 
     # member 2 stopped: members 0 and 1 go on confirming; 2's lag grows, it leaves the in-sync set
     stopped = brokers[2]
@@ -128,6 +139,13 @@ async def test_members_in_sync_and_lag(tmp_path: Path, broker_factory: Factory) 
     assert _of(follower, "elections_total") == 0
     await eventually(lambda: _in_sync(metrics[0], 2), what="two members in sync")
     assert _of(await scrape(metrics[0]), "follower_lag_offsets", 2) is None, "no member now"
+
+
+def _queue(port: int) -> Any:
+    r = requests.get(f"http://127.0.0.1:{port}/api/queues/%2F/s", auth=("guest", "guest"),
+                     timeout=10)
+    assert r.status_code == 200, r.text
+    return r.json()
 
 
 async def _in_sync(port: int, n: int) -> bool:

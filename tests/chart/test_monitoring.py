@@ -285,7 +285,7 @@ async def test_every_metric_the_rules_and_the_dashboard_use_is_scraped(
     missing = used - scraped - replicated - {"up"}  # up: Prometheus' own, per target
     assert not missing, f"used but not scraped: {sorted(missing)}"
     assert replicated, "the replication alerts' metrics: scraped from a replicated stream"
-    members, metrics = replicated_cluster(tmp_path, broker_factory)
+    members, metrics, _ = replicated_cluster(tmp_path, broker_factory)
     for m in members:
         async with Producer(m.host, m.port, username="guest", password="guest") as p:
             await p.create_stream("s")

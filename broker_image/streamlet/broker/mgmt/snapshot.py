@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ...core.streams import Stream
+    from ..replication.members import Member
     from ..server import Broker, Client
 
 
@@ -29,6 +30,19 @@ class ConnInfo:
     client_properties: dict[str, str] = field(default_factory=dict)
     publishers: int = 0
     consumers: int = 0
+
+
+@dataclass(frozen=True)
+class ReplicationInfo:
+    """What this member knows of a replicated stream: its epoch and member ids, whether it
+    leads; as the leader, the members in sync and each follower's lag (offsets, chunks,
+    bytes; a follower never heard from in this epoch has none)."""
+
+    epoch: int
+    members: tuple[int, ...]
+    leads: bool
+    in_sync: tuple[int, ...] | None = None
+    lag: dict[int, tuple[int, int, int]] | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +71,8 @@ class StreamInfo:
     #: two leaders seen in one epoch (the last time): epoch, the leader this member knew, the
     #: one claimed (member ids), how many times; None: never
     split_brain: tuple[int, int, int, int] | None = None
+    #: None: not replicated
+    replication: ReplicationInfo | None = None
 
 
 @dataclass(frozen=True)
@@ -166,7 +182,18 @@ def stream(broker: Broker, vhost: str, stream: Stream) -> StreamInfo:
         writable=not (stream.sealed or stream.deleted), leader=leader, members=members,
         replicated=placement is not None, messages_in=stream.messages_in,
         messages_out=stream.messages_out, confirmed=stream.confirmed,
-        split_brain=None if seen is None else (seen.epoch, seen.known, seen.claimed, seen.count))
+        split_brain=None if seen is None else (seen.epoch, seen.known, seen.claimed, seen.count),
+        replication=None if member is None else replication(member))
+
+
+def replication(member: Member) -> ReplicationInfo:
+    lead = member.leader
+    if lead is None or lead.stopped:
+        return ReplicationInfo(member.state.epoch, member.state.members, False)
+    lag = {m: behind for m in lead.members if m != lead.me
+           if (behind := lead.lag(m)) is not None}
+    return ReplicationInfo(member.state.epoch, member.state.members, True,
+                           tuple(m for m in lead.members if lead.in_sync(m)), lag)
 
 
 def publishers(broker: Broker, conns: dict[int, ConnInfo]) -> list[PublisherInfo]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .snapshot import ConnInfo, ConsumerInfo, PublisherInfo, StreamInfo
+from .snapshot import ConnInfo, ConsumerInfo, PublisherInfo, ReplicationInfo, StreamInfo
 
 Json = dict[str, Any]
 
@@ -73,7 +73,18 @@ def queue(s: StreamInfo, node: str) -> Json:
         # two leaders seen in one epoch (member ids): a split brain (docs/replication.md)
         "split_brain": None if s.split_brain is None else dict(zip(
             ("epoch", "known_leader", "claimed_leader", "count"), s.split_brain, strict=True)),
+        "replication": None if s.replication is None else replication(s.replication),
     }
+
+
+def replication(r: ReplicationInfo) -> Json:
+    """This member's view of a replicated stream (member ids); the leader's adds who is in
+    sync and each follower's lag, as /metrics' streamlet_replication_* report them."""
+    return {"epoch": r.epoch, "member_ids": list(r.members), "leads": r.leads,
+            "in_sync": None if r.in_sync is None else list(r.in_sync),
+            "lag": None if r.lag is None else {
+                str(m): dict(zip(("offsets", "chunks", "bytes"), behind, strict=True))
+                for m, behind in sorted(r.lag.items())}}
 
 
 def publisher(p: PublisherInfo, node: str) -> Json:
