@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from streamlet_operator.failover import Replication
+from streamlet_operator.failover import PARTITIONS_FIELD, Replication
 from streamlet_operator.kube import Kube
 from tests.operator.conftest import Cluster
 from tests.operator.harness import eventually, read_all
@@ -177,3 +177,47 @@ async def test_a_scale_down_moves_members_off_the_removed_pod(
     broker = await kube.get("Broker", namespace, "b")
     assert condition(broker, "ScaleDownBlocked")["status"] == "False"
     await every_message_on(cluster, namespace, record.members)
+
+
+async def test_a_super_stream_s_partitions_change_replicas(
+        cluster: Cluster, kube: Kube, namespace: str, tmp_path: Path) -> None:
+    """partitions 2 with replicas 2 on three pods, then replicas 3: each partition gets a
+    third member, its own change; then 2 again: each loses one."""
+    launcher = PeeredLauncher(tmp_path)
+    launcher.plan(namespace, "b", 3)
+    kubelet = Kubelet(kube, cluster.pods, launcher)
+    parts = ["events-0", "events-1"]
+
+    async def partitions(check: Callable[[Replication], bool], what: str) -> dict[str, Any]:
+        async def look() -> Any:
+            s = await kube.get("Stream", namespace, "events")
+            got = {p: Replication.from_status({"replication": doc}) for p, doc in (
+                ((s or {}).get("status") or {}).get(PARTITIONS_FIELD) or {}).items()}
+            return s if set(got) == set(parts) and all(
+                r is not None and r.changing is None and r.phase == "Ready"
+                and set(r.in_sync) == set(r.members) and check(r)
+                for r in got.values()) else None
+        result: dict[str, Any] = await eventually(look, timeout=CHANGE_S, what=what)
+        return result
+
+    try:
+        await kube.create(broker_body(namespace, "b", replicas=3))
+        await eventually(lambda: kube.get("StatefulSet", namespace, "b"), what="StatefulSet")
+        await kubelet.sync(namespace, "b")
+        await kube.create(stream_body(namespace, "events", partitions=2, replicas=2))
+        await partitions(lambda r: len(r.members) == 2, "two members per partition")
+        await kube.patch("Stream", namespace, "events", {"spec": {"replicas": 3}})
+        await partitions(lambda r: r.members == (0, 1, 2), "three members per partition")
+        await kube.patch("Stream", namespace, "events", {"spec": {"replicas": 2}})
+        stream = await partitions(lambda r: len(r.members) == 2, "two members again")
+        assert condition(stream, "MembersChanging")["status"] == "False"
+        await reasons(kube, namespace, lambda got: got.count("MemberAdded") == 2
+                      and got.count("MemberRemoved") == 2)
+        await kube.delete("Stream", namespace, "events")
+        with contextlib.suppress(AssertionError):
+            await eventually(lambda: _no_streams(kube, namespace), timeout=30,
+                             what="streams finalized")
+    finally:
+        for key in [k for k in cluster.pods.pods if k[0] == namespace]:
+            launcher.stop(cluster.pods.pods.pop(key))
+        launcher.stop_all()
