@@ -24,6 +24,7 @@ from streamlet.replication.election import Decision, transfer, transfer_ready
 from streamlet.replication.membership import (
     Action,
     Kind,
+    Led,
     change_refusal,
     change_step,
     next_change,
@@ -31,7 +32,7 @@ from streamlet.replication.membership import (
 from streamlet.replication.model import NO_LEADER, Tail
 from streamlet.replication.placement import Load, Pod
 
-from . import drain, failover, metrics, names, rolling
+from . import drain, failover, metrics, names, placement, rolling
 from .brokers import BrokerUnavailable
 from .builders.directory import Placed
 from .builders.statefulset import TEMPLATE_HASH
@@ -58,6 +59,12 @@ MEMBER_CHANGE_ABORTED = "MemberChangeAborted"
 #: (the leader's seal lifts itself after 30 s), looking every TRANSFER_POLL_S.
 TRANSFER_WAIT_S = 10.0
 TRANSFER_POLL_S = 0.1
+#: The Event of a rebalance done (the Broker's placement.REBALANCE annotation).
+REBALANCED = "Rebalanced"
+#: A stream whose transfer back to its preferred leader failed is not tried again sooner.
+RESTORE_BACKOFF_S = 60.0
+#: A Node's zone label is read again after this long.
+NODE_TTL_S = 60.0
 
 
 def replicated(obj: dict[str, Any], broker: str) -> bool:
@@ -93,6 +100,12 @@ class Driver:
         #: a drain was asked for at the last look: its end gets an Event even when another
         #: writer of the Broker's conditions dropped Drained first
         self.draining = False
+        #: streams whose transfer back to their preferred leader failed: not before (loop time)
+        self.restore_after: dict[str, float] = {}
+        #: the Nodes the pods run on, by name: read again after (loop time), the Node or None
+        self.nodes: dict[str, tuple[float, dict[str, Any] | None]] = {}
+        #: each pod's zone this tick (None: no zone label, or the Node is not readable)
+        self.pod_zones: dict[int, str | None] = {}
         #: pods not fit to hold a member (unreachable or not Ready) since when (monotonic)
         self.unready_since: dict[int, float] = {}
         #: this tick's view for member set changes: the pods, the members lost, the load
@@ -120,9 +133,11 @@ class Driver:
         members = None
         if streams:
             members = await self._members(broker)
+            self.pod_zones = await self.zones(pods)
             up = await self._replication(broker, members, streams, pods, request.ordinals)
         await self._drain(body, broker, members, every, up, request)
         await self._roll(body, broker, members, streams, pods, up, request.ordinals)
+        await self._leaderships(body, broker, members, streams, pods, up, request.ordinals)
 
     async def _replication(self, broker: BrokerModel, members: Members,
                            streams: list[dict[str, Any]], pods: dict[int, dict[str, Any]],
@@ -501,8 +516,8 @@ class Driver:
                       pods: dict[int, dict[str, Any]], up: set[int], drained: frozenset[int],
                       probed: set[int]) -> None:
         """What this tick's member set changes go by: the pods (a scale-down's removed ones
-        draining; ready when they answer, are Ready and are not drained), the members lost
-        (unready for the Broker's replaceAfter) and the members each pod holds."""
+        draining; ready when they answer, are Ready, are not drained nor being deleted), the
+        members lost (unready for the Broker's replaceAfter) and the members each pod holds."""
         ordinals = probed | set(range(broker.replicas)) | set(pods)
         bad = failover.unready(ordinals, up, {o: _ready(p) for o, p in pods.items()})
         now = time.monotonic()
@@ -512,7 +527,10 @@ class Driver:
             else:
                 self.unready_since.pop(o, None)
         self.lost = failover.lost(self.unready_since, now, broker.replace_after)
-        self.change_pods = failover.change_pods(ordinals, up, bad, drained, broker.replicas)
+        deleting = {o for o, p in pods.items() if p["metadata"].get("deletionTimestamp")}
+        zones = {o: z for o, z in self.pod_zones.items() if z is not None}
+        self.change_pods = failover.change_pods(ordinals, up, bad, drained | deleting,
+                                                broker.replicas, zones)
         hosted: dict[int, int] = {}
         for s in streams:
             for unit in failover.units(s):
@@ -804,6 +822,132 @@ class Driver:
     def _session(self, broker: BrokerModel, pod: int) -> Any:
         return _PodSession(self.runtime, broker, pod)
 
+    # --- leaderships: preferred leaders, a rebalance ------------------------------------------
+
+    async def _leaderships(self, body: dict[str, Any], broker: BrokerModel,
+                           members: Members | None, streams: list[dict[str, Any]],
+                           pods: dict[int, dict[str, Any]], up: set[int] | None,
+                           drained: frozenset[int] = frozenset()) -> None:
+        """Each stream's preferred leader recorded; then the rebalance the Broker's
+        annotation asks for (placement.REBALANCE, removed once done), or each leadership back
+        to its preferred leader (spec.replication.restorePreferredLeader): the planned
+        transfers placement.leadership_moves gives, one after another. Nothing moves while
+        the pods are rolled or one is being deleted (the annotation waits)."""
+        by_key = _units(streams)
+        preferred = await self._preferred(by_key)
+        asked = placement.REBALANCE in _annotations(body)
+        if not asked and not broker.restore_preferred_leader:
+            return
+        if members is None or up is None:  # no replicated stream: nothing to move
+            if asked:
+                await self._rebalanced(body, [], [])
+            return
+        fresh = await self.runtime.kube.get("Broker", self.namespace, self.broker_name)
+        rolling_now = get_condition(((fresh or {}).get("status") or {}).get("conditions"),
+                                    rolling.ROLLING)
+        if (rolling_now or {}).get("status") == "True" or any(
+                pod["metadata"].get("deletionTimestamp") for pod in pods.values()):
+            return
+        allowed = [p.ordinal for p in placement.member_pods(pods, {}, broker.replicas, drained,
+                                                             up) if p.ready and not p.draining]
+        led = {key: Led(s.leader, s.members, s.in_sync) for key, s in self.seen.items()
+               if s.leader is not None and s.in_sync is not None and key in by_key
+               and not _changing(*by_key[key])}
+        moves = placement.leadership_moves(led, allowed, preferred, rebalance=asked,
+                                           restore=broker.restore_preferred_leader)
+        loop = asyncio.get_running_loop()
+        done: list[tuple[str, int]] = []
+        failed: list[tuple[str, int]] = []
+        for key, target in moves:
+            if not asked and loop.time() < self.restore_after.get(key, 0.0):
+                continue  # a transfer back failed lately: not a seal every tick
+            obj, unit = by_key[key]
+            log.info("%s/%s: %s: moving the leadership to pod %d", self.namespace, key,
+                     "rebalance" if asked else "preferred leader", target)
+            try:
+                ok = await self.transfer(broker, members, obj, target, up, unit=unit)
+            except Exception:
+                log.exception("%s/%s: transfer to pod %d failed", self.namespace, key, target)
+                ok = False
+            if ok:
+                done.append((key, target))
+            else:
+                failed.append((key, target))
+                self.restore_after[key] = loop.time() + RESTORE_BACKOFF_S
+        if asked:
+            # The balanced leaders are the ones to come back to from now on.
+            now = {key: s.leader for key, s in led.items()} | dict(done)
+            for key, leader in sorted(now.items()):
+                if preferred.get(key) != leader:
+                    await self._prefer(by_key[key][1], leader)
+            await self._rebalanced(fresh or body, done, failed)
+
+    async def _preferred(self, by_key: dict[str, tuple[dict[str, Any], Unit]]
+                         ) -> dict[str, int]:
+        """Each discovered stream's preferred leader (``preferredLeader`` in its record),
+        recorded at the first look for a stream that has none (placement.preferred_leaders)."""
+        recorded: dict[str, int] = {}
+        missing: dict[str, tuple[int | None, int | None]] = {}
+        for key, (obj, unit) in by_key.items():
+            doc = _record_doc(obj, unit)
+            if not doc:
+                continue
+            if doc.get("preferredLeader") is not None:
+                recorded[key] = int(doc["preferredLeader"])
+            else:
+                leader = doc.get("leader")
+                missing[key] = (None, None if leader is None else int(leader))
+        for key, leader in placement.preferred_leaders(missing).items():
+            await self._prefer(by_key[key][1], leader)
+            recorded[key] = leader
+        return recorded
+
+    async def _prefer(self, unit: Unit, leader: int) -> None:
+        """Write ``leader`` as the unit's preferred leader (a merge patch of that field alone:
+        the record's compare-and-swap writes keep it)."""
+        field = ({"replication": {"preferredLeader": leader}} if unit.partition is None else
+                 {failover.PARTITIONS_FIELD: {unit.partition: {"preferredLeader": leader}}})
+        try:
+            await self.runtime.kube.patch("Stream", self.namespace, unit.resource,
+                                          {"status": field}, subresource="status")
+        except ApiError as e:
+            log.warning("%s/%s: preferred leader not recorded: %s", self.namespace, unit.key, e)
+
+    async def _rebalanced(self, body: dict[str, Any], done: list[tuple[str, int]],
+                          failed: list[tuple[str, int]]) -> None:
+        """The rebalance annotation removed, and an Event saying what moved."""
+        await self.runtime.kube.patch("Broker", self.namespace, self.broker_name,
+                                      {"metadata": {"annotations": {placement.REBALANCE: None}}})
+        moved = ", ".join(f"{key} to {names.pod(self.broker_name, o)}" for key, o in done)
+        message = (f"{len(done)} leaderships moved ({moved})" if done
+                   else "the leaders were balanced already")
+        if failed:
+            message += "; not moved (the member did not catch up): " + ", ".join(
+                f"{key} to {names.pod(self.broker_name, o)}" for key, o in failed)
+        await self._event(body, "Warning" if failed else "Normal", REBALANCED, message,
+                          involved="Broker")
+
+    # --- zones ------------------------------------------------------------------------------------
+
+    async def zones(self, pods: dict[int, dict[str, Any]]) -> dict[int, str | None]:
+        """Each pod's zone: the topology.kubernetes.io/zone label of the Node it runs on
+        (placement.pod_zones), each Node read again after NODE_TTL_S. A Node that cannot be
+        read (no permission, gone) gives none."""
+        now = asyncio.get_running_loop().time()
+        for name in sorted({str((p.get("spec") or {}).get("nodeName") or "")
+                            for p in pods.values()} - {""}):
+            if now < self.nodes.get(name, (0.0, None))[0]:
+                continue
+            try:
+                node = await self.runtime.kube.get("Node", "", name)
+            except ApiError as e:
+                log.debug("%s/%s: node %s not read (no zone): %s", self.namespace,
+                          self.broker_name, name, e)
+                node = None
+            self.nodes[name] = (now + NODE_TTL_S, node)
+        return placement.pod_zones(pods, {n: node for n, (_, node) in self.nodes.items()
+                                          if node is not None})
+
 
 class _Members(Members):
     """Members whose address may be unknown (a resolver that raises for a pod not running):
@@ -834,6 +978,19 @@ class _PodSession:
 
     async def __aexit__(self, *exc: Any) -> Any:
         return await self._cm.__aexit__(*exc)
+
+
+def _record_doc(obj: dict[str, Any], unit: Unit) -> dict[str, Any]:
+    """The unit's record in ``obj``'s status as written ({} until discovered)."""
+    status = obj.get("status") or {}
+    if unit.partition is None:
+        return dict(status.get("replication") or {})
+    return dict((status.get(failover.PARTITIONS_FIELD) or {}).get(unit.partition) or {})
+
+
+def _changing(obj: dict[str, Any], unit: Unit) -> bool:
+    """Whether a member set change of the unit is under way (its leadership stays put)."""
+    return bool(_record_doc(obj, unit).get("changing"))
 
 
 def _annotations(obj: dict[str, Any]) -> dict[str, str]:

@@ -19,6 +19,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "Secret": ("api/v1", "secrets"),
     "Service": ("api/v1", "services"),
     "Pod": ("api/v1", "pods"),
+    "Node": ("api/v1", "nodes"),
     "Event": ("api/v1", "events"),
     "PersistentVolumeClaim": ("api/v1", "persistentvolumeclaims"),
     "StorageClass": ("apis/storage.k8s.io/v1", "storageclasses"),
@@ -33,7 +34,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "CustomResourceDefinition": ("apis/apiextensions.k8s.io/v1", "customresourcedefinitions"),
 }
 #: Kinds without a namespace: their URLs have no namespaces/<ns> part (callers pass "").
-CLUSTER_SCOPED = frozenset({"CustomResourceDefinition", "StorageClass"})
+CLUSTER_SCOPED = frozenset({"CustomResourceDefinition", "StorageClass", "Node"})
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 

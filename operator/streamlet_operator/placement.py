@@ -86,20 +86,29 @@ def pod_zones(pods: Mapping[int, Mapping[str, Any]],
 
 
 def member_pods(pods: Mapping[int, Mapping[str, Any]], zones: Mapping[int, str | None],
-                replicas: int, avoid: Collection[int] = ()) -> list[Pod]:
+                replicas: int, avoid: Collection[int] = (),
+                up: Collection[int] | None = None) -> list[Pod]:
     """The Broker's pods as membership.next_change and the placement rules see them: ordinals
     0..``replicas``-1 and any other pod that exists, each with its zone (``zones``); draining
     when being deleted, beyond ``replicas`` (a scale-down removes it) or in ``avoid`` (drained);
-    ready when its Pod's Ready condition is True."""
-    ordinals = sorted(set(range(replicas)) | set(pods))
+    ready when its Pod's Ready condition is True and, given ``up`` (the pods answering
+    probes), it answers (then a pod without a Pod object, as in tests, is ready when it does)."""
+    ordinals = sorted(set(range(replicas)) | set(pods) | set(up or ()))
     result = []
     for o in ordinals:
-        pod = pods.get(o) or {}
-        terminating = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in (pod.get("status") or {}).get("conditions") or [])
-        result.append(Pod(o, zones.get(o), terminating or o >= replicas or o in avoid, ready))
+        pod = pods.get(o)
+        terminating = bool(((pod or {}).get("metadata") or {}).get("deletionTimestamp"))
+        result.append(Pod(o, zones.get(o), terminating or o >= replicas or o in avoid,
+                          pod_ready(pod, up is not None) and (up is None or o in up)))
     return result
+
+
+def pod_ready(pod: Mapping[str, Any] | None, absent: bool = False) -> bool:
+    """Whether a Pod's Ready condition is True (``absent``: what a missing Pod object says)."""
+    if pod is None:
+        return absent
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
 
 
 # --- leaderships ---------------------------------------------------------------------------------

@@ -61,6 +61,15 @@ def test_member_pods(pods: dict[int, Any], replicas: int, avoid: tuple[int, ...]
     assert member_pods(pods, zones, replicas, avoid) == expected
 
 
+def test_member_pods_that_answer_probes() -> None:
+    """Given the pods that answer, a pod must answer to be ready; one without a Pod object
+    (tests: no kubelet writes them) is ready when it answers."""
+    pods = {0: _pod(), 1: _pod()}
+    assert member_pods(pods, {}, 3, up={0, 2}) == [
+        Pod(0), Pod(1, ready=False), Pod(2)]
+    assert member_pods({}, {}, 2, up={0, 1, 2}) == [Pod(0), Pod(1), Pod(2, None, True)]
+
+
 def test_zones_from_nodes_put_members_in_distinct_zones() -> None:
     """Six pods in three zones (0,3: a; 1,4: b; 2,5: c): three members go to three zones, a
     replacement goes to the zone the stream lacks."""
