@@ -3,7 +3,8 @@ member's /metrics: every member reports its epoch, its member set's size, whethe
 the epochs it was assigned to lead and its member set changes; the leader reports the members
 in sync and each follower's lag. A follower stopped (SIGSTOP) while publishes go on falls
 behind (its lag grows) and out of sync; let go, it catches up. The management API's queue
-object (``replication``) says what /metrics says."""
+object (``replication``) says what /metrics says. A learner's lag is shown too; it is in no
+member count."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import requests
 
 from streamlet.broker.replication.leader import IN_SYNC_S
 from streamlet.client import connect
+from streamlet.driver.elector import Members
 from tests.broker.test_replication import assign
 from tests.support.brokers import BrokerProcess, distinct_ports
 from tests.support.scrape import Samples, scrape, value
@@ -139,6 +141,23 @@ async def test_members_in_sync_and_lag(tmp_path: Path, broker_factory: Factory) 
     assert _of(follower, "elections_total") == 0
     await eventually(lambda: _in_sync(metrics[0], 2), what="two members in sync")
     assert _of(await scrape(metrics[0]), "follower_lag_offsets", 2) is None, "no member now"
+
+    # member 2 made a learner in epoch 2: its lag is shown, it is in no member count
+    driver = Members(lambda m: (brokers[m].host, brokers[m].port))
+    assert await driver.learn(0, "s", 2, 2)
+    await _publish(brokers[0], 20)
+
+    async def learning() -> Samples | None:
+        samples = await scrape(metrics[0])
+        return samples if _of(samples, "follower_lag_offsets", 2) == 0 else None
+
+    samples = await eventually(learning, what="the learner's lag shown, and 0")
+    assert _of(samples, "follower_lag_bytes", 2) == 0
+    assert _of(samples, "follower_in_sync", 2) is None
+    assert _of(samples, "in_sync_members") == 2 and _of(samples, "members") == 2
+    queue = await asyncio.to_thread(_queue, http[0])
+    assert queue["replication"]["in_sync"] == [0, 1]
+    assert set(queue["replication"]["lag"]) == {"1", "2"}
 
 
 def _queue(port: int) -> Any:

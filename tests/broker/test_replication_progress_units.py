@@ -103,3 +103,15 @@ def test_span_from_counts_the_chunks_and_their_bytes_across_segments(tmp_path: P
         assert lg.span_from(refs[-1].chunk_id) == (1, refs[-1].size)
         assert lg.span_from(refs[-2].chunk_id)[0] in (2, 3), "a roll's snapshot may be between"
         assert lg.span_from(lg.next_offset) == (0, 0)
+
+
+def test_a_learners_lag_is_kept_but_its_acks_never_count(tmp_path: Path) -> None:
+    stream, leader, pub, clock = _leading(tmp_path)
+    leader.attach(3, Link(), 0)  # member 3: a learner, outside (0, 1, 2)
+    _publish(stream, pub, clock, 1, 3)
+    _, tail_id, tail_end = stream.log.tail()
+    assert leader.lag(3) == (tail_end, 2, stream.log.span_from(0)[1])
+    leader.on_ack(3, 1, tail_id, tail_end)
+    assert leader.lag(3) == (0, 0, 0)
+    assert 3 not in leader.acks and stream.commit_end == 0, "not counted toward the commit"
+    stream.close()

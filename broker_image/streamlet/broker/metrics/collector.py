@@ -174,7 +174,8 @@ class BrokerCollector:
         follower_in_sync = gauge("follower_in_sync", "1: the follower is in sync (reported by "
                                  "the leader)", member_labels)
         lag_offsets = gauge("follower_lag_offsets", "Offsets of the leader's log past the "
-                            "follower's last ack (reported by the leader)", member_labels)
+                            "follower's last ack (reported by the leader; a learner being "
+                            "added too)", member_labels)
         lag_chunks = gauge("follower_lag_chunks", "Chunks of the leader's log past the "
                            "follower's last ack", member_labels)
         lag_bytes = gauge("follower_lag_bytes", "Bytes of the leader's log (as its segment "
@@ -198,11 +199,12 @@ class BrokerCollector:
             if lead is None or lead.stopped:
                 continue
             in_sync.add_metric(labels, sum(lead.in_sync(m) for m in lead.members))
-            for m in lead.members:
+            for m in sorted(set(lead.members) | set(lead.progress)):
                 if m == lead.me:
                     continue
                 each = [*labels, str(m)]
-                follower_in_sync.add_metric(each, 1 if lead.in_sync(m) else 0)
+                if m in lead.members:  # a learner is in no member count
+                    follower_in_sync.add_metric(each, 1 if lead.in_sync(m) else 0)
                 behind = lead.lag(m)
                 if behind is not None:
                     lag_offsets.add_metric(each, behind[0])

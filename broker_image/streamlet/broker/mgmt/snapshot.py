@@ -190,7 +190,7 @@ def replication(member: Member) -> ReplicationInfo:
     lead = member.leader
     if lead is None or lead.stopped:
         return ReplicationInfo(member.state.epoch, member.state.members, False)
-    lag = {m: behind for m in lead.members if m != lead.me
+    lag = {m: behind for m in sorted(set(lead.members) | set(lead.progress)) if m != lead.me
            if (behind := lead.lag(m)) is not None}
     return ReplicationInfo(member.state.epoch, member.state.members, True,
                            tuple(m for m in lead.members if lead.in_sync(m)), lag)

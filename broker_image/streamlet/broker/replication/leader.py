@@ -81,7 +81,8 @@ class Leader:
         self.epoch_start: int | None = None
         self.committed_id = -1
         self.stopped = False
-        #: each other member's progress (read by /metrics, never by the commit)
+        #: each other member's progress, and each learner's once its link started (read by
+        #: /metrics, never by the commit)
         self.progress: dict[int, Progress] = {}
 
     def start(self) -> None:
@@ -122,6 +123,9 @@ class Leader:
             old.stopped = True
         feed = Feed(self, conn, start)
         self.feeds[member] = feed
+        if member not in self.progress and member != self.me:  # a learner: its lag is shown
+            now = self.stream.clock.time()
+            self.progress[member] = Progress(now, self.stream.log.tail()[1], now)
         return feed  # the caller answers ReplicaStart, then pumps
 
     def detach(self, conn: FollowerConnection) -> None:
@@ -131,14 +135,16 @@ class Leader:
                 del self.feeds[member]
 
     def on_ack(self, member: int, epoch: int, chunk_id: int, next_offset: int) -> None:
-        if self.stopped or epoch != self.epoch or member not in self.members:
-            return  # another epoch's, or not a member's: never counted
-        self.acks[member] = EpochAck(member, epoch, chunk_id)
-        self.ends[chunk_id] = next_offset
+        if self.stopped or epoch != self.epoch:
+            return  # another epoch's: never counted
         progress = self.progress.get(member)
-        if progress is not None:
+        if progress is not None:  # a learner's too: shown, not counted
             progress.acked(chunk_id, next_offset, self.stream.log.tail()[1],
                            self.stream.clock.time())
+        if member not in self.members:
+            return  # not a member's: never counted
+        self.acks[member] = EpochAck(member, epoch, chunk_id)
+        self.ends[chunk_id] = next_offset
         self.recompute()
 
     def in_sync(self, member: int) -> bool:
