@@ -114,4 +114,6 @@ def test_a_learners_lag_is_kept_but_its_acks_never_count(tmp_path: Path) -> None
     leader.on_ack(3, 1, tail_id, tail_end)
     assert leader.lag(3) == (0, 0, 0)
     assert 3 not in leader.acks and stream.commit_end == 0, "not counted toward the commit"
+    leader.detach(leader.feeds[3].conn)
+    assert leader.lag(3) is None, "its link gone: no lag left behind"
     stream.close()

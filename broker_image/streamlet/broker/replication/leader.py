@@ -133,6 +133,8 @@ class Leader:
             if feed.conn is conn:
                 feed.stopped = True
                 del self.feeds[member]
+                if member not in self.members:
+                    self.progress.pop(member, None)  # a learner's link gone: no stale lag
 
     def on_ack(self, member: int, epoch: int, chunk_id: int, next_offset: int) -> None:
         if self.stopped or epoch != self.epoch:
