@@ -1,0 +1,82 @@
+"""Zones, end to end: four real broker pods on Nodes labelled with topology.kubernetes.io/zone,
+the real operator against the emulated API server. A member added to a replicated stream goes
+to the zone the stream has no member in, not to the lowest free pod."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from streamlet_operator import names
+from streamlet_operator.builders.statefulset import TEMPLATE_HASH
+from streamlet_operator.kube import Kube
+from streamlet_operator.placement import ZONE_LABEL
+from tests.operator.conftest import Cluster
+from tests.operator.harness import eventually
+from tests.operator.kubelet import Kubelet
+from tests.operator.peers import PeeredLauncher
+from tests.operator.test_replicated import record_of, replication
+from tests.operator.test_stream import stream_body
+
+pytestmark = pytest.mark.process
+
+PODS = 4
+#: pod ordinal -> its Node's zone: pods 1 and 2 share zone b
+ZONES = {0: "a", 1: "b", 2: "b", 3: "c"}
+CHANGE_S = 60
+
+
+@pytest.fixture
+async def zoned(cluster: Cluster, kube: Kube, namespace: str, tmp_path: Path
+                ) -> AsyncIterator[Kubelet]:
+    """Broker ``b`` of four peered pods, each a Ready Pod object on its own Node labelled
+    with its zone (ZONES); stopped when the test ends."""
+    launcher = PeeredLauncher(tmp_path)
+    launcher.plan(namespace, "b", PODS)
+    kubelet = Kubelet(kube, cluster.pods, launcher)
+    try:
+        await kube.create({"apiVersion": "streamlet.dev/v1alpha1", "kind": "Broker",
+                           "metadata": {"name": "b", "namespace": namespace},
+                           "spec": {"replicas": PODS}})
+        sts = await eventually(lambda: kube.get("StatefulSet", namespace, "b"),
+                               what="StatefulSet")
+        revision = sts["spec"]["template"]["metadata"]["annotations"][TEMPLATE_HASH]
+        await kubelet.sync(namespace, "b")
+        for ordinal, zone in ZONES.items():
+            node = f"{namespace}-n{ordinal}"
+            await kube.create({"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": node, "labels": {ZONE_LABEL: zone}}})
+            pod = names.pod("b", ordinal)
+            await kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": pod, "namespace": namespace, "labels": names.selector("b"),
+                "annotations": {TEMPLATE_HASH: revision}},
+                "spec": {"nodeName": node, "containers": [{"name": "broker", "image": "x"}]}})
+            await kube.patch("Pod", namespace, pod, {"status": {"conditions": [
+                {"type": "Ready", "status": "True"}]}}, subresource="status")
+        yield kubelet
+        for obj in await kube.list("Stream", namespace):
+            await kube.delete("Stream", namespace, obj["metadata"]["name"])
+    finally:
+        for key in [k for k in cluster.pods.pods if k[0] == namespace]:
+            launcher.stop(cluster.pods.pods.pop(key))
+        launcher.stop_all()
+        for ordinal in ZONES:
+            await kube.delete("Node", "", f"{namespace}-n{ordinal}")
+
+
+async def test_an_added_member_goes_to_the_zone_without_one(
+        kube: Kube, namespace: str, zoned: Kubelet) -> None:
+    await kube.create(stream_body(namespace, "orders", replicas=2))
+    stream = await replication(kube, namespace, "orders",
+                               lambda r: r.phase == "Ready" and len(r.in_sync) == 2)
+    assert record_of(stream).members == (0, 1)  # zones a and b (the Create's placement)
+    await kube.patch("Stream", namespace, "orders", {"spec": {"replicas": 3}})
+    stream = await replication(
+        kube, namespace, "orders",
+        lambda r: len(r.members) == 3 and r.changing is None and r.phase == "Ready",
+        timeout=CHANGE_S, what="three members")
+    # pod 3 (zone c), not pod 2 (the lowest free one, in zone b with member 1)
+    assert record_of(stream).members == (0, 1, 3)
+    assert {ZONES[m] for m in record_of(stream).members} == {"a", "b", "c"}
