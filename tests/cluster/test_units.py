@@ -237,9 +237,9 @@ def test_state_round_trip_and_atomic_write(tmp_path: Path) -> None:
     doc = json.loads(path.read_text())
     assert doc == {"supervisor_pid": 42, "host": "127.0.0.1", "nodes": [
         {"index": 0, "port": 6000, "pid": 100, "alive": True, "restarts": 0, "started_at": 1.5,
-         "metrics_port": 7000, "http_port": 8000, "log": "/logs/node-0.log"},
+         "metrics_port": 7000, "http_port": 8000, "log": "/logs/node-0.log", "stopped": False},
         {"index": 1, "port": 6001, "pid": None, "alive": False, "restarts": 0,
-         "started_at": 0.0, "metrics_port": 0, "http_port": 0, "log": ""}]}
+         "started_at": 0.0, "metrics_port": 0, "http_port": 0, "log": "", "stopped": False}]}
     # a state written before the ports and the log were kept reads as theirs unknown
     old = {"supervisor_pid": 1, "host": "h", "nodes": [
         {"index": 0, "port": 1, "pid": None, "alive": False}]}
@@ -294,9 +294,19 @@ def test_status_table_marks_an_unclean_leader() -> None:
                {"name": "b", "epoch": 1, "leader": None, "members": [0, 1], "committed": None,
                 "unclean": False}]
     assert table(s, [], now=0.0, streams=streams).splitlines()[-3:] == [
-        "stream  epoch  leader       members  committed",
-        "a       3      2 (unclean)  0,1,2    7",
-        "b       1      electing     0,1      -"]
+        "stream  epoch  leader       members  committed  in sync  changing",
+        "a       3      2 (unclean)  0,1,2    7          -        -",
+        "b       1      electing     0,1      -          -        -"]
+
+
+def test_status_table_shows_members_in_sync_and_the_change_under_way() -> None:
+    s = ClusterState(42, "127.0.0.1", [])
+    streams = [{"name": "a", "epoch": 3, "leader": 0, "members": [0, 1, 2], "committed": 7,
+                "unclean": False, "in_sync": [0, 1],
+                "changing": {"add": 3, "step": "member 3 catching up: chunk 5 of 9"}}]
+    assert table(s, [], now=0.0, streams=streams).splitlines()[-1] == (
+        "a       3      0       0,1,2    7          0,1      add 3: member 3 catching up: "
+        "chunk 5 of 9")
 
 
 def test_requests_round_trip_and_a_bad_file_is_dropped(tmp_path: Path) -> None:
@@ -315,6 +325,18 @@ def test_requests_round_trip_and_a_bad_file_is_dropped(tmp_path: Path) -> None:
     requests.done(tmp_path, moved)
     assert requests.read(tmp_path) == [Request(ELECT, "a/b", force=True)]
     assert requests.outcome(tmp_path, moved) is None  # done as asked: nothing said
+    node = Request(requests.STOP_NODE, to=1, wipe=True)
+    assert requests.write(tmp_path, node).name == "stop-node-1.json"
+    assert requests.read(tmp_path) == [Request(ELECT, "a/b", force=True)], "the supervisor's"
+    assert requests.read(tmp_path, requests.NODE_KINDS) == [node]
+    requests.done(tmp_path, node)
+    grow = Request(requests.MEMBERS, "a", to=3, change="add")
+    assert requests.write(tmp_path, grow).name == "members-a.json"
+    assert requests.read(tmp_path) == [Request(ELECT, "a/b", force=True), grow]
+    requests.done(tmp_path, grow)
+    (tmp_path / "requests" / "members-b.json").write_text(
+        '{"kind": "members", "stream": "b", "to": 1, "change": "move"}')
+    assert requests.read(tmp_path) == [Request(ELECT, "a/b", force=True)], "malformed: dropped"
     requests.write(tmp_path, moved)
     requests.done(tmp_path, moved, "member 2 is not running")
     assert requests.read(tmp_path) == [Request(ELECT, "a/b", force=True)], "not a request"

@@ -1,4 +1,4 @@
-"""`streamlet cluster up|status|down|elect|transfer`: a local cluster of brokers on one host,
+"""`streamlet cluster up|status|down|elect|transfer|members|rebalance|stop-node|start-node`: a local cluster of brokers on one host,
 without Kubernetes. This module is the commands' parser and their dispatch; what they do is
 streamlet/cluster/'s (control.py: one-line messages and exit codes)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..cluster.plan import DOWN_TIMEOUT_S, GRACE_S, MAX_NODES
+from ..cluster.plan import CHANGE_TIMEOUT_S, DOWN_TIMEOUT_S, GRACE_S, MAX_NODES, REPLACE_AFTER_S
 from .parser import CONNECTION_DEFAULTS, LOG_LEVELS, Commands, refuse_connection_options
 from .values import Parser
 from .values import port as port_number
@@ -18,8 +18,9 @@ def add_parser(sub: Commands[Parser], conn: Parser) -> None:
                              description=(
         "A local cluster: N brokers on consecutive ports of one host, each restarted when it "
         "exits, as a kubelet would. 'up' runs it in the foreground; 'status' and 'down' find "
-        "it by its data directory (DATA_DIR/cluster.json); 'elect' and 'transfer' are requests "
-        "to its placement driver."))
+        "it by its data directory (DATA_DIR/cluster.json); 'elect', 'transfer', 'members' and "
+        "'rebalance' are requests to its placement driver, 'stop-node' and 'start-node' to its "
+        "supervisor."))
     csub = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = csub.add_parser("up", help="run N brokers, restarting any that exits", description=(
         "Run N brokers in the foreground: node i serves on HOST:PORT+i (its metrics on "
@@ -57,6 +58,11 @@ def add_parser(sub: Commands[Parser], conn: Parser) -> None:
     up.add_argument("--config", type=Path, help=(
         "TOML configuration given to every broker (docs/configuration.md; no [tls] or "
         "[listeners], and cluster.directory_file is set by up)"))
+    up.add_argument("--replace-after", type=float, default=REPLACE_AFTER_S, metavar="S", help=(
+        "a replicated stream's member whose node has been down (exited, stopped, or not "
+        "answering the driver) for S seconds is replaced by a node that holds no member of "
+        "the stream, if one is up: the new member catches up, then the lost one is removed "
+        f"(default {REPLACE_AFTER_S:.0f}; 0: never)"))
     up.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
                     help="DEBUG, INFO, WARNING: the supervisor's and every broker's (default INFO)")
     status = csub.add_parser("status", help="show the nodes and replicated streams of a running cluster", description=(
@@ -107,6 +113,52 @@ def add_parser(sub: Commands[Parser], conn: Parser) -> None:
     transfer.add_argument("--data-dir", required=True, help="the directory given to cluster up")
     transfer.add_argument("--timeout", type=float, default=30.0,
                           help="seconds to wait for the driver (default 30)")
+    members = csub.add_parser("members", help="add or remove one member of a replicated stream",
+                              description=(
+        "Ask the running placement driver to change STREAM's member set online, one member at "
+        "a time. --add N: node N becomes a learner (fed by the leader, not counted), and once "
+        "it holds what the leader held at the driver's previous look, the next epoch is "
+        "recorded with N a member and assigned, the leader kept. --remove N: the next epoch "
+        "without N, then N drops its copy. A stream of one copy (created without "
+        "initial-cluster-size) is made a one-member replicated stream first. Refused when a "
+        "change is under way, the stream has no leader or fewer than a majority of its "
+        "members in sync, N leads (transfer it first), or N is the last member. Waits until "
+        "the new member set is recorded and assigned and prints it. Exit 1 with the reason "
+        "on stderr when refused or given up (a learner that does not catch up within "
+        f"{CHANGE_TIMEOUT_S:.0f} s), or when the driver does not act within --timeout."))
+    members.add_argument("stream")
+    which = members.add_mutually_exclusive_group(required=True)
+    which.add_argument("--add", type=int, metavar="N", help="make node N a member")
+    which.add_argument("--remove", type=int, metavar="N", help="remove member N")
+    members.add_argument("--data-dir", required=True, help="the directory given to cluster up")
+    members.add_argument("--timeout", type=float, default=CHANGE_TIMEOUT_S + 30, help=(
+        f"seconds to wait for the change (default {CHANGE_TIMEOUT_S + 30:.0f})"))
+    balance = csub.add_parser("rebalance", help="spread the streams' leaders evenly",
+                              description=(
+        "Ask the running placement driver to spread the replicated streams' leaders over the "
+        "running nodes: while a node leads two more streams than an in-sync member of one of "
+        "them, that stream's leadership moves there by a planned transfer (as 'transfer', "
+        "one stream at a time, each at most once). Prints each move and its outcome."))
+    balance.add_argument("--data-dir", required=True, help="the directory given to cluster up")
+    balance.add_argument("--timeout", type=float, default=120.0,
+                         help="seconds to wait for the driver (default 120)")
+    stop_node = csub.add_parser("stop-node", help="stop a node and keep it down", description=(
+        "Stop node N (SIGTERM, SIGKILL after the grace) and keep it down: the supervisor does "
+        "not restart it until 'start-node N'. With --wipe its data is deleted too (its "
+        "configuration and log are kept), as if its volume were lost: its members are "
+        "replaced after 'up --replace-after' seconds."))
+    stop_node.add_argument("node", type=int, metavar="N", help="the node (0-based: port PORT+N)")
+    stop_node.add_argument("--wipe", action="store_true", help="delete the node's data")
+    stop_node.add_argument("--data-dir", required=True, help="the directory given to cluster up")
+    stop_node.add_argument("--timeout", type=float, default=DOWN_TIMEOUT_S,
+                           help=f"seconds to wait (default {DOWN_TIMEOUT_S:.0f})")
+    start_node = csub.add_parser("start-node", help="run a node stopped by stop-node again",
+                                 description=(
+        "Run node N again after 'stop-node N' and wait until its broker runs."))
+    start_node.add_argument("node", type=int, metavar="N", help="the node (0-based: port PORT+N)")
+    start_node.add_argument("--data-dir", required=True, help="the directory given to cluster up")
+    start_node.add_argument("--timeout", type=float, default=30.0,
+                            help="seconds to wait (default 30)")
 
 
 def check(args: argparse.Namespace, parser: Parser) -> None:
@@ -124,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
 
     from ..cluster import control
-    from ..cluster.requests import ELECT, TRANSFER, Request
+    from ..cluster.requests import ELECT, MEMBERS, START_NODE, STOP_NODE, TRANSFER, Request
 
     data_dir = Path(args.data_dir).absolute()
     try:
@@ -132,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
             return control.up(data_dir, nodes=args.nodes, host=args.host, port=args.port,
                               sbp_port=args.sbp_port, metrics_port=args.metrics_port,
                               http_port=args.http_port, log_dir=args.log_dir,
-                              config=args.config, log_level=args.log_level)
+                              config=args.config, log_level=args.log_level,
+                              replace_after=args.replace_after)
         if args.action == "status":
             return asyncio.run(control.status(data_dir, as_json=args.json))
         if args.action == "elect":
@@ -141,6 +194,18 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "transfer":
             return control.ask(data_dir, Request(TRANSFER, args.stream, to=args.to),
                                args.timeout)
+        if args.action == "members":
+            add = args.add is not None
+            return control.members(data_dir, Request(
+                MEMBERS, args.stream, to=args.add if add else args.remove,
+                change="add" if add else "remove"), args.timeout)
+        if args.action == "rebalance":
+            return control.rebalance(data_dir, args.timeout)
+        if args.action in ("stop-node", "start-node"):
+            kind = STOP_NODE if args.action == "stop-node" else START_NODE
+            return control.node(data_dir, Request(kind, to=args.node,
+                                                  wipe=getattr(args, "wipe", False)),
+                                args.timeout)
         return control.down(data_dir, args.timeout)
     except KeyboardInterrupt:
         return 130

@@ -1,9 +1,10 @@
-"""What ``streamlet cluster up|status|down|elect|transfer`` do (cli/cluster.py parses them):
-values in, one-line messages and exit codes out.
+"""What ``streamlet cluster up|status|down|elect|transfer|members|rebalance|stop-node|start-node``
+do (cli/cluster.py parses them): values in, one-line messages and exit codes out.
 
-Exit codes: 0 done; 1 no cluster runs there (status, down, elect, transfer), it would not stop
-(down), or the request did not come to pass (elect: no leader; transfer: another leader, and
-the driver's reason on stderr; or the driver did not take it up in time); 2 ``up`` refused
+Exit codes: 0 done; 1 no cluster runs there (every command but up), it would not stop (down),
+or the request did not come to pass (elect: no leader; transfer: another leader; members: the
+change refused or given up; stop-node, start-node: no such node; with the driver's or the
+supervisor's reason on stderr; or the request was not taken up in time); 2 ``up`` refused
 before starting anything (bad arguments or --config, a busy port, a data directory that cannot
 be made, a cluster already running there)."""
 
@@ -34,6 +35,7 @@ from .plan import (
     DEFAULT_METRICS_PORT,
     DIRECTORY_FILE,
     LOCK_FILE,
+    REPLACE_AFTER_S,
     STATE_FILE,
     NodeSpec,
     PlanError,
@@ -44,7 +46,7 @@ from .plan import (
     settle_defaults,
 )
 from .probe import bind_error, pid_alive
-from .requests import ELECT, TRANSFER, Request
+from .requests import ELECT, START_NODE, TRANSFER, Request
 from .state import ClusterState, StateUnreadable
 from .supervisor import Supervisor
 from .tomlwrite import dumps
@@ -67,7 +69,7 @@ def _user_config(path: Path | None) -> dict[str, Any]:
 
 def up(data_dir: Path, *, nodes: int, host: str, port: int, sbp_port: int | None,
        metrics_port: int | None, http_port: int | None, log_dir: Path | None,
-       config: Path | None, log_level: str) -> int:
+       config: Path | None, log_level: str, replace_after: float = REPLACE_AFTER_S) -> int:
     """Run the cluster in the foreground until SIGINT or SIGTERM (cli/cluster.py: what each
     value is); a port None: its default, skipped on a node where it is taken."""
     logging.basicConfig(level=log_level.upper(),
@@ -122,7 +124,8 @@ def up(data_dir: Path, *, nodes: int, host: str, port: int, sbp_port: int | None
         from ..broker.protocols import load
 
         credentials = load(specs[0].config_file).replication_credentials
-        driver = LocalDriver(data_dir, host, [s.port for s in specs], credentials)
+        driver = LocalDriver(data_dir, host, [s.port for s in specs], credentials,
+                             replace_after=replace_after)
         supervisor = Supervisor(specs, data_dir, host, log_level=log_level,
                                 directory_file=data_dir / DIRECTORY_FILE, drivers=[driver],
                                 optional_ports=defaults)
@@ -220,25 +223,38 @@ def down(data_dir: Path, timeout: float) -> int:
     return 0
 
 
-def ask(data_dir: Path, request: Request, timeout: float) -> int:
-    """Leave ``request`` for the running driver, wait until it has acted on it, and say what
-    the stream's record is then, and why the driver did not do it when it did not."""
-    if _running(data_dir) is None:
-        return 1
+def _request(data_dir: Path, request: Request, timeout: float,
+             who: str = "the placement driver") -> tuple[bool, str | None]:
+    """Leave ``request``, wait until it has been acted on: (taken up in time, the outcome)."""
     requests.outcome(data_dir, request)  # an earlier request's, not taken up: not this one's
     target = requests.write(data_dir, request)
     deadline = time.monotonic() + timeout
     while target.exists():
         if time.monotonic() > deadline:
             target.unlink(missing_ok=True)
-            _error(f"the placement driver did not take the request up in {timeout:.0f} s")
-            return 1
+            _error(f"{who} did not take the request up in {timeout:.0f} s")
+            return False, None
         time.sleep(0.1)
-    why_not = requests.outcome(data_dir, request)
+    return True, requests.outcome(data_dir, request)
+
+
+def _record(data_dir: Path, stream: str) -> dict[str, Any] | None:
     try:
-        record = json.loads((data_dir / RECORD).read_text()).get(request.stream)
+        record = json.loads((data_dir / RECORD).read_text()).get(stream)
     except (OSError, ValueError):
-        record = None
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def ask(data_dir: Path, request: Request, timeout: float) -> int:
+    """Leave ``request`` for the running driver, wait until it has acted on it, and say what
+    the stream's record is then, and why the driver did not do it when it did not."""
+    if _running(data_dir) is None:
+        return 1
+    taken, why_not = _request(data_dir, request, timeout)
+    if not taken:
+        return 1
+    record = _record(data_dir, request.stream)
     if record is None:
         _error(f"no replicated stream {request.stream} in {data_dir}")
         return 1
@@ -254,3 +270,64 @@ def ask(data_dir: Path, request: Request, timeout: float) -> int:
         "unclean") else ""
     print(f"stream {request.stream}: member {leader} leads epoch {epoch}{unclean}")
     return 0 if request.kind == ELECT or leader == request.to else 1
+
+
+def members(data_dir: Path, request: Request, timeout: float) -> int:
+    """``cluster members STREAM --add|--remove N``: 0 once the new member set is recorded and
+    assigned (printed); 1 with the driver's reason when it refused or gave the change up."""
+    if _running(data_dir) is None:
+        return 1
+    taken, why_not = _request(data_dir, request, timeout)
+    if not taken:
+        return 1
+    if why_not is not None:
+        _error(f"{request.stream}: {request.change} member {request.to} not done: {why_not}")
+        return 1
+    record = _record(data_dir, request.stream)
+    if record is None:
+        _error(f"no replicated stream {request.stream} in {data_dir}")
+        return 1
+    print(f"stream {request.stream}: members {record['members']} in epoch {record['epoch']}, "
+          f"led by member {record['leader']}")
+    return 0
+
+
+def rebalance(data_dir: Path, timeout: float) -> int:
+    """``cluster rebalance``: the driver's moves, printed."""
+    if _running(data_dir) is None:
+        return 1
+    taken, moves = _request(data_dir, Request(requests.REBALANCE), timeout)
+    if not taken:
+        return 1
+    print(moves or "nothing moved")
+    return 0
+
+
+def node(data_dir: Path, request: Request, timeout: float) -> int:
+    """``cluster stop-node N [--wipe]``, ``start-node N``: done by the supervisor; start-node
+    waits until the node runs again."""
+    if _running(data_dir) is None:
+        return 1
+    deadline = time.monotonic() + timeout
+    taken, why_not = _request(data_dir, request, timeout, who="the supervisor")
+    if not taken:
+        return 1
+    if why_not is not None:
+        _error(why_not)
+        return 1
+    if request.kind == START_NODE:
+        while True:
+            state = _running(data_dir)
+            if state is None:
+                return 1
+            if request.to is not None and state.nodes[request.to].alive:
+                break
+            if time.monotonic() > deadline:
+                _error(f"node {request.to} is not running after {timeout:.0f} s")
+                return 1
+            time.sleep(0.1)
+        print(f"node {request.to} started")
+    else:
+        print(f"node {request.to} stopped" + (", its data deleted" if request.wipe else "")
+              + f": kept down until 'streamlet cluster start-node {request.to}'")
+    return 0

@@ -4,8 +4,10 @@ Assign (streamlet.driver.elector), and writes the stream directory every node an
 
 A leader is replaced only when it and the followers still in contact with it are no longer a
 quorum; an epoch is reserved in ``driver.json`` before any Fence, so none is used twice; without
-a fenced majority nothing is elected. It also carries out ``cluster elect --force`` and
-``cluster transfer`` requests.
+a fenced majority nothing is elected. It changes member sets one member at a time
+(streamlet.replication.membership: ``cluster members``, a member down longer than
+``--replace-after`` replaced), the change in progress kept in ``driver.json``, and carries out
+``cluster elect --force``, ``transfer`` and ``rebalance`` requests.
 Mechanism: docs/replication.md#the-local-placement-driver-streamlet-cluster-up.
 """
 from __future__ import annotations
@@ -15,18 +17,32 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from ..driver.elector import Members, run_election
+from ..driver.elector import Members, join, run_election
 from ..rabbitmq.constants import Role
 from ..replication.election import Decision, elect, transfer, transfer_ready
 from ..replication.liveness import Contact, leader_lost
+from ..replication.membership import (
+    Action,
+    Change,
+    Kind,
+    Led,
+    caught_up,
+    change_refusal,
+    change_step,
+    next_change,
+    rebalance,
+)
 from ..replication.model import NO_LEADER, Tail
+from ..replication.placement import Load, Pod
 from . import requests
+from .plan import CHANGE_TIMEOUT_S, REPLACE_AFTER_S
 
 if TYPE_CHECKING:
     from .supervisor import Supervisor
@@ -45,6 +61,11 @@ TRANSFER_POLL_S = 0.05
 #: A follower that has not heard from its leader for this long no longer vouches for it (an
 #: idle leader sends something every 0.5 s: broker.replication.leader.HEARTBEAT_S).
 CONTACT_TIMEOUT_S = 3.0
+#: Without a change under way, the members' tails are looked at this often (``in_sync``).
+LOOK_S = 2.0
+#: What ``cluster status`` shows of each stream beyond the record (``in_sync``, ``changing``):
+#: written when it changes, not fsynced (the driver's view, lost with it).
+STATUS_FILE = "driver-status.json"
 
 
 @dataclass
@@ -60,15 +81,51 @@ class StreamRecord:
     #: this epoch's leader was elected without a majority (``cluster elect --force``): it may
     #: lack messages that were confirmed
     unclean: bool = False
+    #: the member count wanted (set from the members at discovery, by ``cluster members``)
+    replicas: int = 0
+    #: the change under way: {"kind": "add"|"remove", "member": m, "started": wall-clock s,
+    #: "asked": by ``cluster members``}; None: none
+    change: dict[str, Any] | None = None
+    #: former members (and learners given up) still to be told to drop their copy
+    leaving: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            self.replicas = len(self.members)
+
+
+@dataclass
+class Look:
+    """The members' tails as the driver saw them last (one ReplicaContact each)."""
+
+    epoch: int
+    leader: int
+    #: the leader's last chunk id then (None: it did not answer as the leader)
+    leader_tail: int | None
+    #: the leader's last chunk id at the look before (this one's when none): what a follower
+    #: must hold to be in sync
+    target: int | None
+    in_sync: frozenset[int]
+    contacts: dict[int, Contact | None]
+    at: float
 
 
 class LocalDriver:
     def __init__(self, data_dir: Path, host: str, ports: list[int],
                  credentials: tuple[str, str] = ("guest", "guest"),
-                 peer_ports: list[int] | None = None) -> None:
+                 peer_ports: list[int] | None = None,
+                 replace_after: float = REPLACE_AFTER_S) -> None:
         """``ports``: where the driver reaches each node; ``peer_ports``: where nodes and clients
-        reach each other (the directory's addresses, a follower's leader), when they differ."""
+        reach each other (the directory's addresses, a follower's leader), when they differ;
+        ``replace_after``: seconds a member's node is down (exited, stopped, or failing the
+        driver's probes) before the member is replaced (0: never)."""
         self.data_dir = data_dir
+        self.replace_after = replace_after
+        #: since when (monotonic) each node has been down, for the nodes down now
+        self.down_since: dict[int, float] = {}
+        self._looks: dict[str, Look] = {}
+        self._steps: dict[str, str] = {}  # the step of each change under way, for status
+        self._shown: Any = None  # what the status file holds
         self.host = host
         self.ports = peer_ports or ports
         self.brokers = Members(lambda m: (host, ports[m]), credentials,
@@ -101,10 +158,17 @@ class LocalDriver:
             self._publish_directory()
         asked = {(r.kind, r.stream): r for r in requests.read(self.data_dir)}
         for r in asked.values():
-            if r.stream not in self.records:
-                log.warning("request to %s %s: no such replicated stream", r.kind, r.stream)
-                requests.done(self.data_dir, r, f"no replicated stream {r.stream}")
-        suspects = await self._suspects({self.records[n].leader for n in names} - {NO_LEADER})
+            if r.kind == requests.REBALANCE or r.stream in self.records:
+                continue
+            why = (await self._adopt(r.stream) if r.kind == requests.MEMBERS
+                   and r.change == Kind.ADD.value else f"no replicated stream {r.stream}")
+            if why is not None:
+                log.warning("request to %s %s: %s", r.kind, r.stream, why)
+                requests.done(self.data_dir, r, why)
+        names = sorted(self.records)
+        leaders = {self.records[n].leader for n in names} - {NO_LEADER}
+        held = {m for n in names for m in self.records[n].members} if self.replace_after else set()
+        suspects = await self._suspects(leaders, held)
         for name in names:
             record = self.records[name]
             leader_pid = record.pids.get(str(record.leader))
@@ -118,6 +182,8 @@ class LocalDriver:
                 if forced is not None:
                     requests.done(self.data_dir, forced, None if record.leader != NO_LEADER
                                   else "no member answered the election")
+                if name in self.records and record.change is not None:
+                    self._steps[name] = "waiting for the election"
                 continue
             if forced is not None:
                 log.info("stream %s: member %d leads: no election to force", name, record.leader)
@@ -134,17 +200,31 @@ class LocalDriver:
                 if await self._assign(name, record, m, Role.FOLLOWER):
                     record.pids[str(m)] = alive[m] or 0
                     self._save()
+            await self._membership(name, record, asked.get((requests.MEMBERS, name)))
+        balance = asked.get((requests.REBALANCE, ""))
+        if balance is not None:
+            requests.done(self.data_dir, balance, await self._rebalance())
+        self._show()
 
-    async def _suspects(self, leaders: set[int]) -> set[int]:
+    async def _suspects(self, leaders: set[int], others: Collection[int] = ()) -> set[int]:
         """The leaders whose broker did not answer a login for SUSPECT_AFTER ticks in a row (a
         process that runs but does not work, or a path to it that fails): their followers are
-        asked whether they lost it too. Followers are not probed: a stuck follower costs no
-        availability."""
-        results = await asyncio.gather(*(self.brokers.probe(n) for n in sorted(leaders)))
+        asked whether they lost it too. Followers are probed only when members are replaced
+        (``others``): a stuck follower costs no availability. Keeps ``down_since``: a node
+        not running, or failing its probe, is down."""
+        probed = sorted(leaders | set(others))
+        results = await asyncio.gather(*(self.brokers.probe(n) for n in probed))
         # a node that leads nothing now starts from no misses when it leads again
         self.misses = {node: 0 if ok else self.misses.get(node, 0) + 1
-                       for node, ok in zip(sorted(leaders), results, strict=True)}
-        return {n for n, missed in self.misses.items() if missed >= SUSPECT_AFTER}
+                       for node, ok in zip(probed, results, strict=True)}
+        now = time.monotonic()
+        for node in range(len(self.ports)):
+            if node not in self._alive or self.misses.get(node, 0) > 0:
+                self.down_since.setdefault(node, now)
+            else:
+                self.down_since.pop(node, None)
+        return {n for n, missed in self.misses.items()
+                if missed >= SUSPECT_AFTER and n in leaders}
 
     async def _lost(self, name: str, record: StreamRecord) -> bool:
         """Whether the suspected leader of ``name`` is lost: too few of its followers heard
@@ -165,6 +245,248 @@ class LocalDriver:
                         _contacts(reports))
             self._kept.add(name)
         return lost
+
+    # --- member set changes ----------------------------------------------------------------------
+
+    async def _membership(self, name: str, record: StreamRecord,
+                          asked: requests.Request | None) -> None:
+        """One step of the stream's member set: former members told to leave, then the change
+        under way carried on (or one started: asked for, or the next toward ``replicas``)."""
+        for m in list(record.leaving):
+            if m in record.members or (m in self._alive
+                                       and await self.brokers.leave(m, name, record.epoch)):
+                record.leaving.remove(m)
+                self._save()
+                log.info("stream %s: member %d no longer holds it", name, m)
+        change = _change(record)
+        look = self._looks.get(name)
+        if (change is not None or asked is not None or look is None
+                or time.monotonic() - look.at >= LOOK_S or self._lost_members(record)):
+            look = await self._look(name, record, [] if change is None else [change.member])
+        if asked is not None and not (change is not None and record.change is not None
+                                      and record.change.get("asked")
+                                      and change == _asked_change(asked)):
+            wanted = _asked_change(asked)
+            why = self._refusal(record, look, wanted, change)
+            if why is not None:
+                log.warning("stream %s: %s refused: %s", name, wanted, why)
+                requests.done(self.data_dir, asked, why)
+                return
+            change = self._begin(name, record, wanted, asked=True)
+        elif change is None:
+            change = self._next(name, record, look)
+            if change is None:
+                self._steps.pop(name, None)
+                return
+            self._begin(name, record, change, asked=False)
+        await self._advance(name, record, change, look, asked)
+
+    def _refusal(self, record: StreamRecord, look: Look, change: Change,
+                 changing: Change | None) -> str | None:
+        if not 0 <= change.member < len(self.ports):
+            return f"no node {change.member}: the nodes are 0..{len(self.ports) - 1}"
+        if (change.kind is Kind.ADD and change.member not in record.members
+                and (change.member not in self._alive or change.member in self.down_since)):
+            return f"node {change.member} is not running"
+        return change_refusal(record.members, record.leader, look.in_sync, change, changing)
+
+    def _lost_members(self, record: StreamRecord) -> list[int]:
+        """The members whose node has been down longer than ``replace_after``."""
+        if not self.replace_after:
+            return []
+        now = time.monotonic()
+        return [m for m in record.members
+                if m in self.down_since and now - self.down_since[m] >= self.replace_after]
+
+    def _next(self, name: str, record: StreamRecord, look: Look) -> Change | None:
+        """The next change toward ``replicas`` healthy members (membership.next_change), when
+        it may start now."""
+        lost = self._lost_members(record)
+        if not lost and record.replicas == len(record.members):
+            return None
+        pods = [Pod(i, ready=i in self._alive and i not in self.down_since)
+                for i in range(len(self.ports))]
+        hosted: dict[int, int] = {}
+        for r in self.records.values():
+            for m in r.members:
+                hosted[m] = hosted.get(m, 0) + 1
+        step = next_change(record.replicas, record.members, record.leader, pods, Load(hosted),
+                           lost)
+        if step.change is None:
+            self._steps[name] = step.why
+            return None
+        why = change_refusal(record.members, record.leader, look.in_sync, step.change)
+        if why is not None:
+            self._steps[name] = f"{step.change} ({step.why}) waits: {why}"
+            return None
+        log.warning("stream %s: %s: %s", name, step.why, step.change)
+        return step.change
+
+    def _begin(self, name: str, record: StreamRecord, change: Change, asked: bool) -> Change:
+        record.change = {"kind": change.kind.value, "member": change.member,
+                         "started": time.time(), "asked": asked}
+        if asked:
+            record.replicas = len(change.apply(record.members))
+        if change.member in record.leaving and change.kind is Kind.ADD:
+            record.leaving.remove(change.member)  # it is to learn, not to drop its copy
+        self._save()
+        log.info("stream %s: %s begins (members %s, epoch %d)", name, change, record.members,
+                 record.epoch)
+        return change
+
+    async def _advance(self, name: str, record: StreamRecord, change: Change, look: Look,
+                       asked: requests.Request | None) -> None:
+        """What membership.change_step says to do next, done."""
+        assert record.change is not None
+        waited = time.time() - float(record.change.get("started", 0))
+        if look.target is None:  # the leader did not answer: nothing to compare with
+            late = waited > CHANGE_TIMEOUT_S
+            action, why, to = (Action.ABORT if late else Action.WAIT,
+                               f"member {record.leader} does not answer as the leader", None)
+        else:
+            learner = look.contacts.get(change.member) if change.kind is Kind.ADD else None
+            step = change_step(change, record.epoch, record.members, record.leader,
+                               look.in_sync, learner, look.target, waited, CHANGE_TIMEOUT_S)
+            action, why, to = step.action, step.why, step.to
+        self._steps[name] = why
+        if action is Action.LEARN:
+            if change.member in self._alive:
+                await self.brokers.learn(record.leader, name, record.epoch, change.member)
+        elif action is Action.JOIN:
+            await self._join(name, record, change)
+            self._steps.pop(name, None)
+            if asked is not None:
+                requests.done(self.data_dir, asked)
+        elif action is Action.TRANSFER:
+            await self._transfer(name, record, to, self._alive)
+            self._looks.pop(name, None)
+        elif action is Action.ABORT:
+            log.warning("stream %s: %s given up: %s", name, change, why)
+            if change.kind is Kind.ADD and change.member not in record.leaving:
+                record.leaving.append(change.member)
+            if record.change.get("asked"):
+                record.replicas = len(record.members)
+            record.change = None
+            self._save()
+            self._steps.pop(name, None)
+            if asked is not None:
+                requests.done(self.data_dir, asked, f"{change} given up: {why}")
+
+    async def _join(self, name: str, record: StreamRecord, change: Change) -> None:
+        """The next epoch with the changed member set: recorded (the change done, a removed
+        member to leave), then assigned, the leader kept (elector.join)."""
+        new = list(change.apply(record.members))
+        alive = self._alive
+
+        async def reserve(epoch: int) -> bool:
+            record.epoch, record.members, record.pids = epoch, new, {}
+            record.unclean, record.change = False, None
+            if change.kind is Kind.REMOVE and change.member not in record.leaving:
+                record.leaving.append(change.member)
+            self._save()  # before any member hears of it
+            self._publish_directory()
+            return True
+
+        outcome = await join(name, new, record.epoch, record.leader, reserve, self.brokers,
+                             reachable=set(alive))
+        record.pids = {str(m): alive.get(m) or 0 for m in outcome.assigned}
+        self._looks.pop(name, None)
+        self._save()
+        log.info("stream %s: %s done: members %s in epoch %d", name, change, new, record.epoch)
+
+    async def _look(self, name: str, record: StreamRecord, extra: Sequence[int] = ()) -> Look:
+        """The members' (and ``extra``'s) tails now; in sync: the leader and each follower of
+        its epoch holding the leader's last chunk of the previous look."""
+        ids = list(record.members) + [m for m in extra if m not in record.members]
+
+        async def ask(m: int) -> Contact | None:
+            return await self.brokers.contact(m, name) if m in self._alive else None
+
+        contacts = dict(zip(ids, await asyncio.gather(*(ask(m) for m in ids)), strict=True))
+        ours = contacts.get(record.leader)
+        tail = (ours.tail.chunk_id if ours is not None and not ours.following
+                and ours.epoch == record.epoch and ours.tail is not None else None)
+        before = self._looks.get(name)
+        target = (before.leader_tail if before is not None and before.epoch == record.epoch
+                  and before.leader == record.leader and before.leader_tail is not None
+                  else tail)
+        in_sync = {record.leader} if tail is not None else set()
+        for m in record.members:
+            c = contacts.get(m)
+            if (m != record.leader and c is not None and c.following
+                    and c.epoch == record.epoch and target is not None
+                    and caught_up(target, c.tail)):
+                in_sync.add(m)
+        look = Look(record.epoch, record.leader, tail, target, frozenset(in_sync), contacts,
+                    time.monotonic())
+        self._looks[name] = look
+        return look
+
+    async def _adopt(self, name: str) -> str | None:
+        """A stream of one copy (created without initial-cluster-size) to grow: its holder is
+        assigned leader of epoch 1 with itself as the only member (recorded first). Why not,
+        or None."""
+        holders = sorted(int(d.parts[-3].removeprefix("node-"))
+                         for d in self.data_dir.glob("node-*/streams/*")
+                         if d.is_dir() and _unquote_dir(d.name) == name)
+        if not holders:
+            return f"no stream {name} on any node"
+        if len(holders) > 1:
+            return (f"stream {name} is on nodes {holders} but has no record: not one stream "
+                    "the driver can take over")
+        (holder,) = holders
+        if holder not in self._alive:
+            return f"stream {name} is on node {holder}, which is not running"
+        record = self.records[name] = StreamRecord(1, NO_LEADER, [holder])
+        self._save()  # the epoch reserved before the holder hears of it
+        if not await self.brokers.assign(holder, name, 1, Role.LEADER, holder, [holder]):
+            return None  # recorded: the next tick elects it
+        record.pids = {str(holder): self._alive.get(holder) or 0}
+        record.leader = holder
+        self._save()
+        self._publish_directory()
+        log.info("stream %s: one copy on node %d, now its leader in epoch 1 (members [%d])",
+                 name, holder, holder)
+        return None
+
+    async def _rebalance(self) -> str:
+        """Leaders spread evenly (membership.rebalance), one planned transfer at a time: what
+        moved, for the command to print."""
+        leds: dict[str, Led] = {}
+        for name, r in sorted(self.records.items()):
+            if r.leader == NO_LEADER or r.change is not None:
+                continue
+            look = await self._look(name, r)
+            leds[name] = Led(r.leader, tuple(r.members), look.in_sync)
+        moves = rebalance(leds, [i for i in range(len(self.ports)) if i in self._alive])
+        if not moves:
+            return "leaders already spread evenly: nothing moved"
+        lines = []
+        for name, to in moves:
+            why = await self._transfer(name, self.records[name], to, self._alive)
+            self._looks.pop(name, None)
+            lines.append(f"{name}: " + (f"member {to} leads" if why is None else why))
+        return "\n".join(lines)
+
+    def _show(self) -> None:
+        """``in_sync`` and ``changing`` of each stream for ``cluster status`` (when changed)."""
+        doc: dict[str, Any] = {}
+        for name, r in sorted(self.records.items()):
+            look = self._looks.get(name)
+            in_sync = (sorted(look.in_sync) if look is not None and look.epoch == r.epoch
+                       and look.leader == r.leader else [])
+            changing = None
+            if r.change is not None:
+                changing = {r.change["kind"]: r.change["member"],
+                            "step": self._steps.get(name, "starting")}
+            doc[name] = {"in_sync": in_sync, "changing": changing}
+        if doc == self._shown:
+            return
+        path = self.data_dir / STATUS_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, path)
+        self._shown = doc
 
     # --- an election -------------------------------------------------------------------------------
 
@@ -331,6 +653,16 @@ class LocalDriver:
                     found[name] = {"partitions": entry.get("partitions"),
                                    "binding_keys": entry.get("binding_keys")}
         return found
+
+
+def _change(record: StreamRecord) -> Change | None:
+    c = record.change
+    return None if c is None else Change(Kind(c["kind"]), int(c["member"]))
+
+
+def _asked_change(asked: requests.Request) -> Change:
+    assert asked.change is not None and asked.to is not None
+    return Change(Kind(asked.change), asked.to)
 
 
 def _tail(contact: Contact | None) -> str:

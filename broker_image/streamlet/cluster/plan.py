@@ -27,6 +27,12 @@ MAX_NODES = 9
 GRACE_S = 10.0
 #: ``down``'s default bound: the nodes' grace, and twice as long again for the supervisor.
 DOWN_TIMEOUT_S = 3 * GRACE_S
+#: ``up --replace-after``'s default: seconds a member's node is down before the member is
+#: replaced
+REPLACE_AFTER_S = 300.0
+#: A member change (a learner catching up, a join waiting for members in sync) is given up
+#: after this long: the learner drops its copy.
+CHANGE_TIMEOUT_S = 120.0
 STATE_FILE = "cluster.json"
 LOCK_FILE = "cluster.lock"
 DIRECTORY_FILE = "directory.json"

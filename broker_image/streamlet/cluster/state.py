@@ -5,8 +5,9 @@
                 "started_at": 1767225600.0, "metrics_port": 15692, "http_port": 15672,
                 "log": "/home/me/cluster/node-0/broker.log"}, ...]}
 
-``alive`` is the supervisor's view; ``started_at`` the wall-clock start of the current process
-(0 before the first); ports are 0 when off. Written whole, atomically: a reader sees the old
+``alive`` is the supervisor's view; ``stopped``: kept down by ``cluster stop-node`` until
+``start-node``; ``started_at`` the wall-clock start of the current process (0 before the
+first); ports are 0 when off. Written whole, atomically: a reader sees the old
 state or the new one, never half of one.
 """
 
@@ -34,6 +35,7 @@ class NodeState:
     metrics_port: int = 0
     http_port: int = 0
     log: str = ""
+    stopped: bool = False
 
 
 @dataclass
@@ -54,7 +56,8 @@ class ClusterState:
                                alive=bool(n["alive"]), restarts=int(n.get("restarts", 0)),
                                started_at=float(n.get("started_at", 0.0)),
                                metrics_port=int(n.get("metrics_port", 0)),
-                               http_port=int(n.get("http_port", 0)), log=str(n.get("log", "")))
+                               http_port=int(n.get("http_port", 0)), log=str(n.get("log", "")),
+                               stopped=bool(n.get("stopped", False)))
                      for n in doc["nodes"]]
             return cls(int(doc["supervisor_pid"]), str(doc["host"]), nodes)
         except (KeyError, TypeError, ValueError) as e:

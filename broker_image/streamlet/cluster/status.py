@@ -14,7 +14,7 @@ from typing import Any
 
 from ..client import connect
 from ..replication.model import NO_LEADER
-from .driver import RECORD
+from .driver import RECORD, STATUS_FILE
 from .probe import pid_alive, port_accepts
 from .state import ClusterState, NodeState
 
@@ -36,6 +36,7 @@ class NodeStatus:
     metrics_port: int = 0  # 0: off
     http_port: int = 0  # 0: off
     log: str = ""  # where its output goes
+    stopped: bool = False  # kept down by cluster stop-node
 
     @property
     def alive(self) -> bool:
@@ -45,6 +46,8 @@ class NodeStatus:
     def condition(self) -> str:
         if self.alive:
             return "up"
+        if self.stopped and not self.running:
+            return "stopped"
         return "starting" if self.running else "down"
 
 
@@ -52,7 +55,7 @@ async def _node_status(host: str, node: NodeState) -> NodeStatus:
     running = node.pid is not None and pid_alive(node.pid)
     listening = running and await port_accepts(host, node.port, CONNECT_TIMEOUT_S)
     return NodeStatus(node.index, node.port, node.pid, running, listening, node.restarts,
-                      node.started_at, node.metrics_port, node.http_port, node.log)
+                      node.started_at, node.metrics_port, node.http_port, node.log, node.stopped)
 
 
 async def gather_nodes(state: ClusterState) -> list[NodeStatus]:
@@ -62,13 +65,20 @@ async def gather_nodes(state: ClusterState) -> list[NodeStatus]:
 async def gather_streams(state: ClusterState, nodes: list[NodeStatus], data_dir: Path,
                          credentials: tuple[str, str]) -> list[dict[str, Any]]:
     """The replicated streams the placement driver keeps (``driver.json``), each as
-    ``{"name", "epoch", "leader", "members", "committed", "unclean"}``: the leader's member
-    index (None while electing), its committed chunk id (None when it cannot be asked), and
-    whether it was elected without a majority (``cluster elect --force``)."""
+    ``{"name", "epoch", "leader", "members", "committed", "unclean", "in_sync", "changing"}``:
+    the leader's member index (None while electing), its committed chunk id (None when it
+    cannot be asked), whether it was elected without a majority (``cluster elect --force``),
+    the members in sync at the driver's last look (the leader, and the followers holding the
+    leader's last chunk of the look before) and the member change under way (``{"add": 3,
+    "step": "..."}``, or None)."""
     try:
         records = json.loads((data_dir / RECORD).read_text())
     except (OSError, ValueError):
         return []
+    try:
+        shown = json.loads((data_dir / STATUS_FILE).read_text())
+    except (OSError, ValueError):
+        shown = {}
     alive = {n.index: n for n in nodes if n.alive}
     out = []
     for name, r in sorted(records.items()):
@@ -76,9 +86,16 @@ async def gather_streams(state: ClusterState, nodes: list[NodeStatus], data_dir:
         committed = None
         if leader in alive:
             committed = await _committed(state.host, alive[leader].port, name, credentials)
+        extra = shown.get(name) if isinstance(shown, dict) else None
+        extra = extra if isinstance(extra, dict) else {}
+        change = r.get("change")
+        changing = extra.get("changing") if change is not None else None
+        if change is not None and not isinstance(changing, dict):
+            changing = {change["kind"]: change["member"], "step": "starting"}
         out.append({"name": name, "epoch": r["epoch"], "leader": leader,
                     "members": r["members"], "committed": committed,
-                    "unclean": bool(r.get("unclean", False))})
+                    "unclean": bool(r.get("unclean", False)),
+                    "in_sync": list(extra.get("in_sync", [])), "changing": changing})
     return out
 
 
@@ -125,13 +142,22 @@ def table(state: ClusterState, nodes: list[NodeStatus], now: float | None = None
     lines = [f"supervisor pid {state.supervisor_pid}, nodes on {state.host}"]
     lines += _columns(rows)
     if streams:
-        srows = [("stream", "epoch", "leader", "members", "committed")]
+        srows = [("stream", "epoch", "leader", "members", "committed", "in sync", "changing")]
         srows += [(st["name"], str(st["epoch"]), "electing" if st["leader"] is None
                    else str(st["leader"]) + (" (unclean)" if st.get("unclean") else ""),
                    ",".join(map(str, st["members"])),
-                   "-" if st["committed"] is None else str(st["committed"])) for st in streams]
+                   "-" if st["committed"] is None else str(st["committed"]),
+                   ",".join(map(str, st.get("in_sync") or [])) or "-",
+                   _changing(st.get("changing"))) for st in streams]
         lines += [""] + _columns(srows)
     return "\n".join(lines) + "\n"
+
+
+def _changing(changing: Any) -> str:
+    if not isinstance(changing, dict):
+        return "-"
+    what = " ".join(f"{k} {v}" for k, v in changing.items() if k != "step")
+    return f"{what}: {changing.get('step', '')}"
 
 
 def _columns(rows: Sequence[Sequence[str]]) -> list[str]:

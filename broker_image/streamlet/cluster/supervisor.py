@@ -5,7 +5,9 @@ Each node has a task: start the broker, wait for it to exit, wait the backoff
 (:mod:`.backoff`), start it again; a default metrics or management API port (not given to
 ``up``) that something else took meanwhile is left off for the restart, as ``up`` leaves it off
 (plan.settle_defaults), so the node does not fail on it for ever. Every change is written to
-``cluster.json`` (:mod:`.state`).
+``cluster.json`` (:mod:`.state`). ``cluster stop-node`` and ``start-node`` are requests
+(:mod:`.requests`) it takes up: a node stopped so is kept down (its data deleted with
+``--wipe``: a lost volume) until started again.
 Things that run beside the nodes for the supervisor's life (a placement driver, later) are
 ``Driver`` objects given to :class:`Supervisor`: each gets a task, cancelled at stop.
 """
@@ -17,6 +19,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,11 +28,15 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from . import requests
 from . import state as state_file
 from .backoff import DEFAULT_POLICY, BackoffPolicy, next_delay
 from .plan import GRACE_S, STATE_FILE, NodeSpec, settle_defaults
 from .probe import bind_error
 from .state import ClusterState, NodeState
+
+#: How often the supervisor looks for stop-node and start-node requests.
+REQUEST_POLL_S = 0.2
 
 log = logging.getLogger("streamlet.cluster")
 
@@ -89,6 +96,8 @@ class Supervisor:
             NodeState(s.index, s.port, metrics_port=s.metrics_port, http_port=s.http_port,
                       log=str(s.log_file)) for s in specs])
         self._procs: dict[int, asyncio.subprocess.Process] = {}
+        #: nodes kept down by stop-node, until start-node
+        self._held: set[int] = set()
         self._stopping = False
         self._stop: asyncio.Event | None = None
         self._changed: asyncio.Condition | None = None
@@ -126,6 +135,7 @@ class Supervisor:
             await self._save()
             keepers = [asyncio.create_task(self._keep_logged(spec)) for spec in self.specs]
             drivers = [asyncio.create_task(self._drive(d)) for d in self.drivers]
+            drivers.append(asyncio.create_task(self._take_requests()))
             first, last = self.specs[0], self.specs[-1]
             log.info("cluster up: %d nodes on %s:%d..%d, data in %s; stop it with Ctrl-C or "
                      "'streamlet cluster down --data-dir %s'", len(self.specs), first.host,
@@ -150,6 +160,69 @@ class Supervisor:
             raise
         except Exception:
             log.exception("driver %r failed; the nodes keep running", driver)
+
+    async def _take_requests(self) -> None:
+        """stop-node and start-node requests, as they come (a failure logged, never fatal)."""
+        assert self._stop is not None
+        while not self._stopping:
+            for r in requests.read(self.data_dir, requests.NODE_KINDS):
+                try:
+                    why_not = await (self.stop_node(r.to, r.wipe) if r.kind == requests.STOP_NODE
+                                     else self.start_node(r.to))
+                except Exception as e:
+                    log.exception("%s %s failed", r.kind, r.to)
+                    why_not = f"{r.kind} {r.to} failed: {e}"
+                requests.done(self.data_dir, r, why_not)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), REQUEST_POLL_S)
+
+    async def stop_node(self, index: int | None, wipe: bool = False) -> str | None:
+        """Stop node ``index`` (SIGTERM, SIGKILL after the grace) and keep it down until
+        :meth:`start_node`; ``wipe``: then delete its data (not its configuration nor its
+        log), as if its volume were lost. Why not, or None."""
+        if index is None or not 0 <= index < len(self.specs):
+            return f"no node {index}: the nodes are 0..{len(self.specs) - 1}"
+        spec, node = self.specs[index], self.state.nodes[index]
+        self._held.add(index)
+        node.stopped = True
+        await self._save()
+        proc = self._procs.get(index)
+        if proc is not None:
+            log.info("node %d: stopping pid %d, as asked (kept down until start-node)", index,
+                     proc.pid)
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+            try:
+                await asyncio.wait_for(asyncio.shield(proc.wait()), self.grace)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+        while node.alive:  # its keeper records the exit
+            await asyncio.sleep(0.05)
+        if wipe:
+            keep = {spec.config_file, spec.log_file}
+            for p in list(spec.data_dir.iterdir()) if spec.data_dir.is_dir() else []:
+                if p in keep:
+                    continue
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink(missing_ok=True)
+            log.warning("node %d: its data in %s deleted, as asked", index, spec.data_dir)
+        return None
+
+    async def start_node(self, index: int | None) -> str | None:
+        """Run node ``index`` again after :meth:`stop_node` (its keeper starts it)."""
+        if index is None or not 0 <= index < len(self.specs):
+            return f"no node {index}: the nodes are 0..{len(self.specs) - 1}"
+        if index not in self._held:
+            return None if self.state.nodes[index].alive else f"node {index} is restarting"
+        self._held.discard(index)
+        self.state.nodes[index].stopped = False
+        await self._save()
+        log.info("node %d: started again, as asked", index)
+        return None
 
     async def _save(self) -> None:
         state_file.write(self.state_path, self.state)
@@ -179,6 +252,12 @@ class Supervisor:
         node = self.state.nodes[spec.index]
         delay: float | None = None
         while not self._stopping:
+            assert self._stop is not None
+            while spec.index in self._held and not self._stopping:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), REQUEST_POLL_S)
+            if self._stopping:
+                return
             if delay is not None and self.optional_ports:  # a restart
                 spec = self._without_taken(spec)
             try:
@@ -205,6 +284,11 @@ class Supervisor:
                     log.info("node %d: pid %d stopped (%s)", spec.index, proc.pid,
                              _exit_text(code))
                     return
+                if spec.index in self._held:
+                    log.info("node %d: pid %d stopped (%s), kept down until start-node",
+                             spec.index, proc.pid, _exit_text(code))
+                    delay = None
+                    continue
                 delay = next_delay(delay, ran_for, self.policy)
                 log.warning("node %d: pid %d exited with %s after %.1f s; restarting in "
                             "%.1f s", spec.index, proc.pid, _exit_text(code), ran_for, delay)
