@@ -521,10 +521,10 @@ class Driver:
         ordinals = probed | set(range(broker.replicas)) | set(pods)
         bad = failover.unready(ordinals, up, {o: _ready(p) for o, p in pods.items()})
         now = time.monotonic()
-        for o in ordinals:
+        for o in set(self.unready_since) | ordinals:
             if o in bad:
                 self.unready_since.setdefault(o, now)
-            else:
+            else:  # ready, or no longer a pod of the Broker (a pod made again starts afresh)
                 self.unready_since.pop(o, None)
         self.lost = failover.lost(self.unready_since, now, broker.replace_after)
         deleting = {o for o, p in pods.items() if p["metadata"].get("deletionTimestamp")}
