@@ -93,3 +93,25 @@ def test_quick_replicated_run_counts_are_exact(tmp_path: Path) -> None:
     assert fail["extra"]["failover_ms"] is not None and fail["extra"]["failover_ms"] > 0
     assert fail["sent"] == fail["confirmed"] > 0
     assert all(r["exact"] for r in rows.values())
+
+
+def test_quick_add_member_run_is_exact(tmp_path: Path) -> None:
+    """A 3-node streamlet cluster: a stream of 2 members filled (every message confirmed), the
+    third node added with ``cluster members --add``; the status named it in sync and a consumer
+    on it read the last message."""
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--quick", "--only", "streamlet", "--no-physical",
+         "--workloads", "add-member", "--add-member-mb", "5", "--workdir", str(tmp_path),
+         "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=110,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    [row] = data["rows"]
+    assert row["workload"] == "r3-add-member" and row["exact"]
+    assert row["confirmed"] == row["consumed"] == 5_000
+    extra = row["extra"]
+    assert extra["added"] not in extra["members_before"] and extra["read_last"]
+    assert extra["in_sync_by"] == "status" and extra["add_s"] >= extra["command_s"] > 0
+    assert data["meta"]["sizes"]["add_bytes"] == 5_000_000
