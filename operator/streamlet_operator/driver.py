@@ -3,8 +3,9 @@
 Each tick (handlers/replication.py runs it every ``SETTINGS.replication_interval`` seconds) it
 probes the pods, discovers new replicated Streams, elects where a leader is lost, on a pod being
 deleted or forced (the epoch reserved in the Stream's status before any member hears of it),
-reassigns restarted members, then carries out the drain and the roll. The decisions are
-failover.py's, drain.py's and rolling.py's (pure); this module makes the calls.
+reassigns restarted members, takes member set changes a step (one change at a time per
+stream, recorded first), then carries out the drain and the roll. The decisions are
+failover.py's, membership.py's, drain.py's and rolling.py's (pure); this module makes the calls.
 Mechanism: docs/replication.md#on-kubernetes.
 """
 

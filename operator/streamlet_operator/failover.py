@@ -1,11 +1,12 @@
 """A replicated Stream's record and the operator's decisions on it, as pure functions.
 
 The record is ``status.replication`` (``Replication``): the epoch, the leader, the members
-(pod ordinals), the members in sync, and the phase. It is written with a resourceVersion
-compare-and-swap (driver.py), so it is the one truth about which epochs were used. This module
-decides, from the record and what the brokers answer, whether a stream needs an election,
-which members are in sync, and the conditions the Stream shows; driver.py carries it out.
-Tests: tests/operator/test_failover.py (tables).
+(pod ordinals), the members in sync, the phase, the member set change in progress. It is
+written with a resourceVersion compare-and-swap (driver.py), so it is the one truth about
+which epochs were used. This module decides, from the record and what the brokers answer,
+whether a stream needs an election, which members are in sync, which are lost, and the
+conditions the Stream shows; driver.py carries it out. Tests: tests/operator/test_failover.py
+and test_member_change_units.py (tables).
 """
 
 from __future__ import annotations
