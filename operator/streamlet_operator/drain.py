@@ -154,6 +154,6 @@ def progress(drained: Collection[int], streams: Sequence[Placed], pods: int,
         return Progress(False, DRAINING,
                         f"{len(left)} stream{'s' if len(left) != 1 else ''} still on {where}: "
                         + "; ".join(left), tuple(left), tuple(transfers))
-    note = (f"; replicated streams keep members there (members cannot move), each with a"
+    note = (f"; replicated streams keep members there (a drain moves none), each with a"
             f" quorum in sync elsewhere: {', '.join(kept)}" if kept else "")
     return Progress(True, COMPLETE, f"nothing leads or is placed on {where}{note}")

@@ -58,10 +58,10 @@ def effective_replicas(desired: int, placements: Mapping[str, Iterable[int]]) ->
 
 def members_held(streams: Iterable[tuple[str, Sequence[int] | None]],
                  pods: int) -> dict[str, list[int]]:
-    """The pods each replicated stream (by resource name) keeps: its members, which cannot be
-    moved or replaced (membership changes are not built), so a scale-down may not remove
-    them; every one of the ``pods`` while its members are not known yet (``None``: created,
-    not yet discovered by the placement driver)."""
+    """The pods each replicated stream (by resource name) keeps: its members, which a
+    scale-down may not remove until the placement driver has moved them (driver.py); every
+    one of the ``pods`` while its members are not known yet (``None``: created, not yet
+    discovered by the placement driver)."""
     return {name: list(members) if members is not None else list(range(pods))
             for name, members in streams}
 

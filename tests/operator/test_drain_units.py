@@ -82,7 +82,7 @@ ALL_T = (0, 1, 2)
      "no member in sync elsewhere"),
     # a member there, led elsewhere, a quorum in sync without it: complete, members noted
     ({2}, [Placed("r", (0, 1, 2), True, 0, frozenset({0, 1}))], True, (),
-     "keep members there (members cannot move), each with a quorum in sync elsewhere: r"),
+     "keep members there (a drain moves none), each with a quorum in sync elsewhere: r"),
     # ... taking the pod away would leave no quorum in sync: waits
     ({2}, [Placed("r", (0, 1, 2), True, 0, frozenset({0, 2}))], False, (),
      "r (1 member(s) in sync elsewhere, 2 needed)"),

@@ -58,7 +58,7 @@ def test_is_subset() -> None:
 
 
 def test_a_replicated_stream_keeps_the_pods_of_its_members() -> None:
-    """Members cannot be moved: a scale-down may remove only pods no member is on; a stream
+    """Members hold their pods: a scale-down may remove only pods no member is on; a stream
     whose members are not known yet keeps every pod."""
     held = members_held([("a", [0, 2, 3]), ("b", [0, 1, 2]), ("new", None)], 4)
     assert held == {"a": [0, 2, 3], "b": [0, 1, 2], "new": [0, 1, 2, 3]}

@@ -225,7 +225,7 @@ async def test_a_roll_waits_for_a_member_out_of_sync_and_resumes(
 async def test_a_scale_down_that_would_remove_a_member_is_held(
         cluster: Cluster, kube: Kube, namespace: str,
         replicated_stream: tuple[Kubelet, PeeredLauncher, dict[str, Any]]) -> None:  # noqa: F811
-    """Members cannot be moved or replaced: scaling three pods to two, MoveStreams or not,
+    """No pod can take a member: scaling three pods to two, MoveStreams or not,
     keeps the third while the replicated Stream has a member there, and says so."""
     await kube.patch("Broker", namespace, "b",
                      {"spec": {"replicas": 2, "scaleDownPolicy": "MoveStreams"}})
