@@ -115,6 +115,8 @@ class Driver:
         self.load = Load()
         #: an add's target: the leader's last chunk id at the previous look, by (key, member)
         self.targets: dict[tuple[str, int], int] = {}
+        #: why a stream's next change cannot start, as last logged
+        self.held: dict[str, str] = {}
 
     # --- a tick --------------------------------------------------------------------------------
 
@@ -557,14 +559,14 @@ class Driver:
             change = nxt.change
             if change is None:
                 if len(record.members) != desired or self.lost & set(record.members):
-                    log.info("%s/%s: no member set change: %s", self.namespace, unit.key,
-                             nxt.why)
+                    self._held(unit.key, f"no member set change: {nxt.why}")
                 return
             why = change_refusal(record.members, record.leader, record.in_sync, change)
             if why is not None and not (change.kind is Kind.REMOVE
                                         and change.member == record.leader):
-                log.info("%s/%s: %s waits: %s", self.namespace, unit.key, change, why)
+                self._held(unit.key, f"{change} waits: {why}")
                 return
+            self.held.pop(unit.key, None)
             removed = {p.ordinal for p in self.change_pods if p.draining}
             started = datetime.now(UTC).strftime(TIME_FORMAT)
             after = replace(record, changing=failover.start_change(
@@ -575,6 +577,12 @@ class Driver:
             log.info("%s/%s: %s (%s)", self.namespace, unit.key, change, nxt.why)
             record = after
         await self._change_step(broker, members, obj, unit, record, up)
+
+    def _held(self, key: str, why: str) -> None:
+        """Log why a stream's change cannot start, once while the reason stays the same."""
+        if self.held.get(key) != why:
+            self.held[key] = why
+            log.info("%s/%s: %s", self.namespace, key, why)
 
     async def _change_step(self, broker: BrokerModel, members: Members, obj: dict[str, Any],
                            unit: Unit, record: Replication, up: set[int]) -> None:
