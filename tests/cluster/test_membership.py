@@ -109,6 +109,13 @@ def _identical(cluster: Cluster, members: list[int], name: str) -> bool:
     return bool(files[0]) and all(f == files[0] for f in files)
 
 
+async def _replicas(cluster: Cluster, name: str, count: int) -> bool:
+    """Whether Metadata (node 0's answer) lists ``count`` replicas beside the leader."""
+    async with await connect(HOST, cluster.ports()[0], timeout=10) as client:
+        (entry,) = (await client.metadata([name])).streams
+        return len(entry.replicas) == count
+
+
 def _members_cli(cluster: Cluster, name: str, how: str, node: int) -> str:
     out = cli("cluster", "members", name, how, str(node), "--data-dir", str(cluster.data_dir),
               timeout=180)
@@ -151,6 +158,8 @@ async def test_one_copy_grows_to_five_members_and_back_online(cluster5: Cluster)
                 assert members is not None and (node in members) == (how == "--add"), out
                 assert f"members {members}" in out, out
                 sizes.append(members)
+                await eventually(partial(_replicas, cluster, "g", len(members) - 1), timeout=10,
+                                 what=f"Metadata listing {len(members) - 1} replicas")
                 await publisher.at_least(200)  # publishing goes on between the changes
         finally:
             publisher.finish()
@@ -361,5 +370,56 @@ def test_refused_changes_status_and_a_rebalance(tmp_path: Path) -> None:
         out = cli("cluster", "rebalance", "--data-dir", d)
         assert (out.returncode, out.stdout) == (0, "leaders already spread evenly: nothing "
                                                    "moved\n"), out
+    finally:
+        cluster.stop()
+
+
+async def test_a_wiped_member_that_comes_back_is_given_a_new_copy(tmp_path: Path) -> None:
+    """Three nodes, `--replace-after 2`: a follower's node stopped with its data wiped cannot
+    be replaced (no other node), so the stream runs on two; started again without a copy, the
+    member is removed, then added again (a learner that catches up from nothing), and serves
+    every confirmed message once, its segment files identical to the others'."""
+    cluster = Cluster(tmp_path / "c", 3, ["--replace-after", "2"]).start()
+    try:
+        async with await connect(HOST, cluster.ports()[0]) as client:
+            await client.create_stream("w", arguments={"initial-cluster-size": "3"})
+        await eventually(lambda: _led(cluster, "w"), timeout=30, what="the driver's record")
+        _, leader = _led(cluster, "w") or (0, 0)
+        wiped = max(m for m in range(3) if m != leader)
+        publisher = Publisher(cluster, "w")
+        d = str(cluster.data_dir)
+
+        async def scenario() -> None:
+            try:
+                await publisher.at_least(300)
+                out = await asyncio.to_thread(cli, "cluster", "stop-node", str(wiped), "--wipe",
+                                              "--data-dir", d)
+                assert out.returncode == 0, out
+                await eventually(lambda: f"stream w: member {wiped} lost" in cluster.log_text(),
+                                 timeout=30, what="the driver saying no node can replace it")
+                assert _members(cluster, "w") == [0, 1, 2]
+                await publisher.at_least(300)
+                out = await asyncio.to_thread(cli, "cluster", "start-node", str(wiped),
+                                              "--data-dir", d)
+                assert out.returncode == 0, out
+                await eventually(lambda: _members(cluster, "w") != [0, 1, 2], timeout=30,
+                                 what="the empty member removed")
+
+                def back() -> bool:
+                    record = _record(cluster, "w")
+                    return (record is not None and record["members"] == [0, 1, 2]
+                            and record["change"] is None)
+
+                await eventually(back, timeout=60, what="the member added again")
+                await publisher.at_least(300)
+            finally:
+                publisher.finish()
+
+        await asyncio.wait_for(asyncio.gather(scenario(), publisher.run()), 240)
+        n = publisher.sent
+        assert publisher.confirmed == set(range(1, n + 1))
+        assert await _read_all(cluster, wiped, "w", n) == list(range(1, n + 1))
+        await eventually(lambda: _identical(cluster, [0, 1, 2], "w"), timeout=60,
+                         what="the members' segment files byte-identical")
     finally:
         cluster.stop()

@@ -19,13 +19,15 @@ import logging
 import os
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from ..driver.elector import Members, join, run_election
+from ..rabbitmq import Code
 from ..rabbitmq.constants import Role
+from ..rabbitmq.frames import replication as rf
 from ..replication.election import Decision, elect, transfer, transfer_ready
 from ..replication.liveness import Contact, leader_lost
 from ..replication.membership import (
@@ -108,6 +110,8 @@ class Look:
     in_sync: frozenset[int]
     contacts: dict[int, Contact | None]
     at: float
+    #: members whose broker runs but holds no copy (its data was lost)
+    empty: frozenset[int] = frozenset()
 
 
 class LocalDriver:
@@ -125,6 +129,7 @@ class LocalDriver:
         self.down_since: dict[int, float] = {}
         self._looks: dict[str, Look] = {}
         self._steps: dict[str, str] = {}  # the step of each change under way, for status
+        self._said: dict[str, str] = {}  # why a lost member is not replaced, logged once
         self._shown: Any = None  # what the status file holds
         self.host = host
         self.ports = peer_ports or ports
@@ -261,7 +266,7 @@ class LocalDriver:
         change = _change(record)
         look = self._looks.get(name)
         if (change is not None or asked is not None or look is None
-                or time.monotonic() - look.at >= LOOK_S or self._lost_members(record)):
+                or time.monotonic() - look.at >= LOOK_S or self._lost_members(record, look)):
             look = await self._look(name, record, [] if change is None else [change.member])
         if asked is not None and not (change is not None and record.change is not None
                                       and record.change.get("asked")
@@ -290,18 +295,20 @@ class LocalDriver:
             return f"node {change.member} is not running"
         return change_refusal(record.members, record.leader, look.in_sync, change, changing)
 
-    def _lost_members(self, record: StreamRecord) -> list[int]:
-        """The members whose node has been down longer than ``replace_after``."""
+    def _lost_members(self, record: StreamRecord, look: Look | None = None) -> list[int]:
+        """The members whose node has been down longer than ``replace_after``, and those whose
+        node runs without a copy (at ``look``: its data was lost, waiting brings nothing)."""
         if not self.replace_after:
             return []
         now = time.monotonic()
-        return [m for m in record.members
-                if m in self.down_since and now - self.down_since[m] >= self.replace_after]
+        empty = look.empty if look is not None and look.epoch == record.epoch else frozenset()
+        return [m for m in record.members if m in empty or (
+            m in self.down_since and now - self.down_since[m] >= self.replace_after)]
 
     def _next(self, name: str, record: StreamRecord, look: Look) -> Change | None:
         """The next change toward ``replicas`` healthy members (membership.next_change), when
         it may start now."""
-        lost = self._lost_members(record)
+        lost = self._lost_members(record, look)
         if not lost and record.replicas == len(record.members):
             return None
         pods = [Pod(i, ready=i in self._alive and i not in self.down_since)
@@ -312,12 +319,23 @@ class LocalDriver:
                 hosted[m] = hosted.get(m, 0) + 1
         step = next_change(record.replicas, record.members, record.leader, pods, Load(hosted),
                            lost)
+        empty = [m for m in lost if m in look.empty and m != record.leader]
+        if step.change is None and empty:  # no other node: out, then in again with a new copy
+            step = replace(step, change=Change(Kind.REMOVE, empty[0]),
+                           why=f"member {empty[0]}'s node holds no copy and no other node can "
+                               "take it: removed, then added again")
         if step.change is None:
-            self._steps[name] = step.why
+            said = f"member {', '.join(map(str, lost))} lost: {step.why}"
+            if lost and self._said.get(name) != said:  # said once, not every tick
+                log.warning("stream %s: %s", name, said)
+                self._said[name] = said
             return None
         why = change_refusal(record.members, record.leader, look.in_sync, step.change)
         if why is not None:
-            self._steps[name] = f"{step.change} ({step.why}) waits: {why}"
+            said = f"{step.change} ({step.why}) waits: {why}"
+            if self._said.get(name) != said:
+                log.info("stream %s: %s", name, said)
+                self._said[name] = said
             return None
         log.warning("stream %s: %s: %s", name, step.why, step.change)
         return step.change
@@ -403,6 +421,9 @@ class LocalDriver:
             return await self.brokers.contact(m, name) if m in self._alive else None
 
         contacts = dict(zip(ids, await asyncio.gather(*(ask(m) for m in ids)), strict=True))
+        unanswered = [m for m in record.members if m in self._alive and contacts[m] is None]
+        copies = await asyncio.gather(*(self._has_copy(m, name) for m in unanswered))
+        empty = frozenset(m for m, has in zip(unanswered, copies, strict=True) if has is False)
         ours = contacts.get(record.leader)
         tail = (ours.tail.chunk_id if ours is not None and not ours.following
                 and ours.epoch == record.epoch and ours.tail is not None else None)
@@ -418,9 +439,14 @@ class LocalDriver:
                     and caught_up(target, c.tail)):
                 in_sync.add(m)
         look = Look(record.epoch, record.leader, tail, target, frozenset(in_sync), contacts,
-                    time.monotonic())
+                    time.monotonic(), empty)
         self._looks[name] = look
         return look
+
+    async def _has_copy(self, member: int, name: str) -> bool | None:
+        """Whether the member's broker holds ``name`` (None: it does not answer)."""
+        answer = await self.brokers.request(member, lambda c: rf.ReplicaContact(c, name))
+        return None if answer is None else answer.code != Code.STREAM_DOES_NOT_EXIST
 
     async def _adopt(self, name: str) -> str | None:
         """A stream of one copy (created without initial-cluster-size) to grow: its holder is
