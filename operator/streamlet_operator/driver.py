@@ -64,6 +64,9 @@ TRANSFER_POLL_S = 0.1
 REBALANCED = "Rebalanced"
 #: A stream whose transfer back to its preferred leader failed is not tried again sooner.
 RESTORE_BACKOFF_S = 60.0
+#: A preferred leader gets its leadership back once in sync for this long (a pod just back
+#: settles first; a stream does not move twice in a row).
+RESTORE_SETTLE_S = 30.0
 #: A Node's zone label is read again after this long.
 NODE_TTL_S = 60.0
 
@@ -103,6 +106,8 @@ class Driver:
         self.draining = False
         #: streams whose transfer back to their preferred leader failed: not before (loop time)
         self.restore_after: dict[str, float] = {}
+        #: since when (loop time) each stream's preferred leader is in sync but not leading
+        self.synced_since: dict[str, float] = {}
         #: the Nodes the pods run on, by name: read again after (loop time), the Node or None
         self.nodes: dict[str, tuple[float, dict[str, Any] | None]] = {}
         #: each pod's zone this tick (None: no zone label, or the Node is not readable)
@@ -851,25 +856,35 @@ class Driver:
             if asked:
                 await self._rebalanced(body, [], [])
             return
-        fresh = await self.runtime.kube.get("Broker", self.namespace, self.broker_name)
-        rolling_now = get_condition(((fresh or {}).get("status") or {}).get("conditions"),
-                                    rolling.ROLLING)
-        if (rolling_now or {}).get("status") == "True" or any(
-                pod["metadata"].get("deletionTimestamp") for pod in pods.values()):
+        if any(pod["metadata"].get("deletionTimestamp") for pod in pods.values()):
             return
         allowed = [p.ordinal for p in placement.member_pods(pods, {}, broker.replicas, drained,
                                                              up) if p.ready and not p.draining]
         led = {key: Led(s.leader, s.members, s.in_sync) for key, s in self.seen.items()
                if s.leader is not None and s.in_sync is not None and key in by_key
                and not _changing(*by_key[key])}
-        moves = placement.leadership_moves(led, allowed, preferred, rebalance=asked,
-                                           restore=broker.restore_preferred_leader)
         loop = asyncio.get_running_loop()
+        now = loop.time()
+        for key, s in led.items():  # since when each preferred leader is in sync, not leading
+            if key in preferred and preferred[key] != s.leader and preferred[key] in s.in_sync:
+                self.synced_since.setdefault(key, now)
+            else:
+                self.synced_since.pop(key, None)
+        moves = [(key, target) for key, target in placement.leadership_moves(
+            led, allowed, preferred, rebalance=asked, restore=broker.restore_preferred_leader)
+            if asked or (now >= self.restore_after.get(key, 0.0)
+                         and now - self.synced_since.get(key, now) >= RESTORE_SETTLE_S)]
+        if not moves and not asked:
+            return
+        # Read again: this tick's roll step may have started a roll.
+        fresh = await self.runtime.kube.get("Broker", self.namespace, self.broker_name)
+        rolling_now = get_condition(((fresh or {}).get("status") or {}).get("conditions"),
+                                    rolling.ROLLING)
+        if (rolling_now or {}).get("status") == "True":
+            return
         done: list[tuple[str, int]] = []
         failed: list[tuple[str, int]] = []
-        for key, target in moves:
-            if not asked and loop.time() < self.restore_after.get(key, 0.0):
-                continue  # a transfer back failed lately: not a seal every tick
+        for key, target in moves:  # (a transfer back failed lately: not a seal every tick)
             obj, unit = by_key[key]
             log.info("%s/%s: %s: moving the leadership to pod %d", self.namespace, key,
                      "rebalance" if asked else "preferred leader", target)
@@ -885,8 +900,8 @@ class Driver:
                 self.restore_after[key] = loop.time() + RESTORE_BACKOFF_S
         if asked:
             # The balanced leaders are the ones to come back to from now on.
-            now = {key: s.leader for key, s in led.items()} | dict(done)
-            for key, leader in sorted(now.items()):
+            leaders = {key: s.leader for key, s in led.items()} | dict(done)
+            for key, leader in sorted(leaders.items()):
                 if preferred.get(key) != leader:
                     await self._prefer(by_key[key][1], leader)
             await self._rebalanced(fresh or body, done, failed)

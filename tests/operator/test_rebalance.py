@@ -4,7 +4,8 @@ processes, the real operator against the emulated API server.
 Each stream records its preferred leader (the member placed to lead it). Three streams led by
 one pod: the Broker's ``streamlet.dev/rebalance`` annotation spreads them, one each, by planned
 transfers, is removed once done and says so in an Event; the new leaders become the preferred
-ones. With ``restorePreferredLeader`` (the default), a leadership moved away comes back.
+ones. With ``restorePreferredLeader`` (the default), a leadership moved away comes back once
+the preferred member has been in sync a while.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from streamlet_operator import driver
 from streamlet_operator.failover import FORCE_LEADER, Replication
 from streamlet_operator.kube import Kube
 from streamlet_operator.placement import REBALANCE
@@ -139,8 +141,11 @@ async def test_the_rebalance_annotation_spreads_the_leaders(
         assert await _preferred(kube, namespace, name) == leader
 
 
-async def test_the_preferred_leader_comes_back(kube: Kube, namespace: str,
-                                               peered: Kubelet) -> None:
+async def test_the_preferred_leader_comes_back(kube: Kube, namespace: str, peered: Kubelet,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forced away, the leadership comes back once the preferred member has been in sync for
+    RESTORE_SETTLE_S (shortened here; the operator runs in this process)."""
+    monkeypatch.setattr(driver, "RESTORE_SETTLE_S", 2.0)
     await _broker(kube, peered, namespace)
     [leader] = (await _streams(kube, namespace, ("s1",))).values()
     assert leader is not None
