@@ -337,6 +337,7 @@ def test_status_and_down_without_a_cluster(tmp_path: Path) -> None:
     (["--http-port", "65535", "--nodes", "2"],
      "--http-port: ports 65535..65536 are not all in 1..65535"),
     (["--metrics-port", "x"], "argument --metrics-port: must be an integer, not 'x'"),
+    (["--replace-after", "-1"], "--replace-after must be 0 (never) or more seconds, got -1"),
 ])
 def test_up_refuses_bad_arguments(tmp_path: Path, args: list[str], message: str) -> None:
     res = cli("cluster", "up", "--data-dir", str(tmp_path / "c"), *args)

@@ -299,6 +299,15 @@ def test_status_table_marks_an_unclean_leader() -> None:
         "b       1      electing     0,1      -          -        -"]
 
 
+def test_a_node_kept_down_by_stop_node_is_stopped_not_down() -> None:
+    from streamlet.cluster.status import NodeStatus
+
+    held = NodeStatus(1, 6001, 101, False, False, 0, 0.0, stopped=True)
+    assert held.condition == "stopped" and not held.alive
+    assert NodeStatus(1, 6001, 101, True, False, 0, 0.0, stopped=True).condition == "starting"
+    assert NodeStatus(1, 6001, None, False, False, 0, 0.0).condition == "down"
+
+
 def test_status_table_shows_members_in_sync_and_the_change_under_way() -> None:
     s = ClusterState(42, "127.0.0.1", [])
     streams = [{"name": "a", "epoch": 3, "leader": 0, "members": [0, 1, 2], "committed": 7,

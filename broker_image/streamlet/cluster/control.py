@@ -77,6 +77,9 @@ def up(data_dir: Path, *, nodes: int, host: str, port: int, sbp_port: int | None
     given = {"metrics_port": metrics_port, "http_port": http_port}
     log_dir = None if log_dir is None else Path(log_dir).absolute()
     try:
+        if not replace_after >= 0:
+            raise PlanError(f"--replace-after must be 0 (never) or more seconds, got "
+                            f"{replace_after:g}")
         specs = plan_nodes(nodes, host, port, data_dir, sbp_port,
                            metrics_port=_or(given["metrics_port"], DEFAULT_METRICS_PORT),
                            http_port=_or(given["http_port"], DEFAULT_HTTP_PORT), log_dir=log_dir)
