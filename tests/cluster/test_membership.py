@@ -94,14 +94,20 @@ class Publisher:
                          what=f"{enough} confirmed")
 
 
-async def _read_all(cluster: Cluster, node: int, name: str, n: int) -> list[int]:
+async def _read_bodies(cluster: Cluster, node: int, name: str, n: int) -> list[bytes]:
     """The first ``n`` message bodies of ``name`` as member ``node`` serves them (once its
     broker runs: it may be restarting)."""
     await eventually(partial(port_accepts, HOST, cluster.ports()[node]), timeout=60,
                      what=f"node {node} listening")
     async with await connect(HOST, cluster.ports()[node], timeout=10) as client:
         consumer = await client.consumer(name, "first", credit=200)
-        return [int((await asyncio.wait_for(consumer.__anext__(), 30)).body) for _ in range(n)]
+        return [bytes((await asyncio.wait_for(consumer.__anext__(), 30)).body)
+                for _ in range(n)]
+
+
+async def _read_all(cluster: Cluster, node: int, name: str, n: int) -> list[int]:
+    """The first ``n`` message bodies of ``name`` at member ``node``, as numbers."""
+    return [int(b) for b in await _read_bodies(cluster, node, name, n)]
 
 
 def _identical(cluster: Cluster, members: list[int], name: str) -> bool:
@@ -205,8 +211,9 @@ async def test_a_lost_member_is_replaced_and_the_stream_survives_leader_kills(
     """A follower's node stopped for good with its data wiped (`stop-node --wipe`) while a
     named producer publishes: with `--replace-after 2`, the node that held no member of the
     stream becomes one, catches up, and the lost member is removed. The stream then survives
-    three leader kills; every confirmed message is read once, in order, from every member
-    (the new one included), and the members' segment files end byte-identical."""
+    three leader kills; every confirmed message (the raw producer's, and those of an rstream
+    producer beside it) is read once, in order, from every member (the new one included),
+    and the members' segment files end byte-identical."""
     cluster = cluster4
     async with await connect(HOST, cluster.ports()[0]) as client:
         await client.create_stream("r", arguments={"initial-cluster-size": "3"})
@@ -217,6 +224,27 @@ async def test_a_lost_member_is_replaced_and_the_stream_survives_leader_kills(
     _, leader = _led(cluster, "r") or (0, 0)
     lost = max(m for m in before if m != leader)
     publisher = Publisher(cluster, "r")
+    sent_rs: list[int] = []  # rstream's ids, each confirmed before the next is sent
+
+    async def rstream_publisher() -> None:
+        """rstream unchanged, named ("rs"): it finds the new leader by itself; what it reports
+        unconfirmed is sent again with the same id (deduplicated)."""
+        from rstream import Producer, RawMessage
+
+        async with Producer(HOST, cluster.ports()[leader], username="guest",
+                            password="guest") as producer:
+            while not publisher.done.is_set():
+                i = len(sent_rs) + 1
+                while True:
+                    try:
+                        await asyncio.wait_for(producer.send_wait(
+                            "r", RawMessage(b"s%d" % i, publishing_id=i), publisher_name="rs"),
+                            10)
+                        break
+                    except Exception:  # recovering: rstream reconnects to the new leader itself
+                        await asyncio.sleep(0.2)
+                sent_rs.append(i)
+                await asyncio.sleep(0.005)
 
     async def scenario() -> None:
         try:
@@ -240,13 +268,16 @@ async def test_a_lost_member_is_replaced_and_the_stream_survives_leader_kills(
         finally:
             publisher.finish()
 
-    await asyncio.wait_for(asyncio.gather(scenario(), publisher.run()), 240)
-    n = publisher.sent
-    assert publisher.confirmed == set(range(1, n + 1))
+    await asyncio.wait_for(asyncio.gather(scenario(), publisher.run(), rstream_publisher()),
+                           240)
+    n, k = publisher.sent, len(sent_rs)
+    assert publisher.confirmed == set(range(1, n + 1)) and k > 0
     members = _members(cluster, "r")
     assert members is not None and spare in members and lost not in members
     for m in members:
-        assert await _read_all(cluster, m, "r", n) == list(range(1, n + 1)), f"member {m}"
+        bodies = await _read_bodies(cluster, m, "r", n + k)
+        assert [int(b) for b in bodies if not b.startswith(b"s")] == list(range(1, n + 1)), m
+        assert [int(b[1:]) for b in bodies if b.startswith(b"s")] == list(range(1, k + 1)), m
     await eventually(lambda: _identical(cluster, members, "r"), timeout=60,
                      what="the members' segment files byte-identical")
     assert _shown(cluster, "r").get("changing") is None
