@@ -53,6 +53,10 @@ log = logging.getLogger("streamlet.cluster")
 
 RECORD = "driver.json"
 TICK_S = 0.5
+#: The tick while a member set change is under way (a learner's catch-up is looked at), and
+#: how often a new request is looked for between ticks.
+CHANGE_TICK_S = 0.2
+REQUEST_POLL_S = 0.1
 #: A leader's broker that misses this many probes in a row (elector.PROBE_TIMEOUT_S each,
 #: 1.5-4.5 s) is suspected: replaced as if it had exited if its followers lost it too.
 SUSPECT_AFTER = 3
@@ -152,8 +156,21 @@ class LocalDriver:
                 raise
             except Exception:  # never let the driver die: the next tick tries again
                 log.exception("placement driver tick failed")
+            await self._pause(supervisor)
+
+    async def _pause(self, supervisor: Supervisor) -> None:
+        """Until the next tick: TICK_S (CHANGE_TICK_S while a member set change is under way),
+        or sooner when a node starts or exits, or a request is left (looked for every
+        REQUEST_POLL_S: a command's request is taken up at once, not a tick later)."""
+        changing = any(r.change is not None for r in self.records.values())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (CHANGE_TICK_S if changing else TICK_S)
+        while (left := deadline - loop.time()) > 0:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(supervisor.changed(), TICK_S)
+                await asyncio.wait_for(supervisor.changed(), min(left, REQUEST_POLL_S))
+                return
+            if requests.read(self.data_dir):
+                return
 
     async def tick(self, alive: Mapping[int, int | None]) -> None:
         """``alive``: node index -> broker pid, for the nodes running now."""
@@ -266,7 +283,9 @@ class LocalDriver:
         change = _change(record)
         look = self._looks.get(name)
         if (change is not None or asked is not None or look is None
-                or time.monotonic() - look.at >= LOOK_S or self._lost_members(record, look)):
+                or time.monotonic() - look.at >= LOOK_S or self._lost_members(record, look)
+                or not {m for m in record.members if m in self._alive} <= look.in_sync):
+            # (the last: a running member catching up is looked at each tick until in sync)
             look = await self._look(name, record, [] if change is None else [change.member])
         if asked is not None and not (change is not None and record.change is not None
                                       and record.change.get("asked")
