@@ -46,13 +46,14 @@ async def test_a_member_added_then_another_removed(tmp_path: Path,
 
         # a learner: the stream made on member 3 with the leader's settings, following epoch 1
         assert await driver.learn(0, "m", 1, 3)
-        leader_tail = (await driver.contact(0, "m"))
-        assert leader_tail is not None and leader_tail.tail is not None
+        leader = await driver.contact(0, "m")
+        assert leader is not None and leader.tail is not None
+        target = leader.tail.chunk_id
 
         async def caught_up() -> bool:
             c = await driver.contact(3, "m")
             return (c is not None and c.following and c.epoch == 1 and c.tail is not None
-                    and c.tail.chunk_id >= leader_tail.tail.chunk_id)
+                    and c.tail.chunk_id >= target)
         await eventually(caught_up, 60, "the learner caught up")
         assert await driver.learn(0, "m", 1, 1) is False, "a member is no learner"
 
