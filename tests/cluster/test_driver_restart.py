@@ -32,9 +32,9 @@ class Crash(Exception):
     """The driver's process ends here."""
 
 
-@pytest.fixture
-def nodes(tmp_path: Path) -> Iterator[list[BrokerProcess]]:
-    ports = [free_port() for _ in range(3)]
+def _nodes(tmp_path: Path, n: int) -> Iterator[list[BrokerProcess]]:
+    """``n`` brokers that know each other as ``cluster.peers``, stopped afterwards."""
+    ports = [free_port() for _ in range(n)]
     peers = ", ".join(f'"{HOST}:{p}"' for p in ports)
     brokers = []
     for i, port in enumerate(ports):
@@ -45,6 +45,11 @@ def nodes(tmp_path: Path) -> Iterator[list[BrokerProcess]]:
     yield brokers
     for b in brokers:
         b.stop()
+
+
+@pytest.fixture
+def nodes(tmp_path: Path) -> Iterator[list[BrokerProcess]]:
+    yield from _nodes(tmp_path, 3)
 
 
 def _epoch_on_disk(b: BrokerProcess, name: str) -> int:
@@ -95,17 +100,7 @@ async def test_a_driver_stopped_mid_election_is_taken_over_without_reusing_its_e
 
 @pytest.fixture
 def nodes4(tmp_path: Path) -> Iterator[list[BrokerProcess]]:
-    ports = [free_port() for _ in range(4)]
-    peers = ", ".join(f'"{HOST}:{p}"' for p in ports)
-    brokers = []
-    for i, port in enumerate(ports):
-        (tmp_path / f"node-{i}").mkdir()
-        config = tmp_path / f"node-{i}" / "broker.toml"
-        config.write_text(f"[cluster]\nmember = {i}\npeers = [{peers}]\n")
-        brokers.append(BrokerProcess(tmp_path / f"node-{i}", port=port, config=config).start())
-    yield brokers
-    for b in brokers:
-        b.stop()
+    yield from _nodes(tmp_path, 4)
 
 
 async def _ticks_until(driver: LocalDriver, alive: dict[int, int | None],
