@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -49,17 +49,17 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
 
 
 class ProxiedCluster:
-    """Three brokers; member i's peers reach broker i through proxies[i], the driver through
-    driver_proxies[i]."""
+    """``n`` brokers (three by default); member i's peers reach broker i through proxies[i],
+    the driver through driver_proxies[i]."""
 
-    def __init__(self, root: Path, bg: LoopThread) -> None:
+    def __init__(self, root: Path, bg: LoopThread, n: int = 3) -> None:
         self.root = root
         self.bg = bg
         # The proxies listen first and the brokers' ports are chosen while they do: a port chosen
         # first could be given to a proxy, which would then connect to itself without end.
-        self.proxies = [bg.run(FaultProxy(0).start()) for _ in range(3)]
-        self.driver_proxies = [bg.run(FaultProxy(0).start()) for _ in range(3)]
-        ports = [free_port() for _ in range(3)]
+        self.proxies = [bg.run(FaultProxy(0).start()) for _ in range(n)]
+        self.driver_proxies = [bg.run(FaultProxy(0).start()) for _ in range(n)]
+        ports = [free_port() for _ in range(n)]
         for proxy, driver_proxy, port in zip(self.proxies, self.driver_proxies, ports, strict=True):
             proxy.target_port = driver_proxy.target_port = port
         peers = ", ".join(f'"{HOST}:{p.port}"' for p in self.proxies)
@@ -75,19 +75,20 @@ class ProxiedCluster:
                                   peer_ports=[p.port for p in self.proxies])
         self._ticking: Any = None
 
-    def create(self, name: str) -> None:
-        """Created on every member and assigned by hand (epoch 1, member 0 leads), the leader's
+    def create(self, name: str, members: Sequence[int] = (0, 1, 2)) -> None:
+        """Created on each member and assigned by hand (epoch 1, member 0 leads), the leader's
         address its proxy's: the driver finds it by its members' state."""
-        for b in self.brokers:
-            with RawPeer(HOST, b.port) as peer:
+        for i in members:
+            with RawPeer(HOST, self.brokers[i].port) as peer:
                 peer.handshake()
                 peer.request(f.Create(peer.next_corr(), name, {}), f.CreateResponse)
-        for i, b in enumerate(self.brokers):
+        for i in members:
             role = Role.LEADER if i == 0 else Role.FOLLOWER
-            with RawPeer(HOST, b.port) as peer:
+            with RawPeer(HOST, self.brokers[i].port) as peer:
                 peer.handshake()
                 answer = peer.request(rf.Assign(peer.next_corr(), name, 1, role, HOST,
-                                               self.proxies[0].port, [0, 1, 2]), rf.AssignResponse)
+                                               self.proxies[0].port, list(members)),
+                                      rf.AssignResponse)
                 assert getattr(answer, "code", None) == 1, answer
 
     def drive(self) -> None:
@@ -121,9 +122,10 @@ class ProxiedCluster:
         d = self.brokers[i].data_dir / "streams" / name
         return {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.suffix in suffixes}
 
-    def identical(self, name: str, suffixes: tuple[str, ...]) -> bool:
-        files = [self.files(i, name, suffixes) for i in range(3)]
-        return files[0] == files[1] == files[2] and bool(files[0])
+    def identical(self, name: str, suffixes: tuple[str, ...],
+                  members: Sequence[int] = (0, 1, 2)) -> bool:
+        files = [self.files(i, name, suffixes) for i in members]
+        return bool(files[0]) and all(f == files[0] for f in files)
 
     def stop(self) -> None:
         self.stop_driving()

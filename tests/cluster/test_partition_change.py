@@ -1,0 +1,321 @@
+"""Network partitions during a member set change, in a local cluster behind fault proxies
+(test_partition.py's ProxiedCluster: four brokers, an RF 3 stream on members 0, 1 and 2, the
+placement driver ticked in-process). A member "cut off" is one whose proxies refuse: its peers'
+links to it and the driver's requests fail (its own link to a leader of an older epoch, if it
+keeps one, is refused by a leader of a later epoch). The change completes or is undone, and
+never do two member sets hold a majority each: every epoch the driver records has one member
+set, which every broker's saved member state of that epoch names; a named producer resending
+what is not confirmed finds every confirmed message once, in order, on every final member."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamlet.client import connect
+from streamlet.client.errors import StreamletError
+from streamlet.cluster import requests
+from streamlet.cluster.requests import Request
+from streamlet.replication.model import NO_LEADER
+from tests.cluster.test_failover import _record_confirms
+from tests.cluster.test_partition import HOST, ProxiedCluster, _user_records
+from tests.support.faultproxy import LoopThread
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.process
+
+#: a send or a flush not done in this long: the producer connects again (to the leader the
+#: driver records then) and resends what is not confirmed
+STUCK_S = 3.0
+
+
+class Producer:
+    """A named producer ("app") publishing ids 1.. straight to the leader the driver records
+    (not through a proxy: a cut-off leader keeps taking its publishes); when the record names
+    another leader or a send or flush is stuck, it connects again and resends what is not
+    confirmed with the same ids. ``paused``: no new ids meanwhile. After :meth:`finish`, until
+    everything sent is confirmed."""
+
+    def __init__(self, c: ProxiedCluster, name: str) -> None:
+        self.c, self.name = c, name
+        self.confirmed: set[int] = set()
+        self.sent = 0
+        self.paused = False
+        self.rounds = 0  # connections made
+        self.done = asyncio.Event()
+
+    def finish(self) -> None:
+        self.done.set()
+
+    def leader(self) -> int:
+        record = self.c.record(self.name)
+        return NO_LEADER if record is None else record[1]
+
+    async def run(self) -> None:
+        while True:
+            leader = self.leader()
+            if leader == NO_LEADER:
+                await asyncio.sleep(0.1)
+                continue
+            self.rounds += 1
+            try:
+                async with await connect(HOST, self.c.brokers[leader].port, timeout=5) as client:
+                    producer = await client.producer(self.name, reference="app",
+                                                     max_unconfirmed=200)
+                    _record_confirms(producer, self.confirmed)
+                    for i in range(1, self.sent + 1):  # the unconfirmed, again, with their ids
+                        if i not in self.confirmed:
+                            await asyncio.wait_for(producer.send(b"%d" % i, publishing_id=i),
+                                                   STUCK_S)
+                    while not self.done.is_set() and self.leader() == leader:
+                        if self.paused:
+                            await asyncio.sleep(0.05)
+                            continue
+                        self.sent += 1
+                        await asyncio.wait_for(producer.send(b"%d" % self.sent,
+                                                             publishing_id=self.sent), STUCK_S)
+                        if self.sent % 20 == 0:
+                            await asyncio.sleep(0.02)
+                    await asyncio.wait_for(producer.flush(), STUCK_S)
+                    if self.done.is_set() and len(self.confirmed) >= self.sent:
+                        return
+            except (StreamletError, OSError, TimeoutError):
+                await asyncio.sleep(0.1)  # fenced, cut off or gone: ask the record again
+
+    async def at_least(self, more: int, timeout: float = 60) -> None:
+        enough = len(self.confirmed) + more
+        await eventually(lambda: len(self.confirmed) >= enough, timeout=timeout,
+                         what=f"{enough} confirmed")
+
+
+class Watch:
+    """Checks, at every save of the driver's record and after every tick, that each epoch has
+    one member set (the driver's record, read back from driver.json), that no broker's saved
+    member state (replication.json) is of an epoch the driver did not record or names another
+    set than the record's for that epoch, and that none is ahead of the record. What breaks
+    is collected (raising on the driver's loop would only be logged)."""
+
+    def __init__(self, c: ProxiedCluster, name: str) -> None:
+        self.c, self.name = c, name
+        self.sets: dict[int, list[int]] = {}  # epoch -> the member set recorded for it
+        self.broken: list[str] = []
+        self.ticks = 0
+        driver = c.driver
+        save, tick = driver._save, driver.tick
+
+        def saved() -> None:
+            save()
+            record = driver.records.get(name)
+            if record is not None:
+                self._recorded(record.epoch, list(record.members), "saved")
+
+        async def ticked(alive: Any) -> None:
+            await tick(alive)
+            self.check()
+
+        driver._save = saved  # type: ignore[method-assign]
+        driver.tick = ticked  # type: ignore[method-assign]
+
+    def _recorded(self, epoch: int, members: list[int], where: str) -> None:
+        known = self.sets.setdefault(epoch, sorted(members))
+        if known != sorted(members):
+            self.broken.append(f"{where}: epoch {epoch} recorded with {members} and {known}")
+
+    def check(self) -> None:
+        self.ticks += 1
+        try:
+            doc = json.loads((self.c.root / "driver.json").read_text()).get(self.name)
+        except (OSError, ValueError):
+            return
+        if doc is None:
+            return
+        self._recorded(doc["epoch"], doc["members"], "driver.json")
+        for i, b in enumerate(self.c.brokers):
+            path = b.data_dir / "streams" / self.name / "replication.json"
+            try:
+                state = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue  # no copy (yet, or dropped)
+            epoch, members = state["epoch"], sorted(state["members"])
+            if epoch > doc["epoch"]:
+                self.broken.append(f"member {i} in epoch {epoch}, ahead of the record's "
+                                   f"{doc['epoch']}")
+            elif self.sets.get(epoch, members) != members:
+                self.broken.append(f"member {i} holds {members} in epoch {epoch}, the record "
+                                   f"{self.sets[epoch]}")
+            elif epoch not in self.sets:
+                self.broken.append(f"member {i} in epoch {epoch}, which the driver never "
+                                   "recorded")
+
+
+@pytest.fixture
+def cluster4(tmp_path: Path) -> Iterator[ProxiedCluster]:
+    with LoopThread() as bg:
+        c = ProxiedCluster(tmp_path, bg, n=4)
+        try:
+            yield c
+        finally:
+            c.stop()
+
+
+def _hook(c: ProxiedCluster, method: str, when: Callable[..., bool],
+          then: Callable[[], None]) -> list[bool]:
+    """``then()`` (on the driver's loop, at once) the first time the driver's
+    ``brokers.<method>(...)`` is called with arguments ``when`` holds for; before the call when
+    ``method`` is "assign", after it (once it answered) otherwise. The list: [True] once done."""
+    brokers = c.driver.brokers
+    original: Callable[..., Awaitable[Any]] = getattr(brokers, method)
+    done: list[bool] = []
+
+    async def hooked(*args: Any) -> Any:
+        fire = not done and when(*args)
+        if fire and method == "assign":
+            done.append(True)
+            then()
+        answer = await original(*args)
+        if fire and method != "assign":
+            done.append(True)
+            then()
+        return answer
+
+    setattr(brokers, method, hooked)
+    return done
+
+
+def _cut_now(c: ProxiedCluster, *cut: int) -> None:
+    """Members ``cut`` cut off from their peers and the driver, from the proxies' loop (where
+    the driver runs: ``ProxiedCluster.cut`` would wait on that loop)."""
+    for i in cut:
+        c.proxies[i].cut()
+        c.driver_proxies[i].cut()
+
+
+def _record(c: ProxiedCluster, name: str) -> dict[str, Any]:
+    return dict(json.loads((c.root / "driver.json").read_text())[name])
+
+
+def _settled(c: ProxiedCluster, name: str) -> dict[str, Any] | None:
+    """The driver's record once no change is under way, nobody is left to drop a copy and every
+    member holds the record's epoch in its role."""
+    record = _record(c, name)
+    if record["change"] is not None or record["leaving"] or record["leader"] == NO_LEADER:
+        return None
+    for m in record["members"]:
+        state = c.member_state(m, name)
+        role = "leader" if m == record["leader"] else "follower"
+        if (state["epoch"], state["role"]) != (record["epoch"], role):
+            return None
+    return record
+
+
+async def _finish(c: ProxiedCluster, name: str, producer: Producer, watch: Watch,
+                  task: asyncio.Task[None]) -> list[int]:
+    """Publishing ended, everything sent confirmed, the stream settled with identical segment
+    files, then the cluster stopped: every final member's log holds ids 1..n once, in order, its
+    segment and index files byte-identical to the others'. The final member set."""
+    await producer.at_least(200)
+    producer.finish()
+    await asyncio.wait_for(task, 60)
+    n = producer.sent
+    assert producer.confirmed == set(range(1, n + 1)), "everything sent confirmed"
+    record = await eventually(partial(_settled, c, name), timeout=60, what="the stream settled")
+    members = record["members"]
+    await eventually(lambda: c.identical(name, (".segment",), members), timeout=60,
+                     what="the members' segment files byte-identical")
+    c.stop()  # quiescence: index files are written out at the latest on close
+    assert not watch.broken, watch.broken
+    assert watch.ticks > 0
+    assert c.identical(name, (".segment", ".index"), members), "segment and index identical"
+    expected = [b"%d" % i for i in range(1, n + 1)]
+    for m in members:
+        assert _user_records(c.brokers[m].data_dir / "streams" / name) == expected, (
+            f"member {m}: every confirmed message once, in order")
+    return list(members)
+
+
+async def _round(producer: Producer) -> None:
+    """Until the producer, stuck, has connected again and resent, stuck again (a round)."""
+    rounds = producer.rounds
+    await eventually(lambda: producer.rounds >= rounds + 2, timeout=6 * STUCK_S,
+                     what="the producer stuck, connecting again")
+
+
+def _add(c: ProxiedCluster, name: str, member: int) -> Path:
+    return requests.write(c.root, Request(requests.MEMBERS, name, to=member,
+                                          change="add"))
+
+
+async def test_the_leader_cut_off_while_a_learner_catches_up(cluster4: ProxiedCluster) -> None:
+    """Member 3 is added; the moment the leader (member 0) has made it a learner, the leader is
+    cut off from its followers, the learner and the driver while its producer still publishes
+    to it. The driver elects a new leader among the recorded set {0, 1, 2}; the change is
+    carried on in the new epoch (the learner made again at the new leader) or given up. Healed,
+    the old leader follows and the final set is {0, 1, 2} or {0, 1, 2, 3}."""
+    c = cluster4
+    c.create("p")
+    watch = Watch(c, "p")
+    cut = _hook(c, "learn", lambda leader, name, epoch, member: member == 3,
+                partial(_cut_now, c, 0))
+    c.drive()
+    await eventually(lambda: c.record("p") == (1, 0), timeout=30, what="epoch 1 recorded")
+    producer = Producer(c, "p")
+    task = asyncio.create_task(producer.run())
+    await producer.at_least(2000)
+    _add(c, "p", 3)
+    await eventually(lambda: cut, timeout=30, what="the learner made, the leader cut off")
+    epoch, leader = await eventually(
+        lambda: (r := c.record("p")) is not None and r[0] > 1 and r[1] in (1, 2) and r,
+        timeout=60, what="a new leader among the recorded set")
+    assert sorted(_record(c, "p")["members"]) == [0, 1, 2], "elected in the recorded set"
+    assert c.member_state(0, "p")["epoch"] == 1, "the old leader never heard"
+    await producer.at_least(1000)  # the new leader commits without it
+    c.heal(0)
+    members = await _finish(c, "p", producer, watch, task)
+    assert sorted(members) in ([0, 1, 2], [0, 1, 2, 3]), members
+
+
+async def test_no_majority_of_the_new_set_commits_nothing_until_healed(
+        cluster4: ProxiedCluster) -> None:
+    """Member 3 is added; the moment the driver assigns the new epoch with {0, 1, 2, 3} (the
+    set recorded first), member 3 and follower 1 are cut off: the leader and member 2 are two
+    of four, no majority, so nothing is confirmed while they are cut, whatever the producer
+    sends. Healed, they are assigned and everything commits, once."""
+    c = cluster4
+    c.create("q")
+    watch = Watch(c, "q")
+    cut = _hook(c, "assign", lambda member, name, epoch, role, leader, members:
+                len(members) == 4, partial(_cut_now, c, 1, 3))
+    c.drive()
+    await eventually(lambda: c.record("q") == (1, 0), timeout=30, what="epoch 1 recorded")
+    producer = Producer(c, "q")
+    task = asyncio.create_task(producer.run())
+    await producer.at_least(2000)
+    _add(c, "q", 3)
+    await eventually(lambda: cut, timeout=30, what="the new set recorded, 1 and 3 cut off")
+    record = _record(c, "q")
+    assert sorted(record["members"]) == [0, 1, 2, 3] and record["leader"] == 0
+    epoch = record["epoch"]
+    await eventually(lambda: c.member_state(0, "q")["epoch"] == epoch, timeout=10,
+                     what="the leader in the new epoch")
+    await eventually(lambda: c.member_state(2, "q")["epoch"] == epoch, timeout=10,
+                     what="member 2 in the new epoch")
+    for m in (1, 3):
+        assert c.member_state(m, "q")["epoch"] < epoch, f"member {m} never heard"
+    # stuck: the producer connects again and resends (the old epoch's last confirms, on their
+    # way when the leader took the new epoch, are read meanwhile); then once more, and nothing
+    # is confirmed without a majority
+    await _round(producer)
+    before = len(producer.confirmed)
+    await _round(producer)
+    assert len(producer.confirmed) == before, "nothing committed by two of four"
+    assert c.record("q") == (epoch, 0), "no election: the leader answers the driver"
+    c.heal(1)
+    c.heal(3)
+    members = await _finish(c, "q", producer, watch, task)
+    assert sorted(members) == [0, 1, 2, 3], members
