@@ -68,7 +68,9 @@ async def _streams(kube: Kube, namespace: str, names: tuple[str, ...]) -> dict[s
         stream = await replication(kube, namespace, name,
                                    lambda r: r.phase == "Ready" and len(r.in_sync) == 3,
                                    timeout=WAIT_S)
-        leaders[name] = _record(stream).leader
+        leader = _record(stream).leader
+        assert leader is not None
+        leaders[name] = leader
     return leaders
 
 
@@ -148,7 +150,6 @@ async def test_the_preferred_leader_comes_back(kube: Kube, namespace: str, peere
     monkeypatch.setattr(driver, "RESTORE_SETTLE_S", 2.0)
     await _broker(kube, peered, namespace)
     [leader] = (await _streams(kube, namespace, ("s1",))).values()
-    assert leader is not None
     assert await _recorded(kube, namespace, "s1") == leader
     epoch = _record(await kube.get("Stream", namespace, "s1") or {}).epoch
     other = (leader + 1) % PODS
