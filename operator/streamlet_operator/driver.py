@@ -1,9 +1,10 @@
 """The operator as placement driver: one Broker's replicated Streams, looked after each tick.
 
 Each tick (handlers/replication.py runs it every ``SETTINGS.replication_interval`` seconds) it
-probes the pods, discovers new replicated Streams, elects where a leader is lost, on a pod being
-deleted or forced (the epoch reserved in the Stream's status before any member hears of it),
-reassigns restarted members, takes member set changes a step (one change at a time per
+probes the pods, discovers new replicated Streams (one of one copy asked for more is recorded
+as a one-member replicated stream, then assigned so), elects where a leader is lost, on a pod
+being deleted or forced (the epoch reserved in the Stream's status before any member hears of
+it), reassigns restarted members, takes member set changes a step (one change at a time per
 stream, recorded first), then carries out the drain and the roll. The decisions are
 failover.py's, membership.py's, drain.py's and rolling.py's (pure); this module makes the calls.
 Mechanism: docs/replication.md#on-kubernetes.
@@ -20,7 +21,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from streamlet.driver.elector import REQUEST_TIMEOUT_S, Members, join, run_election
+from streamlet.rabbitmq import Code
 from streamlet.rabbitmq.constants import Role
+from streamlet.rabbitmq.frames import replication as rf
 from streamlet.replication.election import Decision, transfer, transfer_ready
 from streamlet.replication.membership import (
     Action,
@@ -72,12 +75,12 @@ NODE_TTL_S = 60.0
 
 
 def replicated(obj: dict[str, Any], broker: str) -> bool:
-    """A Stream of ``broker`` created with more than one copy (a super stream: each of its
-    partitions has that many)."""
+    """A created Stream of ``broker`` with more than one copy (a super stream: each of its
+    partitions has that many), or with a record of its members (one shrunk to one member)."""
     status = obj.get("status") or {}
     applied = status.get("applied") or {}
-    return (applied.get("broker") == broker and int(applied.get("replicas") or 1) > 1
-            and bool(status.get("placement")))
+    return (applied.get("broker") == broker and bool(status.get("placement"))
+            and (int(applied.get("replicas") or 1) > 1 or bool(status.get("replication"))))
 
 
 def _units(streams: list[dict[str, Any]]) -> dict[str, tuple[dict[str, Any], Unit]]:
@@ -139,9 +142,10 @@ class Driver:
         self.seen = {}
         up = None
         members = None
+        self.pod_zones = await self.zones(pods)
+        await self._publish_zones(broker)
         if streams:
             members = await self._members(broker)
-            self.pod_zones = await self.zones(pods)
             up = await self._replication(broker, members, streams, pods, request.ordinals)
         await self._drain(body, broker, members, every, up, request)
         await self._roll(body, broker, members, streams, pods, up, request.ordinals)
@@ -427,6 +431,15 @@ class Driver:
         if unit.partition is None:
             leader = int(status["placement"][0]["ordinal"])
             record = failover.discovered(leader, holders, replicas)
+            if record is None and holders == [leader]:  # one copy asked to grow?
+                record = failover.one_copy(leader, holders, await _plain(members, leader, stream),
+                                           moving=bool(status.get("move")))
+                if record is not None:
+                    await self._adopt(broker, members, unit, record)
+                    return
+            if record is None:
+                self._held(unit.key, f"members not known yet: pods {holders} hold it,"
+                                     f" {replicas} copies asked for")
         else:  # the partitions' leaders were spread by the broker: each holder says its role
             contacts = {m: await members.contact(m, stream) for m in holders}
             record = failover.discovered_partition(contacts, replicas)
@@ -438,6 +451,21 @@ class Driver:
             log.info("%s/%s: members %s, led by %s in epoch 1", self.namespace, unit.key,
                      list(record.members), record.leader)
             await self._directory(broker, unit.resource)
+
+    async def _adopt(self, broker: BrokerModel, members: Members, unit: Unit,
+                     record: Replication) -> None:
+        """A stream of one copy made a one-member replicated stream: its record (epoch 1, its
+        pod leading, the only member) written first, then that pod assigned so. An Assign
+        that fails is made again by the next tick (the stream is not assigned yet)."""
+        if not await self._write(unit, lambda r: r is None, record):
+            return
+        leader = record.leader
+        assert leader is not None
+        log.info("%s/%s: one copy on pod %d, now its leader in epoch 1 (members [%d])",
+                 self.namespace, unit.key, leader, leader)
+        if await members.assign(leader, unit.stream, 1, Role.LEADER, leader, [leader]):
+            self.assigned.add(unit.key)
+        await self._directory(broker, unit.resource)
 
     # --- an election --------------------------------------------------------------------------
 
@@ -953,6 +981,15 @@ class Driver:
 
     # --- zones ------------------------------------------------------------------------------------
 
+    async def _publish_zones(self, broker: BrokerModel) -> None:
+        """The pods' zones into the stream directory when they changed (a replicated Create
+        places its members over them)."""
+        key = (self.namespace, self.broker_name)
+        known = {o: z for o, z in self.pod_zones.items() if z is not None}
+        if self.runtime.pod_zones.get(key, {}) != known:
+            self.runtime.pod_zones[key] = known
+            await sync_directory(self.runtime, broker)
+
     async def zones(self, pods: dict[int, dict[str, Any]]) -> dict[int, str | None]:
         """Each pod's zone: the topology.kubernetes.io/zone label of the Node it runs on
         (placement.pod_zones), each Node read again after NODE_TTL_S. A Node that cannot be
@@ -984,6 +1021,13 @@ class _Members(Members):
         except BrokerUnavailable:
             return None
         return await super().request(member, make, probe, timeout)
+
+
+async def _plain(members: Members, member: int, name: str) -> bool:
+    """Whether the member holds ``name`` without member state (a stream of one copy): its
+    ReplicaContact refused with PRECONDITION_FAILED (unanswered: not known)."""
+    answer = await members.request(member, lambda c: rf.ReplicaContact(c, name))
+    return answer is not None and answer.code == Code.PRECONDITION_FAILED
 
 
 class _PodSession:

@@ -133,6 +133,23 @@ def discovered(leader: int, holders: Collection[int], replicas: int) -> Replicat
     return Replication(1, leader, members, (), ELECTING, "Created")
 
 
+#: The reason of the record of a stream of one copy made a one-member replicated stream.
+ONE_COPY = "OneCopy"
+
+
+def one_copy(leader: int, holders: Collection[int], plain: bool,
+             moving: bool) -> Replication | None:
+    """The record of a stream created with one copy and now asked for more: epoch 1, led by
+    the pod it is placed on (``leader``), the only member, written before that pod is
+    assigned so. Only when that pod alone holds it, says it has no member state (``plain``:
+    ReplicaContact refused with PRECONDITION_FAILED, not merely unanswered: a replicated
+    Create's copy always has one) and no move is under way (``moving``: two pods hold it
+    until the move ends). None: not (yet)."""
+    if moving or not plain or set(holders) != {leader}:
+        return None
+    return Replication(1, leader, (leader,), (), ELECTING, ONE_COPY)
+
+
 class Step(Enum):
     NONE = "none"
     ELECT = "elect"  # the leader is gone, suspected, or there is none: fence and elect

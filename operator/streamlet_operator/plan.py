@@ -59,11 +59,15 @@ def _fixed(applied: Mapping[str, Any], key: str) -> Any:
     return applied.get(key, 1) if key == "replicas" else applied.get(key)
 
 
-def resizable(created: int, wanted: int) -> bool:
-    """Whether a created stream's copies may change from ``created`` to ``wanted``: between
-    counts above one (the placement driver adds or removes one member at a time); a stream
-    made with one copy is not replicated, nor does a replicated one become a plain one."""
-    return created > 1 and wanted > 1
+def resizable(created: int, wanted: int, partitions: int = 1) -> bool:
+    """Whether a created stream's copies may change from ``created`` to ``wanted``: the
+    placement driver adds or removes one member at a time. A single stream of one copy
+    becomes a one-member replicated stream first (driver.py records it), and one shrunk to 1
+    stays a one-member replicated stream; a super stream's partitions change only between
+    counts above one."""
+    if created < 1 or wanted < 1:
+        return False
+    return partitions <= 1 or (created > 1 and wanted > 1)
 
 
 def immutable_changes(applied: Mapping[str, Any], wanted: Mapping[str, Any]) -> tuple[str, ...]:
@@ -102,7 +106,8 @@ def plan_target(stream: StreamModel, status: StreamStatus) -> Target:
     if not applied:
         return Target(stream, stream.create_arguments(), wanted, replicas=stream.replicas)
     replicas = int(_fixed(applied, "replicas"))
-    if "replicas" in wanted and resizable(replicas, int(wanted["replicas"])):
+    if "replicas" in wanted and resizable(replicas, int(wanted["replicas"]),
+                                          int(applied.get("partitions") or 1)):
         replicas = int(wanted["replicas"])  # the placement driver changes the members
         applied = {**applied, "replicas": replicas}
     refused = immutable_changes(applied, wanted)
@@ -157,15 +162,20 @@ class StreamPlan:
     created: bool = False  # created on a broker before (status.applied is set)
     #: why it is not created this pass (no broker call is made): too few pods for its replicas
     waiting: Ready | None = None
+    #: its members are the placement driver's (replicas above 1, or a record of its members,
+    #: as a stream shrunk to one keeps): never moved by a copy
+    replicated: bool = False
 
 
 def plan_stream(stream: StreamModel, status: StreamStatus, broker: BrokerModel | None,
-                target: Target | None = None) -> StreamPlan:
-    """What this pass does: on which pod, and which step of a move."""
+                target: Target | None = None, recorded: bool = False) -> StreamPlan:
+    """What this pass does: on which pod, and which step of a move. ``recorded``: the
+    placement driver holds a record of its members (status.replication)."""
     target = target or plan_target(stream, status)
     created = bool(status.applied)
+    replicated = created and ((target.replicas or 1) > 1 or recorded)
     if broker is None:
-        return StreamPlan(target, None, created=created)
+        return StreamPlan(target, None, created=created, replicated=replicated)
     if not created:
         target = resolve_replicas(target, broker)
         waiting = unplaceable(target, broker)
@@ -181,11 +191,11 @@ def plan_stream(stream: StreamModel, status: StreamStatus, broker: BrokerModel |
           and broker.scale_down_policy == MOVE_STREAMS
           # a replicated stream's members are moved by the placement driver, one at a time
           # (driver.py); the Broker keeps their pods until then (placement.members_held)
-          and int((status.applied or {}).get("replicas") or 1) == 1):
+          and int((status.applied or {}).get("replicas") or 1) == 1 and not replicated):
         step = MoveStep.START
     else:
         step = MoveStep.NONE
-    return StreamPlan(target, broker, ordinal, step, created)
+    return StreamPlan(target, broker, ordinal, step, created, replicated=replicated)
 
 
 @dataclass(frozen=True)

@@ -146,11 +146,13 @@ def test_replicas(spec: dict[str, Any], applied: dict[str, Any] | None, model: B
     pytest.param({"replicas": 5}, 3, 5, id="3 to 5"),
     pytest.param({"replicas": 2}, 3, 2, id="3 to 2"),
     pytest.param({}, 3, 3, id="unset: as created"),
+    pytest.param({"replicas": 3}, 1, 3, id="one copy to 3: replicated first"),
+    pytest.param({"replicas": 1}, 3, 1, id="3 to 1: a one-member replicated stream"),
 ])
 def test_a_replicated_stream_s_replicas_change(spec: dict[str, Any], created: int,
                                                now: int) -> None:
     """The placement driver adds or removes members to match: applied records the count."""
-    applied = {**stream().immutable(), "replicas": created}
+    applied = {**stream().immutable(), **({"replicas": created} if created > 1 else {})}
     plan = plan_stream(stream(**spec), StreamStatus(applied=applied, placement=on(0)), broker(5))
     assert plan.target.refused == ()
     assert plan.target.replicas == now and plan.target.applied["replicas"] == now
@@ -160,14 +162,18 @@ def test_a_replicated_stream_s_replicas_change(spec: dict[str, Any], created: in
     assert ready_of(result.status)["reason"] == STREAM_READY
 
 
+SUPER = stream(partitions=2).immutable()
+
+
 @pytest.mark.parametrize(("spec", "applied", "refused"), [
-    pytest.param({"replicas": 3}, stream().immutable(), "spec.replicas (was 1, now 3)",
-                 id="set on a stream created with one copy"),
-    pytest.param({"replicas": 1}, {**stream().immutable(), "replicas": 3},
-                 "spec.replicas (was 3, now 1)", id="a replicated stream to one copy"),
+    pytest.param({"replicas": 3, "partitions": 2}, SUPER, "spec.replicas (was 1, now 3)",
+                 id="set on a super stream created with one copy"),
+    pytest.param({"replicas": 1, "partitions": 2}, {**SUPER, "replicas": 3},
+                 "spec.replicas (was 3, now 1)", id="a replicated super stream to one copy"),
 ])
-def test_replicas_cross_one_only_at_creation(spec: dict[str, Any], applied: dict[str, Any],
-                                        refused: str) -> None:
+def test_a_super_stream_s_replicas_cross_one_only_at_creation(
+        spec: dict[str, Any], applied: dict[str, Any], refused: str) -> None:
+    """Its partitions' members change between counts above one only."""
     plan = plan_stream(stream(**spec), StreamStatus(applied=applied, placement=on(0)), broker(5))
     assert plan.target.refused == (refused,)
     assert plan.target.replicas == (applied.get("replicas") or 1)
@@ -266,6 +272,23 @@ def test_plan(status: StreamStatus, model: BrokerModel, ordinal: int | None,
     plan = plan_stream(stream(), status, model)
     assert (plan.broker, plan.ordinal, plan.move) == (model, ordinal, step)
     assert plan.created == bool(status.applied)
+
+
+@pytest.mark.parametrize(("status", "spec", "recorded", "replicated", "step"), [
+    pytest.param(created(1), {}, False, False, MoveStep.START, id="one copy: moved by a copy"),
+    pytest.param(created(1), {"replicas": 1}, True, True, MoveStep.NONE,
+                 id="shrunk to one member, its record kept: the driver moves it"),
+    pytest.param(created(1), {"replicas": 3}, False, True, MoveStep.NONE,
+                 id="one copy asked to grow, not recorded yet: the driver's"),
+    pytest.param(StreamStatus(), {}, True, False, MoveStep.NONE, id="not created: neither"),
+])
+def test_a_stream_with_a_record_of_its_members_is_the_driver_s(
+        status: StreamStatus, spec: dict[str, Any], recorded: bool, replicated: bool,
+        step: MoveStep) -> None:
+    """On a pod being removed with MoveStreams: a stream the placement driver records (or is
+    about to) is never moved by a copy, whatever its replicas."""
+    plan = plan_stream(stream(**spec), status, broker(1, MOVE_STREAMS), recorded=recorded)
+    assert (plan.replicated, plan.move) == (replicated, step)
 
 
 def test_no_broker_no_plan() -> None:

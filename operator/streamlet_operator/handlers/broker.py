@@ -72,7 +72,8 @@ async def _export_users(runtime: Runtime, broker: BrokerModel
 
 async def _replicated_members(runtime: Runtime, broker: BrokerModel,
                               copies: dict[str, int] | None = None) -> dict[str, list[int]]:
-    """Each replicated Stream of the Broker (by resource name): the pods its members are on
+    """Each replicated Stream of the Broker (by resource name; replicas above 1, or a record
+    of its members, as a stream shrunk to one keeps): the pods its members are on
     (status.replication), every pod the StatefulSet has while they are not known yet;
     ``copies`` gets each one's replicas."""
     sts = await runtime.kube.get("StatefulSet", broker.namespace, broker.name) or {}
@@ -81,11 +82,13 @@ async def _replicated_members(runtime: Runtime, broker: BrokerModel,
     for obj in await runtime.kube.list("Stream", broker.namespace):
         status = obj.get("status") or {}
         applied = status.get("applied") or {}
-        if applied.get("broker") != broker.name or int(applied.get("replicas") or 1) == 1:
+        if applied.get("broker") != broker.name:
             continue
         held = members_of(status)  # a super stream: every partition's
+        if int(applied.get("replicas") or 1) == 1 and held is None:
+            continue  # one copy: the Stream reconciler's (placements)
         if copies is not None:
-            copies[obj["metadata"]["name"]] = int(applied["replicas"])
+            copies[obj["metadata"]["name"]] = int(applied.get("replicas") or 1)
         streams.append((obj["metadata"]["name"], list(held) if held is not None else None))
     return members_held(streams, pods)
 

@@ -207,7 +207,8 @@ async def _reconcile_on_broker(body: dict[str, Any], runtime: Runtime, index: An
     target = plan_target(stream, status)
     broker_body = await runtime.kube.get("Broker", stream.namespace, target.stream.broker)
     found = BrokerModel.from_body(broker_body) if broker_body is not None else None
-    plan = plan_stream(stream, status, found, target)
+    plan = plan_stream(stream, status, found, target,
+                       recorded=members_of(body.get("status")) is not None)
     broker = plan.broker
     if broker is None or plan.waiting is not None:  # no broker call this pass
         result = report(plan, status, None, gen, datetime.now(UTC))
@@ -215,7 +216,7 @@ async def _reconcile_on_broker(body: dict[str, Any], runtime: Runtime, index: An
 
     assert broker_body is not None
     drained = await _drained(runtime, broker_body)
-    if plan.move is MoveStep.NONE and drain.must_move(
+    if plan.move is MoveStep.NONE and not plan.replicated and drain.must_move(
             plan.ordinal, drained, created=plan.created, replicas=target.replicas or 1,
             moving=status.move is not None, pods=broker.replicas):
         plan = replace(plan, move=MoveStep.START)  # off a drained pod, whatever the policy

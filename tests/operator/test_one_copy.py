@@ -1,0 +1,106 @@
+"""A Stream of one copy edited to three and back, end to end: real broker pods (peered), the
+real operator against the emulated API server.
+
+``spec.replicas`` 1 -> 3: the one copy is recorded as a one-member replicated stream (epoch 1,
+its pod leading) and then grows a member at a time; every message is on all three members.
+3 -> 1: two removals, the stream keeps its record with one member and the others drop their
+copies. A publisher is confirmed after each step, and its messages read back in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+import pytest
+
+from streamlet_operator.failover import ONE_COPY
+from streamlet_operator.kube import Kube
+from tests.operator.conftest import Cluster
+from tests.operator.harness import eventually, read_all
+from tests.operator.kubelet import ClientProbe, Kubelet
+from tests.operator.peers import PeeredLauncher
+from tests.operator.test_broker import broker_body, condition
+from tests.operator.test_member_changes import CHANGE_S, settled
+from tests.operator.test_replicated import publish, record_of, replication
+from tests.operator.test_stream import ready, stream_body
+
+pytestmark = pytest.mark.process
+
+#: Messages published at each step (before the growth, after it, after the shrink).
+MESSAGES = 100
+
+
+async def _holds(cluster: Cluster, namespace: str, ordinal: int) -> bool:
+    return await ClientProbe().exists(cluster.pods.pods[(namespace, "b", ordinal)], "orders")
+
+
+async def _every_message_on(cluster: Cluster, namespace: str, members: tuple[int, ...],
+                            count: int) -> None:
+    expected = [f"m{i}".encode() for i in range(count)]
+    for m in members:
+        assert await read_all(cluster.pods.pods[(namespace, "b", m)], "orders",
+                              count) == expected, f"member {m}"
+
+
+async def test_one_copy_grows_to_three_and_shrinks_back(
+        cluster: Cluster, kube: Kube, namespace: str, tmp_path: Path) -> None:
+    launcher = PeeredLauncher(tmp_path)
+    launcher.plan(namespace, "b", 3)
+    kubelet = Kubelet(kube, cluster.pods, launcher)
+    try:
+        await kube.create(broker_body(namespace, "b", replicas=3))
+        await eventually(lambda: kube.get("StatefulSet", namespace, "b"), what="StatefulSet")
+        await kubelet.sync(namespace, "b")
+        await kube.create(stream_body(namespace, "orders", replicas=1))
+        stream = await ready(kube, namespace, "orders")
+        holder = int(stream["status"]["placement"][0]["ordinal"])
+        assert "replication" not in stream["status"]  # one copy: nothing recorded
+        grown = asyncio.create_task(replication(  # watching from before the edit
+            kube, namespace, "orders", lambda r: True, timeout=CHANGE_S,
+            what="the one copy recorded"))
+        await publish(cluster.pods.pods[(namespace, "b", holder)], MESSAGES, 0)
+
+        await kube.patch("Stream", namespace, "orders", {"spec": {"replicas": 3}})
+        first = record_of(await grown)  # recorded before any Assign, before any add
+        assert (first.epoch, first.leader, first.members) == (1, holder, (holder,))
+        assert first.reason == ONE_COPY
+        record = await settled(kube, namespace, lambda r: r.members == (0, 1, 2),
+                               what="three members")
+        assert record.leader == holder  # the one copy's pod leads throughout
+        assert record.epoch == 3  # epoch 1 recorded for the one copy, one per add
+        stream = await kube.get("Stream", namespace, "orders") or {}
+        assert stream["status"]["applied"]["replicas"] == 3
+        assert condition(stream, "Ready")["reason"] == "StreamReady"
+        assert condition(stream, "Available")["status"] == "True"
+        assert condition(stream, "MembersChanging")["status"] == "False"
+        await _every_message_on(cluster, namespace, record.members, MESSAGES)
+        await publish(cluster.pods.pods[(namespace, "b", holder)], MESSAGES, MESSAGES)
+
+        await kube.patch("Stream", namespace, "orders", {"spec": {"replicas": 1}})
+        record = await settled(kube, namespace, lambda r: r.members == (holder,),
+                               what="one member left")
+        stream = await replication(kube, namespace, "orders", lambda r: r.leaving == (),
+                                   timeout=CHANGE_S, what="the removed members' copies gone")
+        for gone in {0, 1, 2} - {holder}:
+            assert not await _holds(cluster, namespace, gone), f"pod {gone} holds a copy"
+        assert record_of(stream).epoch == 5
+        assert stream["status"]["applied"]["replicas"] == 1
+        assert condition(stream, "Ready")["reason"] == "StreamReady"
+        assert condition(stream, "UnderReplicated")["status"] == "False"
+        await publish(cluster.pods.pods[(namespace, "b", holder)], MESSAGES, 2 * MESSAGES)
+        await _every_message_on(cluster, namespace, (holder,), 3 * MESSAGES)
+        await kube.delete("Stream", namespace, "orders")
+        with contextlib.suppress(AssertionError):
+            await eventually(lambda: _no_streams(kube, namespace), timeout=30,
+                             what="streams finalized")
+    finally:
+        for key in [k for k in cluster.pods.pods if k[0] == namespace]:
+            launcher.stop(cluster.pods.pods.pop(key))
+        launcher.stop_all()
+
+
+async def _no_streams(kube: Kube, namespace: str) -> bool:
+    return not await kube.list("Stream", namespace)
+
