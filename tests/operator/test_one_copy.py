@@ -5,16 +5,20 @@ real operator against the emulated API server.
 its pod leading) and then grows a member at a time; every message is on all three members.
 3 -> 1: two removals, the stream keeps its record with one member and the others drop their
 copies. A publisher is confirmed after each step, and its messages read back in order.
+A stream shrunk to one member on a drained pod holds the drain until replicas 2 then 1 move it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from streamlet_operator.drain import DRAIN
 from streamlet_operator.failover import ONE_COPY
 from streamlet_operator.kube import Kube
 from tests.operator.conftest import Cluster
@@ -104,3 +108,63 @@ async def test_one_copy_grows_to_three_and_shrinks_back(
 async def _no_streams(kube: Kube, namespace: str) -> bool:
     return not await kube.list("Stream", namespace)
 
+
+
+async def test_a_stream_shrunk_to_one_member_leaves_a_drained_pod_through_two(
+        cluster: Cluster, kube: Kube, namespace: str, tmp_path: Path) -> None:
+    """A Stream of two copies shrunk to one is not copied off a drained pod: it holds the
+    drain; replicas 2 puts a member on a pod not drained and the leadership moves to it,
+    then replicas 1 removes the drained pod's member and the drain completes."""
+    launcher = PeeredLauncher(tmp_path)
+    launcher.plan(namespace, "b", 3)
+    kubelet = Kubelet(kube, cluster.pods, launcher)
+    try:
+        await kube.create(broker_body(namespace, "b", replicas=3))
+        await eventually(lambda: kube.get("StatefulSet", namespace, "b"), what="StatefulSet")
+        await kubelet.sync(namespace, "b")
+        await kube.create(stream_body(namespace, "orders", replicas=2))
+        await settled(kube, namespace, lambda r: len(r.members) == 2, what="two members")
+        await kube.patch("Stream", namespace, "orders", {"spec": {"replicas": 1}})
+        record = await settled(kube, namespace, lambda r: len(r.members) == 1,
+                               what="one member")
+        drained = record.members[0]
+        await publish(cluster.pods.pods[(namespace, "b", drained)], MESSAGES, 0)
+
+        await kube.patch("Broker", namespace, "b",
+                         {"metadata": {"annotations": {DRAIN: str(drained)}}})
+        broker = await _drained(kube, namespace, lambda c: c.get("status") == "False"
+                                and "no member in sync elsewhere" in c.get("message", ""))
+        stream = await kube.get("Stream", namespace, "orders") or {}
+        assert record_of(stream).members == (drained,)  # not copied off
+        assert stream["status"]["leader"] == f"b-{drained}"
+
+        await kube.patch("Stream", namespace, "orders", {"spec": {"replicas": 2}})
+        record = await settled(kube, namespace, lambda r: len(r.members) == 2
+                               and r.leader != drained, what="led from a pod not drained")
+        await kube.patch("Stream", namespace, "orders", {"spec": {"replicas": 1}})
+        record = await settled(kube, namespace, lambda r: len(r.members) == 1,
+                               what="one member again")
+        assert drained not in record.members
+        broker = await _drained(kube, namespace, lambda c: c.get("status") == "True")
+        assert "nothing leads or is placed on" in condition(broker, "Drained")["message"]
+        await publish(cluster.pods.pods[(namespace, "b", record.members[0])], MESSAGES,
+                      MESSAGES)
+        await _every_message_on(cluster, namespace, record.members, 2 * MESSAGES)
+        await kube.delete("Stream", namespace, "orders")
+        with contextlib.suppress(AssertionError):
+            await eventually(lambda: _no_streams(kube, namespace), timeout=30,
+                             what="streams finalized")
+    finally:
+        for key in [k for k in cluster.pods.pods if k[0] == namespace]:
+            launcher.stop(cluster.pods.pods.pop(key))
+        launcher.stop_all()
+
+
+async def _drained(kube: Kube, namespace: str, check: Callable[[dict[str, Any]], bool]
+                   ) -> dict[str, Any]:
+    """The Broker once its Drained condition passes ``check``."""
+    async def look() -> Any:
+        b = await kube.get("Broker", namespace, "b")
+        return b if check(condition(b, "Drained")) else None
+    found: dict[str, Any] = await eventually(look, timeout=CHANGE_S, what="the Drained condition")
+    return found
