@@ -22,6 +22,7 @@ from streamlet.client import connect
 from streamlet.client.errors import StreamletError
 from streamlet.cluster import requests
 from streamlet.cluster.requests import Request
+from streamlet.rabbitmq import Code
 from streamlet.replication.model import NO_LEADER
 from tests.cluster.test_failover import _record_confirms
 from tests.cluster.test_partition import HOST, ProxiedCluster, _user_records
@@ -165,15 +166,18 @@ def cluster4(tmp_path: Path) -> Iterator[ProxiedCluster]:
 
 
 def _hook(c: ProxiedCluster, method: str, when: Callable[..., bool],
-          then: Callable[[], None]) -> list[bool]:
+          then: Callable[[], None], calls: list[tuple[Any, ...]] | None = None) -> list[bool]:
     """``then()`` (on the driver's loop, at once) the first time the driver's
     ``brokers.<method>(...)`` is called with arguments ``when`` holds for; before the call when
-    ``method`` is "assign", after it (once it answered) otherwise. The list: [True] once done."""
+    ``method`` is "assign", after it (once it answered) otherwise. The list: [True] once done.
+    ``calls``: each call's arguments, appended."""
     brokers = c.driver.brokers
     original: Callable[..., Awaitable[Any]] = getattr(brokers, method)
     done: list[bool] = []
 
     async def hooked(*args: Any) -> Any:
+        if calls is not None:
+            calls.append(args)
         fire = not done and when(*args)
         if fire and method == "assign":
             done.append(True)
@@ -246,22 +250,35 @@ async def _round(producer: Producer) -> None:
                      what="the producer stuck, connecting again")
 
 
+def _log_bytes(c: ProxiedCluster, node: int, name: str) -> int:
+    """The bytes of ``name``'s segment files at ``node`` (0: no copy)."""
+    d = c.brokers[node].data_dir / "streams" / name
+    return sum(p.stat().st_size for p in d.glob("*.segment"))
+
+
 def _add(c: ProxiedCluster, name: str, member: int) -> Path:
     return requests.write(c.root, Request(requests.MEMBERS, name, to=member,
                                           change="add"))
 
 
 async def test_the_leader_cut_off_while_a_learner_catches_up(cluster4: ProxiedCluster) -> None:
-    """Member 3 is added; the moment the leader (member 0) has made it a learner, the leader is
-    cut off from its followers, the learner and the driver while its producer still publishes
-    to it. The driver elects a new leader among the recorded set {0, 1, 2}; the change is
+    """Member 3 is added; the moment the leader (member 0) has made it a learner (before its
+    copy caught up), the leader is cut off from its followers, the learner and the driver while
+    its producer still publishes to it. The driver elects a new leader among the recorded set {0, 1, 2}; the change is
     carried on in the new epoch (the learner made again at the new leader) or given up. Healed,
     the old leader follows and the final set is {0, 1, 2} or {0, 1, 2, 3}."""
     c = cluster4
     c.create("p")
     watch = Watch(c, "p")
-    cut = _hook(c, "learn", lambda leader, name, epoch, member: member == 3,
-                partial(_cut_now, c, 0))
+    learns: list[tuple[Any, ...]] = []  # (leader, name, epoch, member)
+    at_cut: list[tuple[int, int]] = []  # the leader's and the learner's segment bytes
+
+    def cut_leader() -> None:
+        _cut_now(c, 0)
+        at_cut.append((_log_bytes(c, 0, "p"), _log_bytes(c, 3, "p")))
+
+    cut = _hook(c, "learn", lambda leader, name, epoch, member: member == 3, cut_leader,
+                learns)
     c.drive()
     await eventually(lambda: c.record("p") == (1, 0), timeout=30, what="epoch 1 recorded")
     producer = Producer(c, "p")
@@ -269,6 +286,8 @@ async def test_the_leader_cut_off_while_a_learner_catches_up(cluster4: ProxiedCl
     await producer.at_least(2000)
     _add(c, "p", 3)
     await eventually(lambda: cut, timeout=30, what="the learner made, the leader cut off")
+    ((held, learnt),) = at_cut
+    assert learnt < held, "the learner had not caught up when the leader was cut off"
     epoch, leader = await eventually(
         lambda: (r := c.record("p")) is not None and r[0] > 1 and r[1] in (1, 2) and r,
         timeout=60, what="a new leader among the recorded set")
@@ -278,6 +297,10 @@ async def test_the_leader_cut_off_while_a_learner_catches_up(cluster4: ProxiedCl
     c.heal(0)
     members = await _finish(c, "p", producer, watch, task)
     assert sorted(members) in ([0, 1, 2], [0, 1, 2, 3]), members
+    if 3 in members:  # carried on: made a learner again by the new leader, in its epoch
+        assert (leader, "p", epoch, 3) in learns, learns
+    else:  # given up: the learner dropped its copy
+        assert not (c.brokers[3].data_dir / "streams" / "p").exists()
 
 
 async def test_no_majority_of_the_new_set_commits_nothing_until_healed(
@@ -319,3 +342,58 @@ async def test_no_majority_of_the_new_set_commits_nothing_until_healed(
     c.heal(3)
     members = await _finish(c, "q", producer, watch, task)
     assert sorted(members) == [0, 1, 2, 3], members
+
+
+async def _served(c: ProxiedCluster, node: int, name: str) -> tuple[int, list[int], int]:
+    """What Metadata at ``node`` answers for ``name`` (its code, the ports it names: leader,
+    then replicas) and what a Subscribe there answers (OK, or its refusal's code)."""
+    async with await connect(HOST, c.brokers[node].port, timeout=10) as client:
+        answer = await client.metadata([name])
+        ports = {b.reference: b.port for b in answer.brokers}
+        (entry,) = answer.streams
+        named = [ports[r] for r in [entry.leader, *entry.replicas] if r in ports]
+        try:
+            await client.consumer(name, "first")
+        except StreamletError as e:
+            return entry.code, named, int(e.code)
+        return entry.code, named, Code.OK
+
+
+async def test_a_member_removed_while_cut_off_drops_its_copy_once_healed(
+        cluster4: ProxiedCluster) -> None:
+    """Four members; member 3 cut off, then removed: the new set {0, 1, 2} is recorded and
+    assigned without it (three of three: commits go on), and it stays to be told to leave
+    while it cannot be reached, its copy and old epoch kept. Healed, it drops its copy
+    (ReplicaLeave) and no longer serves the stream: Metadata and Subscribe there answer that
+    it does not exist (these brokers read no stream directory), the leader's Metadata names
+    three members, not member 3."""
+    c = cluster4
+    c.create("r", members=(0, 1, 2, 3))
+    watch = Watch(c, "r")
+    c.drive()
+    await eventually(lambda: c.record("r") == (1, 0), timeout=30, what="epoch 1 recorded")
+    producer = Producer(c, "r")
+    task = asyncio.create_task(producer.run())
+    await producer.at_least(1000)
+    c.cut(3)
+    asked = requests.write(c.root, Request(requests.MEMBERS, "r", to=3, change="remove"))
+    await eventually(lambda: not asked.exists(), timeout=30, what="the removal done")
+    assert requests.outcome(c.root, Request(requests.MEMBERS, "r", to=3,
+                                            change="remove")) is None
+    record = _record(c, "r")
+    assert (record["members"], record["leaving"], record["leader"]) == ([0, 1, 2], [3], 0)
+    await producer.at_least(1000)  # three of three commit
+    assert _record(c, "r")["leaving"] == [3], "still to leave while cut off"
+    state = c.member_state(3, "r")
+    assert (state["epoch"], state["members"]) == (1, [0, 1, 2, 3]), "it never heard"
+    c.heal(3)
+    copy = c.brokers[3].data_dir / "streams" / "r"
+    await eventually(lambda: not copy.exists() and not _record(c, "r")["leaving"],
+                     timeout=30, what="member 3's copy dropped once healed")
+    assert await _served(c, 3, "r") == (Code.STREAM_DOES_NOT_EXIST, [],
+                                        Code.STREAM_DOES_NOT_EXIST), "member 3 holds no copy"
+    code, named, subscribed = await _served(c, 0, "r")  # the leader names the new set
+    assert (code, len(named), subscribed) == (Code.OK, 3, Code.OK), named
+    assert not {c.brokers[3].port, c.proxies[3].port} & set(named), named
+    members = await _finish(c, "r", producer, watch, task)
+    assert members == [0, 1, 2]
