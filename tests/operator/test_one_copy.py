@@ -5,7 +5,8 @@ real operator against the emulated API server.
 its pod leading) and then grows a member at a time; every message is on all three members.
 3 -> 1: two removals, the stream keeps its record with one member and the others drop their
 copies. A publisher is confirmed after each step, and its messages read back in order.
-A stream shrunk to one member on a drained pod holds the drain until replicas 2 then 1 move it.
+A stream shrunk to one member on a drained pod holds the drain until replicas 2 then 1 move it;
+on a pod a scale-down removes, its member is moved (never copied) before the pod goes.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 
 from streamlet_operator.drain import DRAIN
-from streamlet_operator.failover import ONE_COPY
+from streamlet_operator.failover import FORCE_LEADER, ONE_COPY
 from streamlet_operator.kube import Kube
 from tests.operator.conftest import Cluster
 from tests.operator.harness import eventually, read_all
@@ -168,3 +169,53 @@ async def _drained(kube: Kube, namespace: str, check: Callable[[dict[str, Any]],
         return b if check(condition(b, "Drained")) else None
     found: dict[str, Any] = await eventually(look, timeout=CHANGE_S, what="the Drained condition")
     return found
+
+
+async def test_a_scale_down_moves_a_one_member_stream_off_the_removed_pod(
+        cluster: Cluster, kube: Kube, namespace: str, tmp_path: Path) -> None:
+    """A Stream shrunk to one member, on pod 2 (led from there, forced, before the shrink):
+    scaling the Broker to two pods keeps pod 2 until the member is moved (added on a pod
+    staying, then the one on pod 2 removed), never copied; then the scale-down applies."""
+    launcher = PeeredLauncher(tmp_path)
+    launcher.plan(namespace, "b", 3)
+    kubelet = Kubelet(kube, cluster.pods, launcher)
+    try:
+        await kube.create(broker_body(namespace, "b", replicas=3))
+        await eventually(lambda: kube.get("StatefulSet", namespace, "b"), what="StatefulSet")
+        await kubelet.sync(namespace, "b")
+        await kube.create(stream_body(namespace, "orders", replicas=3))
+        await settled(kube, namespace, lambda r: len(r.members) == 3, what="three members")
+        await kube.patch("Stream", namespace, "orders",
+                         {"metadata": {"annotations": {FORCE_LEADER: "2"}}})
+        await settled(kube, namespace, lambda r: r.leader == 2, what="led from pod 2")
+        await kube.patch("Stream", namespace, "orders", {"spec": {"replicas": 1}})
+        await settled(kube, namespace, lambda r: r.members == (2,), what="one member, pod 2")
+        await publish(cluster.pods.pods[(namespace, "b", 2)], MESSAGES, 0)
+
+        await kube.patch("Broker", namespace, "b", {"spec": {"replicas": 2}})
+
+        async def applied() -> Any:
+            await kubelet.sync(namespace, "b")  # the StatefulSet controller, as it changes
+            sts = await kube.get("StatefulSet", namespace, "b") or {}
+            return sts if int(sts["spec"]["replicas"]) == 2 else None
+
+        await eventually(applied, timeout=CHANGE_S, what="the scale-down applied")
+        stream = await kube.get("Stream", namespace, "orders") or {}
+        assert 2 not in record_of(stream).members  # moved before the pod went
+        record = await settled(kube, namespace, lambda r: 2 not in r.members,
+                               what="the member off pod 2")
+        assert len(record.members) == 1 and record.members[0] in (0, 1)
+        stream = await kube.get("Stream", namespace, "orders") or {}
+        assert "move" not in stream["status"] or not stream["status"]["move"]  # not copied
+        assert stream["status"]["leader"] == f"b-{record.members[0]}"
+        await publish(cluster.pods.pods[(namespace, "b", record.members[0])], MESSAGES,
+                      MESSAGES)
+        await _every_message_on(cluster, namespace, record.members, 2 * MESSAGES)
+        await kube.delete("Stream", namespace, "orders")
+        with contextlib.suppress(AssertionError):
+            await eventually(lambda: _no_streams(kube, namespace), timeout=30,
+                             what="streams finalized")
+    finally:
+        for key in [k for k in cluster.pods.pods if k[0] == namespace]:
+            launcher.stop(cluster.pods.pods.pop(key))
+        launcher.stop_all()
