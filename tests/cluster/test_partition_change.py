@@ -397,3 +397,35 @@ async def test_a_member_removed_while_cut_off_drops_its_copy_once_healed(
     assert not {c.brokers[3].port, c.proxies[3].port} & set(named), named
     members = await _finish(c, "r", producer, watch, task)
     assert members == [0, 1, 2]
+
+
+async def test_the_leader_cut_off_as_the_new_set_is_recorded(cluster4: ProxiedCluster) -> None:
+    """Member 3 is added and catches up; the moment the driver has recorded the new epoch with
+    {0, 1, 2, 3} and is about to assign it, the leader (member 0) is cut off: it never hears of
+    the new epoch, so the driver elects in the recorded set of four (members 1, 2 and 3 are a
+    majority of it; the learner may lead, its log a prefix of the old leader's). Nothing the
+    old leader took after the cut is confirmed; healed, it follows and the final set is the
+    four."""
+    c = cluster4
+    c.create("s")
+    watch = Watch(c, "s")
+    cut = _hook(c, "assign", lambda member, name, epoch, role, leader, members:
+                len(members) == 4 and member == leader, partial(_cut_now, c, 0))
+    c.drive()
+    await eventually(lambda: c.record("s") == (1, 0), timeout=30, what="epoch 1 recorded")
+    producer = Producer(c, "s")
+    task = asyncio.create_task(producer.run())
+    await producer.at_least(2000)
+    _add(c, "s", 3)
+    await eventually(lambda: cut, timeout=30, what="the new set recorded, the leader cut off")
+    joined = _record(c, "s")
+    assert sorted(joined["members"]) == [0, 1, 2, 3]
+    epoch, leader = await eventually(
+        lambda: (r := c.record("s")) is not None and r[0] > joined["epoch"]
+        and r[1] in (1, 2, 3) and r, timeout=60, what="a leader elected in the new set")
+    assert sorted(_record(c, "s")["members"]) == [0, 1, 2, 3], "elected in the recorded set"
+    assert c.member_state(0, "s")["epoch"] == 1, "the old leader never heard"
+    await producer.at_least(1000)  # three of four commit
+    c.heal(0)
+    members = await _finish(c, "s", producer, watch, task)
+    assert sorted(members) == [0, 1, 2, 3], members
