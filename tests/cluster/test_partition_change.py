@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -399,13 +400,15 @@ async def test_a_member_removed_while_cut_off_drops_its_copy_once_healed(
     assert members == [0, 1, 2]
 
 
-async def test_the_leader_cut_off_as_the_new_set_is_recorded(cluster4: ProxiedCluster) -> None:
+async def test_the_leader_cut_off_as_the_new_set_is_recorded(
+        cluster4: ProxiedCluster, caplog: pytest.LogCaptureFixture) -> None:
     """Member 3 is added and catches up; the moment the driver has recorded the new epoch with
     {0, 1, 2, 3} and is about to assign it, the leader (member 0) is cut off: it never hears of
     the new epoch, so the driver elects in the recorded set of four (members 1, 2 and 3 are a
     majority of it; the learner may lead, its log a prefix of the old leader's). Nothing the
     old leader took after the cut is confirmed; healed, it follows and the final set is the
     four."""
+    caplog.set_level(logging.INFO, "streamlet.cluster")
     c = cluster4
     c.create("s")
     watch = Watch(c, "s")
@@ -424,6 +427,7 @@ async def test_the_leader_cut_off_as_the_new_set_is_recorded(cluster4: ProxiedCl
         lambda: (r := c.record("s")) is not None and r[0] > joined["epoch"]
         and r[1] in (1, 2, 3) and r, timeout=60, what="a leader elected in the new set")
     assert sorted(_record(c, "s")["members"]) == [0, 1, 2, 3], "elected in the recorded set"
+    assert "but leader 0 did not take the epoch" in caplog.text, "not logged as done"
     assert c.member_state(0, "s")["epoch"] == 1, "the old leader never heard"
     await producer.at_least(1000)  # three of four commit
     c.heal(0)

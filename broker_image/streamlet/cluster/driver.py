@@ -429,6 +429,11 @@ class LocalDriver:
         record.pids = {str(m): alive.get(m) or 0 for m in outcome.assigned}
         self._looks.pop(name, None)
         self._save()
+        if record.leader not in outcome.assigned:  # its pid forgotten: the next tick elects
+            log.warning("stream %s: %s recorded (members %s in epoch %d), but leader %d did not "
+                        "take the epoch: a leader is elected among them", name, change, new,
+                        record.epoch, record.leader)
+            return
         log.info("stream %s: %s done: members %s in epoch %d", name, change, new, record.epoch)
 
     async def _look(self, name: str, record: StreamRecord, extra: Sequence[int] = ()) -> Look:
