@@ -53,5 +53,6 @@ async def sync_directory(runtime: Runtime, broker: BrokerModel,
         placed.update(recent)
         ordinals = sorted({o for p in placed.values() if p for o in p.ordinals})
         addresses = {o: await pod_address(runtime, broker, o) for o in ordinals}
-        text = render_directory((p for p in placed.values() if p), addresses.get)
+        text = render_directory((p for p in placed.values() if p), addresses.get,
+                                runtime.pod_zones.get(key))
         await runtime.kube.apply(build_directory_configmap(broker, text))

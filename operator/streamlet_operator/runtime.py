@@ -50,6 +50,9 @@ class Runtime:
     #: Stream directory entries not yet seen in a listing: (ns, broker) -> name -> placement.
     directory_recent: dict[tuple[str, str], dict[str, Placed | None]] = field(
         default_factory=lambda: collections.defaultdict(dict))
+    #: Each pod's zone as the placement driver last read it: (ns, broker) -> ordinal -> zone,
+    #: written into the stream directory for the brokers' placement of new streams.
+    pod_zones: dict[tuple[str, str], dict[int, str]] = field(default_factory=dict)
     _locks: dict[tuple[str, str, str], asyncio.Lock] = field(default_factory=dict)
 
     def lock(self, kind: str, namespace: str, name: str) -> asyncio.Lock:

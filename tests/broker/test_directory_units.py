@@ -19,8 +19,10 @@ from streamlet.broker.directory import (
     answer_metadata,
     parse,
 )
+from streamlet.broker.replication.create import placement_for
 from streamlet.rabbitmq import Code
 from streamlet.rabbitmq.constants import NO_LEADER
+from streamlet.replication.placement import Locator
 
 HERE = ("b-0.h", 5552)
 
@@ -44,6 +46,9 @@ def test_parse_streams_vhosts_and_super_streams() -> None:
     ('{"streams": {"s": "h:99999"}}', "streams['s']"),
     ('{"streams": []}', "must be objects"),
     ('{"super_streams": {"x": {"partitions": ["a"], "binding_keys": []}}}', "super_streams['x']"),
+    ('{"zones": {"a": "eu-1a"}}', "'zones' must map member ids"),
+    ('{"zones": {"0": ""}}', "'zones' must map member ids"),
+    ('{"zones": ["eu-1a"]}', "'zones' must map member ids"),
 ])
 def test_parse_refuses_bad_content(text: str, where: str) -> None:
     with pytest.raises(DirectoryError, match=re.escape(where)):
@@ -142,3 +147,13 @@ def test_file_reloads_on_change_at_most_once_a_second_and_keeps_the_last_good(
     _write(path, {"streams": {"s": "h2:2"}}, 3 * 10**18)
     clock.now = 4.0
     assert df.current() == Directory({"s": ("h2", 2)}, {})
+
+
+def test_zones_place_a_replicated_create_over_distinct_zones() -> None:
+    """The zones the operator writes reach the Create's placement: three members over zones
+    a, a, b, c go to three zones (not to members 0 and 1, which share one)."""
+    peers = tuple(("127.0.0.1", 5552 + i) for i in range(4))
+    zoned = parse(json.dumps({"zones": {"0": "a", "1": "a", "2": "b", "3": "c"}}))
+    assert zoned.zones == {0: "a", 1: "a", 2: "b", 3: "c"}
+    assert placement_for(peers, 0, zoned, 3, Locator.CLIENT_LOCAL).members == (0, 2, 3)
+    assert placement_for(peers, 0, EMPTY, 3, Locator.CLIENT_LOCAL).members == (0, 1, 2)

@@ -317,3 +317,9 @@ def test_unclean_elsewhere() -> None:
     assert unclean_elsewhere(records, "s-0") == ["s-1", "s-3"]
     assert unclean_elsewhere(records, "s-1") == ["s-3"]  # its own clean election clears it
     assert unclean_elsewhere({"s-0": R3, "s-1": R3}, "s-0") == []
+
+
+def test_the_directory_carries_the_pods_zones_when_known() -> None:
+    assert "zones" not in json.loads(render_directory([], str))
+    doc = json.loads(render_directory([], str, {0: "eu-1a", 2: "eu-1b"}))
+    assert doc["zones"] == {"0": "eu-1a", "2": "eu-1b"}

@@ -4,6 +4,7 @@ to the zone the stream has no member in, not to the lowest free pod."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -79,4 +80,21 @@ async def test_an_added_member_goes_to_the_zone_without_one(
         timeout=CHANGE_S, what="three members")
     # pod 3 (zone c), not pod 2 (the lowest free one, in zone b with member 1)
     assert record_of(stream).members == (0, 1, 3)
+    assert {ZONES[m] for m in record_of(stream).members} == {"a", "b", "c"}
+
+
+async def test_a_new_streams_members_are_placed_in_distinct_zones(
+        kube: Kube, namespace: str, zoned: Kubelet) -> None:
+    """The operator writes the pods' zones into the stream directory; the broker taking the
+    Create places the members over them: three members in zones a, b and c, never both pods of
+    zone b."""
+    async def zones_written() -> bool:
+        cm = await kube.get("ConfigMap", namespace, names.directory_configmap("b"))
+        text = ((cm or {}).get("data") or {}).get(names.DIRECTORY_KEY) or "{}"
+        return json.loads(text).get("zones") == {str(o): z for o, z in ZONES.items()}
+    await eventually(zones_written, what="the pods' zones in the directory")
+    await zoned.sync_directory(namespace, "b")  # the pods' file, as the kubelet refreshes it
+    await kube.create(stream_body(namespace, "audit", replicas=3))
+    stream = await replication(kube, namespace, "audit",
+                               lambda r: r.phase == "Ready" and len(r.in_sync) == 3)
     assert {ZONES[m] for m in record_of(stream).members} == {"a", "b", "c"}

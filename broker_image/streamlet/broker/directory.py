@@ -3,7 +3,8 @@
 A directory file, written by the operator (or the local placement driver) and mounted into every
 pod, maps stream names (``<vhost>/<stream>``, or the name alone for ``/``) to the advertised
 ``host:port`` of the broker holding them, or for a replicated stream to its epoch, leader and
-replicas, and super streams to their partitions. A stream held here whose entry names another
+replicas, super streams to their partitions, and member ids to their zones (which a replicated
+Create's placement spreads the members over). A stream held here whose entry names another
 broker is sealed (``seal_changes``). The file is read again when it changes; one that cannot be
 read keeps the last good one. All but ``DirectoryFile`` is pure.
 Format: docs/configuration.md#the-stream-directory.
@@ -62,6 +63,9 @@ class Directory:
     streams: Mapping[str, Address] = field(default_factory=dict)
     super_streams: Mapping[str, SuperStreamEntry] = field(default_factory=dict)
     replicated: Mapping[str, Placement] = field(default_factory=dict)
+    #: each member id's zone, as the operator read it from the Nodes (placement spreads a new
+    #: stream's members over zones); empty when not known
+    zones: Mapping[int, str] = field(default_factory=dict)
 
     def leader(self, vhost: str, stream: str) -> Address | None:
         """Where a stream's writes go: the one broker of an unreplicated stream, a replicated
@@ -135,7 +139,12 @@ def parse(text: str) -> Directory:
             raise DirectoryError(f"super_streams[{name!r}] needs 'partitions' and 'binding_keys',"
                                  " two lists of strings of the same length")
         supers[name] = SuperStreamEntry(tuple(parts), tuple(keys))
-    return Directory(streams, supers, replicated)
+    zones_doc = doc.get("zones", {})
+    if not isinstance(zones_doc, dict) or not all(
+            isinstance(k, str) and k.isdigit() and isinstance(v, str) and v
+            for k, v in zones_doc.items()):
+        raise DirectoryError("'zones' must map member ids (\"0\", \"1\", ...) to zone names")
+    return Directory(streams, supers, replicated, {int(k): v for k, v in zones_doc.items()})
 
 
 def seal_changes(previous: Directory | None, current: Directory, vhost: str,
@@ -223,9 +232,10 @@ class DirectoryFile:
         self._signature: tuple[int, int, int] | None = None
         self._problem: str | None = None
 
-    def current(self) -> Directory:
+    def current(self, fresh: bool = False) -> Directory:
+        """The directory; ``fresh``: the file's stat looked at now, whenever it was last."""
         now = self.clock()
-        if self._checked_at is None or now - self._checked_at >= CHECK_INTERVAL_S:
+        if fresh or self._checked_at is None or now - self._checked_at >= CHECK_INTERVAL_S:
             self._checked_at = now
             self._refresh()
         return self.directory

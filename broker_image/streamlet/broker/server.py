@@ -181,11 +181,12 @@ class Broker:
         for conn in stream.holders():
             conn.stream_gone(stream)
 
-    def directory(self) -> Directory:
-        """Where the streams other brokers hold live (empty without [cluster] directory_file)."""
+    def directory(self, fresh: bool = False) -> Directory:
+        """Where the streams other brokers hold live (empty without [cluster] directory_file);
+        ``fresh``: the file looked at now (a replicated Create places by its loads and zones)."""
         if self._directory is None:
             return EMPTY
-        directory = self._directory.current()
+        directory = self._directory.current(fresh)
         if directory is not self._sealed_by:
             previous, self._sealed_by = self._sealed_by, directory
             self._apply_seals(previous, directory)

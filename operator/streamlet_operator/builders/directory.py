@@ -84,8 +84,10 @@ def advertised_host(broker: BrokerModel, ordinal: int) -> str | None:
     return names.pod_dns(broker.name, ordinal, broker.namespace, adv.cluster_domain)
 
 
-def render_directory(placed: Iterable[Placed], address: Callable[[int], str | None]) -> str:
-    """The directory file's JSON (sorted: the same placements give the same bytes).
+def render_directory(placed: Iterable[Placed], address: Callable[[int], str | None],
+                     zones: Mapping[int, str] | None = None) -> str:
+    """The directory file's JSON (sorted: the same placements give the same bytes); ``zones``:
+    each pod's zone, for the brokers' placement of new replicated streams (left out if none).
 
     ``address`` gives ``host:port`` for a pod ordinal, None when unknown (then left out: the
     other pods answer "does not exist" rather than name a wrong pod; a replicated stream's
@@ -122,7 +124,10 @@ def render_directory(placed: Iterable[Placed], address: Callable[[int], str | No
             # The operator creates super streams with binding keys "0".."n-1" (brokers.py).
             supers[p.stream] = {"partitions": partitions,
                                 "binding_keys": [str(i) for i in range(len(partitions))]}
-    return json.dumps({"streams": streams, "super_streams": supers}, indent=1, sort_keys=True)
+    doc: dict[str, Any] = {"streams": streams, "super_streams": supers}
+    if zones:
+        doc["zones"] = {str(o): z for o, z in zones.items()}
+    return json.dumps(doc, indent=1, sort_keys=True)
 
 
 def build_directory_configmap(broker: BrokerModel, text: str) -> dict[str, Any]:

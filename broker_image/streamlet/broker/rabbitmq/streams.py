@@ -91,8 +91,8 @@ def _create_replicated(conn: ConnectionState, cmd: f.Create, cluster: Cluster,
     assert conn.vhost is not None
     vhost = conn.vhost
     try:
-        placement = placement_for(cluster.peers, cluster.me, conn.broker.directory(), size,
-                                  locator)
+        placement = placement_for(cluster.peers, cluster.me,
+                                  conn.broker.directory(fresh=True), size, locator)
     except NotEnoughPods as e:
         log.info("create %r refused: %s", cmd.stream, e)
         return Code.PRECONDITION_FAILED

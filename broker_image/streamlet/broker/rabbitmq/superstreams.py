@@ -63,8 +63,8 @@ def _create_replicated(conn: ConnectionState, cmd: f.CreateSuperStream, cluster:
     vhost = conn.vhost
     try:
         vhost.check_super_stream(cmd.name, cmd.partitions, cmd.binding_keys)
-        placements = super_stream_placements(cluster.peers, conn.broker.directory(), size,
-                                             len(cmd.partitions))
+        placements = super_stream_placements(
+            cluster.peers, conn.broker.directory(fresh=True), size, len(cmd.partitions))
     except SuperStreamRefused as e:
         log.info("create super stream %r refused: %s", cmd.name, e.why)
         conn.send(f.CreateSuperStreamResponse(cmd.correlation_id, DENIAL_CODES[e.reason]))

@@ -58,19 +58,24 @@ def _load(peers: tuple[Address, ...], directory: Directory) -> Load:
     return load
 
 
+def _pods(peers: tuple[Address, ...], directory: Directory) -> list[Pod]:
+    """Every peer as placement sees it: its zone from the directory (none when not known)."""
+    return [Pod(i, directory.zones.get(i)) for i in range(len(peers))]
+
+
 def placement_for(peers: tuple[Address, ...], me: int, directory: Directory, size: int,
                   locator: Locator) -> Placement:
     """Where the members go."""
-    return place([Pod(i) for i in range(len(peers))], min(size, len(peers)),
-                 _load(peers, directory), locator, receiving=me)
+    return place(_pods(peers, directory), min(size, len(peers)), _load(peers, directory),
+                 locator, receiving=me)
 
 
 def super_stream_placements(peers: tuple[Address, ...], directory: Directory, size: int,
                             partitions: int) -> list[Placement]:
     """Where each partition's members go: balanced, so the partitions' leaders spread across
     the brokers whatever broker received the create."""
-    return place_super_stream([Pod(i) for i in range(len(peers))], partitions,
-                              min(size, len(peers)), _load(peers, directory))
+    return place_super_stream(_pods(peers, directory), partitions, min(size, len(peers)),
+                              _load(peers, directory))
 
 
 async def create_replicated(cluster: Cluster, vhost: VirtualHost, name: str,
