@@ -108,6 +108,7 @@ class Watch:
         self.sets: dict[int, list[int]] = {}  # epoch -> the member set recorded for it
         self.broken: list[str] = []
         self.ticks = 0
+        self.states = 0  # brokers' saved states checked
         driver = c.driver
         save, tick = driver._save, driver.tick
 
@@ -145,6 +146,7 @@ class Watch:
             except (OSError, ValueError):
                 continue  # no copy (yet, or dropped)
             epoch, members = state["epoch"], sorted(state["members"])
+            self.states += 1
             if epoch > doc["epoch"]:
                 self.broken.append(f"member {i} in epoch {epoch}, ahead of the record's "
                                    f"{doc['epoch']}")
@@ -235,7 +237,7 @@ async def _finish(c: ProxiedCluster, name: str, producer: Producer, watch: Watch
                      what="the members' segment files byte-identical")
     c.stop()  # quiescence: index files are written out at the latest on close
     assert not watch.broken, watch.broken
-    assert watch.ticks > 0
+    assert watch.ticks > 0 and watch.states > 0 and len(watch.sets) > 1, watch.sets
     assert c.identical(name, (".segment", ".index"), members), "segment and index identical"
     expected = [b"%d" % i for i in range(1, n + 1)]
     for m in members:
