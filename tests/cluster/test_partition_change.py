@@ -435,3 +435,34 @@ async def test_the_leader_cut_off_as_the_new_set_is_recorded(
     c.heal(0)
     members = await _finish(c, "s", producer, watch, task)
     assert sorted(members) == [0, 1, 2, 3], members
+
+
+async def test_a_member_removed_and_added_back_while_cut_off(cluster4: ProxiedCluster) -> None:
+    """Four members; member 3 cut off and removed (it stays to be told to leave), then added
+    back while still cut off: it is no longer to leave, and the add waits (the leader cannot
+    make it a learner) without blocking the stream. Healed, it learns, keeping or replacing
+    its old copy as the leader's log says, joins, and holds every confirmed message once."""
+    c = cluster4
+    c.create("b", members=(0, 1, 2, 3))
+    watch = Watch(c, "b")
+    c.drive()
+    await eventually(lambda: c.record("b") == (1, 0), timeout=30, what="epoch 1 recorded")
+    producer = Producer(c, "b")
+    task = asyncio.create_task(producer.run())
+    await producer.at_least(1000)
+    c.cut(3)
+    removal = requests.write(c.root, Request(requests.MEMBERS, "b", to=3, change="remove"))
+    await eventually(lambda: not removal.exists(), timeout=30, what="the removal done")
+    assert (_record(c, "b")["members"], _record(c, "b")["leaving"]) == ([0, 1, 2], [3])
+    await producer.at_least(1000)
+    _add(c, "b", 3)
+    await eventually(lambda: (r := _record(c, "b"))["change"] is not None and not r["leaving"],
+                     timeout=30, what="the add begun, member 3 no longer to leave")
+    await producer.at_least(1000)  # the stream goes on meanwhile
+    record = _record(c, "b")
+    assert record["members"] == [0, 1, 2] and record["change"]["member"] == 3, record
+    c.heal(3)
+    await eventually(lambda: _record(c, "b")["members"] == [0, 1, 2, 3], timeout=60,
+                     what="member 3 back in the set")
+    members = await _finish(c, "b", producer, watch, task)
+    assert members == [0, 1, 2, 3]
