@@ -21,6 +21,7 @@ import pytest
 
 from streamlet.client import connect
 from streamlet.client.errors import StreamletError
+from streamlet.cluster import driver as driver_module
 from streamlet.cluster import requests
 from streamlet.cluster.requests import Request
 from streamlet.rabbitmq import Code
@@ -466,3 +467,39 @@ async def test_a_member_removed_and_added_back_while_cut_off(cluster4: ProxiedCl
                      what="member 3 back in the set")
     members = await _finish(c, "b", producer, watch, task)
     assert members == [0, 1, 2, 3]
+
+
+async def test_an_add_given_up_while_leader_and_learner_are_cut_off(
+        cluster4: ProxiedCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Member 3 is added; the moment the leader has made it a learner, both the leader and the
+    learner are cut off. A new leader is elected among {0, 1, 2}, which cannot make member 3
+    a learner, so the add is given up (its time limit shortened here): member 3 is to leave.
+    Healed, it drops its copy, the old leader follows, and the set is {0, 1, 2} again."""
+    monkeypatch.setattr(driver_module, "CHANGE_TIMEOUT_S", 6.0)
+    c = cluster4
+    c.create("g")
+    watch = Watch(c, "g")
+    cut = _hook(c, "learn", lambda leader, name, epoch, member: member == 3,
+                partial(_cut_now, c, 0, 3))
+    c.drive()
+    await eventually(lambda: c.record("g") == (1, 0), timeout=30, what="epoch 1 recorded")
+    producer = Producer(c, "g")
+    task = asyncio.create_task(producer.run())
+    await producer.at_least(1000)
+    asked = _add(c, "g", 3)
+    await eventually(lambda: cut, timeout=30, what="the learner made, leader and learner cut")
+    await eventually(lambda: not asked.exists(), timeout=30, what="the add answered")
+    why = requests.outcome(c.root, Request(requests.MEMBERS, "g", to=3, change="add"))
+    assert why is not None and "given up" in why, why
+    record = _record(c, "g")
+    assert (record["members"], record["change"], record["leaving"]) == ([0, 1, 2], None, [3])
+    assert record["replicas"] == 3, "the count asked for is given up too"
+    await eventually(lambda: c.record("g")[1] in (1, 2), timeout=60,  # type: ignore[index]
+                     what="a new leader among {0, 1, 2}")
+    await producer.at_least(1000)
+    c.heal(0)
+    c.heal(3)
+    await eventually(lambda: not (c.brokers[3].data_dir / "streams" / "g").exists(),
+                     timeout=30, what="the learner's copy dropped once healed")
+    members = await _finish(c, "g", producer, watch, task)
+    assert members == [0, 1, 2]
