@@ -1,6 +1,6 @@
 """Network partitions during a member set change, in a local cluster behind fault proxies
-(test_partition.py's ProxiedCluster: four brokers, an RF 3 stream on members 0, 1 and 2, the
-placement driver ticked in-process). A member "cut off" is one whose proxies refuse: its peers'
+(test_partition.py's ProxiedCluster: four brokers, a stream on members 0, 1 and 2, or on all
+four for the removals, the placement driver ticked in-process). A member "cut off" is one whose proxies refuse: its peers'
 links to it and the driver's requests fail (its own link to a leader of an older epoch, if it
 keeps one, is refused by a leader of a later epoch). The change completes or is undone, and
 never do two member sets hold a majority each: every epoch the driver records has one member
