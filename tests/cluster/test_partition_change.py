@@ -42,14 +42,12 @@ class Producer:
     """A named producer ("app") publishing ids 1.. straight to the leader the driver records
     (not through a proxy: a cut-off leader keeps taking its publishes); when the record names
     another leader or a send or flush is stuck, it connects again and resends what is not
-    confirmed with the same ids. ``paused``: no new ids meanwhile. After :meth:`finish`, until
-    everything sent is confirmed."""
+    confirmed with the same ids. After :meth:`finish`, until everything sent is confirmed."""
 
     def __init__(self, c: ProxiedCluster, name: str) -> None:
         self.c, self.name = c, name
         self.confirmed: set[int] = set()
         self.sent = 0
-        self.paused = False
         self.rounds = 0  # connections made
         self.done = asyncio.Event()
 
@@ -77,9 +75,6 @@ class Producer:
                             await asyncio.wait_for(producer.send(b"%d" % i, publishing_id=i),
                                                    STUCK_S)
                     while not self.done.is_set() and self.leader() == leader:
-                        if self.paused:
-                            await asyncio.sleep(0.05)
-                            continue
                         self.sent += 1
                         await asyncio.wait_for(producer.send(b"%d" % self.sent,
                                                              publishing_id=self.sent), STUCK_S)
