@@ -1,13 +1,10 @@
 """The local cluster's placement driver: it elects replicated streams' leaders by the pure rule
-(streamlet.replication.election), carries the decision out with the brokers' private Fence and
-Assign (streamlet.driver.elector), and writes the stream directory every node answers Metadata from.
-
-A leader is replaced only when it and the followers still in contact with it are no longer a
-quorum; an epoch is reserved in ``driver.json`` before any Fence, so none is used twice; without
-a fenced majority nothing is elected. It changes member sets one member at a time
-(streamlet.replication.membership: ``cluster members``, a member down longer than
-``--replace-after`` replaced), the change in progress kept in ``driver.json``, and carries out
-``cluster elect --force``, ``transfer`` and ``rebalance`` requests.
+(streamlet.replication.election) through the brokers' private Fence and Assign
+(streamlet.driver.elector), changes member sets one member at a time (replication.membership:
+``cluster members``, members down past ``--replace-after`` replaced), carries out ``elect
+--force``, ``transfer`` and ``rebalance`` requests, and writes the stream directory. A leader is
+replaced only when it and the followers in contact with it are no quorum; every epoch and
+change is recorded in ``driver.json`` before any member hears of it.
 Mechanism: docs/replication.md#the-local-placement-driver-streamlet-cluster-up.
 """
 from __future__ import annotations

@@ -5,10 +5,8 @@
                 "started_at": 1767225600.0, "metrics_port": 15692, "http_port": 15672,
                 "log": "/home/me/cluster/node-0/broker.log"}, ...]}
 
-``alive`` is the supervisor's view; ``stopped``: kept down by ``cluster stop-node`` until
-``start-node``; ``started_at`` the wall-clock start of the current process (0 before the
-first); ports are 0 when off. Written whole, atomically: a reader sees the old
-state or the new one, never half of one.
+``alive``: the supervisor's view; ``stopped``: kept down by ``stop-node``; ``started_at``: the
+current process's wall-clock start; ports 0 when off. Written whole and atomically.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """The supervisor of ``cluster up``: runs every node's broker and restarts one that exits, as a
 kubelet restarts a pod's container, until SIGINT or SIGTERM stops them all.
 
-Each node has a task: start the broker, wait for it to exit, wait the backoff
-(:mod:`.backoff`), start it again; a default metrics or management API port (not given to
-``up``) that something else took meanwhile is left off for the restart, as ``up`` leaves it off
-(plan.settle_defaults), so the node does not fail on it for ever. Every change is written to
-``cluster.json`` (:mod:`.state`). ``cluster stop-node`` and ``start-node`` are requests
-(:mod:`.requests`) it takes up: a node stopped so is kept down (its data deleted with
-``--wipe``: a lost volume) until started again.
-Things that run beside the nodes for the supervisor's life (a placement driver, later) are
-``Driver`` objects given to :class:`Supervisor`: each gets a task, cancelled at stop.
+Each node has a task: start, wait for the exit, back off (:mod:`.backoff`), start again (a
+default metrics or HTTP port taken meanwhile left off, as ``up`` leaves it off). Every change
+goes to ``cluster.json`` (:mod:`.state`). ``stop-node`` keeps a node down (``--wipe``: its
+data deleted, a lost volume) until ``start-node`` (requests, :mod:`.requests`). A placement
+driver runs beside the nodes as a ``Driver``: a task of its own, cancelled at stop.
 """
 
 from __future__ import annotations
