@@ -6,10 +6,14 @@ DNS name does not change), so its peers keep reaching it.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from pathlib import Path
+from typing import Any
 
 from streamlet_operator.brokers import Address
+from streamlet_operator.kube import Kube
+from tests.operator.harness import eventually
 from tests.operator.kubelet import ProcessLauncher
 from tests.support.brokers import BrokerProcess, free_port
 
@@ -49,3 +53,23 @@ class PeeredLauncher(ProcessLauncher):
         proc = self.procs[address]
         assert proc.proc is not None
         proc.proc.send_signal(signal.SIGSTOP if paused else signal.SIGCONT)
+
+
+async def delete_streams(kube: Kube, namespace: str) -> None:
+    """A test's end: every Stream of ``namespace`` deleted while its pods still run (their
+    finalizers delete them on the brokers), waited for up to 30 s (a teardown, no assertion)."""
+    for obj in await kube.list("Stream", namespace):
+        await kube.delete("Stream", namespace, obj["metadata"]["name"])
+
+    async def gone() -> bool:
+        return not await kube.list("Stream", namespace)
+    with contextlib.suppress(AssertionError):
+        await eventually(gone, timeout=30, what="streams finalized")
+
+
+def stop_pods(pods: dict[tuple[str, str, int], Any], launcher: ProcessLauncher,
+              namespace: str) -> None:
+    """Stop the namespace's pods (their broker processes) and whatever else ``launcher`` ran."""
+    for key in [k for k in pods if k[0] == namespace]:
+        launcher.stop(pods.pop(key))
+    launcher.stop_all()

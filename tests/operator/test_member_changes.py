@@ -9,7 +9,6 @@ applies. Every message confirmed before is on the new member set.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from streamlet_operator.kube import Kube
 from tests.operator.conftest import Cluster
 from tests.operator.harness import eventually, read_all
 from tests.operator.kubelet import Kubelet
-from tests.operator.peers import PeeredLauncher
+from tests.operator.peers import PeeredLauncher, delete_streams, stop_pods
 from tests.operator.test_broker import broker_body, condition
 from tests.operator.test_replicated import publish, record_of, replication
 from tests.operator.test_stream import stream_body
@@ -53,19 +52,9 @@ async def four_pods(cluster: Cluster, kube: Kube, namespace: str, tmp_path: Path
         assert record.leader is not None
         await publish(cluster.pods.pods[(namespace, "b", record.leader)], MESSAGES, 0)
         yield kubelet, launcher
-        for obj in await kube.list("Stream", namespace):
-            await kube.delete("Stream", namespace, obj["metadata"]["name"])
-        with contextlib.suppress(AssertionError):
-            await eventually(lambda: _no_streams(kube, namespace), timeout=30,
-                             what="streams finalized")
+        await delete_streams(kube, namespace)
     finally:
-        for key in [k for k in cluster.pods.pods if k[0] == namespace]:
-            launcher.stop(cluster.pods.pods.pop(key))
-        launcher.stop_all()
-
-
-async def _no_streams(kube: Kube, namespace: str) -> bool:
-    return not await kube.list("Stream", namespace)
+        stop_pods(cluster.pods.pods, launcher, namespace)
 
 
 async def settled(kube: Kube, namespace: str, check: Callable[[Replication], bool],
@@ -214,10 +203,6 @@ async def test_a_super_stream_s_partitions_change_replicas(
         await reasons(kube, namespace, lambda got: got.count("MemberAdded") == 2
                       and got.count("MemberRemoved") == 2)
         await kube.delete("Stream", namespace, "events")
-        with contextlib.suppress(AssertionError):
-            await eventually(lambda: _no_streams(kube, namespace), timeout=30,
-                             what="streams finalized")
+        await delete_streams(kube, namespace)
     finally:
-        for key in [k for k in cluster.pods.pods if k[0] == namespace]:
-            launcher.stop(cluster.pods.pods.pop(key))
-        launcher.stop_all()
+        stop_pods(cluster.pods.pods, launcher, namespace)

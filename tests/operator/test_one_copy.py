@@ -12,7 +12,6 @@ on a pod a scale-down removes, its member is moved (never copied) before the pod
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from streamlet_operator.kube import Kube
 from tests.operator.conftest import Cluster
 from tests.operator.harness import eventually, read_all
 from tests.operator.kubelet import ClientProbe, Kubelet
-from tests.operator.peers import PeeredLauncher
+from tests.operator.peers import PeeredLauncher, delete_streams, stop_pods
 from tests.operator.test_broker import broker_body, condition
 from tests.operator.test_member_changes import CHANGE_S, settled
 from tests.operator.test_replicated import publish, record_of, replication
@@ -97,17 +96,9 @@ async def test_one_copy_grows_to_three_and_shrinks_back(
         await publish(cluster.pods.pods[(namespace, "b", holder)], MESSAGES, 2 * MESSAGES)
         await _every_message_on(cluster, namespace, (holder,), 3 * MESSAGES)
         await kube.delete("Stream", namespace, "orders")
-        with contextlib.suppress(AssertionError):
-            await eventually(lambda: _no_streams(kube, namespace), timeout=30,
-                             what="streams finalized")
+        await delete_streams(kube, namespace)
     finally:
-        for key in [k for k in cluster.pods.pods if k[0] == namespace]:
-            launcher.stop(cluster.pods.pods.pop(key))
-        launcher.stop_all()
-
-
-async def _no_streams(kube: Kube, namespace: str) -> bool:
-    return not await kube.list("Stream", namespace)
+        stop_pods(cluster.pods.pods, launcher, namespace)
 
 
 
@@ -152,13 +143,9 @@ async def test_a_stream_shrunk_to_one_member_leaves_a_drained_pod_through_two(
                       MESSAGES)
         await _every_message_on(cluster, namespace, record.members, 2 * MESSAGES)
         await kube.delete("Stream", namespace, "orders")
-        with contextlib.suppress(AssertionError):
-            await eventually(lambda: _no_streams(kube, namespace), timeout=30,
-                             what="streams finalized")
+        await delete_streams(kube, namespace)
     finally:
-        for key in [k for k in cluster.pods.pods if k[0] == namespace]:
-            launcher.stop(cluster.pods.pods.pop(key))
-        launcher.stop_all()
+        stop_pods(cluster.pods.pods, launcher, namespace)
 
 
 async def _drained(kube: Kube, namespace: str, check: Callable[[dict[str, Any]], bool]
@@ -212,10 +199,6 @@ async def test_a_scale_down_moves_a_one_member_stream_off_the_removed_pod(
                       MESSAGES)
         await _every_message_on(cluster, namespace, record.members, 2 * MESSAGES)
         await kube.delete("Stream", namespace, "orders")
-        with contextlib.suppress(AssertionError):
-            await eventually(lambda: _no_streams(kube, namespace), timeout=30,
-                             what="streams finalized")
+        await delete_streams(kube, namespace)
     finally:
-        for key in [k for k in cluster.pods.pods if k[0] == namespace]:
-            launcher.stop(cluster.pods.pods.pop(key))
-        launcher.stop_all()
+        stop_pods(cluster.pods.pods, launcher, namespace)

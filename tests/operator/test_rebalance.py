@@ -23,7 +23,7 @@ from streamlet_operator.placement import REBALANCE
 from tests.operator.conftest import Cluster
 from tests.operator.harness import eventually
 from tests.operator.kubelet import Kubelet
-from tests.operator.peers import PeeredLauncher
+from tests.operator.peers import PeeredLauncher, delete_streams, stop_pods
 from tests.operator.test_replicated import replication
 from tests.operator.test_stream import stream_body
 
@@ -43,12 +43,9 @@ async def peered(cluster: Cluster, kube: Kube, namespace: str, tmp_path: Path
     kubelet = Kubelet(kube, cluster.pods, launcher)
     try:
         yield kubelet
-        for obj in await kube.list("Stream", namespace):
-            await kube.delete("Stream", namespace, obj["metadata"]["name"])
+        await delete_streams(kube, namespace)
     finally:
-        for key in [k for k in cluster.pods.pods if k[0] == namespace]:
-            launcher.stop(cluster.pods.pods.pop(key))
-        launcher.stop_all()
+        stop_pods(cluster.pods.pods, launcher, namespace)
 
 
 async def _broker(kube: Kube, kubelet: Kubelet, namespace: str, **replication: Any) -> None:

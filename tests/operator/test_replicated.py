@@ -11,7 +11,6 @@ the force-leader annotation asks, and then the unclean election says so.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -32,7 +31,7 @@ from streamlet_operator.runtime import Runtime
 from tests.operator.conftest import Cluster
 from tests.operator.harness import eventually, kube_client, read_all
 from tests.operator.kubelet import Kubelet
-from tests.operator.peers import PeeredLauncher
+from tests.operator.peers import PeeredLauncher, delete_streams, stop_pods
 from tests.operator.test_broker import condition
 from tests.operator.test_stream import running_broker, stream_body
 
@@ -60,19 +59,9 @@ async def replicated_stream(cluster: Cluster, kube: Kube, namespace: str, tmp_pa
                                    lambda r: r.phase == "Ready" and len(r.in_sync) == 3)
         yield kubelet, launcher, stream
         # Deleted while the pods run: its finalizer deletes it on the brokers.
-        for obj in await kube.list("Stream", namespace):
-            await kube.delete("Stream", namespace, obj["metadata"]["name"])
-        with contextlib.suppress(AssertionError):
-            await eventually(lambda: _no_streams(kube, namespace), timeout=30,
-                             what="streams finalized")
+        await delete_streams(kube, namespace)
     finally:
-        for key in [k for k in cluster.pods.pods if k[0] == namespace]:
-            launcher.stop(cluster.pods.pods.pop(key))
-        launcher.stop_all()
-
-
-async def _no_streams(kube: Kube, namespace: str) -> bool:
-    return not await kube.list("Stream", namespace)
+        stop_pods(cluster.pods.pods, launcher, namespace)
 
 
 async def replication(kube: Kube, namespace: str, name: str, check: Any,

@@ -12,7 +12,6 @@ every partition on every pod.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,7 +27,7 @@ from streamlet_operator.kube import Kube
 from tests.operator.conftest import Cluster
 from tests.operator.harness import eventually, read_all
 from tests.operator.kubelet import Kubelet
-from tests.operator.peers import PeeredLauncher
+from tests.operator.peers import PeeredLauncher, delete_streams, stop_pods
 from tests.operator.test_broker import condition
 from tests.operator.test_stream import running_broker, stream_body
 
@@ -86,10 +85,6 @@ async def directory(kube: Kube, namespace: str) -> dict[str, Any]:
     return doc
 
 
-async def _no_streams(kube: Kube, namespace: str) -> bool:
-    return not await kube.list("Stream", namespace)
-
-
 async def held(admin: ClientBrokerAdmin, address: Address) -> list[str]:
     """The partitions the pod at ``address`` holds."""
     async with admin.session(address, "guest", "guest") as session:
@@ -108,14 +103,8 @@ async def pods(cluster: Cluster, kube: Kube, namespace: str,
         await running_broker(kube, kubelet, namespace, replicas=PODS)
         yield kubelet, launcher
     finally:
-        for obj in await kube.list("Stream", namespace):
-            await kube.delete("Stream", namespace, obj["metadata"]["name"])
-        with contextlib.suppress(AssertionError):
-            await eventually(lambda: _no_streams(kube, namespace), timeout=30,
-                             what="streams finalized")
-        for key in [k for k in cluster.pods.pods if k[0] == namespace]:
-            launcher.stop(cluster.pods.pods.pop(key))
-        launcher.stop_all()
+        await delete_streams(kube, namespace)
+        stop_pods(cluster.pods.pods, launcher, namespace)
 
 
 async def test_replicated_super_stream_fails_over_per_partition_and_deletes_everywhere(

@@ -17,7 +17,7 @@ from streamlet_operator.placement import ZONE_LABEL
 from tests.operator.conftest import Cluster
 from tests.operator.harness import eventually
 from tests.operator.kubelet import Kubelet
-from tests.operator.peers import PeeredLauncher
+from tests.operator.peers import PeeredLauncher, delete_streams, stop_pods
 from tests.operator.test_replicated import record_of, replication
 from tests.operator.test_stream import stream_body
 
@@ -57,12 +57,9 @@ async def zoned(cluster: Cluster, kube: Kube, namespace: str, tmp_path: Path
             await kube.patch("Pod", namespace, pod, {"status": {"conditions": [
                 {"type": "Ready", "status": "True"}]}}, subresource="status")
         yield kubelet
-        for obj in await kube.list("Stream", namespace):
-            await kube.delete("Stream", namespace, obj["metadata"]["name"])
+        await delete_streams(kube, namespace)
     finally:
-        for key in [k for k in cluster.pods.pods if k[0] == namespace]:
-            launcher.stop(cluster.pods.pods.pop(key))
-        launcher.stop_all()
+        stop_pods(cluster.pods.pods, launcher, namespace)
         for ordinal in ZONES:
             await kube.delete("Node", "", f"{namespace}-n{ordinal}")
 
