@@ -23,7 +23,6 @@ from typing import Any
 from streamlet.driver.elector import REQUEST_TIMEOUT_S, Members, join, run_election
 from streamlet.rabbitmq import Code
 from streamlet.rabbitmq.constants import Role
-from streamlet.rabbitmq.frames import replication as rf
 from streamlet.replication.election import Decision, transfer, transfer_ready
 from streamlet.replication.membership import (
     Action,
@@ -31,6 +30,7 @@ from streamlet.replication.membership import (
     Led,
     change_refusal,
     change_step,
+    lost_since,
     next_change,
 )
 from streamlet.replication.model import NO_LEADER, Tail
@@ -562,17 +562,13 @@ class Driver:
                 self.unready_since.setdefault(o, now)
             else:  # ready, or no longer a pod of the Broker (a pod made again starts afresh)
                 self.unready_since.pop(o, None)
-        self.lost = failover.lost(self.unready_since, now, broker.replace_after)
+        self.lost = lost_since(self.unready_since, now, broker.replace_after)
         deleting = {o for o, p in pods.items() if p["metadata"].get("deletionTimestamp")}
         zones = {o: z for o, z in self.pod_zones.items() if z is not None}
         self.change_pods = failover.change_pods(ordinals, up, bad, drained | deleting,
                                                 broker.replicas, zones)
-        hosted: dict[int, int] = {}
-        for s in streams:
-            for unit in failover.units(s):
-                for m in _members_of(s, unit):
-                    hosted[m] = hosted.get(m, 0) + 1
-        self.load = Load(hosted)
+        self.load = Load.holding(_members_of(s, unit) for s in streams
+                                 for unit in failover.units(s))
 
     async def _change(self, broker: BrokerModel, members: Members, obj: dict[str, Any],
                       unit: Unit, record: Replication, up: set[int]) -> None:
@@ -1026,8 +1022,7 @@ class _Members(Members):
 async def _plain(members: Members, member: int, name: str) -> bool:
     """Whether the member holds ``name`` without member state (a stream of one copy): its
     ReplicaContact refused with PRECONDITION_FAILED (unanswered: not known)."""
-    answer = await members.request(member, lambda c: rf.ReplicaContact(c, name))
-    return answer is not None and answer.code == Code.PRECONDITION_FAILED
+    return await members.contact_or_refusal(member, name) == Code.PRECONDITION_FAILED
 
 
 class _PodSession:

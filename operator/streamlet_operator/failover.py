@@ -322,14 +322,6 @@ def unready(ordinals: Collection[int], up: Collection[int],
     return {o for o in ordinals if o not in up or not pod_ready.get(o, True)}
 
 
-def lost(since: Mapping[int, float], now: float, replace_after: float) -> frozenset[int]:
-    """The pods unready (``since``: ordinal -> when first seen so, on the clock of ``now``)
-    for ``replace_after`` seconds or more; none when ``replace_after`` is 0 (never replace)."""
-    if replace_after <= 0:
-        return frozenset()
-    return frozenset(o for o, t in since.items() if now - t >= replace_after)
-
-
 def change_pods(ordinals: Collection[int], up: Collection[int], not_ready: Collection[int],
                 avoid: Collection[int], staying: int,
                 zones: Mapping[int, str] | None = None) -> list[Pod]:

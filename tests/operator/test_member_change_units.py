@@ -20,7 +20,6 @@ from streamlet_operator.failover import (
     Replication,
     change_pods,
     changing_condition,
-    lost,
     start_change,
     unready,
 )
@@ -34,15 +33,6 @@ def test_unready_by_probe_or_pod_condition() -> None:
     probe alone."""
     assert unready({0, 1, 2, 3}, up={0, 1, 3}, pod_ready={1: False, 3: True}) == {1, 2}
     assert unready({0, 1}, up={0, 1}, pod_ready={}) == set()
-
-
-@pytest.mark.parametrize(("since", "now", "after", "expected"), [
-    pytest.param({1: 10.0, 2: 14.0}, 15.0, 5.0, {1}, id="one unready long enough"),
-    pytest.param({1: 10.0}, 14.9, 5.0, set(), id="not yet"),
-    pytest.param({1: 0.0}, 1e6, 0.0, set(), id="replaceAfter 0: never"),
-])
-def test_lost(since: dict[int, float], now: float, after: float, expected: set[int]) -> None:
-    assert lost(since, now, after) == expected
 
 
 def test_change_pods() -> None:

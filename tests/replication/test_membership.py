@@ -20,6 +20,7 @@ from streamlet.replication.membership import (
     caught_up,
     change_refusal,
     change_step,
+    lost_since,
     next_change,
     preferred_moves,
     rebalance,
@@ -392,3 +393,13 @@ def test_change_step(change: Change, leader: int, in_sync: set[int], learner: Co
     assert why in step.why
     if action is Action.TRANSFER:
         assert step.to == 1
+
+
+@pytest.mark.parametrize(("since", "now", "after", "expected"), [
+    pytest.param({1: 10.0, 2: 14.0}, 15.0, 5.0, {1}, id="one unready long enough"),
+    pytest.param({1: 10.0}, 14.9, 5.0, set(), id="not yet"),
+    pytest.param({1: 0.0}, 1e6, 0.0, set(), id="replaceAfter 0: never"),
+])
+def test_lost_since(since: dict[int, float], now: float, after: float,
+                    expected: set[int]) -> None:
+    assert lost_since(since, now, after) == expected

@@ -153,3 +153,8 @@ def test_stop_why_reads() -> None:
 def test_leaders_on() -> None:
     assert leaders_on(1, {"b": 1, "a": 1, "c": 0}) == ["a", "b"]
     assert leaders_on(2, {"a": 1}) == []
+
+
+def test_load_holding_counts_the_members_of_each_stream() -> None:
+    load = Load.holding([[0, 1, 2], [1, 2], [2]])
+    assert load.hosted == {0: 1, 1: 2, 2: 3} and load.leading == {}

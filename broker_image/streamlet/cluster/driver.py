@@ -24,7 +24,6 @@ from urllib.parse import unquote
 from ..driver.elector import Members, join, run_election
 from ..rabbitmq import Code
 from ..rabbitmq.constants import Role
-from ..rabbitmq.frames import replication as rf
 from ..replication.election import Decision, elect, transfer, transfer_ready
 from ..replication.liveness import Contact, leader_lost
 from ..replication.membership import (
@@ -35,6 +34,7 @@ from ..replication.membership import (
     caught_up,
     change_refusal,
     change_step,
+    lost_since,
     next_change,
     rebalance,
 )
@@ -316,10 +316,9 @@ class LocalDriver:
         node runs without a copy (at ``look``: its data was lost, waiting brings nothing)."""
         if not self.replace_after:
             return []
-        now = time.monotonic()
+        down = lost_since(self.down_since, time.monotonic(), self.replace_after)
         empty = look.empty if look is not None and look.epoch == record.epoch else frozenset()
-        return [m for m in record.members if m in empty or (
-            m in self.down_since and now - self.down_since[m] >= self.replace_after)]
+        return [m for m in record.members if m in empty or m in down]
 
     def _next(self, name: str, record: StreamRecord, look: Look) -> Change | None:
         """The next change toward ``replicas`` healthy members (membership.next_change), when
@@ -329,12 +328,8 @@ class LocalDriver:
             return None
         pods = [Pod(i, ready=i in self._alive and i not in self.down_since)
                 for i in range(len(self.ports))]
-        hosted: dict[int, int] = {}
-        for r in self.records.values():
-            for m in r.members:
-                hosted[m] = hosted.get(m, 0) + 1
-        step = next_change(record.replicas, record.members, record.leader, pods, Load(hosted),
-                           lost)
+        load = Load.holding(r.members for r in self.records.values())
+        step = next_change(record.replicas, record.members, record.leader, pods, load, lost)
         empty = [m for m in lost if m in look.empty and m != record.leader]
         if step.change is None and empty:  # no other node: out, then in again with a new copy
             step = replace(step, change=Change(Kind.REMOVE, empty[0]),
@@ -438,13 +433,13 @@ class LocalDriver:
         its epoch holding the leader's last chunk of the previous look."""
         ids = list(record.members) + [m for m in extra if m not in record.members]
 
-        async def ask(m: int) -> Contact | None:
-            return await self.brokers.contact(m, name) if m in self._alive else None
+        async def ask(m: int) -> Contact | int | None:
+            return await self.brokers.contact_or_refusal(m, name) if m in self._alive else None
 
-        contacts = dict(zip(ids, await asyncio.gather(*(ask(m) for m in ids)), strict=True))
-        unanswered = [m for m in record.members if m in self._alive and contacts[m] is None]
-        copies = await asyncio.gather(*(self._has_copy(m, name) for m in unanswered))
-        empty = frozenset(m for m, has in zip(unanswered, copies, strict=True) if has is False)
+        answers = dict(zip(ids, await asyncio.gather(*(ask(m) for m in ids)), strict=True))
+        contacts = {m: a if isinstance(a, Contact) else None for m, a in answers.items()}
+        empty = frozenset(m for m in record.members
+                          if answers[m] == Code.STREAM_DOES_NOT_EXIST)
         ours = contacts.get(record.leader)
         tail = (ours.tail.chunk_id if ours is not None and not ours.following
                 and ours.epoch == record.epoch and ours.tail is not None else None)
@@ -463,11 +458,6 @@ class LocalDriver:
                     time.monotonic(), empty)
         self._looks[name] = look
         return look
-
-    async def _has_copy(self, member: int, name: str) -> bool | None:
-        """Whether the member's broker holds ``name`` (None: it does not answer)."""
-        answer = await self.brokers.request(member, lambda c: rf.ReplicaContact(c, name))
-        return None if answer is None else answer.code != Code.STREAM_DOES_NOT_EXIST
 
     async def _adopt(self, name: str) -> str | None:
         """A stream of one copy (created without initial-cluster-size) to grow: its holder is
@@ -529,10 +519,7 @@ class LocalDriver:
             doc[name] = {"in_sync": in_sync, "changing": changing}
         if doc == self._shown:
             return
-        path = self.data_dir / STATUS_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(doc))
-        os.replace(tmp, path)
+        _replace(self.data_dir / STATUS_FILE, json.dumps(doc))
         self._shown = doc
 
     # --- an election -------------------------------------------------------------------------------
@@ -680,9 +667,7 @@ class LocalDriver:
                              "replicas": [f"{self.host}:{self.ports[m]}" for m in r.members
                                           if m != r.leader]}
         supers = self._super_streams()
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"streams": streams, "super_streams": supers}, indent=1))
-        os.replace(tmp, path)
+        _replace(path, json.dumps({"streams": streams, "super_streams": supers}, indent=1))
         self._published_supers = supers
 
     def _super_streams(self) -> dict[str, Any]:
@@ -700,6 +685,13 @@ class LocalDriver:
                     found[name] = {"partitions": entry.get("partitions"),
                                    "binding_keys": entry.get("binding_keys")}
         return found
+
+
+def _replace(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` in one step (a reader sees the old file or the new)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def _change(record: StreamRecord) -> Change | None:

@@ -87,9 +87,18 @@ class Members:
     async def contact(self, member: int, name: str) -> Contact | None:
         """Whether the member follows ``name``'s leader and how long ago it heard from it
         (ReplicaContact); None when it cannot be asked or does not hold the stream."""
+        answer = await self.contact_or_refusal(member, name)
+        return answer if isinstance(answer, Contact) else None
+
+    async def contact_or_refusal(self, member: int, name: str) -> Contact | int | None:
+        """The member's ReplicaContact answer: its Contact, or the code it refused with (2: it
+        holds no such stream; 17: it holds it without member state, a stream of one copy);
+        None when it cannot be asked."""
         answer = await self.request(member, lambda c: rf.ReplicaContact(c, name))
-        if answer is None or answer.code != Code.OK:
+        if answer is None:
             return None
+        if answer.code != Code.OK:
+            return int(answer.code)
         return Contact(answer.epoch, answer.role == Role.FOLLOWER,
                        None if answer.age_ms < 0 else answer.age_ms / 1000,
                        Tail(answer.tail_epoch, answer.tail_chunk_id, answer.next_offset))

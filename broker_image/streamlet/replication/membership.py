@@ -3,10 +3,10 @@ single-server change), what to change next, when a new member has caught up, and
 leaderships a rebalance moves. Pure.
 
 ``change_refusal``: why a change may not start; ``change_step``: what a driver does next for a
-change under way; ``next_change``: the next change toward the desired members (lost members
-replaced, members moved off pods being removed, the count changed); ``rebalance`` and
-``preferred_moves``: the planned transfers that spread leaders. The rules, and why a single
-change rather than joint consensus: docs/replication.md#membership-membershippy.
+change under way; ``next_change``: the next change toward the desired members (members
+``lost_since`` long enough replaced, members moved off pods being removed, the count changed);
+``rebalance`` and ``preferred_moves``: the planned transfers that spread leaders. The rules,
+and why a single change rather than joint consensus: docs/replication.md#membership-membershippy.
 """
 
 from __future__ import annotations
@@ -143,6 +143,15 @@ def change_step(change: Change, epoch: int, members: Collection[int], leader: in
         return Step(Action.ABORT if late else Action.WAIT, why)
     return Step(Action.JOIN, f"{change}: members {list(change.apply(members))} "
                              f"in epoch {epoch + 1}")
+
+
+def lost_since(since: Mapping[int, float], now: float, replace_after: float) -> frozenset[int]:
+    """The pods (or nodes) down (``since``: id -> when first seen so, on the clock of ``now``)
+    for ``replace_after`` seconds or more: their members are replaced; none when
+    ``replace_after`` is 0 (never replace)."""
+    if replace_after <= 0:
+        return frozenset()
+    return frozenset(o for o, t in since.items() if now - t >= replace_after)
 
 
 @dataclass(frozen=True, slots=True)

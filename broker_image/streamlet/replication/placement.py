@@ -60,6 +60,15 @@ class Load:
     hosted: dict[int, int] = field(default_factory=dict)
     leading: dict[int, int] = field(default_factory=dict)
 
+    @classmethod
+    def holding(cls, member_sets: Iterable[Iterable[int]]) -> Load:
+        """The streams each pod holds a member of, from each stream's members (no leaders)."""
+        load = cls()
+        for members in member_sets:
+            for m in members:
+                load.hosted[m] = load.hosted.get(m, 0) + 1
+        return load
+
     def add(self, p: Placement) -> None:
         for m in p.members:
             self.hosted[m] = self.hosted.get(m, 0) + 1
