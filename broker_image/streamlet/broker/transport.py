@@ -105,6 +105,10 @@ class FramedConnection(asyncio.BufferedProtocol):
     def handle_frame(self, frame: memoryview) -> None:
         raise NotImplementedError
 
+    def frames_done(self) -> None:
+        """The frames of one read were handed to ``handle_frame`` (views of the read buffer,
+        valid until now): act on what they gathered (e.g. append them as one batch)."""
+
     def frame_too_large(self, error: FrameTooLarge) -> None:
         """Tell the peer, in its protocol, then close."""
         raise NotImplementedError
@@ -181,16 +185,19 @@ class FramedConnection(asyncio.BufferedProtocol):
             # (a handshake may raise it for the frames after it in the same read).
             for frame in self.reader.filled(nbytes):
                 if self.closing:
-                    return
+                    break
                 if self._first_frame is not None:  # a whole first frame ends its deadline
                     self._first_frame.cancel()
                     self._first_frame = None
                 self.handle_frame(frame)
         except FrameTooLarge as e:
+            self.frames_done()
             self.frame_too_large(e)
             return
-        if not self.closing:
-            self._track_incomplete()
+        self.frames_done()
+        if self.closing:
+            return
+        self._track_incomplete()
 
     def data_received(self, data: bytes | memoryview) -> None:
         """Bytes read elsewhere (tests feed them so): as if read into the buffer, in pieces of
