@@ -147,6 +147,7 @@ def median_rows(runs: list[list[Row]]) -> list[Row]:
         if len(same) > 1:
             mid.extra["repeats"] = [
                 {"msg_s": r.msg_s, "p50_ms": r.p50_ms, "p99_ms": r.p99_ms, "exact": r.exact,
+                 "records_per_chunk": r.records_per_chunk,
                  **({_SECONDS_KEY[r.workload]: r.extra.get(_SECONDS_KEY[r.workload])}
                     if r.workload in _SECONDS_KEY else {})}
                 for r in same]
