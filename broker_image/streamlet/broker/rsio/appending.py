@@ -1,12 +1,12 @@
 """The broker subscribed to a client's publisher (publisher string mode=append): the elements it
 receives are appended to a stream, and demand is the back-pressure and the confirmation.
 
-The broker asks for ``window`` elements first; each element is one message, appended through a
-core Publisher (as a MEGA PRODUCE or a RabbitMQ Publish); the broker requests one more element
-for each one the core confirms (durable: written, or on a majority of a replicated stream). So a
-client knows its first ``granted - window`` elements are durable. After the client's
-onComplete, the broker's onComplete on the client's own subscription (same id) says every
-element is durable.
+The broker asks for ``window`` elements first; each element is one message (a simple entry),
+and the elements of one read are appended through a core Publisher as one batch; the broker
+gives back as much demand as the core confirms (durable: written, or on a majority of a
+replicated stream). So a client knows its first ``granted - window`` elements are durable.
+After the client's onComplete, the broker's onComplete on the client's own subscription (same
+id) says every element is durable.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import struct
 
 from ...core.batch import PublishBatch
 from ...core.streams import Publisher, Stream
+from ...storage.entries import consecutive_ids
 
 _U32 = struct.Struct(">I")
 
@@ -25,8 +26,9 @@ class Violation(Exception):
 
 
 class Inbound:
-    __slots__ = ("completing", "confirmed", "element_size", "granted", "id", "max_element",
-                 "next_id", "part", "publisher", "received", "stream", "window")
+    __slots__ = ("completing", "confirmed", "element_size", "granted", "held", "id",
+                 "max_element", "next_id", "part", "publisher", "received", "stream", "waiting",
+                 "window")
 
     def __init__(self, sub_id: int, stream: Stream, publisher: Publisher,
                  window: int, max_element: int) -> None:
@@ -43,6 +45,37 @@ class Inbound:
         #: an element arriving in parts: (its element id, the parts, their bytes)
         self.part: tuple[int, list[bytes], int] | None = None
         self.completing = False  # the client's publisher sent onComplete
+        #: elements received and not appended yet (``flush`` appends them): their entries
+        #: joined, and how many
+        self.held = bytearray()
+        self.waiting = 0
+
+    def take(self, element: memoryview) -> bool:
+        """Hold one onNext's element for the next ``flush``; False (nothing done) when it
+        breaks a rule: ``elements`` then says which."""
+        n = len(element)
+        if self.completing or self.received >= self.granted or n > self.max_element:
+            return False
+        self.received += 1
+        self.waiting += 1
+        held = self.held
+        held += n.to_bytes(4, "big")
+        held += element
+        return True
+
+    def flush(self) -> None:
+        """Append the elements held, as one batch of one publisher call."""
+        n = self.waiting
+        if not n:
+            return
+        data = bytes(self.held)
+        self.held.clear()
+        self.waiting = 0
+        first = self.next_id + 1
+        self.next_id += n
+        self.stream.publish(self.publisher, PublishBatch(
+            self.publisher.id, n, consecutive_ids(first, n), data, n, first, self.next_id,
+            True, simple=True))
 
     @property
     def durable(self) -> bool:
@@ -50,7 +83,7 @@ class Inbound:
         return self.confirmed == self.received and self.part is None
 
     def elements(self, bodies: list[bytes]) -> None:
-        """Append ``bodies`` (one frame's worth) as one batch."""
+        """Hold ``bodies`` (one frame's worth) for the next ``flush``."""
         if self.completing:
             raise Violation("an element after onComplete")
         if self.received + len(bodies) > self.granted:
@@ -58,14 +91,12 @@ class Inbound:
         for b in bodies:
             if len(b) > self.max_element:
                 raise Violation(f"an element of {len(b)} bytes (at most {self.max_element})")
-        first = self.next_id + 1
-        self.next_id += len(bodies)
         self.received += len(bodies)
-        ids = struct.pack(f">{len(bodies)}Q", *range(first, self.next_id + 1))
-        data = b"".join(_U32.pack(len(b)) + b for b in bodies)
-        self.stream.publish(self.publisher, PublishBatch(
-            self.publisher.id, len(bodies), ids, data, len(bodies), first, self.next_id, True,
-            simple=True))
+        self.waiting += len(bodies)
+        held = self.held
+        for b in bodies:
+            held += _U32.pack(len(b))
+            held += b
 
     def packed(self, count: int, data: bytes) -> None:
         size = self.element_size
