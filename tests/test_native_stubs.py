@@ -15,6 +15,7 @@ import pytest
 from streamlet import native
 
 if TYPE_CHECKING:  # read by mypy only: a twin is assignable where its C function is
+    from streamlet.rsio import _runs, runs
     from streamlet.sbp import _flat, flat
     from streamlet.storage import _entries, entries
     from streamlet.wire import _arena
@@ -31,6 +32,8 @@ if TYPE_CHECKING:  # read by mypy only: a twin is assignable where its C functio
     _fill_append = flat._fill_append
     _fill_fetch = _flat.fill_fetch
     _fill_fetch = flat._fill_fetch
+    _on_next_run = _runs.on_next_run
+    _on_next_run = runs._run_python
     # rabbitmq/publish.py builds PublishBatch(*_speedups.split_publish_v1(body)): checked there
 
 PACKAGE = Path(native.__file__).parent

@@ -25,6 +25,7 @@ TWINS: Mapping[str, tuple[str, ...]] = {
     "streamlet.rabbitmq._speedups": ("streamlet.rabbitmq.publish",),
     "streamlet.storage._entries": ("streamlet.storage.entries",),
     "streamlet.sbp._flat": ("streamlet.sbp.flat",),
+    "streamlet.rsio._runs": ("streamlet.rsio.runs",),
 }
 MODULES: tuple[str, ...] = tuple(TWINS)
 
