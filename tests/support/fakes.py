@@ -92,6 +92,9 @@ class FakeSession:
     def deliver(self, reader_id: int, chunks: list[memoryview], committed: int) -> None:
         self.delivered.append((reader_id, len(chunks)))
 
+    def deliver_file(self, reader_id: int, fd: int, chunks: list[Any], committed: int) -> None:
+        self.delivered.append((reader_id, len(chunks)))
+
     def activate(self, reader: Any, active: bool) -> None:
         self.activations.append((reader, active))
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import Enum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ..storage import ChunkRef
 
 
 class Refusal(Enum):
@@ -58,6 +61,11 @@ class ReaderSession(Watcher, Protocol):
 
     def deliver(self, reader_id: int, chunks: list[memoryview], committed: int) -> None:
         """Stored chunks (header + data, as on disk) for one reader, in order."""
+
+    def deliver_file(self, reader_id: int, fd: int, chunks: list[ChunkRef], committed: int) -> None:
+        """Stored chunks without a bloom filter for one reader, in order, all in the segment
+        file ``fd`` (to use at once): each is the ``48 + data_length`` bytes from its ``pos``,
+        header and data back to back, what ``deliver`` would be given."""
 
     def activate(self, reader: Any, active: bool) -> None:
         """A single-active-consumer group made ``reader`` active (or asks it to step down)."""

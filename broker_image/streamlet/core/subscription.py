@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
-from collections import deque
 from typing import TYPE_CHECKING
 
 from ..storage import ChunkRef
+from ..storage.chunk import HEADER_SIZE
 
 if TYPE_CHECKING:
     from .filtering import Matcher
     from .ports import ReaderSession
     from .streams import Stream
 
-#: Bytes read from the log at a time: a run of chunks, kept until credit lets them go out, so a
-#: client that returns credit one chunk at a time costs one read per run, not per chunk.
-READ_BYTES = 256 << 10
+#: Bytes of chunks looked up in the log at a time (their places, not their data).
+RUN_BYTES = 256 << 10
 #: Bytes one pump writes at most before yielding to the event loop.
 PUMP_BYTES = 1 << 20
 
 
 class Subscription:
     __slots__ = ("conn", "id", "stream", "credit", "_cursor", "properties", "active", "matcher",
-                 "sac_key", "_ahead")
+                 "sac_key")
 
     def __init__(self, conn: ReaderSession, sub_id: int, stream: Stream, start: int, credit: int,
                  properties: dict[str, str]) -> None:
@@ -29,8 +28,6 @@ class Subscription:
         self.id = sub_id
         self.stream = stream
         self.credit = credit
-        #: chunks read from the log and not sent yet, in order, from the cursor on
-        self._ahead: deque[tuple[ChunkRef, memoryview]] = deque()
         #: next chunk to send is the one containing this offset, or the first after it
         self._cursor = start
         self.properties = properties
@@ -46,45 +43,58 @@ class Subscription:
 
     @cursor.setter
     def cursor(self, offset: int) -> None:
-        """Move the subscription (a single active consumer's answer): what was read ahead goes."""
+        """Move the subscription (a single active consumer's answer)."""
         self._cursor = offset
-        self._ahead.clear()
 
     def pump(self) -> None:
-        """Send chunks while there is credit, data, and room in the socket's buffer; what one
-        call sends goes out in one write (a writev of every frame), not one per chunk."""
+        """Send chunks while there is credit, committed data, and room in the socket's buffer.
+        A chunk without a bloom filter goes from the segment file (``deliver_file``: its header
+        and data lie back to back there); one with a bloom filter is read, the bloom left out."""
         lg = self.stream.log
         conn = self.conn
         if not self.active or conn.paused or conn.closing or self.stream.deleted:
             return
-        ahead = self._ahead
-        out: list[memoryview] = []
         size = records = 0
         # Never far past the connection's high-water mark: a consumer that stops reading then
         # costs that buffer plus one chunk, not a whole pump more.
         room = min(PUMP_BYTES, conn.write_room())
         commits = self.stream.commits
         end = commits.end  # readers see committed chunks only
-        while self.credit > 0 and size < room:
-            if not ahead:
-                if self._cursor >= end:
-                    break
-                ref = lg.find_chunk(self._cursor)
-                if ref is None:
-                    break
-                ahead.extend(lg.read_chunks(ref, READ_BYTES))
-            if ahead[0][0].chunk_id >= end:  # read ahead, not committed yet: kept for later
+        committed = commits.chunk_id
+        matcher = self.matcher
+        while self.credit > 0 and size < room and self._cursor < end:
+            ref = lg.find_chunk(self._cursor)
+            if ref is None or ref.chunk_id >= end:
                 break
-            chunk, data = ahead.popleft()
-            self._cursor = chunk.chunk_id + chunk.num_records
-            if self.matcher is not None and not self.matcher.accepts(lg, chunk):
-                continue  # skipped: costs no credit
-            out.append(data)
-            size += len(data)
-            records += chunk.num_records
-            self.credit -= 1
-        if out:
-            conn.deliver(self.id, out, commits.chunk_id)
+            run = lg.user_run(ref, RUN_BYTES, self.credit if matcher is None else 1 << 30)
+            if run is None:
+                break
+            files: list[ChunkRef] = []  # sent from run.fd, in order
+            reads: list[memoryview] = []  # read (bloom filter left out), in order
+            for chunk in run.refs:
+                if chunk.chunk_id >= end or self.credit <= 0 or size >= room:
+                    break
+                self._cursor = chunk.chunk_id + chunk.num_records
+                if matcher is not None and not matcher.accepts(lg, chunk):
+                    continue  # skipped: costs no credit
+                if chunk.bloom_size:
+                    if files:
+                        conn.deliver_file(self.id, run.fd, files, committed)
+                        files = []
+                    reads.append(lg.read_chunks(chunk, 1)[0][1])
+                else:
+                    if reads:
+                        conn.deliver(self.id, reads, committed)
+                        reads = []
+                    files.append(chunk)
+                size += HEADER_SIZE + chunk.data_length
+                records += chunk.num_records
+                self.credit -= 1
+            if files:
+                conn.deliver_file(self.id, run.fd, files, committed)
+            if reads:
+                conn.deliver(self.id, reads, committed)
+        if size:
             self.stream.messages_out += records  # the broker's metrics read these
             self.stream.bytes_out += size
             if size >= room and self.credit > 0 and not conn.paused:

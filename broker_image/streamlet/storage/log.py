@@ -738,6 +738,38 @@ class StreamLog:
                                  bl, dl, epochs[k]), view))
         return out
 
+    def user_run(self, ref: ChunkRef, max_bytes: int = 1 << 20,
+                 max_chunks: int = 1 << 30) -> RawRun | None:
+        """The run ``read_chunks`` would read, not read: ``ref`` and the user chunks after it
+        in its segment, up to about ``max_bytes`` and ``max_chunks`` (always one at least), as
+        refs with their positions and sizes known (a recovered chunk's header is read once)
+        and the segment file's descriptor (as ``segment_fd``'s: use it at once). ``pos`` and
+        ``size`` span the run in the file, other chunks between included. If retention
+        deleted ``ref``'s segment, starts at the first chunk still stored after it; None if
+        there is none."""
+        si = self._seg_index(ref.segment)
+        ci = -1
+        if si >= 0:
+            seg = self._seg(si)
+            ci = seg.find_id(ref.chunk_id)
+        if ci < 0 or seg.types[ci] != CHUNK_USER:
+            found = self.find_chunk(ref.chunk_id)
+            if found is None:
+                return None
+            seg = self._seg(self._seg_index(found.segment))
+            ci = seg.find_id(found.chunk_id)
+        start, j, size = _run_span(seg, ci, max_bytes)
+        types = seg.types
+        refs: list[ChunkRef] = []
+        for k in range(ci, j):
+            if types[k] == CHUNK_USER:
+                refs.append(seg.ref(k))
+                if len(refs) >= max_chunks:
+                    last = refs[-1]
+                    size = last.pos + last.size - start
+                    break
+        return RawRun(seg.open_fd(), start, size, refs)
+
     def read_bloom(self, ref: ChunkRef) -> bytes:
         """The chunk's bloom filter bytes (b"" when it has none)."""
         if not ref.bloom_size:

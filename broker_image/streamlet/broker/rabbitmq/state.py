@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import TYPE_CHECKING
 
 from ...core.ports import Refusal
@@ -21,11 +22,13 @@ from ...rabbitmq.answers import error_answer
 from ...rabbitmq.constants import PRE_OPEN_FRAME_MAX, RESPONSE_FLAG
 from ...rabbitmq.machine import Outcome, State
 from ...rabbitmq.publish import deliver_prefix, encode_confirm
+from ...storage.chunk import HEADER_SIZE
 from ...wire.framing import FrameTooLarge
 from ..transport import FramedConnection
 
 if TYPE_CHECKING:
     from ...core.vhosts import VirtualHost
+    from ...storage import ChunkRef
     from ..access import Kind
     from ..directory import Address
     from ..replication.leader import Leader
@@ -225,6 +228,42 @@ class ConnectionState(FramedConnection):
         for chunk in chunks:
             buffers.append(deliver_prefix(sub_id, len(chunk), v2))
             buffers.append(chunk)
+        self.transport.writelines(buffers)
+
+    def deliver_file(self, sub_id: int, fd: int, chunks: list[ChunkRef], committed: int) -> None:
+        """Deliver frames for stored chunks without a bloom filter, from the segment file
+        ``fd``: over plain TCP each prefix is written and the chunk's header and data sent with
+        sendfile (``write_file``). Under TLS, or once the transport holds bytes (the socket is
+        full: the rest waits behind them), the rest of the run is read with one pread, as
+        ``deliver`` would have it: bounded by the pump's room, like any delivery."""
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        v2 = committed if self.deliver_v2 else None
+        for i, c in enumerate(chunks):
+            if t.is_closing():  # write_file found the connection broken
+                return
+            if self.tls or t.get_write_buffer_size():
+                self._deliver_read(sub_id, fd, chunks[i:], v2)
+                return
+            n = HEADER_SIZE + c.data_length
+            self.write_file(deliver_prefix(sub_id, n, v2), fd, c.pos, n)
+
+    def _deliver_read(self, sub_id: int, fd: int, chunks: list[ChunkRef], v2: int | None) -> None:
+        """``chunks`` (consecutive in the file ``fd``) read with one pread and written."""
+        assert self.transport is not None
+        first, last = chunks[0].pos, chunks[-1]
+        span = last.pos + HEADER_SIZE + last.data_length - first
+        data = memoryview(os.pread(fd, span, first))
+        if len(data) != span:  # a frame cut short would desynchronise the client
+            log.error("connection %s: short read of %d bytes at %d", self.peer, span, first)
+            self.transport.abort()
+            return
+        buffers: list[bytes | memoryview] = []
+        for c in chunks:
+            n, at = HEADER_SIZE + c.data_length, c.pos - first
+            buffers.append(deliver_prefix(sub_id, n, v2))
+            buffers.append(data[at : at + n])
         self.transport.writelines(buffers)
 
     def activate(self, sub: Subscription, active: bool) -> None:
