@@ -15,6 +15,8 @@ import pytest
 from streamlet import native
 
 if TYPE_CHECKING:  # read by mypy only: a twin is assignable where its C function is
+    from streamlet.mega import _runs as _mega_runs
+    from streamlet.mega import runs as mega_runs
     from streamlet.rsio import _runs, runs
     from streamlet.sbp import _flat, flat
     from streamlet.storage import _entries, entries
@@ -34,6 +36,16 @@ if TYPE_CHECKING:  # read by mypy only: a twin is assignable where its C functio
     _fill_fetch = flat._fill_fetch
     _on_next_run = _runs.on_next_run
     _on_next_run = runs._run_python
+    _produce_run = _mega_runs.produce_run
+    _produce_run = mega_runs._produce_run_python
+    _consume_run = _mega_runs.consume_run
+    _consume_run = mega_runs._consume_run_python
+    _produced = _mega_runs.produced_answers
+    _produced = mega_runs._produced_python
+    _consumed = _mega_runs.consumed_answers
+    _consumed = mega_runs._consumed_python
+    _positions = _mega_runs.simple_positions
+    _positions = mega_runs._positions_python
     # rabbitmq/publish.py builds PublishBatch(*_speedups.split_publish_v1(body)): checked there
 
 PACKAGE = Path(native.__file__).parent

@@ -26,6 +26,7 @@ TWINS: Mapping[str, tuple[str, ...]] = {
     "streamlet.storage._entries": ("streamlet.storage.entries",),
     "streamlet.sbp._flat": ("streamlet.sbp.flat",),
     "streamlet.rsio._runs": ("streamlet.rsio.runs",),
+    "streamlet.mega._runs": ("streamlet.mega.runs",),
 }
 MODULES: tuple[str, ...] = tuple(TWINS)
 

@@ -121,3 +121,22 @@ def test_frames_are_read_only_views() -> None:
     buf = ReadBuffer(FrameSplitter(0))
     (got,) = list(buf.filled(read_into(buf, memoryview(struct.pack(">I", 2) + b"ok"), 99)))
     assert got.readonly and got == b"ok"
+
+
+def test_a_handler_may_take_whole_frames_ahead_itself() -> None:
+    """``ahead`` is what the read holds after the frame handed out; what ``skip`` takes of it is
+    not handed out again, and an incomplete frame after it is held as any other."""
+    buf = ReadBuffer(FrameSplitter(0))
+    frames = [struct.pack(">I", 2) + b"f%d" % i for i in range(4)]
+    data = b"".join(frames) + struct.pack(">I", 9) + b"part"
+    got = []
+    it = buf.filled(read_into(buf, memoryview(data), 999))
+    assert bytes(buf.ahead()) == data  # before the first frame: the whole read
+    for frame in it:
+        got.append(bytes(frame))
+        if frame == b"f0":
+            assert bytes(buf.ahead()) == data[6:]
+            buf.skip(12)  # f1 and f2, taken by the handler
+    assert got == [b"f0", b"f3"]
+    assert (buf.held, buf.pending) == (8, 13)
+    assert bytes(buf.ahead()) == b""  # outside a read

@@ -184,6 +184,16 @@ class ReadBuffer:
         self._view = self._buf[: self._end].toreadonly()  # frames: views no handler can write
         return self
 
+    def ahead(self) -> memoryview:
+        """The bytes of this read after the frame last handed out (empty outside a read): a
+        handler may cut whole frames of them itself (a run of requests, in one call)..."""
+        return self._view[self._start : self._end]
+
+    def skip(self, n: int) -> None:
+        """...and then says how many bytes of ``ahead()`` it took: pulling goes on after them."""
+        assert 0 <= n <= self._end - self._start
+        self._start += n
+
     def __iter__(self) -> ReadBuffer:
         return self
 
