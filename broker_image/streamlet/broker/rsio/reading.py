@@ -17,7 +17,9 @@ from ...core.ports import Watcher
 from ...core.streams import Stream
 from ...rsio import OnNextLastPart, OnNextPacked, OnNextPart, Position, encode
 from ...rsio.codec import on_next_head
+from ...rsio.runs import on_next_run
 from ...storage.chunk import HEADER_SIZE, ChunkError, iter_records
+from ...storage.entries import cut_simple
 
 #: Bytes read from the log at a time (a run of chunks), kept until demand lets them go.
 READ_BYTES = 256 << 10
@@ -55,9 +57,11 @@ class Outbound:
         self.id = sub_id
         self.stream = stream
         self.demand = 0
-        #: the next offset to read from the log; ``ahead`` holds what was read and not sent
+        #: the next offset to read from the log; ``ahead`` holds what was read and not sent:
+        #: (offset, a record's body, 0), or (offset, simple entries as stored, how many of them
+        #: to send) for a run of a chunk's
         self.cursor = start
-        self.ahead: deque[tuple[int, memoryview | bytes]] = deque()
+        self.ahead: deque[tuple[int, memoryview | bytes | bytearray, int]] = deque()
         #: complete once every offset below it was sent (None: follow the stream forever)
         self.end = end
         self.element_size = element_size
@@ -80,7 +84,7 @@ class Outbound:
         size = 0
         try:
             while self.demand > 0 and size < room and (self.ahead or self._read()):
-                size += self._send_next(out)
+                size += self._send_next(out, room - size)
                 if self.done:
                     break
             if not self.done and self.end is not None and not self.ahead:
@@ -111,17 +115,62 @@ class Outbound:
             if end is not None and ref.chunk_id >= end:
                 self.cursor = end
                 break
-            offset = ref.chunk_id
-            for body in iter_records(data[HEADER_SIZE : HEADER_SIZE + ref.data_length]):
+            section = data[HEADER_SIZE : HEADER_SIZE + ref.data_length]
+            # the simple entries up to a sub-entry batch, if any, as one run
+            cut = cut_simple(section, ref.chunk_id, self.cursor, 1 << 62, join=False)
+            n = cut.n if end is None else min(cut.n, end - cut.first)
+            if n > 0:
+                self._add_run(cut.first, cut.bodies, n)
+            offset = cut.offset
+            for body in iter_records(section[cut.pos :]):  # the rest: record by record
                 if offset >= self.cursor and (end is None or offset < end):
-                    self.ahead.append((offset, body))
+                    self.ahead.append((offset, body, 0))
                 offset += 1
             self.cursor = max(self.cursor, ref.chunk_id + ref.num_records)
         return bool(self.ahead)
 
-    def _send_next(self, out: list[bytes | memoryview]) -> int:
-        """Frames for the next element (or packed run) into ``out``; returns their bytes."""
-        offset, body = self.ahead[0]
+    def _add_run(self, first: int, entries: memoryview | bytes | bytearray, n: int) -> None:
+        """Queue a run; with ``element_size``, joined to the run before it when it follows
+        it (packed frames run on over the chunks' boundaries)."""
+        ahead = self.ahead
+        if self.element_size and ahead:
+            offset, before, count = ahead[-1]
+            if count and offset + count == first:  # (nothing of ``before`` was sent yet)
+                joined = before if isinstance(before, bytearray) else bytearray(before)
+                joined += entries
+                ahead[-1] = (offset, joined, count + n)
+                return
+        ahead.append((first, entries, n))
+
+    def _send_next(self, out: list[bytes | memoryview], room: int) -> int:
+        """Frames for the next element, packed run or run of a chunk's entries (their bodies
+        up to about ``room`` bytes) into ``out``; returns their bytes."""
+        ahead = self.ahead
+        offset, body, count = ahead[0]
+        if count:
+            sink = self.sink
+            frames, n, pos = on_next_run(self.id, body, min(count, self.demand), room,
+                                         sink.split_bytes, self.element_size)
+            if n == 0:  # its first entry is sent the general way (in parts, or refused)
+                view = memoryview(body)
+                length = 4 + int.from_bytes(view[:4], "big")
+                ahead.popleft()
+                if count > 1:
+                    ahead.appendleft((offset + 1, view[length:], count - 1))
+                ahead.appendleft((offset, view[4:length], 0))
+                return self._send_next(out, room)
+            head = 0
+            if sink.offsets and offset != self.expected:
+                out.append(position := encode(Position(self.id, offset)))
+                head = len(position)
+            out.append(frames)
+            if n == count:
+                ahead.popleft()
+            else:
+                ahead[0] = (offset + n, memoryview(body)[pos:], count - n)
+            self.demand -= n
+            self.expected = offset + n
+            return head + len(frames)
         size = self.element_size
         if size and len(body) != size:
             self._end(f"the message at offset {offset} has {len(body)} bytes, not the "
@@ -141,7 +190,7 @@ class Outbound:
         self.expected = offset + 1
         split = self.sink.split_bytes
         if len(body) <= split:
-            out += [on_next_head(self.id, len(body)), body]
+            out += [on_next_head(self.id, len(body)), memoryview(body)]
         else:
             last = (len(body) - 1) // split * split
             for at in range(0, last, split):
@@ -149,14 +198,15 @@ class Outbound:
             out.append(encode(OnNextLastPart(self.id, offset, bytes(body[last:]))))
         return sum(len(b) for b in out[start:])
 
-    def _packed_run(self) -> list[memoryview | bytes]:
+    def _packed_run(self) -> list[memoryview | bytes | bytearray]:
         """Take the elements that can go in one onNextPacked: consecutive offsets, each
         ``element_size`` bytes, within demand and the split size."""
         ahead, size = self.ahead, self.element_size
         most = min(self.demand, max(self.sink.split_bytes // size, 1))
         first = ahead[0][0]
         n = 0
-        while n < len(ahead) and n < most and ahead[n][0] == first + n and len(ahead[n][1]) == size:
+        while n < len(ahead) and n < most and ahead[n][0] == first + n and not ahead[n][2] and \
+                len(ahead[n][1]) == size:
             n += 1
         if n < 2:
             return []
