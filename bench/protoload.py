@@ -104,7 +104,15 @@ class _Load(asyncio.BaseProtocol):
 
 
 class _MegaPipeline(_Load, asyncio.Protocol):
-    """``total`` requests of one layout, ``batch`` per write, at most ``window`` unanswered."""
+    """``total`` requests of one layout, ``batch`` per write, at most ``window`` unanswered.
+
+    Each slot of the ring gets its correlation ids when built (slot k: k * batch + 1, ...),
+    unique among the requests in flight (the ring holds more than the window); ``patch``
+    changes what else a request needs. Answers are read in blocks of one fixed layout
+    (``block``: one struct call per up to BLOCK answers), answer by answer where a block's
+    flags or lengths say the layout does not hold (an error, another length)."""
+
+    BLOCK = 256
 
     def __init__(self, template: bytes, total: int, batch: int, window: int) -> None:
         super().__init__()
@@ -112,25 +120,28 @@ class _MegaPipeline(_Load, asyncio.Protocol):
         self.window = max(window, batch)
         self.stride = len(template)
         self.slots = [bytearray(template * batch) for _ in range(self.window // batch + 2)]
+        for k, slot in enumerate(self.slots):
+            for i in range(batch):
+                _U32.pack_into(slot, i * self.stride, k * batch + i + 1)
         self.sent = 0
         self.answered = 0
         self.frames = 0
+        self.blocks: dict[int, struct.Struct] = {}
         self.ready.set_result(None)  # MEGA has no handshake
 
-    def patch(self, slot: bytearray, at: int, index: int) -> None:
-        _U32.pack_into(slot, at, index + 1)  # correlation id: the request's index + 1
+    def patch(self, slot: bytearray, first: int, n: int) -> None:
+        """Make the first ``n`` requests of ``slot`` those of indexes ``first``.. (nothing to
+        change by default: the correlation ids were set when the slot was built)."""
 
     def pump(self) -> None:
         if not self.started or self.transport is None:
             return
-        stride = self.stride
         while (self.sent < self.total and self.sent - self.answered + self.batch <= self.window
                and not self.paused):
             n = min(self.batch, self.total - self.sent)
             slot = self.slots[self.frames % len(self.slots)]
-            for i in range(n):
-                self.patch(slot, i * stride, self.sent + i)
-            self.transport.write(slot if n == self.batch else bytes(slot[: n * stride]))
+            self.patch(slot, self.sent, n)
+            self.transport.write(slot if n == self.batch else bytes(slot[: n * self.stride]))
             self.sent += n
             self.frames += 1
 
@@ -143,6 +154,13 @@ class _MegaPipeline(_Load, asyncio.Protocol):
             self.finish()
         else:
             self.pump()
+
+    def block(self, n: int, layout: str) -> struct.Struct:
+        """The struct reading ``n`` answers of ``layout`` (made once per ``n``)."""
+        got = self.blocks.get(n)
+        if got is None:
+            got = self.blocks[n] = struct.Struct(">" + layout * n)
+        return got
 
     def take(self, buf: bytearray) -> int:
         """Count the whole answers in ``buf``; the bytes they took."""
@@ -163,6 +181,16 @@ class MegaProducer(_MegaPipeline):
 
     def take(self, buf: bytearray) -> int:
         pos, end = 0, len(buf)
+        while (n := min((end - pos) // 21, self.BLOCK)) > 0:  # successes: 21 bytes each
+            got = self.block(n, "4xB8xQ").unpack_from(buf, pos)  # flag, offset
+            if got[0::2].count(1) != n:
+                break  # an error among them: answer by answer
+            offsets = got[1::2]
+            self.offset_sum += sum(offsets)
+            self.max_offset = max(self.max_offset, *offsets)
+            self.confirmed += n
+            self.answered += n
+            pos += 21 * n
         unpack = _U64.unpack_from
         while end - pos >= 6:
             if buf[pos + 4] == 1:  # success: correlation, 1, timestamp, offset u64
@@ -188,31 +216,52 @@ class MegaProducer(_MegaPipeline):
 
 
 class MegaConsumer(_MegaPipeline):
-    """CONSUME offsets 0..total-1 of a topic, pipelined; counts the messages and their bytes."""
+    """CONSUME offsets 0..total-1 of a topic, pipelined; counts the messages and their bytes
+    (answers read in blocks while they carry messages of ``size`` bytes)."""
 
-    def __init__(self, topic: str, total: int, batch: int = 100, window: int = 20_000) -> None:
+    def __init__(self, topic: str, total: int, batch: int = 100, window: int = 20_000,
+                 size: int = 100) -> None:
         super().__init__(encode_request(0, MessageType.CONSUME, topic, 0, offset=0), total,
                          batch, window)
+        self.size = size
         self.records = 0
         self.data_bytes = 0
+        self.static = bytes(self.slots[0][4 : self.stride - 4])  # type .. timestamp
+        self.patches: dict[int, struct.Struct] = {}
 
-    def patch(self, slot: bytearray, at: int, index: int) -> None:
-        _U32.pack_into(slot, at, index + 1)
-        _U32.pack_into(slot, at + self.stride - 4, index)  # the offset: the request's index
+    def patch(self, slot: bytearray, first: int, n: int) -> None:
+        # correlation id the request's index + 1, offset its index: one struct call
+        pack = self.patches.get(n)
+        if pack is None:
+            pack = self.patches[n] = struct.Struct(">" + f"I{len(self.static)}sI" * n)
+        args: list[int | bytes] = [self.static] * (3 * n)
+        args[0::3] = range(first + 1, first + n + 1)
+        args[2::3] = range(first, first + n)
+        pack.pack_into(slot, 0, *args)
 
     def take(self, buf: bytearray) -> int:
         pos, end = 0, len(buf)
+        size = self.size
+        step = 17 + size
+        while (n := min((end - pos) // step, self.BLOCK)) > 0:
+            got = self.block(n, f"4xB8xI{size}x").unpack_from(buf, pos)  # flag, length
+            if got[0::2].count(1) != n or got[1::2].count(size) != n:
+                break  # an error or another length among them: answer by answer
+            self.records += n
+            self.data_bytes += n * size
+            self.answered += n
+            pos += step * n
         unpack = _U32.unpack_from
         while end - pos >= 6:
             if buf[pos + 4] == 1:  # success: correlation, 1, timestamp, length u32, message
                 if end - pos < 17:
                     break
-                size = unpack(buf, pos + 13)[0]
-                if end - pos < 17 + size:
+                length = unpack(buf, pos + 13)[0]
+                if end - pos < 17 + length:
                     break
                 self.records += 1
-                self.data_bytes += size
-                pos += 17 + size
+                self.data_bytes += length
+                pos += 17 + length
             else:
                 self.errors += 1
                 if len(self.server_errors) < 5:
@@ -628,7 +677,8 @@ async def mega_produce(port: int, stream: str, p: dict[str, Any], ready: Callabl
 
 async def mega_consume(port: int, stream: str, p: dict[str, Any], ready: Callable[[], None],
                        go: Callable[[], Awaitable[None]]) -> dict[str, Any]:
-    load = MegaConsumer(stream, p["count"], p.get("batch", 100), p.get("window", 20_000))
+    load = MegaConsumer(stream, p["count"], p.get("batch", 100), p.get("window", 20_000),
+                        p.get("size", 100))
     ok = await _run(load, port, ready, go, p.get("timeout", 600))
     return _consumed(load, ok)
 

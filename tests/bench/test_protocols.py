@@ -53,21 +53,21 @@ def test_quick_protocols_run_counts_are_exact(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(out.read_text())
     rows = {r["workload"]: r for r in data["rows"]}
-    runs = [(p, 100) for p in ("rabbitmq", "mega", "rsio", "sbp")] + [("rabbitmq", 1000),
-                                                                        ("sbp", 1000)]
+    runs = [(p, 100) for p in ("rabbitmq", "mega", "rsio", "sbp")] + [
+        (p, 1000) for p in ("rabbitmq", "mega", "sbp")]
     assert set(rows) == {f"{p}-{what}-{size}" for p, size in runs
                          for what in ("produce", "consume")}
     sizes = data["meta"]["sizes"]
     for p, size in runs:
         count = (max(sizes["proto_count"], sizes["sbp_bytes"] // size)
-                 if p in ("rabbitmq", "sbp") else sizes["proto_count"])
+                 if p in ("rabbitmq", "mega", "sbp") else sizes["proto_count"])
         pub = rows[f"{p}-produce-{size}"]
         assert (pub["sent"], pub["confirmed"], pub["errors"]) == (count, count, 0), (p, size)
         assert rows[f"{p}-consume-{size}"]["consumed"] == count, (p, size)
     assert all(r["exact"] and r["msg_s"] > 0 for r in rows.values())
     # each MEGA, RSIO and SBP row is compared with the RabbitMQ protocol's of its size
-    assert sum("of the RabbitMQ protocol" in line for line in proc.stdout.splitlines()) == 8
-    assert len([t for t in data["targets"] if "/ rabbitmq-" in t]) == 8
+    assert sum("of the RabbitMQ protocol" in line for line in proc.stdout.splitlines()) == 10
+    assert len([t for t in data["targets"] if "/ rabbitmq-" in t]) == 10
     # SBP's target (>= the RabbitMQ protocol), one line per size, met or not
     sbp = [t for t in data["targets"] if "SBP >= RabbitMQ protocol" in t]
     assert [t.split(" (")[0].split("at ")[1] for t in sbp] == ["100 B", "1,000 B"], sbp
@@ -93,6 +93,21 @@ async def test_mega_answers_cut_anywhere() -> None:
         cons.data_received(piece)
     assert (cons.records, cons.errors) == (199, 1)
     assert cons.data_bytes == sum(i % 150 for i in range(199)) and cons.done.done()
+
+
+async def test_mega_answers_read_in_blocks_fall_back_where_the_layout_changes() -> None:
+    prod = MegaProducer("t", 700, 10)
+    answers = [encode_success(i + 1, 9, produced(i)) for i in range(699)]
+    answers.insert(400, encode_error(700, ErrorCode.TOPIC_NOT_FOUND))
+    prod.data_received(b"".join(answers))  # whole: read in blocks, one by one from the error
+    assert (prod.answered, prod.confirmed, prod.errors) == (700, 699, 1) and prod.offsets_ok()
+    cons = MegaConsumer("t", 700, size=3)
+    answers = [encode_success(i + 1, 5, consumed(b"x" * (3 if i != 500 else 7)))
+               for i in range(699)]
+    answers.insert(300, encode_error(700, ErrorCode.INVALID_OFFSET))
+    cons.data_received(b"".join(answers))
+    assert (cons.records, cons.errors, cons.data_bytes) == (699, 1, 3 * 698 + 7)
+    assert cons.done.done()
 
 
 async def test_mega_consumer_patches_correlation_and_offset() -> None:
