@@ -36,6 +36,8 @@ if TYPE_CHECKING:  # read by mypy only: a twin is assignable where its C functio
     _fill_fetch = flat._fill_fetch
     _on_next_run = _runs.on_next_run
     _on_next_run = runs._run_python
+    _cut_on_next = _runs.cut_on_next
+    _cut_on_next = runs._cut_python
     _produce_run = _mega_runs.produce_run
     _produce_run = mega_runs._produce_run_python
     _consume_run = _mega_runs.consume_run

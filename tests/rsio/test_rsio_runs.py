@@ -1,6 +1,7 @@
-"""streamlet.rsio.runs, a subscription's frames for a run of stored records: the C function and
-its Python twin give the same frames, counts and positions (or both refuse) on random chunks and
-on chunks mutated anywhere, and the frames decode to the elements the entries hold."""
+"""streamlet.rsio.runs: a subscription's frames for a run of stored records, and an append's run
+of onNext frames cut from a read. The C functions and their Python twins give the same results
+(or both refuse) on tables, random input and input mutated anywhere; the frames decode to the
+elements the entries hold, and the entries cut hold the elements the frames carried."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import struct
 
 import pytest
 
-from streamlet.rsio import OnNext, OnNextPacked, decode, runs
+from streamlet.rsio import Message, OnNext, OnNextPacked, Request, decode, encode, runs
 from streamlet.rsio.codec import iter_frames
 
 C_BUILT = runs._run_c is not None
@@ -106,3 +107,61 @@ def test_c_and_python_agree_on_random_and_mutated_runs() -> None:
         args = (rnd.randrange(0, 300), bytes(data), rnd.randrange(0, 40), rnd.randrange(1, 400),
                 rnd.randrange(1, 64), size)
         both(*args)
+
+
+def cut(data: bytes, sub: int, max_count: int, max_element: int) -> tuple[bytes, int, int] | str:
+    """The Python cut, checked equal to C's where it is built (a refusal: its class)."""
+    def one(python: bool) -> tuple[bytes, int, int] | str:
+        try:
+            return runs.cut_on_next(data, sub, max_count, max_element, python)
+        except ValueError:
+            return "ValueError"
+    py = one(True)
+    if C_BUILT:
+        assert one(False) == py, (data, sub, max_count, max_element)
+    return py
+
+
+@pytest.mark.parametrize(("frames", "limits", "want"), [
+    ([OnNext(5, b"ab"), OnNext(5, b""), OnNext(5, b"c")], (10, 100), [b"ab", b"", b"c"]),
+    ([OnNext(5, b"ab"), OnNext(5, b"c")], (1, 100), [b"ab"]),  # max_count
+    ([OnNext(5, b"ab"), OnNext(5, b"cde")], (10, 2), [b"ab"]),  # max_element
+    ([OnNext(5, b"ab"), OnNext(6, b"c")], (10, 100), [b"ab"]),  # another subscriber
+    ([OnNext(5, b"ab"), Request(5, 1)], (10, 100), [b"ab"]),  # another message
+    ([OnNext(6, b"ab")], (10, 100), []),
+])
+def test_a_run_of_on_next_cut(frames: list[Message], limits: tuple[int, int],
+                              want: list[bytes]) -> None:
+    data = b"".join(map(encode, frames))
+    got = cut(data, 5, limits[0], limits[1])
+    assert got == (entries(want), len(want), sum(len(encode(f)) for f in frames[: len(want)]))
+
+
+def test_a_frame_not_whole_and_varints_out_of_bounds() -> None:
+    whole = encode(OnNext(300, b"xyz"))
+    assert cut(whole + whole[:-1], 300, 10, 100) == (entries([b"xyz"]), 1, len(whole))
+    assert cut(b"\x80" * 11, 1, 10, 100) == (b"", 0, 0)  # a length past 10 bytes
+    assert cut(b"\x0c\x07" + b"\xff" * 9 + b"\x02", 1, 10, 100) == (b"", 0, 0)  # past 64 bits
+    assert cut(b"\x00", 1, 10, 100) == (b"", 0, 0)  # an empty frame
+    assert cut(b"", -1, 10, 100) == "ValueError"
+    assert cut(b"", 1, -1, 100) == "ValueError"
+    big = (1 << 64) - 1
+    assert cut(encode(OnNext(big, b"q")), big, 10, 100) == (entries([b"q"]), 1, 13)
+
+
+@pytest.mark.skipif(not C_BUILT, reason="the C module was not built here")
+def test_c_and_python_cut_the_same_from_random_and_mutated_reads() -> None:
+    rnd = random.Random(11)
+    for _ in range(3_000):
+        msgs: list[Message] = [OnNext(rnd.choice((1, 1, 1, 200)),
+                                      bytes(rnd.getrandbits(8) for _ in range(rnd.randrange(40))))
+                               for _ in range(rnd.randrange(0, 20))]
+        if rnd.random() < 0.2:
+            msgs.insert(rnd.randrange(len(msgs) + 1), Request(1, 5))
+        data = bytearray(b"".join(map(encode, msgs)))
+        if data and rnd.random() < 0.5:
+            if rnd.random() < 0.5:
+                data[rnd.randrange(len(data))] = rnd.getrandbits(8)
+            else:
+                del data[rnd.randrange(len(data)):]
+        cut(bytes(data), rnd.choice((1, 200)), rnd.randrange(0, 25), rnd.randrange(0, 50))

@@ -10,7 +10,14 @@
  * body of another size. Each entry is an onNext frame (varint length, type 7, varint sub, the
  * body); with `element_size`, each group of max(split / element_size, 1) entries is one
  * onNextPacked (type 10, varint sub, varint count, the bodies), a group of one an onNext.
- * runs.py's _run_python gives identical results (tests/rsio/test_rsio_runs.py checks that). */
+ *
+ * cut_on_next(data, sub, max_count, max_element) is an append's way in: the whole onNext
+ * frames of subscriber `sub` that follow each other at the start of `data` (a read), at most
+ * `max_count`, none past an element longer than `max_element`, as (entries, n, used): their
+ * elements each behind a simple entry's header (a u32 length), how many, and the bytes of
+ * `data` they took. It stops at anything else (another type or subscriber, a frame not whole,
+ * a varint past 10 bytes or 64 bits): the general way takes it from there.
+ * runs.py's _run_python and _cut_python give identical results (tests/rsio/test_rsio_runs.py checks that). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -154,8 +161,89 @@ static PyObject *on_next_run(PyObject *self, PyObject *args) {
     return Py_BuildValue("(NLn)", frames, n, pos);
 }
 
+/* A varint at p[*pos..end): 1 and *pos moved past it, 0 if it does not end there or is past
+ * 10 bytes or 64 bits. */
+static int get_varint(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t end,
+                      unsigned long long *out) {
+    unsigned long long v = 0;
+    Py_ssize_t i = *pos;
+    for (int k = 0; k < 10 && i < end; k++, i++) {
+        unsigned char b = p[i];
+        if (k == 9 && b > 1)
+            return 0;
+        v |= (unsigned long long)(b & 0x7f) << (7 * k);
+        if (!(b & 0x80)) {
+            *out = v;
+            *pos = i + 1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *cut_on_next(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    PyObject *data, *subobj;
+    long long max_count, max_element;
+    if (!PyArg_ParseTuple(args, "OO!LL", &data, &PyLong_Type, &subobj, &max_count, &max_element))
+        return NULL;
+    unsigned long long sub = PyLong_AsUnsignedLongLong(subobj);
+    if ((sub == (unsigned long long)-1 && PyErr_Occurred()) || max_count < 0 || max_element < 0) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError, "a negative id, count or size");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *p = view.buf;
+    Py_ssize_t end = view.len, pos = 0;
+    long long n = 0, total = 0;
+    /* pass 1: how many whole onNext frames of `sub` in a row, and their elements' bytes */
+    while (n < max_count && pos < end) {
+        Py_ssize_t at = pos, stop;
+        unsigned long long size, s;
+        if (!get_varint(p, &at, end, &size) || size > (unsigned long long)(end - at))
+            break;
+        stop = at + (Py_ssize_t)size;
+        if (size < 1 || p[at] != 7)
+            break;
+        at++;
+        if (!get_varint(p, &at, stop, &s) || s != sub || stop - at > max_element)
+            break;
+        total += 4 + (stop - at);
+        n++;
+        pos = stop;
+    }
+    PyObject *entries = PyBytes_FromStringAndSize(NULL, total);
+    if (entries == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    /* pass 2: each element behind its simple entry header */
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(entries);
+    Py_ssize_t at = 0;
+    for (long long i = 0; i < n; i++) {
+        unsigned long long size, s;
+        get_varint(p, &at, end, &size);
+        Py_ssize_t stop = at + (Py_ssize_t)size;
+        at++;
+        get_varint(p, &at, stop, &s);
+        uint32_t len = (uint32_t)(stop - at);
+        o[0] = (unsigned char)(len >> 24);
+        o[1] = (unsigned char)(len >> 16);
+        o[2] = (unsigned char)(len >> 8);
+        o[3] = (unsigned char)len;
+        memcpy(o + 4, p + at, len);
+        o += 4 + len;
+        at = stop;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(NLn)", entries, n, pos);
+}
+
 static PyMethodDef methods[] = {
     {"on_next_run", on_next_run, METH_VARARGS, "A run of stored entries as RSIO frames."},
+    {"cut_on_next", cut_on_next, METH_VARARGS, "A run of onNext frames as simple entries."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,5 +1,6 @@
-"""A subscription's frames for a run of stored records in one call: the onNext frames (or, with
-an elementSize, onNextPacked frames) of a chunk's simple entries, as one bytes. Written in C
+"""Runs of elements in one call: a subscription's frames for a chunk's simple entries (onNext
+frames, or with an elementSize onNextPacked frames) as one bytes, and an append's run of onNext
+frames of one subscriber cut from a read as joined simple entries. Written in C
 (``_runs.c``) where a compiler was there at install time; this module's Python gives the same
 results. Where it is used: docs/protocols/reactive-streams.md, "Reading a stream"."""
 
@@ -9,7 +10,7 @@ import struct
 from collections.abc import Callable
 
 from ..native import allowed
-from .codec import varint
+from .codec import Malformed, read_varint, varint
 
 _U32 = struct.Struct(">I")
 ON_NEXT, ON_NEXT_PACKED = b"\x07", b"\x0a"
@@ -63,14 +64,52 @@ def _close(out: list[bytes | memoryview], head: bytes, group: list[memoryview],
     group.clear()
 
 
-#: the C function (_runs.pyi), None where it is not built or turned off
+def _cut_python(data: bytes | bytearray | memoryview, sub: int, max_count: int,
+                max_element: int) -> tuple[bytes, int, int]:
+    if sub < 0 or max_count < 0 or max_element < 0:
+        raise ValueError("a negative id, count or size")
+    mv = memoryview(data)
+    end = len(mv)
+    out: list[bytes | memoryview] = []
+    pos = n = 0
+    while n < max_count and pos < end:
+        try:
+            got = read_varint(mv, pos, end)
+            if got is None or got[0] > end - got[1] or got[0] < 1 or mv[got[1]] != 7:
+                break
+            stop = got[1] + got[0]
+            got = read_varint(mv, got[1] + 1, stop)
+        except Malformed:
+            break
+        if got is None or got[0] != sub or stop - got[1] > max_element:
+            break
+        out += (_U32.pack(stop - got[1]), mv[got[1] : stop])
+        n += 1
+        pos = stop
+    return b"".join(out), n, pos
+
+
+#: the C functions (_runs.pyi), None where they are not built or turned off
 _run_c: Callable[[int, bytes | bytearray | memoryview, int, int, int, int],
                  tuple[bytes, int, int]] | None
+_cut_c: Callable[[bytes | bytearray | memoryview, int, int, int], tuple[bytes, int, int]] | None
 try:
     allowed("streamlet.rsio._runs")
+    from ._runs import cut_on_next as _cut_c
     from ._runs import on_next_run as _run_c
 except ImportError:  # no compiler at install time: the Python path gives the same results
-    _run_c = None
+    _run_c = _cut_c = None
+
+
+def cut_on_next(data: bytes | bytearray | memoryview, sub: int, max_count: int,
+                max_element: int, python: bool = False) -> tuple[bytes, int, int]:
+    """``(entries, n, used)``: the whole onNext frames of subscriber ``sub`` that follow each
+    other at the start of ``data`` (at most ``max_count``, none past an element longer than
+    ``max_element``), their elements each behind a simple entry's u32 length, and the bytes of
+    ``data`` they took. Stops at anything else (another message or subscriber, a frame not
+    whole, a varint past 10 bytes or 64 bits): the general way takes it from there."""
+    cut = _cut_python if python or _cut_c is None else _cut_c
+    return cut(data, sub, max_count, max_element)
 
 
 def on_next_run(sub: int, data: bytes | bytearray | memoryview, max_count: int, max_bytes: int,

@@ -63,6 +63,12 @@ class Inbound:
         held += element
         return True
 
+    def take_entries(self, entries: bytes, n: int) -> None:
+        """Hold ``n`` elements more, as joined simple entries (cut within the rules)."""
+        self.received += n
+        self.waiting += n
+        self.held += entries
+
     def flush(self) -> None:
         """Append the elements held, as one batch of one publisher call."""
         n = self.waiting

@@ -46,6 +46,7 @@ from ...rsio import (
     encode,
     parse,
 )
+from ...rsio.runs import cut_on_next
 from ...wire.framing import FrameTooLarge
 from ..arguments import parse_create_arguments, valid_stream_name
 from ..replication.members import Refused
@@ -94,11 +95,20 @@ class RsioConnection(FramedConnection):
     def handle_frame(self, frame: memoryview) -> None:
         # The usual frame of an append, an onNext of a one-byte subscriber id, held without a
         # message object; anything else (or a rule broken) goes the general way.
+        # The onNext frames of the same subscriber that follow it in the read are cut in one
+        # call (streamlet.rsio.runs).
         at = 1 if frame[0] < 0x80 else 2 if frame[1] < 0x80 else 3 if frame[2] < 0x80 else 0
         if at and len(frame) > at + 1 and frame[at] == 7 and frame[at + 1] < 0x80 and \
                 self.greeted:
             inbound = self.appends.get(frame[at + 1])
             if inbound is not None and inbound.take(frame[at + 2 :]):
+                room = inbound.granted - inbound.received
+                if room:
+                    entries, n, used = cut_on_next(self.reader.ahead(), inbound.id, room,
+                                                   self.max_element)
+                    if n:
+                        inbound.take_entries(entries, n)
+                        self.reader.skip(used)
                 return
         try:
             msg = decode(frame)
