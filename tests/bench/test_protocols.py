@@ -115,8 +115,8 @@ async def test_mega_consumer_patches_correlation_and_offset() -> None:
     sent: list[bytes] = []
 
     class Transport:
-        def write(self, data: bytes) -> None:
-            sent.append(bytes(data))
+        def writelines(self, parts: list[bytes]) -> None:  # a write per batch of requests
+            sent.extend(bytes(p) for p in parts)
 
     cons.transport = Transport()  # type: ignore[assignment]
     cons.start()
