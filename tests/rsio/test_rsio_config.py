@@ -35,8 +35,8 @@ def test_rsio_port_flag(tmp_path: Path, text: str, flag: int | None, rsio: list[
 
 def test_rsio_limits_default(tmp_path: Path) -> None:
     """Without a section, as without a loader: the adapter's defaults."""
-    assert BrokerConfig().settings_of("rsio", RsioSettings) == RsioSettings(1 << 20, 64 << 10, 256)
-    assert _load(tmp_path, "").settings_of("rsio", RsioSettings) == RsioSettings(1 << 20, 64 << 10, 256)
+    assert BrokerConfig().settings_of("rsio", RsioSettings) == RsioSettings(1 << 20, 64 << 10, 4096)
+    assert _load(tmp_path, "").settings_of("rsio", RsioSettings) == RsioSettings(1 << 20, 64 << 10, 4096)
 
 
 def test_rsio_limits_from_the_file(tmp_path: Path) -> None:

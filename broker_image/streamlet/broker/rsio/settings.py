@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ..config.model import BrokerConfig
 
 DEFAULT_SPLIT = 64 << 10
-DEFAULT_WINDOW = 256
+DEFAULT_WINDOW = 4096
 
 
 @dataclass(frozen=True)
