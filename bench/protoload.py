@@ -569,11 +569,15 @@ class RsioAppender(_Rsio):
 class RsioSubscriber(_Rsio):
     """Read ``total`` elements of a stream from its first offset (``end=now``), asking for
     ``demand`` at a time; done at onComplete. Counts elements and their bytes from the frames'
-    type bytes without decoding them."""
+    type bytes without decoding them; with ``size`` (the elements' bytes, 0: unknown), a run
+    of onNext frames of that size is checked and counted a byte column at a time."""
 
-    def __init__(self, stream: str, total: int, demand: int = 10_000) -> None:
+    def __init__(self, stream: str, total: int, demand: int = 10_000, size: int = 0) -> None:
         super().__init__()
-        self.stream, self.total, self.demand = stream, total, demand
+        self.stream, self.total, self.demand, self.size = stream, total, demand, size
+        #: an onNext frame of ``size``: its first bytes (length, type, subscriber), its length
+        self.head = encode(OnNext(_SUB, b"\0" * size))[:-size] if size else b""
+        self.frame = len(self.head) + size
         self.records = 0
         self.data_bytes = 0
         self.taken = 0  # since the last request
@@ -590,6 +594,13 @@ class RsioSubscriber(_Rsio):
         pos, end = 0, len(buf)
         records = 0
         while pos < end:
+            if self.frame and buf[pos : pos + len(self.head)] == self.head:
+                n = self.run(buf, pos, end)
+                if n:
+                    records += n
+                    self.data_bytes += n * self.size
+                    pos += n * self.frame
+                    continue
             size = buf[pos]
             at = pos + 1
             if size & 0x80:  # a longer length
@@ -625,6 +636,20 @@ class RsioSubscriber(_Rsio):
         elif self.taken >= self.demand // 2:
             self.write(encode(Request(_SUB, self.taken)))
             self.taken = 0
+
+    def run(self, buf: bytearray, pos: int, end: int) -> int:
+        """How many whole onNext frames of ``size`` follow each other from ``pos``: each byte
+        of the head checked down its column (one strided slice), up to the first frame whose
+        head differs (each frame so checked starts where the one before ends)."""
+        frame, head = self.frame, self.head
+        n = (end - pos) // frame
+        stop = pos + n * frame
+        for i in range(len(head)):
+            column = buf[pos + i : stop : frame]
+            n = min(n, len(column) - len(column.lstrip(head[i : i + 1])))
+            if not n:
+                break
+        return n
 
     def pump(self) -> None:
         self.write(encode(Subscribe(format_publisher(self.stream, end="now"), _SUB, self.demand)))
@@ -716,7 +741,7 @@ async def rsio_produce(port: int, stream: str, p: dict[str, Any], ready: Callabl
 
 async def rsio_consume(port: int, stream: str, p: dict[str, Any], ready: Callable[[], None],
                        go: Callable[[], Awaitable[None]]) -> dict[str, Any]:
-    load = RsioSubscriber(stream, p["count"], p.get("demand", 10_000))
+    load = RsioSubscriber(stream, p["count"], p.get("demand", 10_000), p.get("size", 0))
     ok = await _run(load, port, ready, go, p.get("timeout", 600))
     return _consumed(load, ok and load.complete)
 

@@ -54,20 +54,20 @@ def test_quick_protocols_run_counts_are_exact(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     rows = {r["workload"]: r for r in data["rows"]}
     runs = [(p, 100) for p in ("rabbitmq", "mega", "rsio", "sbp")] + [
-        (p, 1000) for p in ("rabbitmq", "mega", "sbp")]
+        (p, 1000) for p in ("rabbitmq", "mega", "rsio", "sbp")]
     assert set(rows) == {f"{p}-{what}-{size}" for p, size in runs
                          for what in ("produce", "consume")}
     sizes = data["meta"]["sizes"]
     for p, size in runs:
         count = (max(sizes["proto_count"], sizes["sbp_bytes"] // size)
-                 if p in ("rabbitmq", "mega", "sbp") else sizes["proto_count"])
+                 if p in ("rabbitmq", "mega", "rsio", "sbp") else sizes["proto_count"])
         pub = rows[f"{p}-produce-{size}"]
         assert (pub["sent"], pub["confirmed"], pub["errors"]) == (count, count, 0), (p, size)
         assert rows[f"{p}-consume-{size}"]["consumed"] == count, (p, size)
     assert all(r["exact"] and r["msg_s"] > 0 for r in rows.values())
     # each MEGA, RSIO and SBP row is compared with the RabbitMQ protocol's of its size
-    assert sum("of the RabbitMQ protocol" in line for line in proc.stdout.splitlines()) == 10
-    assert len([t for t in data["targets"] if "/ rabbitmq-" in t]) == 10
+    assert sum("of the RabbitMQ protocol" in line for line in proc.stdout.splitlines()) == 12
+    assert len([t for t in data["targets"] if "/ rabbitmq-" in t]) == 12
     # SBP's target (>= the RabbitMQ protocol), one line per size, met or not
     sbp = [t for t in data["targets"] if "SBP >= RabbitMQ protocol" in t]
     assert [t.split(" (")[0].split("at ")[1] for t in sbp] == ["100 B", "1,000 B"], sbp
@@ -149,6 +149,29 @@ async def test_rsio_subscriber_counts_every_kind_of_element() -> None:
     assert sub.records == 1 + 1 + 3 + 1 + 1
     assert sub.data_bytes == 3 + 300 + 9 + 211 + 0
     assert sub.complete and sub.done.done() and sub.errors == 0
+
+
+async def test_rsio_subscriber_counts_runs_of_its_size_a_column_at_a_time() -> None:
+    rng = random.Random(9)
+    frames: list[Message] = [Position(1, 0), *(OnNext(1, b"%03d" % i) for i in range(500)),
+                             OnNext(1, b"long"), OnNextPacked(1, 2, b"abcdef"),
+                             *(OnNext(1, b"%03d" % i) for i in range(300)), OnNext(1, b"xy"),
+                             OnComplete(1)]
+    data = b"".join(encode(f) for f in frames)
+
+    class Transport:
+        def write(self, data: bytes) -> None:
+            pass
+
+    for pieces in (cuts(data, rng), [data]):
+        sub = RsioSubscriber("s", 10, demand=100_000, size=3)
+        sub.ready.set_result(None)  # past hello
+        sub.transport = Transport()  # type: ignore[assignment]
+        for piece in pieces:
+            sub.data_received(piece)
+        assert sub.records == 500 + 1 + 2 + 300 + 1
+        assert sub.data_bytes == 3 * 800 + 4 + 6 + 2
+        assert sub.complete and sub.done.done() and sub.errors == 0
 
 
 def test_protocols_is_in_the_default_run_and_streamlet_only() -> None:
