@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # read by mypy only: a twin is assignable where its C functio
     _join = entries._join_python
     _ids = _entries.consecutive_ids
     _ids = entries._ids_python
+    _prefix = _entries.simple_prefix
+    _prefix = entries._prefix_python
     _fill_append = _flat.fill_append
     _fill_append = flat._fill_append
     _fill_fetch = _flat.fill_fetch

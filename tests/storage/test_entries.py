@@ -125,3 +125,43 @@ def test_simple_only(python: bool) -> None:
     for buf, want in [(data, True), (b"", True), (data[:-1], False), (data + batch, False),
                       (data + b"\x00\x00", False)]:
         assert entries.simple_only(buf, python) is want
+
+
+def test_simple_prefix_in_c_and_python_is_the_cut_of_a_batch() -> None:
+    """What a simple batch's cut takes, walked in C, is what PublishBatch's walk of its entries
+    one by one takes (the batch not said simple); both refuse a sub-entry batch or an entry cut
+    short alike."""
+    from streamlet.core.batch import PublishBatch
+
+    rng = random.Random(3)
+    for _ in range(500):
+        sizes = [rng.choice((0, 1, 10, 100, 1000)) for _ in range(rng.randrange(1, 30))]
+        data = join_simple(b"".join(b"x" * n for n in sizes), sizes)
+        most, room = rng.randrange(0, 35), rng.choice((0, 4, 14, 100, 5000, 1 << 20))
+        got = entries.simple_prefix(data, most, room)
+        assert got == entries.simple_prefix(data, most, room, python=True)
+        n = len(sizes)
+        ids = entries.consecutive_ids(1, n)
+        fast = PublishBatch(1, n, ids, data, n, 1, n, True, simple=True)
+        slow = PublishBatch(1, n, ids, data, n, 1, n, True, simple=None)
+        if most == 0:
+            continue  # the stream never cuts to nothing
+        assert [_fields(b) for b in fast.cut(most, room)] == \
+            [_fields(b) for b in slow.cut(most, room)]
+        head, _ = fast.cut(most, room)
+        assert (head.count, len(head.data)) == got
+    for bad in (data[:-1], bytes([0x80]) + struct.pack(">HII", 1, 5, 9) + simple_entry(b"hello")):
+        with pytest.raises(ChunkError):
+            entries.simple_prefix(bad, 100, 1 << 20)
+        with pytest.raises(ChunkError):
+            entries.simple_prefix(bad, 100, 1 << 20, python=True)
+
+
+def _fields(b: object) -> tuple[object, ...] | None:
+    """A batch's messages and what it says of them (``simple`` aside: that is the point)."""
+    from streamlet.core.batch import PublishBatch
+
+    if b is None:
+        return None
+    assert isinstance(b, PublishBatch)
+    return (b.count, b.ids, bytes(b.data), b.num_records, b.first_id, b.last_id, b.increasing)

@@ -9,7 +9,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from ..storage.entries import simple_prefix
+
 _U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
 _SUB_BATCH = struct.Struct(">BHII")
 
 
@@ -60,7 +63,10 @@ class PublishBatch:
         """The first messages of this batch, at most ``max_entries`` of them holding at most
         ``max_bytes`` of entries (but at least one), and the rest (None if nothing is left)."""
         data, pos, records, n = self.data, 0, 0, 0
-        while n < min(max_entries, self.count):
+        if self.simple:  # an entry a record: the walk in C
+            n, pos = simple_prefix(data, min(max_entries, self.count), max_bytes)
+            records = n
+        while n < min(max_entries, self.count) and not self.simple:
             size, k = _entry_at(data, pos)
             if n and pos + size > max_bytes:
                 break
@@ -73,9 +79,12 @@ class PublishBatch:
     def _part(self, i: int, j: int, p: int, q: int, records: int) -> PublishBatch:
         """Messages ``i`` to ``j`` (exclusive), whose entries are ``data[p:q]``."""
         ids = self.ids[8 * i : 8 * j]
-        seq = struct.unpack(f">{j - i}Q", ids)
-        increasing = self.increasing or all(a < b for a, b in zip(seq, seq[1:], strict=False))
-        return PublishBatch(self.publisher_id, j - i, ids, self.data[p:q], records, seq[0],
-                            seq[-1], increasing,
+        first, last = _U64.unpack_from(ids, 0)[0], _U64.unpack_from(ids, len(ids) - 8)[0]
+        increasing = self.increasing
+        if not increasing:
+            seq = struct.unpack(f">{j - i}Q", ids)
+            increasing = all(a < b for a, b in zip(seq, seq[1:], strict=False))
+        return PublishBatch(self.publisher_id, j - i, ids, self.data[p:q], records, first,
+                            last, increasing,
                             self.filter_values[i:j] if self.filter_values is not None else None,
                             True if self.simple else None)

@@ -202,8 +202,40 @@ static PyObject *consecutive_ids(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* simple_prefix(data, max_entries, max_bytes): how many of the simple entries at the start of
+ * `data` are taken, at most max_entries of them within max_bytes (the first always), and the
+ * bytes they fill: (n, pos). ValueError at a sub-entry batch or an entry cut short. */
+static PyObject *simple_prefix(PyObject *self, PyObject *args) {
+    Py_buffer b;
+    Py_ssize_t max_entries, max_bytes;
+    if (!PyArg_ParseTuple(args, "y*nn", &b, &max_entries, &max_bytes))
+        return NULL;
+    const unsigned char *d = b.buf;
+    Py_ssize_t len = b.len, pos = 0, n = 0;
+    while (n < max_entries && pos < len) {
+        if ((d[pos] & 0x80) || len - pos < 4) {
+            PyBuffer_Release(&b);
+            PyErr_SetString(PyExc_ValueError, "not a simple entry");
+            return NULL;
+        }
+        Py_ssize_t size = 4 + (Py_ssize_t)be32(d + pos);
+        if (size > len - pos) {
+            PyBuffer_Release(&b);
+            PyErr_SetString(PyExc_ValueError, "truncated entry");
+            return NULL;
+        }
+        if (n && pos + size > max_bytes)
+            break;
+        pos += size;
+        n++;
+    }
+    PyBuffer_Release(&b);
+    return Py_BuildValue("nn", n, pos);
+}
+
 static PyMethodDef methods[] = {
     {"consecutive_ids", consecutive_ids, METH_VARARGS, "Publishing ids first..first+n-1."},
+    {"simple_prefix", simple_prefix, METH_VARARGS, "The simple entries a cut takes."},
     {"cut_simple", cut_simple, METH_VARARGS, "Cut a chunk's simple entries out in bulk."},
     {"join_simple", join_simple, METH_VARARGS, "Join bodies as simple entries."},
     {NULL, NULL, 0, NULL},

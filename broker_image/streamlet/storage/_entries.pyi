@@ -1,5 +1,5 @@
-"""_entries.c's types: its Python twins are entries.py's ``_cut_python``, ``_join_python`` and
-``_ids_python`` (docs/development.md, "The C extensions")."""
+"""_entries.c's types: its Python twins are entries.py's ``_cut_python``, ``_join_python``,
+``_ids_python`` and ``_prefix_python`` (docs/development.md, "The C extensions")."""
 
 def consecutive_ids(first: int, n: int, /) -> bytes: ...
 def cut_simple(
@@ -7,3 +7,5 @@ def cut_simple(
     taken: bool, join: bool = ..., /,
 ) -> tuple[int, int, bytes, bytes | memoryview, int, int, int, int]: ...
 def join_simple(payload: bytes | memoryview, lengths: list[int] | bytes | memoryview, /) -> bytes: ...
+def simple_prefix(data: bytes | bytearray | memoryview, max_entries: int, max_bytes: int,
+                  /) -> tuple[int, int]: ...

@@ -78,6 +78,23 @@ def _join_python(payload: bytes | memoryview, lengths: list[int] | bytes | memor
     return b"".join(chain.from_iterable(zip(map(_U32.pack, lengths), bodies, strict=False)))
 
 
+def _prefix_python(data: bytes | bytearray | memoryview, max_entries: int, max_bytes: int
+                   ) -> tuple[int, int]:
+    mv = memoryview(data)
+    pos, n, end = 0, 0, len(mv)
+    while n < max_entries and pos < end:
+        if mv[pos] & 0x80 or end - pos < 4:
+            raise ValueError("not a simple entry")
+        size = 4 + _U32.unpack_from(mv, pos)[0]
+        if size > end - pos:
+            raise ValueError("truncated entry")
+        if n and pos + size > max_bytes:
+            break
+        pos += size
+        n += 1
+    return n, pos
+
+
 def _ids_python(first: int, n: int) -> bytes:
     if n < 0:
         raise ValueError("a negative count")
@@ -89,13 +106,15 @@ _cut_c: Callable[[bytes | bytearray | memoryview, int, int, int, int, bool, bool
                  tuple[int, int, bytes, bytes | memoryview, int, int, int, int]] | None
 _join_c: Callable[[bytes | memoryview, list[int] | bytes | memoryview], bytes] | None
 _ids_c: Callable[[int, int], bytes] | None
+_prefix_c: Callable[[bytes | bytearray | memoryview, int, int], tuple[int, int]] | None
 try:
     allowed("streamlet.storage._entries")
     from ._entries import consecutive_ids as _ids_c
     from ._entries import cut_simple as _cut_c
     from ._entries import join_simple as _join_c
+    from ._entries import simple_prefix as _prefix_c
 except ImportError:  # no compiler at install time: the Python path gives the same results
-    _cut_c = _join_c = _ids_c = None
+    _cut_c = _join_c = _ids_c = _prefix_c = None
 
 
 def simple_only(data: bytes | bytearray | memoryview, python: bool = False) -> bool:
@@ -112,6 +131,19 @@ def all_simple(parts: Iterable[bytes | bytearray | memoryview], num_entries: int
     """Whether entries ``parts`` (``num_entries`` of them holding ``num_records`` records) are
     all simple: no walk when the counts already say a sub-entry batch is there."""
     return num_entries == num_records and all(map(simple_only, parts))
+
+
+def simple_prefix(data: bytes | bytearray | memoryview, max_entries: int, max_bytes: int,
+                  python: bool = False) -> tuple[int, int]:
+    """How many of the simple entries at the start of ``data`` a cut takes, at most
+    ``max_entries`` within ``max_bytes`` (but at least one), and the bytes they fill: a publish
+    batch of simple entries cut to fit a chunk, walked in C. Raises ChunkError at a sub-entry
+    batch or an entry cut short."""
+    prefix = _prefix_python if python or _prefix_c is None else _prefix_c
+    try:
+        return prefix(data, max_entries, max_bytes)
+    except ValueError as e:
+        raise ChunkError(str(e)) from None
 
 
 def consecutive_ids(first: int, n: int, python: bool = False) -> bytes:
