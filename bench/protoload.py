@@ -106,8 +106,9 @@ class _Load(asyncio.BaseProtocol):
 # --- MEGA ---------------------------------------------------------------------------------------
 
 
-class _MegaPipeline(_Load, asyncio.Protocol):
-    """``total`` requests of one layout, ``batch`` per write, at most ``window`` unanswered.
+class _MegaPipeline(_Load, asyncio.BufferedProtocol):
+    """``total`` requests of one layout, ``batch`` per write, at most ``window`` unanswered;
+    answers read in place (a buffered protocol: no copy of them in the process).
 
     Each slot of the ring gets its correlation ids when built (slot k: k * batch + 1, ...),
     unique among the requests in flight (the ring holds more than the window); ``patch``
@@ -130,6 +131,9 @@ class _MegaPipeline(_Load, asyncio.Protocol):
         self.answered = 0
         self.frames = 0
         self.blocks: dict[int, struct.Struct] = {}
+        self.mem = bytearray(1 << 20)
+        self.view = memoryview(self.mem)
+        self.r = self.w = 0  # the answers not counted yet: mem[r:w]
         self.ready.set_result(None)  # MEGA has no handshake
 
     def patch(self, slot: bytearray, first: int, n: int) -> None:
@@ -151,15 +155,31 @@ class _MegaPipeline(_Load, asyncio.Protocol):
         if out:  # the batches of one pump in one system call
             self.transport.writelines(out)
 
-    def data_received(self, data: bytes) -> None:
-        buf = self.buf
-        buf += data
-        pos = self.take(buf)
-        del buf[:pos]
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if len(self.mem) - self.w < 64 << 10:  # an answer cut by the last read: to the front
+            unread = self.w - self.r
+            self.mem[:unread] = self.mem[self.r : self.w]
+            self.r, self.w = 0, unread
+        return self.view[self.w :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.w += nbytes
+        self.r = self.take(self.mem, self.r, self.w)
+        if self.r == self.w:
+            self.r = self.w = 0
         if self.answered >= self.total:
             self.finish()
         else:
             self.pump()
+
+    def feed(self, data: bytes) -> None:
+        """Answers as if read from the socket (tests)."""
+        while data:
+            room = self.get_buffer(len(data))
+            n = min(len(room), len(data))
+            room[:n] = data[:n]
+            data = data[n:]
+            self.buffer_updated(n)
 
     def block(self, n: int, layout: str) -> struct.Struct:
         """The struct reading ``n`` answers of ``layout`` (made once per ``n``)."""
@@ -168,8 +188,8 @@ class _MegaPipeline(_Load, asyncio.Protocol):
             got = self.blocks[n] = struct.Struct(">" + layout * n)
         return got
 
-    def take(self, buf: bytearray) -> int:
-        """Count the whole answers in ``buf``; the bytes they took."""
+    def take(self, buf: bytearray, pos: int, end: int) -> int:
+        """Count the whole answers in ``buf[pos:end]``; where the first not whole starts."""
         raise NotImplementedError
 
 
@@ -185,8 +205,7 @@ class MegaProducer(_MegaPipeline):
         self.offset_sum = 0
         self.max_offset = -1
 
-    def take(self, buf: bytearray) -> int:
-        pos, end = 0, len(buf)
+    def take(self, buf: bytearray, pos: int, end: int) -> int:
         while (n := min((end - pos) // 21, self.BLOCK)) > 0:  # successes: 21 bytes each
             got = self.block(n, "4xB8xQ").unpack_from(buf, pos)  # flag, offset
             if got[0::2].count(1) != n:
@@ -243,8 +262,7 @@ class MegaConsumer(_MegaPipeline):
         for k in range(4):
             slot[stride - 4 + k : n * stride : stride] = raw[k::4]
 
-    def take(self, buf: bytearray) -> int:
-        pos, end = 0, len(buf)
+    def take(self, buf: bytearray, pos: int, end: int) -> int:
         size = self.size
         step = 17 + size
         length = _U32.pack(size)

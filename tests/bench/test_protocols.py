@@ -79,18 +79,18 @@ async def test_mega_answers_cut_anywhere() -> None:
     stream = b"".join(encode_success(i + 1, 123, produced(i)) for i in range(299))
     stream += encode_error(300, ErrorCode.TOPIC_NOT_FOUND)
     for piece in cuts(stream, rng):
-        prod.data_received(piece)
+        prod.feed(piece)
     assert (prod.answered, prod.confirmed, prod.errors) == (300, 299, 1)
     assert prod.done.done() and prod.offsets_ok()  # the 299 successes got offsets 0..298
     twice = MegaProducer("t", 3, 10)  # an offset given twice is caught
-    twice.data_received(b"".join(encode_success(i + 1, 0, produced(o)) for i, o in enumerate((0, 2, 2))))
+    twice.feed(b"".join(encode_success(i + 1, 0, produced(o)) for i, o in enumerate((0, 2, 2))))
     assert twice.done.done() and twice.confirmed == 3 and not twice.offsets_ok()
 
     cons = MegaConsumer("t", 200)
     stream = b"".join(encode_success(i + 1, 5, consumed(b"x" * (i % 150))) for i in range(199))
     stream += encode_error(200, ErrorCode.INVALID_OFFSET)
     for piece in cuts(stream, rng):
-        cons.data_received(piece)
+        cons.feed(piece)
     assert (cons.records, cons.errors) == (199, 1)
     assert cons.data_bytes == sum(i % 150 for i in range(199)) and cons.done.done()
 
@@ -99,13 +99,13 @@ async def test_mega_answers_read_in_blocks_fall_back_where_the_layout_changes() 
     prod = MegaProducer("t", 700, 10)
     answers = [encode_success(i + 1, 9, produced(i)) for i in range(699)]
     answers.insert(400, encode_error(700, ErrorCode.TOPIC_NOT_FOUND))
-    prod.data_received(b"".join(answers))  # whole: read in blocks, one by one from the error
+    prod.feed(b"".join(answers))  # whole: read in blocks, one by one from the error
     assert (prod.answered, prod.confirmed, prod.errors) == (700, 699, 1) and prod.offsets_ok()
     cons = MegaConsumer("t", 700, size=3)
     answers = [encode_success(i + 1, 5, consumed(b"x" * (3 if i != 500 else 7)))
                for i in range(699)]
     answers.insert(300, encode_error(700, ErrorCode.INVALID_OFFSET))
-    cons.data_received(b"".join(answers))
+    cons.feed(b"".join(answers))
     assert (cons.records, cons.errors, cons.data_bytes) == (699, 1, 3 * 698 + 7)
     assert cons.done.done()
 
@@ -121,7 +121,7 @@ async def test_mega_consumer_patches_correlation_and_offset() -> None:
     cons.transport = Transport()  # type: ignore[assignment]
     cons.start()
     assert len(sent) == 2  # the window holds two batches
-    cons.data_received(b"".join(encode_success(i + 1, 0, consumed(b"ab")) for i in range(100)))
+    cons.feed(b"".join(encode_success(i + 1, 0, consumed(b"ab")) for i in range(100)))
     assert len(sent) == 3 and len(sent[2]) == 50 * cons.stride  # the last, shorter batch
     from streamlet.mega import MegaSplitter, decode_request
     requests = [decode_request(f) for f in MegaSplitter().feed(b"".join(sent))]
