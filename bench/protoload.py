@@ -759,7 +759,8 @@ async def rsio_produce(port: int, stream: str, p: dict[str, Any], ready: Callabl
 
 async def rsio_consume(port: int, stream: str, p: dict[str, Any], ready: Callable[[], None],
                        go: Callable[[], Awaitable[None]]) -> dict[str, Any]:
-    load = RsioSubscriber(stream, p["count"], p.get("demand", 10_000), p.get("size", 0))
+    # demand as the RabbitMQ protocol's consumer's credit of 64 chunks holds at 100 B
+    load = RsioSubscriber(stream, p["count"], p.get("demand", 250_000), p.get("size", 0))
     ok = await _run(load, port, ready, go, p.get("timeout", 600))
     return _consumed(load, ok and load.complete)
 
