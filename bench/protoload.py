@@ -584,11 +584,12 @@ class RsioAppender(_Rsio):
             self.write(encode(OnComplete(_SUB)))
 
 
-class RsioSubscriber(_Rsio):
+class RsioSubscriber(_Rsio, asyncio.BufferedProtocol):
     """Read ``total`` elements of a stream from its first offset (``end=now``), asking for
     ``demand`` at a time; done at onComplete. Counts elements and their bytes from the frames'
     type bytes without decoding them; with ``size`` (the elements' bytes, 0: unknown), a run
-    of onNext frames of that size is checked and counted a byte column at a time."""
+    of onNext frames of that size is checked and counted a byte column at a time. Reads land
+    in place (a buffered protocol: no copy of them in the process)."""
 
     def __init__(self, stream: str, total: int, demand: int = 10_000, size: int = 0) -> None:
         super().__init__()
@@ -600,6 +601,26 @@ class RsioSubscriber(_Rsio):
         self.data_bytes = 0
         self.taken = 0  # since the last request
         self.complete = False
+        self.mem = bytearray(4 << 20)
+        self.view = memoryview(self.mem)
+        self.r = self.w = 0  # the frames not counted yet: mem[r:w]
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if len(self.mem) - self.w < 256 << 10:  # a frame cut by the last read: to the front
+            unread = self.w - self.r
+            self.mem[:unread] = self.mem[self.r : self.w]
+            self.r, self.w = 0, unread
+        return self.view[self.w :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.w += nbytes
+        if not self.ready.done():  # the broker's hello, before anything else
+            self.data_received(bytes(self.mem[self.r : self.w]))
+            self.r = self.w = 0
+            return
+        self.r = self.take(self.mem, self.r, self.w)
+        if self.r == self.w:
+            self.r = self.w = 0
 
     def data_received(self, data: bytes) -> None:
         buf = self.buf
@@ -609,7 +630,10 @@ class RsioSubscriber(_Rsio):
                 self.ready.set_result(None)
                 break
             return
-        pos, end = 0, len(buf)
+        del buf[: self.take(buf, 0, len(buf))]
+
+    def take(self, buf: bytearray, pos: int, end: int) -> int:
+        """Count the whole frames in ``buf[pos:end]``; where the first not whole starts."""
         records = 0
         while pos < end:
             if self.frame and buf[pos : pos + len(self.head)] == self.head:
@@ -646,7 +670,6 @@ class RsioSubscriber(_Rsio):
                 _, data_at = read_varint(buf, at + 2, at + size) or (0, 0)
                 self.data_bytes += at + size - data_at
             pos = at + size
-        del buf[:pos]
         self.records += records
         self.taken += records
         if self.complete:
@@ -654,6 +677,7 @@ class RsioSubscriber(_Rsio):
         elif self.taken >= self.demand // 2:
             self.write(encode(Request(_SUB, self.taken)))
             self.taken = 0
+        return pos
 
     def run(self, buf: bytearray, pos: int, end: int) -> int:
         """How many whole onNext frames of ``size`` follow each other from ``pos``: each byte

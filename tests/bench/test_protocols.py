@@ -163,12 +163,17 @@ async def test_rsio_subscriber_counts_runs_of_its_size_a_column_at_a_time() -> N
         def write(self, data: bytes) -> None:
             pass
 
-    for pieces in (cuts(data, rng), [data]):
+    for pieces, buffered in ((cuts(data, rng), False), ([data], False), (cuts(data, rng), True)):
         sub = RsioSubscriber("s", 10, demand=100_000, size=3)
         sub.ready.set_result(None)  # past hello
         sub.transport = Transport()  # type: ignore[assignment]
         for piece in pieces:
-            sub.data_received(piece)
+            if buffered:  # as the loop reads: into the subscriber's own buffer
+                room = sub.get_buffer(len(piece))
+                room[: len(piece)] = piece
+                sub.buffer_updated(len(piece))
+            else:
+                sub.data_received(piece)
         assert sub.records == 500 + 1 + 2 + 300 + 1
         assert sub.data_bytes == 3 * 800 + 4 + 6 + 2
         assert sub.complete and sub.done.done() and sub.errors == 0
