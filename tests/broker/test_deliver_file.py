@@ -187,6 +187,41 @@ def test_plain_and_filtered_chunks_v1_v2_credit_one_and_a_filter(
     assert [c for c, _ in deliveries(b, "mixed", _end(stored), credit=200, slow=True)] == stored
 
 
+def test_a_confirm_written_while_a_chunk_waits_for_the_socket(
+        shared_broker: BrokerProcess) -> None:
+    """A slow reader that also publishes: the confirm is written while the rest of a chunk
+    waits, unread, for the socket to take it; it comes after that whole frame."""
+    b = shared_broker
+    _create(b, "both")
+    publish(b, "both", 20, 50, size=1000)
+    stored = stored_chunks(b, "both")
+    peer = RawPeer(b.host, b.port)
+    peer.sock.close()
+    peer.sock = socket.socket()
+    peer.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    peer.sock.settimeout(30)
+    peer.sock.connect((b.host, b.port))
+    with peer:
+        peer.handshake()
+        peer.request(f.DeclarePublisher(peer.next_corr(), 1, None, "both"),
+                     f.DeclarePublisherResponse)
+        peer.send(f.Subscribe(peer.next_corr(), 1, "both", 1, 0, 100))
+        asyncio.run(eventually(lambda: _unread(peer.sock) >= 4096, timeout=30,
+                               what="the receive buffer full"))
+        peer.send(f.Publish(1, [f.PublishedMessage.simple(1001, b"late")]))
+        got: list[bytes] = []
+        confirmed = False
+        while len(got) < len(stored) or not confirmed:
+            frame = peer.recv_frame()
+            assert frame is not None, "the broker closed the connection"
+            key = struct.unpack_from(">H", frame)[0]
+            if key == Key.DELIVER:
+                got.append(frame[5:])
+            elif key == Key.PUBLISH_CONFIRM:
+                confirmed = True
+    assert got[: len(stored)] == stored
+
+
 def test_small_segments_and_recovered_chunks(broker_factory: Factory) -> None:
     b = broker_factory()
     _create(b, "small", {"stream-max-segment-size-bytes": "10000"})

@@ -36,6 +36,9 @@ _tasks: set[asyncio.Task[None]] = set()
 #: quarter of it): one that received nothing since the last look gives its read arena back,
 #: an idle one is closed.
 QUIET_CHECK_S = 15.0
+#: ``send_file``: of a file part the socket did not take, this much goes through the transport
+#: (read), whose drained buffer tells when the socket has room for the rest (sent from the file)
+FILE_PIECE = 64 << 10
 
 
 def check_interval(idle_timeout: float) -> float:
@@ -93,6 +96,9 @@ class FramedConnection(asyncio.BufferedProtocol):
         self._frame_deadline: asyncio.TimerHandle | None = None
         self._buffered_at_tick = 0  # the write buffer at the last liveness check
         self._sock_fd = -1  # the socket's descriptor, for write_file
+        #: send_file's part the socket did not take yet: (a dup of the file's fd, pos, size)
+        self._file_rest: tuple[int, int, int] | None = None
+        self._holding = False  # send_file waits for the transport to drain (paused meanwhile)
         self._counted = False  # against the broker's limit and its listener's budget
         self._first_frame: asyncio.TimerHandle | None = None  # no complete frame yet
         self._look: asyncio.TimerHandle | None = None  # the next look (quiet, idle)
@@ -164,6 +170,9 @@ class FramedConnection(asyncio.BufferedProtocol):
         if self._waiting:
             self.broker.frame_budget.cancel(self)
         self.reader.clear()  # frees a partial frame now
+        if self._file_rest is not None:
+            os.close(self._file_rest[0])
+            self._file_rest = None
         self.lost()
 
     def pause_writing(self) -> None:
@@ -171,6 +180,20 @@ class FramedConnection(asyncio.BufferedProtocol):
         self._set_reading()
 
     def resume_writing(self) -> None:
+        if self._holding:  # send_file's piece went out: the socket takes more
+            t = self.transport
+            assert t is not None
+            self._holding = False
+            t.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)  # type: ignore[attr-defined]
+            rest, self._file_rest = self._file_rest, None
+            if rest is not None and t.is_closing():
+                os.close(rest[0])
+            elif rest is not None:
+                try:
+                    if not self._send_part(rest[0], rest[1], rest[2]):
+                        return  # the socket is full again: still paused
+                finally:
+                    os.close(rest[0])
         self.paused = False
         self._set_reading()
         self.writable()
@@ -214,7 +237,26 @@ class FramedConnection(asyncio.BufferedProtocol):
 
     def write(self, data: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():
+            self.flush_file_rest()
             self.transport.write(data)
+
+    def flush_file_rest(self) -> None:
+        """What ``send_file`` kept of a file part goes into the transport now (read), so that
+        what is written next comes after it. Whoever writes to the transport other than by
+        ``write`` or ``write_file`` calls this first."""
+        rest, self._file_rest = self._file_rest, None
+        if rest is None or self.transport is None:
+            return
+        fd, pos, size = rest
+        try:
+            data = os.pread(fd, size, pos)
+        finally:
+            os.close(fd)
+        if len(data) != size:  # a frame cut short would desynchronise the peer
+            log.error("connection %s: short read of %d bytes at %d", self.peer, size, pos)
+            self.transport.abort()
+            return
+        self.transport.write(data)
 
     def write_file(self, head: bytes, fd: int, pos: int, size: int) -> None:
         """``head``, then ``size`` bytes of the file ``fd`` from ``pos`` (a follower's feed:
@@ -226,6 +268,7 @@ class FramedConnection(asyncio.BufferedProtocol):
         t = self.transport
         if t is None or t.is_closing():
             return
+        self.flush_file_rest()
         done, sent = 0, 0  # of head, of the file's part: written to the socket directly
         sock = -1 if self.tls or t.get_write_buffer_size() else self._socket_fd(t)
         if sock >= 0:
@@ -253,6 +296,90 @@ class FramedConnection(asyncio.BufferedProtocol):
                 t.abort()
                 return
             t.write(rest)
+
+    def can_send_file(self) -> bool:
+        """Whether ``send_file`` may be used now: plain TCP, nothing buffered in the transport,
+        nothing of an earlier file part waiting."""
+        t = self.transport
+        return (not self.tls and t is not None and not t.is_closing() and not self.paused
+                and not t.get_write_buffer_size() and self._socket_fd(t) >= 0)
+
+    def send_file(self, head: bytes, fd: int, pos: int, size: int) -> None:
+        """``head``, then ``size`` bytes of the file ``fd`` from ``pos``, straight to the socket
+        (only when ``can_send_file()``), the file's part with sendfile. What the socket does
+        not take is not read into the process: a piece of it goes through the transport, the
+        connection pauses (``paused``) until the transport has written it, then sends the rest
+        from the file and resumes (``writable``). So a sender that stops while paused sends
+        every byte of its chunks from the file, whatever its peer's pace."""
+        t = self.transport
+        assert t is not None
+        sock = self._socket_fd(t)
+        done = 0
+        try:
+            done = os.write(sock, head)
+        except BlockingIOError:
+            pass  # the socket's buffer is full
+        except OSError as e:  # the connection broke: the transport closes it
+            log.info("connection %s: write failed: %s", self.peer, e)
+            t.abort()
+            return
+        if done < len(head):
+            t.write(head[done:])
+            if t.get_write_buffer_size():
+                if size:
+                    self._file_rest = (os.dup(fd), pos, size)
+                self._hold()
+                return
+        self._send_part(fd, pos, size)
+
+    def _send_part(self, fd: int, pos: int, size: int) -> bool:
+        """sendfile of ``size`` bytes of ``fd`` from ``pos`` to the socket: True when all went
+        (or the connection broke); else a piece of the rest waits in the transport, the rest
+        after it is kept, and the connection holds until the transport drains (False)."""
+        t = self.transport
+        assert t is not None
+        sent = 0
+        while True:
+            n = 1
+            try:
+                while sent < size:
+                    n = os.sendfile(self._sock_fd, fd, pos + sent, size - sent)
+                    if n <= 0:
+                        break
+                    sent += n
+            except BlockingIOError:
+                pass  # the socket's buffer is full
+            except OSError as e:  # the connection broke: the transport closes it
+                log.info("connection %s: write failed: %s", self.peer, e)
+                t.abort()
+                return True
+            if sent == size:
+                return True
+            piece = min(size - sent, FILE_PIECE)
+            data = os.pread(fd, piece, pos + sent)
+            if n <= 0 or len(data) != piece:  # a frame cut short would desynchronise the peer
+                log.error("connection %s: short read of %d bytes at %d", self.peer, piece,
+                          pos + sent)
+                t.abort()
+                return True
+            t.write(data)
+            sent += piece
+            if t.get_write_buffer_size():  # it waits: the transport says when it went
+                if sent < size:
+                    self._file_rest = (os.dup(fd), pos + sent, size - sent)
+                self._hold()
+                return False
+            if sent == size:
+                return True
+            # the socket took the piece at once (it drained meanwhile): on from the file
+
+    def _hold(self) -> None:
+        """Pause until the transport's buffer (not empty) is written: uvloop calls
+        ``pause_writing`` now and ``resume_writing`` then, which sends the file's rest first."""
+        t = self.transport
+        assert t is not None
+        self._holding = True
+        t.set_write_buffer_limits(high=0, low=0)  # type: ignore[attr-defined]
 
     def _socket_fd(self, t: asyncio.Transport) -> int:
         """The socket's descriptor; -1 for a transport without one (then write_file writes

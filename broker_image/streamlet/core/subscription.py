@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..storage import ChunkRef
 from ..storage.chunk import HEADER_SIZE
 
 if TYPE_CHECKING:
@@ -62,36 +61,32 @@ class Subscription:
         end = commits.end  # readers see committed chunks only
         committed = commits.chunk_id
         matcher = self.matcher
-        while self.credit > 0 and size < room and self._cursor < end:
+        while self.credit > 0 and size < room and self._cursor < end and not conn.paused:
             ref = lg.find_chunk(self._cursor)
             if ref is None or ref.chunk_id >= end:
                 break
             run = lg.user_run(ref, RUN_BYTES, self.credit if matcher is None else 1 << 30)
             if run is None:
                 break
-            files: list[ChunkRef] = []  # sent from run.fd, in order
             reads: list[memoryview] = []  # read (bloom filter left out), in order
             for chunk in run.refs:
-                if chunk.chunk_id >= end or self.credit <= 0 or size >= room:
+                if chunk.chunk_id >= end or self.credit <= 0 or size >= room or conn.paused:
                     break
                 self._cursor = chunk.chunk_id + chunk.num_records
                 if matcher is not None and not matcher.accepts(lg, chunk):
                     continue  # skipped: costs no credit
-                if chunk.bloom_size:
-                    if files:
-                        conn.deliver_file(self.id, run.fd, files, committed)
-                        files = []
-                    reads.append(lg.read_chunks(chunk, 1)[0][1])
-                else:
-                    if reads:
-                        conn.deliver(self.id, reads, committed)
-                        reads = []
-                    files.append(chunk)
                 size += HEADER_SIZE + chunk.data_length
                 records += chunk.num_records
                 self.credit -= 1
-            if files:
-                conn.deliver_file(self.id, run.fd, files, committed)
+                if chunk.bloom_size:
+                    reads.append(lg.read_chunks(chunk, 1)[0][1])
+                    continue
+                if reads:
+                    conn.deliver(self.id, reads, committed)
+                    reads = []
+                # one at a time: a socket that fills pauses the connection, and the next
+                # chunks wait, unread, for it to take more
+                conn.deliver_file(self.id, run.fd, [chunk], committed)
             if reads:
                 conn.deliver(self.id, reads, committed)
         if size:

@@ -224,6 +224,7 @@ class ConnectionState(FramedConnection):
         if self.transport is None or self.transport.is_closing():
             return
         v2 = committed if self.deliver_v2 else None
+        self.flush_file_rest()
         buffers: list[bytes | memoryview] = []
         for chunk in chunks:
             buffers.append(deliver_prefix(sub_id, len(chunk), v2))
@@ -233,25 +234,26 @@ class ConnectionState(FramedConnection):
     def deliver_file(self, sub_id: int, fd: int, chunks: list[ChunkRef], committed: int) -> None:
         """Deliver frames for stored chunks without a bloom filter, from the segment file
         ``fd``: over plain TCP each prefix is written and the chunk's header and data sent with
-        sendfile (``write_file``). Under TLS, or once the transport holds bytes (the socket is
-        full: the rest waits behind them), the rest of the run is read with one pread, as
-        ``deliver`` would have it: bounded by the pump's room, like any delivery."""
+        sendfile (``send_file``: a socket that fills pauses the connection, the chunk's rest
+        still sent from the file). Under TLS, or behind bytes the transport holds, the chunks
+        are read with one pread and written, as ``deliver`` would have them."""
         t = self.transport
         if t is None or t.is_closing():
             return
         v2 = committed if self.deliver_v2 else None
         for i, c in enumerate(chunks):
-            if t.is_closing():  # write_file found the connection broken
+            if t.is_closing():  # the connection broke
                 return
-            if self.tls or t.get_write_buffer_size():
+            if not self.can_send_file():
                 self._deliver_read(sub_id, fd, chunks[i:], v2)
                 return
             n = HEADER_SIZE + c.data_length
-            self.write_file(deliver_prefix(sub_id, n, v2), fd, c.pos, n)
+            self.send_file(deliver_prefix(sub_id, n, v2), fd, c.pos, n)
 
     def _deliver_read(self, sub_id: int, fd: int, chunks: list[ChunkRef], v2: int | None) -> None:
         """``chunks`` (consecutive in the file ``fd``) read with one pread and written."""
         assert self.transport is not None
+        self.flush_file_rest()
         first, last = chunks[0].pos, chunks[-1]
         span = last.pos + HEADER_SIZE + last.data_length - first
         data = memoryview(os.pread(fd, span, first))
