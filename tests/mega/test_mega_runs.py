@@ -203,6 +203,11 @@ class CountingTransport(FakeTransport):
         self.writes += 1
         super().write(data)
 
+    def writelines(self, buffers: list[bytes | memoryview]) -> None:
+        self.writes += 1
+        for b in buffers:
+            super().write(bytes(b))
+
 
 @pytest.fixture
 async def broker(tmp_path: Path) -> AsyncIterator[Broker]:

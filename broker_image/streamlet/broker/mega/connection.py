@@ -170,6 +170,12 @@ class MegaConnection(FramedConnection):
     def answer_error(self, correlation: int, code: ErrorCode) -> None:
         self.write(encode_error(correlation, code))
 
+    def write_all(self, parts: list[bytes]) -> None:
+        """``parts`` in one write (one system call), not joined first (no copy of them)."""
+        t = self.transport
+        if t is not None and not t.is_closing():
+            t.writelines(parts)
+
     def stream_named(self, topic: bytes) -> str | None:
         """The stream name a topic is, or None if it cannot name one (INVALID_REQUEST)."""
         try:
@@ -364,7 +370,7 @@ def on_consume(conn: MegaConnection, topic: bytes, corrs: bytes, first: int) -> 
         out.append(consumed_answers(corrs[4 * i : 4 * (i + k)], read.timestamp, read.entries,
                                     read.positions, at))
         i += k
-    conn.write(b"".join(out))
+    conn.write_all(out)
 
 
 class _ReadChunk:
