@@ -15,7 +15,7 @@ import struct
 
 from ...core.batch import PublishBatch
 from ...core.streams import Publisher, Stream
-from ...storage.entries import consecutive_ids
+from ...storage.entries import consecutive_ids, join_simple
 
 _U32 = struct.Struct(">I")
 
@@ -90,13 +90,7 @@ class Inbound:
 
     def elements(self, bodies: list[bytes]) -> None:
         """Hold ``bodies`` (one frame's worth) for the next ``flush``."""
-        if self.completing:
-            raise Violation("an element after onComplete")
-        if self.received + len(bodies) > self.granted:
-            raise Violation(f"{self.received + len(bodies)} elements sent, {self.granted} requested")
-        for b in bodies:
-            if len(b) > self.max_element:
-                raise Violation(f"an element of {len(b)} bytes (at most {self.max_element})")
+        self._admit(len(bodies), max(map(len, bodies), default=0))
         self.received += len(bodies)
         self.waiting += len(bodies)
         held = self.held
@@ -109,7 +103,17 @@ class Inbound:
         if not size or count * size != len(data) or count == 0:
             raise Violation(f"onNextPacked of {count} elements in {len(data)} bytes with "
                             f"elementSize {size}")
-        self.elements([data[i : i + size] for i in range(0, len(data), size)])
+        self._admit(count, size)
+        self.take_entries(join_simple(data, [size] * count), count)  # one C call
+
+    def _admit(self, n: int, largest: int) -> None:
+        """Raise Violation unless ``n`` more elements, none past ``largest`` bytes, may come."""
+        if self.completing:
+            raise Violation("an element after onComplete")
+        if self.received + n > self.granted:
+            raise Violation(f"{self.received + n} elements sent, {self.granted} requested")
+        if largest > self.max_element:
+            raise Violation(f"an element of {largest} bytes (at most {self.max_element})")
 
     def add_part(self, element: int, data: bytes, last: bool) -> None:
         held = self.part
