@@ -16,7 +16,7 @@ from rstream import (
 from rstream import Consumer as RConsumer
 from rstream import Producer as RProducer
 
-from streamlet.core.pending import CHUNK_MAX_ENTRIES, CHUNK_MIN_ENTRIES
+from streamlet.core.packing import CHUNK_MAX_ENTRIES, CHUNK_MIN_ENTRIES
 from tests.support.brokers import BrokerProcess
 from tests.support.waiting import eventually
 

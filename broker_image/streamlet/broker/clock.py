@@ -11,7 +11,9 @@ class LoopClock:
     """Looks the loop up at each call, so it can be made before the loop runs."""
 
     def time(self) -> float:
-        return asyncio.get_running_loop().time()
+        # not the loop's time: uvloop's counts whole milliseconds, too coarse for the pending
+        # chunk's pauses (core/packing.py); the loop's timers are given delays, not times
+        return time.monotonic()
 
     def wall_time(self) -> float:
         return time.time()  # needs no loop: a create at start-up stamps it too

@@ -1,12 +1,12 @@
-"""The pending chunk: what gathers publishes into a stream's next chunk and decides when to
-write it.
+"""The pending chunk: what gathers publishes into a stream's next chunk and writes it when
+``packing.Packing`` says so.
 
 ``add`` deduplicates a batch against the last publishing id accepted per reference (pending
-writes included), appends what is new, and schedules the write: on the next event-loop
-iteration, or, while publishes keep coming, COALESCE_S after the previous write. A chunk is
-written at once when it is full (CHUNK_MAX_ENTRIES / CHUNK_MAX_BYTES, its entry limit growing
-while chunks fill up); a batch that does not fit is cut first. ``take`` hands the stream what
-to write and starts the next chunk. Nothing here writes or confirms: the stream does.
+writes included), appends what is new, and schedules the write: when the pending chunk is
+full (the packing's targets of entries and bytes) at once, a batch that does not fit cut first; else
+when the packing's time bound comes (the next loop turn for a stream without load). ``take``
+hands the stream what to write and starts the next chunk. Nothing here writes or confirms:
+the stream does.
 """
 
 from __future__ import annotations
@@ -19,23 +19,11 @@ from typing import NamedTuple, Protocol
 from ..storage.entries import all_simple
 from .batch import PublishBatch
 from .commit import CommitPoint, Confirms
+from .packing import Packing
 from .ports import Clock, PublisherSession
 
-#: How many entries a chunk may hold: CHUNK_MIN_ENTRIES for the first chunk after a quiet spell
-#: (no chunk written for QUIET_S), twice as many for each chunk that filled up since, at most
-#: CHUNK_MAX_ENTRIES; and at most CHUNK_MAX_BYTES of entries (one bigger entry excepted). A
-#: burst, even one Publish frame, is written as chunks that grow, so a consumer attaching at
-#: ``last`` after it gets its tail, not a replay; under sustained load chunks are big, so
-#: catch-up reads stay cheap. RabbitMQ's writer behaves alike: its batches start small and
-#: double while messages keep coming (a 4,999-message frame: chunks of 32 .. 2,048, then 935).
-CHUNK_MIN_ENTRIES = 256
-CHUNK_MAX_ENTRIES = 16_384
-CHUNK_MAX_BYTES = 4 << 20
-QUIET_S = 0.01
-#: Under load, a stream writes at most one chunk per this many seconds: publishes arriving in
-#: between gather into it (bigger chunks, so fewer, cheaper deliveries, as RabbitMQ's writer
-#: packs whatever is pending). A publish after a quiet spell is written at once.
-COALESCE_S = 0.0005
+#: the shortest wait a timer looking again is armed for (the broker's loop counts milliseconds)
+_TIMER_S = 0.001
 
 
 class Writer(Protocol):
@@ -83,21 +71,22 @@ class PendingChunk:
         self._placed: list[tuple[Writer, int, int]] = []
         self._filter_values: set[str | None] = set()
         self._scheduled = False
-        self._last_flush = 0.0
-        #: entries the pending chunk may hold (see CHUNK_MIN_ENTRIES)
-        self._chunk_entries = CHUNK_MIN_ENTRIES
-        self._since = 0.0  # when the pending chunk took its first publish
+        self._generation = 0  # counts the chunks taken: a timer armed for an earlier one is void
+        self._packing = Packing()  # the entry target and when a chunk not full is written
+        self._opened = 0.0  # clock time the pending chunk took its first publish
+        self._since = 0.0  # when the pending chunk took its first publish (latency's clock)
 
     def add(self, publisher: Writer, batch: PublishBatch) -> None:
         """Take ``batch`` (not empty) into the pending chunk, writing full chunks on the way."""
-        clock = self.clock
+        now = self.clock.time()
+        packing = self._packing
+        packing.published(now)
         if not self._count:
             self._since = self._commits.latency.now()
-            if clock.time() - self._last_flush > QUIET_S:
-                self._chunk_entries = CHUNK_MIN_ENTRIES  # a burst after a quiet spell starts small
+            self._opened = now
         rest: PublishBatch | None = batch
         while rest is not None:
-            room, room_bytes = self._chunk_entries - self._count, CHUNK_MAX_BYTES - self._bytes
+            room, room_bytes = packing.target - self._count, packing.target_bytes - self._bytes
             if rest.count <= room and len(rest.data) <= room_bytes:
                 part, rest = rest, None
             elif self._count:
@@ -106,15 +95,39 @@ class PendingChunk:
             else:
                 part, rest = rest.cut(room, room_bytes)  # cut before deduplicating
             self._add(publisher, part)
-            if self._count >= self._chunk_entries or self._bytes >= CHUNK_MAX_BYTES:
-                self._write_full()
+            if self._count + part.count > packing.target \
+                    or self._bytes + len(part.data) > packing.target_bytes:
+                self._write_full()  # full: another batch like this one would not fit
         if self._count and not self._scheduled:
             self._scheduled = True
-            wait = self._last_flush + COALESCE_S - clock.time()
-            if wait > 0:  # publishes keep coming: let them gather into one bigger chunk
-                clock.call_later(wait, self._write)
-            else:
-                clock.call_soon(self._write)
+            self._arm(packing.due(self._opened, self._count) - now)
+
+    def _arm(self, wait: float) -> None:
+        """Look at the pending chunk again in ``wait`` seconds (on the next loop turn if none)."""
+        generation = self._generation
+
+        def due() -> None:
+            self._due(generation)
+
+        if wait > 0:
+            self.clock.call_later(wait, due)
+        else:
+            self.clock.call_soon(due)
+
+    def _due(self, generation: int) -> None:
+        """Write the pending chunk if the packing says it is time, else look again then."""
+        if generation != self._generation:
+            return  # the chunk it was armed for was taken (full, or flushed by the stream)
+        if not self._count:
+            self._scheduled = False
+            return
+        wait = self._packing.due(self._opened, self._count) - self.clock.time()
+        if wait > 0:  # publishes came since it was armed: the pause starts from the last
+            self._arm(max(wait, _TIMER_S))
+            return
+        entries = self._count
+        self._write()
+        self._packing.written(entries)
 
     def _add(self, publisher: Writer, batch: PublishBatch) -> None:
         """Deduplicate ``batch`` and add what is new to the pending chunk."""
@@ -144,7 +157,7 @@ class PendingChunk:
     def _write_full(self) -> None:
         """Write the pending chunk, which is full: the next one may hold twice as many."""
         self._write()
-        self._chunk_entries = min(2 * self._chunk_entries, CHUNK_MAX_ENTRIES)
+        self._packing.filled()
 
     def _deduplicate(self, publisher: Writer, batch: PublishBatch, last: int) -> PublishBatch:
         """Drop messages whose id is not above every id seen; confirm those at once."""
@@ -171,7 +184,8 @@ class PendingChunk:
     def take(self) -> Chunk | None:
         """What is pending, as one chunk to write (None: nothing), and a new empty chunk."""
         self._scheduled = False
-        self._last_flush = self.clock.time()
+        self._generation += 1
+        self._opened = self.clock.time()  # what stays pending (add cuts batches) waits from now
         if not self._data:
             return None
         chunk = Chunk(self._data, self._count, self._records, self._simple, self._confirms,
