@@ -306,3 +306,22 @@ async def test_a_run_of_consumes_is_answered_across_chunks_in_one_write(broker: 
     assert [a.message for a in got[:total]] == [b"v%d" % i for i in range(total)]
     assert [(a.ok, a.code) for a in got[total:]] == [(False, 6)] * 3
     assert [a.correlation for a in got] == list(range(1000, 1000 + total + 3))
+
+
+async def test_a_run_that_fails_is_answered_7_each_once(broker: Broker,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    conn, transport = connect(broker)
+    conn.data_received(encode_request(1, T, "f", 0))
+    stream = broker.vhosts["/"].streams.get("f")
+    assert stream is not None
+
+    def broken(*_: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(stream, "publish", broken)
+    conn.data_received(b"".join(produce(c, "f") for c in (2, 3, 4)))
+    flush(broker)
+    got = answers(transport, {1: T, 2: P, 3: P, 4: P})
+    assert [(a.correlation, a.ok, a.code) for a in got] == \
+        [(1, True, 0), (2, False, 7), (3, False, 7), (4, False, 7)]
+    assert not conn.busy()

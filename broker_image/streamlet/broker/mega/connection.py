@@ -330,8 +330,13 @@ def on_produce(conn: MegaConnection, topic: bytes, corrs: bytes, entries: bytes)
     # Registered first: a refusal answers it during publish.
     conn.waiting[first] = _Run(stream, first, corrs, n)
     conn.starts.append(first)
-    stream.publish(pub, PublishBatch(pub.id, n, consecutive_ids(first, n), entries, n, first,
-                                     first + n - 1, True, simple=True))
+    try:
+        stream.publish(pub, PublishBatch(pub.id, n, consecutive_ids(first, n), entries, n,
+                                         first, first + n - 1, True, simple=True))
+    except Exception:  # answered 7 by the caller: not again at a confirm
+        if conn.waiting.pop(first, None) is not None:
+            conn.starts.remove(first)
+        raise
 
 
 def on_consume(conn: MegaConnection, topic: bytes, corrs: bytes, first: int) -> None:
