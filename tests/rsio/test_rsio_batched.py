@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from rstream import ConsumerOffsetSpecification, OffsetType, RawMessage
+from rstream import Producer as RProducer
 
 from streamlet.client.rsio import RsioClient
 from streamlet.rsio import (
@@ -26,6 +28,7 @@ from streamlet.rsio import (
     Subscribed,
     encode,
 )
+from tests.broker.test_rstream import consume as rstream_consume
 from tests.rsio.test_rsio import Peer, RsioBroker
 from tests.support.brokers import free_port
 
@@ -162,4 +165,23 @@ async def test_packed_frames_run_on_over_chunks(broker: RsioBroker) -> None:
                                OnNextPacked(2, 250, b"".join(ints[:250])),
                                OnNextPacked(2, 250, b"".join(ints[250:500])),
                                OnNextPacked(2, 100, b"".join(ints[500:])), OnComplete(2)]
+    p.close()
+
+
+async def test_sub_entry_batches_between_runs(broker: RsioBroker) -> None:
+    """Records of a sub-entry batch go the general way, between runs of simple entries (in one
+    chunk or in chunks of their own): every element as rstream reads it, in order."""
+    name = "b-sub-entry"
+    async with RProducer(broker.host, broker.port, username="guest", password="guest") as rp:
+        await rp.create_stream(name)
+        await rp.send_batch(name, [RawMessage(b"a-%d" % i) for i in range(200)])
+        await rp.send_sub_entry(name, [RawMessage(b"sub-%d" % i) for i in range(5)])
+        await rp.send_batch(name, [RawMessage(b"b-%d" % i) for i in range(50)])
+    want = await rstream_consume(broker, name, ConsumerOffsetSpecification(OffsetType.FIRST), 255)
+    p = await Peer.open(broker)
+    for step in (3, 1_000):
+        p.send(Subscribe(f"{name}?end=now", step, step))
+        got = await read_all(p, step, step)
+        assert got[:2] == [Subscribed(step, 0), Position(step, 0)] and got[-1] == OnComplete(step)
+        assert got[2:-1] == [OnNext(step, b) for _, b in want]  # offsets follow on throughout
     p.close()
