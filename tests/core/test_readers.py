@@ -29,10 +29,10 @@ def test_a_subscription_delivers_as_many_chunks_as_it_has_credit(tmp_path: Path)
     session = FakeSession()
     sub = Subscription(session, 7, stream, 0, 2, {})
     sub.pump()
-    assert session.delivered == [(7, 1)] * 2 and sub.credit == 0  # a call per chunk
+    assert session.delivered == [(7, 2)] and sub.credit == 0
     sub.credit += 10
     sub.pump()
-    assert session.delivered == [(7, 1)] * 5, "the rest, and no more than there is"
+    assert session.delivered == [(7, 2), (7, 3)], "the rest, and no more than there is"
     stream.close()
 
 
@@ -49,7 +49,7 @@ def test_a_session_that_does_not_read_gets_nothing_until_it_has_room(tmp_path: P
     assert session.delivered == []
     session.room = 1 << 20
     sub.pump()
-    assert session.delivered == [(1, 1)] * 3
+    assert session.delivered == [(1, 3)]
     stream.close()
 
 
@@ -86,4 +86,19 @@ def test_a_partition_group_moves_its_consumer_when_one_joins_and_waits_for_the_s
     assert b.activations == [], "not before the first one's answer"
     groups.stepped_down(first)
     assert b.activations == [(second, True)]
+    stream.close()
+
+
+def test_small_chunks_go_to_the_session_together_and_a_big_one_alone(tmp_path: Path) -> None:
+    clock = ManualClock()
+    stream = Stream("s", tmp_path / "s", StreamSettings(), "never", clock)
+    publisher = Publisher(1, None, stream, FakeSession())
+    sizes = [10, 10, 70_000, 10, 30_000, 30_000, 30_000, 10]  # one message per chunk
+    for i, n in enumerate(sizes):
+        stream.publish(publisher, batch(i + 1, [b"m" * n]))
+        clock.advance(1)
+    session = FakeSession()
+    Subscription(session, 1, stream, 0, 100, {}).pump()
+    # a group of small chunks ends before a big one or with the chunk that takes it to 64 KiB
+    assert session.delivered == [(1, 2), (1, 1), (1, 4), (1, 1)]
     stream.close()

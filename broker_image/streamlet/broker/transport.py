@@ -373,6 +373,14 @@ class FramedConnection(asyncio.BufferedProtocol):
                 return True
             # the socket took the piece at once (it drained meanwhile): on from the file
 
+    def hold_if_buffered(self) -> None:
+        """After a write the socket did not take whole: pause until the transport has written
+        it (``send_file``'s rule), so what follows can go straight to the socket again."""
+        t = self.transport
+        if t is not None and not t.is_closing() and not self._holding and \
+                t.get_write_buffer_size() and not self.paused:
+            self._hold()
+
     def _hold(self) -> None:
         """Pause until the transport's buffer (not empty) is written: uvloop calls
         ``pause_writing`` now and ``resume_writing`` then, which sends the file's rest first."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..storage import ChunkRef
 from ..storage.chunk import HEADER_SIZE
 
 if TYPE_CHECKING:
@@ -15,6 +16,10 @@ if TYPE_CHECKING:
 RUN_BYTES = 256 << 10
 #: Bytes one pump writes at most before yielding to the event loop.
 PUMP_BYTES = 1 << 20
+#: Chunks without a bloom filter smaller than this go to ``deliver_file`` together, up to this
+#: many bytes (a connection reads such a group at once: cheaper than a sendfile each); a
+#: bigger chunk goes alone.
+SMALL_CHUNKS = 64 << 10
 
 
 class Subscription:
@@ -69,24 +74,43 @@ class Subscription:
             if run is None:
                 break
             reads: list[memoryview] = []  # read (bloom filter left out), in order
+            small: list[ChunkRef] = []  # small chunks without a bloom filter, in order
+            small_size = 0
             for chunk in run.refs:
                 if chunk.chunk_id >= end or self.credit <= 0 or size >= room or conn.paused:
                     break
                 self._cursor = chunk.chunk_id + chunk.num_records
                 if matcher is not None and not matcher.accepts(lg, chunk):
                     continue  # skipped: costs no credit
-                size += HEADER_SIZE + chunk.data_length
+                n = HEADER_SIZE + chunk.data_length
+                size += n
                 records += chunk.num_records
                 self.credit -= 1
                 if chunk.bloom_size:
+                    if small:
+                        conn.deliver_file(self.id, run.fd, small, committed)
+                        small, small_size = [], 0
                     reads.append(lg.read_chunks(chunk, 1)[0][1])
                     continue
                 if reads:
                     conn.deliver(self.id, reads, committed)
                     reads = []
-                # one at a time: a socket that fills pauses the connection, and the next
-                # chunks wait, unread, for it to take more
+                if n < SMALL_CHUNKS:
+                    small.append(chunk)
+                    small_size += n
+                    if small_size < SMALL_CHUNKS:
+                        continue
+                    conn.deliver_file(self.id, run.fd, small, committed)
+                    small, small_size = [], 0
+                    continue
+                if small:
+                    conn.deliver_file(self.id, run.fd, small, committed)
+                    small, small_size = [], 0
+                # alone: a socket that fills pauses the connection, and the chunks after it
+                # wait, unread, for it to take more
                 conn.deliver_file(self.id, run.fd, [chunk], committed)
+            if small:
+                conn.deliver_file(self.id, run.fd, small, committed)
             if reads:
                 conn.deliver(self.id, reads, committed)
         if size:

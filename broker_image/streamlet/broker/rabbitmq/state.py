@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from ..server import Broker
 
 log = logging.getLogger("streamlet.broker")
+#: Chunks of this many bytes or more go with sendfile; smaller ones are read and written (one
+#: pread for a group of them, one write: fewer calls and segments than two each).
+SENDFILE_BYTES = 64 << 10
 
 #: The core's reasons for refusing a publish, as this protocol's codes.
 REFUSAL_CODES = {Refusal.GONE: Code.STREAM_DOES_NOT_EXIST, Refusal.MOVED: Code.STREAM_NOT_AVAILABLE,
@@ -230,25 +233,31 @@ class ConnectionState(FramedConnection):
             buffers.append(deliver_prefix(sub_id, len(chunk), v2))
             buffers.append(chunk)
         self.transport.writelines(buffers)
+        if not self.tls:
+            self.hold_if_buffered()
 
     def deliver_file(self, sub_id: int, fd: int, chunks: list[ChunkRef], committed: int) -> None:
         """Deliver frames for stored chunks without a bloom filter, from the segment file
-        ``fd``: over plain TCP each prefix is written and the chunk's header and data sent with
-        sendfile (``send_file``: a socket that fills pauses the connection, the chunk's rest
-        still sent from the file). Under TLS, or behind bytes the transport holds, the chunks
-        are read with one pread and written, as ``deliver`` would have them."""
+        ``fd``. Over plain TCP a chunk of ``SENDFILE_BYTES`` or more has its prefix written and
+        its header and data sent with sendfile (``send_file``: a socket that fills pauses the
+        connection, the chunk's rest still sent from the file). Smaller chunks, everything
+        under TLS and behind bytes the transport holds, are read with one pread and written;
+        if the socket leaves some of them in the transport, the connection pauses until it
+        takes them (plain TCP), so the next chunks go from the file."""
         t = self.transport
         if t is None or t.is_closing():
             return
         v2 = committed if self.deliver_v2 else None
         for i, c in enumerate(chunks):
+            n = HEADER_SIZE + c.data_length
+            if n < SENDFILE_BYTES or not self.can_send_file():
+                self._deliver_read(sub_id, fd, chunks[i:], v2)
+                if not self.tls:
+                    self.hold_if_buffered()
+                return
+            self.send_file(deliver_prefix(sub_id, n, v2), fd, c.pos, n)
             if t.is_closing():  # the connection broke
                 return
-            if not self.can_send_file():
-                self._deliver_read(sub_id, fd, chunks[i:], v2)
-                return
-            n = HEADER_SIZE + c.data_length
-            self.send_file(deliver_prefix(sub_id, n, v2), fd, c.pos, n)
 
     def _deliver_read(self, sub_id: int, fd: int, chunks: list[ChunkRef], v2: int | None) -> None:
         """``chunks`` (consecutive in the file ``fd``) read with one pread and written."""
