@@ -52,7 +52,7 @@ test: $(STAMP) test-twins
 # The C modules' Python twins, once: the codec and storage tests with every C module off
 # (STREAMLET_NO_C, streamlet/native.py); the rest of the suite runs the C modules.
 TWIN_TESTS := tests/rabbitmq tests/wire tests/sbp/test_sbp_codec.py tests/sbp/test_sbp_flat.py \
-	tests/sbp/test_sbp_appends.py tests/sbp/test_sbp_reader.py tests/storage
+	tests/sbp/test_sbp_appends.py tests/sbp/test_sbp_reader.py tests/storage tests/mega/test_mega_runs.py
 test-twins: $(STAMP)
 	STREAMLET_NO_C=1 $(PYTEST) -m "not process and not slow" $(TWIN_TESTS)
 
