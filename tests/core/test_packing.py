@@ -22,6 +22,7 @@ MIN, MAX = CHUNK_MIN_ENTRIES, CHUNK_MAX_ENTRIES
 def _packing(target: int, loaded: bool, last_publish: float) -> Packing:
     p = Packing()
     p.target, p.loaded, p.last_publish = target, loaded, last_publish
+    p.waits = loaded  # as if its pending chunk opened now
     return p
 
 
@@ -58,17 +59,31 @@ def test_a_quiet_spell_shrinks_the_target(gap: float, target: int, loaded: bool)
     assert (p.target, p.loaded, p.last_publish) == (target, loaded, 10.0 + gap)
 
 
-@pytest.mark.parametrize(("loaded", "entries", "opened", "last_publish", "due"), [
-    (False, 1_000, 10.0, 10.0, 10.0),  # no load: the next loop turn
-    (False, 1_000, 10.0, 10.004, 10.0),
-    (True, LOADED_ENTRIES - 1, 10.0, 10.0, 10.0),  # loaded, but a small chunk: the same
-    (True, LOADED_ENTRIES, 10.0, 10.0, 10.0 + PAUSE_S),  # loaded: once its publishers pause
-    (True, 1_000, 10.0, 10.002, 10.002 + PAUSE_S),  # ... counted from the last publish ...
-    (True, 1_000, 10.0, 10.0 + LIMIT_S, 10.0 + LIMIT_S),  # ... or when it is LIMIT_S old
+@pytest.mark.parametrize(("loaded", "entries", "last_publish", "due"), [
+    (False, 1_000, 10.0, 10.0),  # opened without load: the next loop turn
+    (False, 1_000, 10.004, 10.0),
+    (True, LOADED_ENTRIES - 1, 10.0, 10.0),  # opened loaded, but small: the same
+    (True, LOADED_ENTRIES, 10.0, 10.0 + PAUSE_S),  # loaded: once its publishers pause ...
+    (True, 1_000, 10.002, 10.002 + PAUSE_S),  # ... counted from the last publish ...
+    (True, 1_000, 10.0 + LIMIT_S, 10.0 + LIMIT_S),  # ... or when it is LIMIT_S old
 ])
-def test_when_a_chunk_that_is_not_full_is_written(loaded: bool, entries: int, opened: float,
+def test_when_a_chunk_that_is_not_full_is_written(loaded: bool, entries: int,
                                                    last_publish: float, due: float) -> None:
-    assert _packing(MAX, loaded, last_publish).due(opened, entries) == pytest.approx(due)
+    p = _packing(MAX, loaded, 10.0)
+    p.open(10.0)
+    p.last_publish = last_publish
+    assert p.due(entries) == pytest.approx(due)
+
+
+def test_a_chunk_opened_without_load_goes_on_the_next_turn_whatever_follows() -> None:
+    """A slow publisher's catch-up (a frame after a pause, then more right behind it, all in
+    one read): the stream becomes loaded, but the chunk opened before that does not wait."""
+    p = _packing(MAX, False, 10.0)
+    p.published(10.001)
+    p.open(10.001)
+    for i in range(1, 10):
+        p.published(10.001 + i * 0.00001)
+    assert p.loaded and p.due(100) == 10.001
 
 
 @pytest.mark.parametrize(("target", "loaded", "entries", "after"), [
@@ -90,9 +105,9 @@ def _steady(frame_gap: float, frames: int, frame_entries: int = 100) -> list[int
     """Chunk sizes for a publisher sending ``frames`` frames ``frame_gap`` apart, as the
     pending chunk applies the rules (full when another frame would not fit; each frame in a
     loop turn of its own, which writes what is due)."""
-    p, now, pending, opened, sizes = Packing(), 100.0, 0, 0.0, []
+    p, now, pending, sizes = Packing(), 100.0, 0, []
     for _ in range(frames):
-        if pending and now >= p.due(opened, pending):
+        if pending and now >= p.due(pending):
             sizes.append(pending)
             p.written(pending)
             pending = 0
@@ -102,7 +117,7 @@ def _steady(frame_gap: float, frames: int, frame_entries: int = 100) -> list[int
             p.filled()
             pending = 0
         if not pending:
-            opened = now
+            p.open(now)
         pending += frame_entries
         if pending + frame_entries > p.target:
             sizes.append(pending)

@@ -18,9 +18,9 @@ CHUNK_MAX_ENTRIES = 4_096
 ENTRY_BYTES = 256
 #: Each QUIET_S without a publish halves the target (after 40 ms a burst starts at the minimum).
 QUIET_S = 0.01
-#: A loaded stream (a publish came within DENSE_S of the one before, or its last chunk held
-#: LOADED_ENTRIES or more) lets a chunk of LOADED_ENTRIES or more wait to fill: until no
-#: publish came for PAUSE_S (a windowed publisher waits for its confirms) or the chunk is
+#: A chunk that opens on a loaded stream (a publish came within DENSE_S of the one before, or
+#: its last chunk held LOADED_ENTRIES or more) waits to fill once it holds LOADED_ENTRIES:
+#: until no publish came for PAUSE_S (a windowed publisher waits for its confirms) or it is
 #: LIMIT_S old. A chunk written so halves the target. Any other goes on the next loop turn.
 DENSE_S = 0.00025
 LOADED_ENTRIES = 64
@@ -31,14 +31,17 @@ _NEVER = float("-inf")
 
 
 class Packing:
-    """The packing state of one stream: the target, whether it is loaded, the last publish."""
+    """The packing state of one stream: the target, whether it is loaded, the last publish,
+    and when the pending chunk opened (took its first publish) and whether it may wait."""
 
-    __slots__ = ("target", "loaded", "last_publish")
+    __slots__ = ("target", "loaded", "last_publish", "opened", "waits")
 
     def __init__(self) -> None:
         self.target = CHUNK_MIN_ENTRIES  #: entries the pending chunk may hold
-        self.loaded = False  #: publishes come fast: a chunk not full waits to fill
+        self.loaded = False  #: publishes come fast: a chunk opening now may wait to fill
         self.last_publish = _NEVER
+        self.opened = _NEVER
+        self.waits = False
 
     def published(self, now: float) -> None:
         """A publish arrived at ``now``: after a quiet spell the target shrinks, right after
@@ -57,13 +60,17 @@ class Packing:
         """Bytes of entries the pending chunk may hold."""
         return self.target * ENTRY_BYTES
 
-    def due(self, opened: float, entries: int) -> float:
-        """When the pending chunk, not full, of ``entries`` that opened (took its first
-        publish) at ``opened`` is to be written: at once (the next loop turn) without load or
-        while small, else once its publishers paused or it is LIMIT_S old, whichever first."""
-        if not self.loaded or entries < LOADED_ENTRIES:
-            return opened
-        return min(opened + LIMIT_S, self.last_publish + PAUSE_S)
+    def open(self, now: float) -> None:
+        """The pending chunk takes its first publish at ``now`` (after ``published``)."""
+        self.opened, self.waits = now, self.loaded
+
+    def due(self, entries: int) -> float:
+        """When the pending chunk, not full, holding ``entries``, is to be written: at once
+        (the next loop turn) if it opened without load or is small, else once its publishers
+        paused or it is LIMIT_S old, whichever comes first."""
+        if not self.waits or entries < LOADED_ENTRIES:
+            return self.opened
+        return min(self.opened + LIMIT_S, self.last_publish + PAUSE_S)
 
     def filled(self) -> None:
         """A chunk was written full: the next may hold twice as many."""
@@ -72,7 +79,7 @@ class Packing:
 
     def written(self, entries: int) -> None:
         """A chunk of ``entries`` that was not full was written when ``due`` said so."""
-        waited = self.loaded and entries >= LOADED_ENTRIES
-        if waited:  # and did not fill: its publishers cannot fill the target
+        if self.waits and entries >= LOADED_ENTRIES:  # it waited and did not fill: its
+            # publishers cannot fill the target
             self.target = max(CHUNK_MIN_ENTRIES, self.target // 2)
         self.loaded = entries >= LOADED_ENTRIES

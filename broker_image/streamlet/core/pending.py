@@ -73,7 +73,6 @@ class PendingChunk:
         self._scheduled = False
         self._generation = 0  # counts the chunks taken: a timer armed for an earlier one is void
         self._packing = Packing()  # the entry target and when a chunk not full is written
-        self._opened = 0.0  # clock time the pending chunk took its first publish
         self._since = 0.0  # when the pending chunk took its first publish (latency's clock)
 
     def add(self, publisher: Writer, batch: PublishBatch) -> None:
@@ -81,11 +80,11 @@ class PendingChunk:
         now = self.clock.time()
         packing = self._packing
         packing.published(now)
-        if not self._count:
-            self._since = self._commits.latency.now()
-            self._opened = now
         rest: PublishBatch | None = batch
         while rest is not None:
+            if not self._count:  # a new chunk: the latency histogram's clock and packing's
+                self._since = self._commits.latency.now()
+                packing.open(now)
             room, room_bytes = packing.target - self._count, packing.target_bytes - self._bytes
             if rest.count <= room and len(rest.data) <= room_bytes:
                 part, rest = rest, None
@@ -100,7 +99,7 @@ class PendingChunk:
                 self._write_full()  # full: another batch like this one would not fit
         if self._count and not self._scheduled:
             self._scheduled = True
-            self._arm(packing.due(self._opened, self._count) - now)
+            self._arm(packing.due(self._count) - now)
 
     def _arm(self, wait: float) -> None:
         """Look at the pending chunk again in ``wait`` seconds (on the next loop turn if none)."""
@@ -121,7 +120,7 @@ class PendingChunk:
         if not self._count:
             self._scheduled = False
             return
-        wait = self._packing.due(self._opened, self._count) - self.clock.time()
+        wait = self._packing.due(self._count) - self.clock.time()
         if wait > 0:  # publishes came since it was armed: the pause starts from the last
             self._arm(max(wait, _TIMER_S))
             return
@@ -185,7 +184,6 @@ class PendingChunk:
         """What is pending, as one chunk to write (None: nothing), and a new empty chunk."""
         self._scheduled = False
         self._generation += 1
-        self._opened = self.clock.time()  # what stays pending (add cuts batches) waits from now
         if not self._data:
             return None
         chunk = Chunk(self._data, self._count, self._records, self._simple, self._confirms,
@@ -194,8 +192,6 @@ class PendingChunk:
         self._simple = True
         self._confirms, self._dirty_refs, self._placed = defaultdict(list), {}, []
         self._filter_values = set()
-        # what stays pending after a full chunk was written (add cuts batches) waits from now
-        self._since = self._commits.latency.now()
         return chunk
 
 
