@@ -1,7 +1,8 @@
 """StreamLog: the durable append-only log of one stream, in the Osiris on-disk layout.
 
 A chunk on disk is byte for byte the chunk a Deliver frame carries (minus bloom and trailer),
-so reading for delivery is one ``pread`` over a run of chunks and slicing. See docs/storage.md.
+so a delivery sends it from the file where ``user_run`` places it, or reads a run of chunks
+with one ``pread`` and slices it (``read_chunks``). See docs/storage.md.
 """
 
 from __future__ import annotations
