@@ -2,11 +2,11 @@
 ``packing.Packing`` says so.
 
 ``add`` deduplicates a batch against the last publishing id accepted per reference (pending
-writes included), appends what is new, and schedules the write: when the pending chunk is
-full (the packing's targets of entries and bytes) at once, a batch that does not fit cut first; else
-when the packing's time bound comes (the next loop turn for a stream without load). ``take``
-hands the stream what to write and starts the next chunk. Nothing here writes or confirms:
-the stream does.
+writes included) and appends what is new; the pending chunk is written at once when full
+(another batch like the last would pass the packing's targets of entries and bytes; a batch
+that does not fit is cut first), else when the packing's time bound comes (the next loop
+turn for a stream without load). ``take`` hands the stream what to write and starts the
+next chunk. Nothing here writes or confirms: the stream does.
 """
 
 from __future__ import annotations
