@@ -106,7 +106,36 @@ class _Load(asyncio.BaseProtocol):
 # --- MEGA ---------------------------------------------------------------------------------------
 
 
-class _MegaPipeline(_Load, asyncio.BufferedProtocol):
+class _InPlace:
+    """Reads in place for a buffered protocol: ``mem[r:w]`` was read and not taken yet; what a
+    read leaves cut moves to the front once less than ``ROOM`` is left after it."""
+
+    ROOM = 64 << 10
+
+    def _reads(self, size: int) -> None:
+        self.mem = bytearray(size)
+        self.view = memoryview(self.mem)
+        self.r = self.w = 0
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if len(self.mem) - self.w < self.ROOM:
+            unread = self.w - self.r
+            self.mem[:unread] = self.mem[self.r : self.w]
+            self.r, self.w = 0, unread
+        return self.view[self.w :]
+
+    def take(self, buf: bytearray, pos: int, end: int) -> int:
+        """Count the whole frames in ``buf[pos:end]``; where the first not whole starts."""
+        raise NotImplementedError
+
+    def _taken(self) -> None:
+        """What was read is counted as far as it is whole."""
+        self.r = self.take(self.mem, self.r, self.w)
+        if self.r == self.w:
+            self.r = self.w = 0
+
+
+class _MegaPipeline(_InPlace, _Load, asyncio.BufferedProtocol):
     """``total`` requests of one layout, ``batch`` per write, at most ``window`` unanswered;
     answers read in place (a buffered protocol: no copy of them in the process).
 
@@ -131,9 +160,7 @@ class _MegaPipeline(_Load, asyncio.BufferedProtocol):
         self.answered = 0
         self.frames = 0
         self.blocks: dict[int, struct.Struct] = {}
-        self.mem = bytearray(1 << 20)
-        self.view = memoryview(self.mem)
-        self.r = self.w = 0  # the answers not counted yet: mem[r:w]
+        self._reads(1 << 20)
         self.ready.set_result(None)  # MEGA has no handshake
 
     def patch(self, slot: bytearray, first: int, n: int) -> None:
@@ -155,18 +182,9 @@ class _MegaPipeline(_Load, asyncio.BufferedProtocol):
         if out:  # the batches of one pump in one system call
             self.transport.writelines(out)
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        if len(self.mem) - self.w < 64 << 10:  # an answer cut by the last read: to the front
-            unread = self.w - self.r
-            self.mem[:unread] = self.mem[self.r : self.w]
-            self.r, self.w = 0, unread
-        return self.view[self.w :]
-
     def buffer_updated(self, nbytes: int) -> None:
         self.w += nbytes
-        self.r = self.take(self.mem, self.r, self.w)
-        if self.r == self.w:
-            self.r = self.w = 0
+        self._taken()
         if self.answered >= self.total:
             self.finish()
         else:
@@ -584,7 +602,7 @@ class RsioAppender(_Rsio):
             self.write(encode(OnComplete(_SUB)))
 
 
-class RsioSubscriber(_Rsio, asyncio.BufferedProtocol):
+class RsioSubscriber(_InPlace, _Rsio, asyncio.BufferedProtocol):
     """Read ``total`` elements of a stream from its first offset (``end=now``), asking for
     ``demand`` at a time; done at onComplete. Counts elements and their bytes from the frames'
     type bytes without decoding them; with ``size`` (the elements' bytes, 0: unknown), a run
@@ -601,16 +619,9 @@ class RsioSubscriber(_Rsio, asyncio.BufferedProtocol):
         self.data_bytes = 0
         self.taken = 0  # since the last request
         self.complete = False
-        self.mem = bytearray(4 << 20)
-        self.view = memoryview(self.mem)
-        self.r = self.w = 0  # the frames not counted yet: mem[r:w]
+        self._reads(4 << 20)
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        if len(self.mem) - self.w < 256 << 10:  # a frame cut by the last read: to the front
-            unread = self.w - self.r
-            self.mem[:unread] = self.mem[self.r : self.w]
-            self.r, self.w = 0, unread
-        return self.view[self.w :]
+    ROOM = 256 << 10
 
     def buffer_updated(self, nbytes: int) -> None:
         self.w += nbytes
@@ -618,9 +629,7 @@ class RsioSubscriber(_Rsio, asyncio.BufferedProtocol):
             self.data_received(bytes(self.mem[self.r : self.w]))
             self.r = self.w = 0
             return
-        self.r = self.take(self.mem, self.r, self.w)
-        if self.r == self.w:
-            self.r = self.w = 0
+        self._taken()
 
     def data_received(self, data: bytes) -> None:
         buf = self.buf

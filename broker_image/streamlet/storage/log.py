@@ -704,18 +704,10 @@ class StreamLog:
         ``max_bytes`` (always at least one), each as exactly header (48 bytes) + data: what a
         Deliver frame carries. One pread for the whole run. If retention deleted ``ref``'s
         segment, starts at the first chunk still stored after it; [] if there is none."""
-        si = self._seg_index(ref.segment)
-        ci = -1
-        if si >= 0:
-            seg = self._seg(si)
-            ci = seg.find_id(ref.chunk_id)
-        if ci < 0 or seg.types[ci] != CHUNK_USER:
-            found = self.find_chunk(ref.chunk_id)
-            if found is None:
-                return []
-            si = self._seg_index(found.segment)
-            seg = self._seg(si)
-            ci = seg.find_id(found.chunk_id)
+        at = self._user_at(ref)
+        if at is None:
+            return []
+        seg, ci = at
         start, j, mv = _read_run(seg, ci, max_bytes)
         csize = seg.csize
         ids, nrec, tss, pos, types, bloom, dlen, epochs = (
@@ -748,17 +740,10 @@ class StreamLog:
         ``size`` span the run in the file, other chunks between included. If retention
         deleted ``ref``'s segment, starts at the first chunk still stored after it; None if
         there is none."""
-        si = self._seg_index(ref.segment)
-        ci = -1
-        if si >= 0:
-            seg = self._seg(si)
-            ci = seg.find_id(ref.chunk_id)
-        if ci < 0 or seg.types[ci] != CHUNK_USER:
-            found = self.find_chunk(ref.chunk_id)
-            if found is None:
-                return None
-            seg = self._seg(self._seg_index(found.segment))
-            ci = seg.find_id(found.chunk_id)
+        at = self._user_at(ref)
+        if at is None:
+            return None
+        seg, ci = at
         start, j, size = _run_span(seg, ci, max_bytes)
         types = seg.types
         refs: list[ChunkRef] = []
@@ -770,6 +755,21 @@ class StreamLog:
                     size = last.pos + last.size - start
                     break
         return RawRun(seg.open_fd(), start, size, refs)
+
+    def _user_at(self, ref: ChunkRef) -> tuple[Segment, int] | None:
+        """The segment holding user chunk ``ref`` and its index there; if retention deleted it,
+        the first user chunk stored after it; None if there is none."""
+        si = self._seg_index(ref.segment)
+        if si >= 0:
+            seg = self._seg(si)
+            ci = seg.find_id(ref.chunk_id)
+            if ci >= 0 and seg.types[ci] == CHUNK_USER:
+                return seg, ci
+        found = self.find_chunk(ref.chunk_id)
+        if found is None:
+            return None
+        seg = self._seg(self._seg_index(found.segment))
+        return seg, seg.find_id(found.chunk_id)
 
     def read_bloom(self, ref: ChunkRef) -> bytes:
         """The chunk's bloom filter bytes (b"" when it has none)."""
