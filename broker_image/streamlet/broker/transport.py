@@ -249,14 +249,11 @@ class FramedConnection(asyncio.BufferedProtocol):
             return
         fd, pos, size = rest
         try:
-            data = os.pread(fd, size, pos)
+            data = self.read_exact(fd, size, pos)
         finally:
             os.close(fd)
-        if len(data) != size:  # a frame cut short would desynchronise the peer
-            log.error("connection %s: short read of %d bytes at %d", self.peer, size, pos)
-            self.transport.abort()
-            return
-        self.transport.write(data)
+        if data is not None:
+            self.transport.write(data)
 
     def write_file(self, head: bytes, fd: int, pos: int, size: int) -> None:
         """``head``, then ``size`` bytes of the file ``fd`` from ``pos`` (a follower's feed:
@@ -282,20 +279,32 @@ class FramedConnection(asyncio.BufferedProtocol):
                         sent += n
             except BlockingIOError:
                 pass  # the socket's buffer is full: the rest waits in the transport's
-            except OSError as e:  # the connection broke: the transport closes it
-                log.info("connection %s: write failed: %s", self.peer, e)
-                t.abort()
+            except OSError as e:
+                self._write_failed(e)
                 return
         if done < len(head):
             t.write(head[done:])
         if sent < size:
-            rest = os.pread(fd, size - sent, pos + sent)
-            if len(rest) != size - sent:  # a frame cut short would desynchronise the peer
-                log.error("connection %s: short read of %d bytes at %d", self.peer,
-                          size - sent, pos + sent)
-                t.abort()
-                return
-            t.write(rest)
+            rest = self.read_exact(fd, size - sent, pos + sent)
+            if rest is not None:
+                t.write(rest)
+
+    def read_exact(self, fd: int, size: int, pos: int) -> bytes | None:
+        """``size`` bytes of the file ``fd`` from ``pos``; None when it has fewer (logged, the
+        connection aborted: a frame cut short would desynchronise the peer)."""
+        data = os.pread(fd, size, pos)
+        if len(data) == size:
+            return data
+        log.error("connection %s: short read of %d bytes at %d", self.peer, size, pos)
+        if self.transport is not None:
+            self.transport.abort()
+        return None
+
+    def _write_failed(self, e: OSError) -> None:
+        """A write straight to the socket failed: the connection broke, the transport closes."""
+        log.info("connection %s: write failed: %s", self.peer, e)
+        if self.transport is not None:
+            self.transport.abort()
 
     def can_send_file(self) -> bool:
         """Whether ``send_file`` may be used now: plain TCP, nothing buffered in the transport,
@@ -319,9 +328,8 @@ class FramedConnection(asyncio.BufferedProtocol):
             done = os.write(sock, head)
         except BlockingIOError:
             pass  # the socket's buffer is full
-        except OSError as e:  # the connection broke: the transport closes it
-            log.info("connection %s: write failed: %s", self.peer, e)
-            t.abort()
+        except OSError as e:
+            self._write_failed(e)
             return
         if done < len(head):
             t.write(head[done:])
@@ -340,7 +348,6 @@ class FramedConnection(asyncio.BufferedProtocol):
         assert t is not None
         sent = 0
         while True:
-            n = 1
             try:
                 while sent < size:
                     n = os.sendfile(self._sock_fd, fd, pos + sent, size - sent)
@@ -349,18 +356,14 @@ class FramedConnection(asyncio.BufferedProtocol):
                     sent += n
             except BlockingIOError:
                 pass  # the socket's buffer is full
-            except OSError as e:  # the connection broke: the transport closes it
-                log.info("connection %s: write failed: %s", self.peer, e)
-                t.abort()
+            except OSError as e:
+                self._write_failed(e)
                 return True
             if sent == size:
                 return True
             piece = min(size - sent, FILE_PIECE)
-            data = os.pread(fd, piece, pos + sent)
-            if n <= 0 or len(data) != piece:  # a frame cut short would desynchronise the peer
-                log.error("connection %s: short read of %d bytes at %d", self.peer, piece,
-                          pos + sent)
-                t.abort()
+            data = self.read_exact(fd, piece, pos + sent)
+            if data is None:  # the file is shorter than said (as a sendfile of 0 says)
                 return True
             t.write(data)
             sent += piece

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from typing import TYPE_CHECKING
 
 from ...core.ports import Refusal
@@ -265,11 +264,10 @@ class ConnectionState(FramedConnection):
         self.flush_file_rest()
         first, last = chunks[0].pos, chunks[-1]
         span = last.pos + HEADER_SIZE + last.data_length - first
-        data = memoryview(os.pread(fd, span, first))
-        if len(data) != span:  # a frame cut short would desynchronise the client
-            log.error("connection %s: short read of %d bytes at %d", self.peer, span, first)
-            self.transport.abort()
+        read = self.read_exact(fd, span, first)
+        if read is None:
             return
+        data = memoryview(read)
         buffers: list[bytes | memoryview] = []
         for c in chunks:
             n, at = HEADER_SIZE + c.data_length, c.pos - first
