@@ -1,8 +1,9 @@
 """Check custom resources against a CRD's openAPIV3Schema, the way the API server would.
 
 jsonschema does the checking; first the Kubernetes extensions are turned into plain JSON
-schema (int-or-string into anyOf, x-kubernetes-* dropped) and, as the API server prunes
-unknown fields, objects without x-kubernetes-preserve-unknown-fields refuse extra properties.
+schema (int-or-string into anyOf, nullable into a null type, x-kubernetes-* dropped) and,
+as the API server prunes unknown fields, objects without x-kubernetes-preserve-unknown-fields
+refuse extra properties.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ def to_jsonschema(node: Any) -> Any:
         out["additionalProperties"] = False
     if out.get("format") in ("int64", "int32"):
         del out["format"]  # OpenAPI integer formats, not JSON schema ones
+    if out.pop("nullable", False) and "type" in out:
+        out["type"] = [out["type"], "null"]  # OpenAPI's nullable: null is a value too
     return out
 
 
