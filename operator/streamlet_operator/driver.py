@@ -36,7 +36,7 @@ from streamlet.replication.membership import (
 from streamlet.replication.model import NO_LEADER, Tail
 from streamlet.replication.placement import Load, Pod
 
-from . import drain, failover, metrics, names, placement, rolling
+from . import day2, drain, failover, metrics, names, placement, rolling
 from .brokers import BrokerUnavailable
 from .builders.directory import Placed
 from .builders.statefulset import TEMPLATE_HASH
@@ -132,6 +132,8 @@ class Driver:
         body = await self.runtime.kube.get("Broker", self.namespace, self.broker_name)
         if body is None or body["metadata"].get("deletionTimestamp"):
             return
+        if day2.paused(_annotations(body)):
+            return  # no election, move, drain, roll nor rebalance (handlers/broker.py says so)
         broker = BrokerModel.from_body(body)
         every = [s for s in await self.runtime.kube.list("Stream", self.namespace)
                  if not s["metadata"].get("deletionTimestamp")]
@@ -149,7 +151,9 @@ class Driver:
             up = await self._replication(broker, members, streams, pods, request.ordinals)
         await self._drain(body, broker, members, every, up, request)
         await self._roll(body, broker, members, streams, pods, up, request.ordinals)
-        await self._leaderships(body, broker, members, streams, pods, up, request.ordinals)
+        await self._leaderships(body, broker, members,
+                                [s for s in streams if not day2.paused(_annotations(s))],
+                                pods, up, request.ordinals)
 
     async def _replication(self, broker: BrokerModel, members: Members,
                            streams: list[dict[str, Any]], pods: dict[int, dict[str, Any]],
@@ -173,6 +177,8 @@ class Driver:
                              if pod["metadata"].get("deletionTimestamp"))
         self._change_facts(broker, streams, pods, up, drained, set(probed))
         for obj, unit in _units(streams).values():
+            if day2.paused(_annotations(obj)):
+                continue  # a paused Stream: not elected, changed nor observed (a roll waits)
             try:
                 await self._drive(broker, members, obj, unit, up, back, draining, drained)
             except Exception:  # one stream's trouble does not stop the others'
@@ -273,6 +279,8 @@ class Driver:
                 log.info("%s/%s: drain: moving %s's leadership to pod %d", self.namespace,
                          broker.name, key, target)
                 obj, unit = by_key[key]
+                if day2.paused(_annotations(obj)):
+                    continue
                 try:
                     await self.transfer(broker, members, obj, target, up, unit=unit)
                 except Exception:

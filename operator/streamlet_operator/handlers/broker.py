@@ -9,7 +9,7 @@ from typing import Any
 
 import kopf
 
-from .. import drain, names, rolling
+from .. import day2, drain, names, rolling
 from ..builders import build_all
 from ..builders.export import BROKER_LABEL, EXPORT_USER_COMPONENT, export_permission
 from ..builders.secret import plan_access, unknown_users
@@ -24,7 +24,7 @@ from ..placement import blocked_scale_down, effective_replicas, members_held
 from ..resize import reconcile_storage
 from ..runtime import Runtime
 from ..settings import SETTINGS
-from .common import Logger, placements, runtime_of, write_status
+from .common import Logger, pause_pass, placements, resumed, runtime_of, write_status
 
 RESOURCE = (GROUP, VERSION, "brokers")
 log = logging.getLogger(__name__)
@@ -216,6 +216,9 @@ async def _run(body: kopf.Body, memo: Any, patch: kopf.Patch, logger: Logger,
                stream_placements: Any) -> None:
     runtime = runtime_of(memo)
     meta = body["metadata"]
+    pause = pause_pass(body, patch, "Broker")
+    if day2.paused(meta.get("annotations")):
+        return  # no child applied; the placement driver does nothing either (driver.tick)
     async with runtime.lock("Broker", meta["namespace"], meta["name"]):
         raw = dict(body)
         status = await reconcile_broker(raw, runtime, stream_placements, logger)
@@ -227,6 +230,8 @@ async def _run(body: kopf.Body, memo: Any, patch: kopf.Patch, logger: Logger,
                                          (fresh.get("status") or {}).get("conditions"),
                                          DRIVER_CONDITIONS)
     write_status(patch, body.get("status"), status)
+    if pause.event is not None:
+        resumed(status, patch)
 
 
 @kopf.on.create(*RESOURCE)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
+from .. import day2
+from ..conditions import get_condition, remove_condition, set_condition
 from ..runtime import Runtime
 
 #: What kopf hands handlers as ``logger``.
@@ -46,3 +48,30 @@ def placements(index: Any, runtime: Runtime, namespace: str,
             result.update(value)
     result.update(runtime.recent.get(key, {}))
     return {name: ordinals for name, ordinals in result.items() if ordinals}
+
+
+def pause_pass(body: Mapping[str, Any], patch: kopf.Patch, kind: str) -> day2.PauseChange:
+    """The pause annotation's effect on this pass (day2.pause_change): the condition written
+    and one Event posted when it changes. The caller reconciles nothing while
+    ``paused(...)``; on a resume it reconciles and drops the condition itself (resumed)."""
+    meta = body.get("metadata") or {}
+    annotated = day2.paused(meta.get("annotations"))
+    conditions = (body.get("status") or {}).get("conditions")
+    change = day2.pause_change(annotated, get_condition(conditions, day2.PAUSED) is not None)
+    if change.condition:
+        message = (f"the {day2.PAUSE} annotation is true: the operator leaves this {kind}"
+                   " alone until it is removed")
+        patch.status["conditions"] = set_condition(
+            conditions, day2.PAUSED, True, day2.PAUSED_BY_ANNOTATION, message,
+            int(meta.get("generation") or 0))
+    if change.event is not None:
+        kopf.event(cast(kopf.Body, body), type="Normal", reason=change.event,
+                   message=(f"reconciliation paused ({day2.PAUSE})" if change.condition
+                            else f"reconciliation resumed ({day2.PAUSE} removed)"))
+    return change
+
+
+def resumed(status: dict[str, Any], patch: kopf.Patch) -> None:
+    """A resumed pass's status written without the ReconciliationPaused condition."""
+    status["conditions"] = remove_condition(status.get("conditions"), day2.PAUSED)
+    patch.status["conditions"] = status["conditions"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import kopf
 
-from .. import drain, names
+from .. import day2, drain, names
 from ..brokers import BrokerSession, BrokerUnavailable
 from ..builders.directory import Placed
 from ..constants import GROUP, VERSION
@@ -39,7 +39,7 @@ from ..plan import (
 )
 from ..runtime import Runtime
 from ..settings import SETTINGS
-from .common import Logger, placements, runtime_of, write_status
+from .common import Logger, pause_pass, placements, resumed, runtime_of, write_status
 
 RESOURCE = (GROUP, VERSION, "streams")
 WARNINGS = frozenset({STREAM_RECREATED, INVALID, FAILED})
@@ -272,11 +272,16 @@ async def _run(body: kopf.Body, memo: Any, patch: kopf.Patch, logger: Logger,
                index: Any) -> None:
     runtime = runtime_of(memo)
     meta = body["metadata"]
+    pause = pause_pass(body, patch, "Stream")
+    if day2.paused(meta.get("annotations")):
+        return  # not created, moved nor repaired; the placement driver leaves it too
     raw = dict(body)
     async with runtime.lock("Stream", meta["namespace"], meta["name"]):
         # raw's status: what the API holds, including what the pass wrote itself (a move)
         status, events = await reconcile_stream(raw, runtime, index, logger)
     write_status(patch, raw.get("status"), status)
+    if pause.event is not None:
+        resumed(status, patch)
     for reason, message in events:
         # kopf.event, not kopf.info: the operator posts only warnings from its logs (timers run
         # often), but a move or a new export schedule is worth a Normal event.
