@@ -19,6 +19,8 @@ PAUSED = "ReconciliationPaused"
 #: Its reason, and the Events of a pause starting and ending.
 PAUSED_BY_ANNOTATION = "PausedByAnnotation"
 RESUMED = "ReconciliationResumed"
+#: The Event of a restart value taken (its roll then goes as any roll: the Rolling condition).
+RESTART_REQUESTED = "RestartRequested"
 #: The Broker's status field holding the restart value last handled.
 RESTARTED_FIELD = "restartedAt"
 

@@ -244,5 +244,23 @@ def build_statefulset(broker: BrokerModel, replicas: int) -> dict[str, Any]:
     }
 
 
+#: The pod template's annotation with the restart value last handled (the Broker's
+#: streamlet.dev/restart, day2.py): a new value is a new template, so the operator rolls the pods.
+RESTARTED_AT = "streamlet.dev/restartedAt"
+
+
+def with_restart(sts: dict[str, Any], value: str | None) -> dict[str, Any]:
+    """``sts`` with ``value`` on its pod template and the template's hash made again (None:
+    ``sts`` as it is)."""
+    if not value:
+        return sts
+    result = copy.deepcopy(sts)
+    template = result["spec"]["template"]
+    annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
+    annotations[RESTARTED_AT] = value
+    annotations[TEMPLATE_HASH] = template_hash(template)
+    return result
+
+
 # Fields of a StatefulSet's spec the API server refuses to change after creation.
 IMMUTABLE_SPEC_FIELDS = ("selector", "serviceName", "podManagementPolicy", "volumeClaimTemplates")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import logging
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
@@ -13,7 +13,7 @@ from .. import day2, drain, names, rolling
 from ..builders import build_all
 from ..builders.export import BROKER_LABEL, EXPORT_USER_COMPONENT, export_permission
 from ..builders.secret import plan_access, unknown_users
-from ..builders.statefulset import IMMUTABLE_SPEC_FIELDS
+from ..builders.statefulset import IMMUTABLE_SPEC_FIELDS, with_restart
 from ..conditions import adopt, set_condition
 from ..constants import GROUP, VERSION
 from ..directory import sync_directory
@@ -93,6 +93,22 @@ async def _replicated_members(runtime: Runtime, broker: BrokerModel,
     return members_held(streams, pods)
 
 
+def _restart(body: dict[str, Any], status: dict[str, Any]) -> str | None:
+    """The restart value the pod template carries: a new streamlet.dev/restart value is
+    recorded in ``status`` (so it rolls the pods once) with an Event; else the one handled."""
+    handled = status.get(day2.RESTARTED_FIELD)
+    wanted = day2.restart_wanted((body.get("metadata") or {}).get("annotations"), handled)
+    if wanted is None:
+        return str(handled) if handled else None
+    status[day2.RESTARTED_FIELD] = wanted
+    meta = body["metadata"]
+    log.info("%s/%s: restart %r asked for: rolling the pods", meta.get("namespace"),
+             meta.get("name"), wanted)
+    kopf.event(cast(kopf.Body, body), type="Normal", reason=day2.RESTART_REQUESTED,
+               message=f"{day2.RESTART}={wanted}: rolling the pods, one at a time")
+    return wanted
+
+
 #: The Broker conditions driver.py owns.
 DRIVER_CONDITIONS = frozenset({drain.DRAINED, rolling.ROLLING})
 
@@ -162,8 +178,11 @@ async def reconcile_broker(body: dict[str, Any], runtime: Runtime, index: Any,
     conditions = await reconcile_storage(runtime, broker, body, conditions)
     # Before the StatefulSet: its pods mount the directory (optional, but better there at start).
     await sync_directory(runtime, broker)
+    restart = _restart(body, status)
     for manifest in build_all(broker, replicas, users):
         immutable = IMMUTABLE_SPEC_FIELDS if manifest["kind"] == "StatefulSet" else ()
+        if manifest["kind"] == "StatefulSet":
+            manifest = with_restart(manifest, restart)
         await runtime.kube.apply(manifest, immutable=immutable)
 
     sts = await runtime.kube.get("StatefulSet", broker.namespace, broker.name) or {}
