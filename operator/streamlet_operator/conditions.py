@@ -48,3 +48,11 @@ def adopt(ours: list[dict[str, Any]], theirs: list[dict[str, Any]] | None,
     kept = [dict(c) for c in ours if c.get("type") not in types]
     kept += [dict(c) for c in theirs or [] if c.get("type") in types]
     return sorted(kept, key=lambda c: c["type"])
+
+
+def raised(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+    """Whether a condition went True, or changed its reason while True: worth one Event, where
+    the passes in between (same status, same reason) post none."""
+    if new is None or new.get("status") != "True":
+        return False
+    return old is None or old.get("status") != "True" or old.get("reason") != new.get("reason")

@@ -1,5 +1,6 @@
 """conditions.adopt: a writer of a whole conditions list keeps another writer's conditions as
-they are now (the Broker reconciler and the placement driver both write the Broker's)."""
+they are now (the Broker reconciler and the placement driver both write the Broker's);
+conditions.raised: when a condition is worth an Event."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from streamlet_operator.conditions import adopt
+from streamlet_operator.conditions import adopt, raised
 
 
 def _c(type_: str, status: str = "True") -> dict[str, Any]:
@@ -33,3 +34,17 @@ DRIVER = frozenset({"Drained", "Rolling"})
 def test_adopt(ours: list[dict[str, Any]], theirs: list[dict[str, Any]] | None,
                expected: list[dict[str, Any]]) -> None:
     assert adopt(ours, theirs, DRIVER) == expected
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), [
+    (None, _c("ScaleDownBlocked"), True),  # blocked now
+    (_c("ScaleDownBlocked", "False"), _c("ScaleDownBlocked"), True),
+    (_c("ScaleDownBlocked"), _c("ScaleDownBlocked"), False),  # still blocked: no more Events
+    ({**_c("ScaleDownBlocked"), "reason": "MovingStreams"},
+     {**_c("ScaleDownBlocked"), "reason": "PodsHoldStreams"}, True),  # blocked for another cause
+    (_c("ScaleDownBlocked"), _c("ScaleDownBlocked", "False"), False),  # unblocked
+    (None, _c("ScaleDownBlocked", "False"), False),
+    (None, None, False),
+])
+def test_raised(old: dict[str, Any] | None, new: dict[str, Any] | None, expected: bool) -> None:
+    assert raised(old, new) is expected

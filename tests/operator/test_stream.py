@@ -213,6 +213,13 @@ async def test_scale_down_is_refused_while_pods_hold_streams(
     sts = await kube.get("StatefulSet", namespace, "b")
     assert sts is not None and sts["spec"]["replicas"] == 2
 
+    async def blocked_events() -> list[dict[str, Any]]:
+        return [e for e in await kube.list("Event", namespace)
+                if e.get("reason") == "ScaleDownBlocked"
+                and e["involvedObject"]["kind"] == "Broker"]
+    events = await eventually(blocked_events, what="a ScaleDownBlocked Event")
+    assert events[0]["type"] == "Warning" and "second (pod 1)" in events[0]["message"]
+
     await kube.delete("Stream", namespace, "second")
     await gone(kube, "Stream", namespace, "second")
 
@@ -224,6 +231,7 @@ async def test_scale_down_is_refused_while_pods_hold_streams(
     b = await eventually(lambda: kube.get("Broker", namespace, "b"))
     await eventually(
         lambda: _cond_status(kube, namespace, "ScaleDownBlocked", "False"), what="unblocked")
+    assert len(await blocked_events()) == 1  # one as it started, none for the passes after
 
 
 async def _cond_status(kube: Kube, namespace: str, type_: str, status: str) -> bool:

@@ -14,7 +14,7 @@ from ..builders import build_all
 from ..builders.export import BROKER_LABEL, EXPORT_USER_COMPONENT, export_permission
 from ..builders.secret import plan_access, unknown_users
 from ..builders.statefulset import IMMUTABLE_SPEC_FIELDS, with_restart
-from ..conditions import adopt, set_condition
+from ..conditions import adopt, get_condition, raised, set_condition
 from ..constants import GROUP, VERSION
 from ..directory import sync_directory
 from ..failover import members_of
@@ -109,6 +109,8 @@ def _restart(body: dict[str, Any], status: dict[str, Any]) -> str | None:
     return wanted
 
 
+#: The Broker condition (and Event) of a scale-down held while pods to be removed hold streams.
+SCALE_DOWN_BLOCKED = "ScaleDownBlocked"
 #: The Broker conditions driver.py owns.
 DRIVER_CONDITIONS = frozenset({drain.DRAINED, rolling.ROLLING})
 
@@ -158,10 +160,15 @@ async def reconcile_broker(body: dict[str, Any], runtime: Runtime, index: Any,
                                               " MoveStreams"))
         conditions = set_condition(conditions, "ScaleDownBlocked", True,
                                    "MovingStreams" if moving else "PodsHoldStreams", message, gen)
-        log.warning("%s/%s: %s", broker.namespace, broker.name, message)  # not an Event per pass
+        log.warning("%s/%s: %s", broker.namespace, broker.name, message)
     else:
         conditions = set_condition(conditions, "ScaleDownBlocked", False, "NoStreamsStranded",
                                    "", gen)
+    blocking = get_condition(conditions, SCALE_DOWN_BLOCKED)
+    if raised(get_condition(status.get("conditions"), SCALE_DOWN_BLOCKED), blocking):
+        assert blocking is not None  # one Event as it starts or its cause changes, not per pass
+        kopf.event(cast(kopf.Body, body), reason=SCALE_DOWN_BLOCKED, message=blocking["message"],
+                   type="Normal" if blocking["reason"].startswith("Moving") else "Warning")
 
     users, users_problem = await _users(runtime, broker)
     conditions = set_condition(
