@@ -25,6 +25,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "StorageClass": ("apis/storage.k8s.io/v1", "storageclasses"),
     "StatefulSet": ("apis/apps/v1", "statefulsets"),
     "PodDisruptionBudget": ("apis/policy/v1", "poddisruptionbudgets"),
+    "NetworkPolicy": ("apis/networking.k8s.io/v1", "networkpolicies"),
     "Broker": ("apis/streamlet.dev/v1alpha1", "brokers"),
     "Stream": ("apis/streamlet.dev/v1alpha1", "streams"),
     "CronJob": ("apis/batch/v1", "cronjobs"),

@@ -126,6 +126,30 @@ class Advertise:
 
 
 @dataclass(frozen=True)
+class NetworkPolicy:
+    """spec.networkPolicy: who may reach the pods. A selector None is its default: clients
+    from anywhere, management from the Broker's own namespace, metrics from every namespace."""
+
+    enabled: bool = True
+    client_namespaces: dict[str, Any] | None = None
+    management_namespaces: dict[str, Any] | None = None
+    metrics_namespaces: dict[str, Any] | None = None
+
+    @classmethod
+    def parse(cls, doc: Mapping[str, Any] | None) -> NetworkPolicy:
+        doc = doc or {}
+
+        def selector(key: str) -> dict[str, Any] | None:
+            found = doc.get(key)
+            return None if found is None else dict(found)
+
+        return cls(enabled=bool(doc.get("enabled", True)),
+                   client_namespaces=selector("clientNamespaces"),
+                   management_namespaces=selector("managementNamespaces"),
+                   metrics_namespaces=selector("metricsNamespaces"))
+
+
+@dataclass(frozen=True)
 class BrokerModel:
     name: str
     namespace: str
@@ -158,6 +182,8 @@ class BrokerModel:
     #: spec.replication.restorePreferredLeader: a stream's leadership goes back to its
     #: preferred leader once that member is in sync again (driver.py)
     restore_preferred_leader: bool = True
+    #: spec.networkPolicy (builders/networkpolicy.py)
+    network_policy: NetworkPolicy = NetworkPolicy()
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> BrokerModel:
@@ -201,6 +227,7 @@ class BrokerModel:
             fsync=str(storage.get("fsync") or "never"),
             restore_preferred_leader=bool((spec.get("replication") or {}).get(
                 "restorePreferredLeader", True)),
+            network_policy=NetworkPolicy.parse(spec.get("networkPolicy")),
         )
 
     @property

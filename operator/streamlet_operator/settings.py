@@ -21,6 +21,9 @@ class Settings:
     replication_interval: float = 1.0
     #: Port of the Prometheus /metrics endpoint; 0 turns it off.
     metrics_port: int = 9090
+    #: The namespace the operator's pods run in (the chart sets it from the pod's own): the
+    #: Brokers' NetworkPolicies let its pods in from there only. None: from any namespace.
+    namespace: str | None = None
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -30,6 +33,7 @@ class Settings:
             replication_interval=_float("STREAMLET_OPERATOR_REPLICATION_INTERVAL",
                                         cls.replication_interval),
             metrics_port=int(os.environ.get("STREAMLET_OPERATOR_METRICS_PORT", cls.metrics_port)),
+            namespace=os.environ.get("STREAMLET_OPERATOR_NAMESPACE") or None,
         )
 
 

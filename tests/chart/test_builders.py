@@ -50,7 +50,12 @@ SPECS: dict[str, dict[str, Any]] = {
                           "resources": {"requests": {"cpu": "1", "memory": "1Gi"},
                                         "limits": {"memory": 2147483648}},
                           "storage": {"size": "50Gi", "storageClassName": "fast"}},
-    "pod-ip": {"advertise": {"mode": "PodIP"}, "replicas": 3},
+    "pod-ip": {"advertise": {"mode": "PodIP"}, "replicas": 3,
+               "networkPolicy": {"clientNamespaces": {"matchLabels": {"team": "a"}},
+                                 "metricsNamespaces": {"matchExpressions": [
+                                     {"key": "kubernetes.io/metadata.name", "operator": "In",
+                                      "values": ["monitoring"]}]},
+                                 "managementNamespaces": {}}},
     "template": {"advertise": {"mode": "Template", "hostTemplate": "{pod}.x.example.com",
                                "port": 30552}},
     "overrides": {"podTemplate": {
@@ -67,7 +72,8 @@ SPECS: dict[str, dict[str, Any]] = {
 def test_manifests_are_valid(spec: dict[str, Any], version: str) -> None:
     model = broker(**spec)
     directory = build_directory_configmap(model, render_directory([], lambda o: None))
-    for manifest in [*build_all(model, 3, {"streamlet-operator": "pw", "app": "x"}), directory]:
+    for manifest in [*build_all(model, 3, {"streamlet-operator": "pw", "app": "x"},
+                                         "streamlet-system"), directory]:
         kubernetes_validate.validate(manifest, version, strict=True)
 
 
@@ -75,7 +81,7 @@ def test_children_are_owned_and_selected() -> None:
     manifests = {m["kind"] + "/" + m["metadata"]["name"]: m for m in build_all(broker(), 2, {})}
     assert set(manifests) == {"ConfigMap/events-config", "Secret/events-users",
                               "Service/events-headless", "Service/events", "StatefulSet/events",
-                              "PodDisruptionBudget/events"}
+                              "PodDisruptionBudget/events", "NetworkPolicy/events"}
     for m in manifests.values():
         assert m["metadata"]["ownerReferences"][0]["uid"] == "1234"
         assert m["metadata"]["namespace"] == "prod"
@@ -84,6 +90,7 @@ def test_children_are_owned_and_selected() -> None:
     assert selector.items() <= sts["spec"]["template"]["metadata"]["labels"].items()
     assert manifests["Service/events"]["spec"]["selector"] == selector
     assert manifests["PodDisruptionBudget/events"]["spec"]["selector"]["matchLabels"] == selector
+    assert manifests["NetworkPolicy/events"]["spec"]["podSelector"]["matchLabels"] == selector
 
 
 @pytest.fixture(autouse=True)

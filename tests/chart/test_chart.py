@@ -134,9 +134,13 @@ def test_rbac_is_least_privilege(chart: helm_python.Chart) -> None:
     for rule in rules:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
         assert "deletecollection" not in rule["verbs"]
-    # ... and the StatefulSet, its pods orphaned, to make it again with larger volumes
+    # ... and the StatefulSet, its pods orphaned, to make it again with larger volumes, and a
+    # Broker's NetworkPolicy when it is turned off
     assert {key for key, verbs in granted.items() if "delete" in verbs} == schedules | {
-        ("", "pods"), ("apps", "statefulsets"), ("", "secrets")}
+        ("", "pods"), ("apps", "statefulsets"), ("", "secrets"),
+        ("networking.k8s.io", "networkpolicies")}
+    assert granted[("networking.k8s.io", "networkpolicies")] == {"get", "create", "patch",
+                                                                  "delete"}
     for key in schedules:
         assert granted[key] == {"get", "create", "patch", "delete"}
     assert granted[("batch", "jobs")] == {"list"}  # the last run's outcome

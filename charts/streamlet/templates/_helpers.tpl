@@ -88,6 +88,10 @@ one the operator (streamlet_operator/kube.py's callers, and kopf for its own res
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, create, patch]
+# A Broker's NetworkPolicy; deleted when spec.networkPolicy.enabled turns false.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, create, patch, delete]
 # Stream.spec.export: the schedule (a CronJob, or a ScheduledSparkApplication with the
 # Spark operator installed) and the Jobs of its runs, listed for the last outcome.
 - apiGroups: [batch]

@@ -186,11 +186,16 @@ async def reconcile_broker(body: dict[str, Any], runtime: Runtime, index: Any,
     # Before the StatefulSet: its pods mount the directory (optional, but better there at start).
     await sync_directory(runtime, broker)
     restart = _restart(body, status)
-    for manifest in build_all(broker, replicas, users):
+    for manifest in build_all(broker, replicas, users, SETTINGS.namespace):
         immutable = IMMUTABLE_SPEC_FIELDS if manifest["kind"] == "StatefulSet" else ()
         if manifest["kind"] == "StatefulSet":
             manifest = with_restart(manifest, restart)
         await runtime.kube.apply(manifest, immutable=immutable)
+    if not broker.network_policy.enabled:  # turned off: the one it made goes (no other)
+        made = await runtime.kube.get("NetworkPolicy", broker.namespace, broker.name)
+        owners = ((made or {}).get("metadata") or {}).get("ownerReferences") or []
+        if any(o.get("uid") == broker.uid for o in owners):
+            await runtime.kube.delete("NetworkPolicy", broker.namespace, broker.name)
 
     sts = await runtime.kube.get("StatefulSet", broker.namespace, broker.name) or {}
     ready = int((sts.get("status") or {}).get("readyReplicas") or 0)
