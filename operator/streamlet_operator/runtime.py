@@ -23,6 +23,7 @@ from .brokers import (
     operator_tls,
     pod_dns_address,
 )
+from .builders.common import owner_reference
 from .kube import ApiError, Kube
 from .model import BrokerModel
 
@@ -88,17 +89,31 @@ def operator_port(broker: BrokerModel, tls: ClientTls | None) -> int:
     return broker.tls_port if tls is not None else broker.port
 
 
+async def _owners(kube: Kube, namespace: str, broker: str) -> list[dict[str, object]]:
+    """The Broker as the owner of an object made for it (none while it cannot be read)."""
+    body = await kube.get("Broker", namespace, broker)
+    return [owner_reference(BrokerModel.from_body(body))] if body is not None else []
+
+
 async def operator_password(kube: Kube, namespace: str, broker: str) -> str:
-    """The operator's password on a broker, kept in a Secret made once, on first use."""
+    """The operator's password on a broker, kept in a Secret made once, on first use, and
+    owned by the Broker (deleting the Broker deletes it; one made before is adopted)."""
     secret_name = names.operator_secret(broker)
     secret = await kube.get("Secret", namespace, secret_name)
+    if secret is not None and not secret["metadata"].get("ownerReferences"):
+        owners = await _owners(kube, namespace, broker)
+        if owners:
+            await kube.patch("Secret", namespace, secret_name,
+                             {"metadata": {"ownerReferences": owners}})
     if secret is None:
         password = secrets.token_urlsafe(24)
+        owners = await _owners(kube, namespace, broker)
         try:
             await kube.create({
                 "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                 "metadata": {"name": secret_name, "namespace": namespace,
-                             "labels": names.labels(broker)},
+                             "labels": names.labels(broker),
+                             **({"ownerReferences": owners} if owners else {})},
                 "data": {"password": base64.b64encode(password.encode()).decode()},
             })
             return password

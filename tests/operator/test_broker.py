@@ -10,6 +10,7 @@ import pytest
 
 from streamlet_operator import names
 from streamlet_operator.kube import Kube
+from streamlet_operator.runtime import operator_password
 from tests.operator.harness import eventually
 from tests.operator.kubelet import Kubelet
 
@@ -139,3 +140,35 @@ async def test_missing_users_secret_is_a_condition(kube: Kube, namespace: str) -
     cond = await eventually(configured)
     assert (cond["status"], cond["reason"]) == ("False", "UsersSecretNotFound")
     assert "'nope' not found" in cond["message"]
+
+
+async def test_every_object_made_for_a_broker_is_owned_by_it(kube: Kube, namespace: str) -> None:
+    """Deleting the Broker lets the garbage collector remove them (the volumes excepted: the
+    StatefulSet's claims are kept, whenDeleted: Retain)."""
+    await kube.create(broker_body(namespace))
+    await eventually(lambda: kube.get("PodDisruptionBudget", namespace, "b"), what="children")
+    broker = await kube.get("Broker", namespace, "b")
+    assert broker is not None
+    # The test's operator logs in as guest: its password Secret is made here, as in a cluster.
+    await operator_password(kube, namespace, "b")
+    made = [obj for kind in ("ConfigMap", "Secret", "Service", "StatefulSet",
+                             "PodDisruptionBudget")
+            for obj in await kube.list(kind, namespace, labels=names.selector("b"))]
+    assert {o["metadata"]["name"] for o in made} >= {
+        "b", "b-headless", "b-config", "b-users", names.operator_secret("b")}
+    for obj in made:
+        owners = obj["metadata"].get("ownerReferences") or []
+        assert [(o["kind"], o["uid"]) for o in owners] == [("Broker", broker["metadata"]["uid"])], (
+            obj["kind"], obj["metadata"]["name"])
+
+
+async def test_an_operator_secret_without_an_owner_is_adopted(kube: Kube, namespace: str) -> None:
+    await kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {
+        "name": names.operator_secret("b"), "namespace": namespace},
+        "data": {"password": base64.b64encode(b"kept").decode()}})
+    await kube.create(broker_body(namespace))
+    broker = await eventually(lambda: kube.get("Broker", namespace, "b"))
+    assert await operator_password(kube, namespace, "b") == "kept"
+    secret = await kube.get("Secret", namespace, names.operator_secret("b"))
+    assert secret is not None
+    assert [o["uid"] for o in secret["metadata"]["ownerReferences"]] == [broker["metadata"]["uid"]]
