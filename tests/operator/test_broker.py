@@ -41,6 +41,7 @@ async def test_broker_creates_its_children(kube: Kube, namespace: str) -> None:
     assert container["readinessProbe"]["tcpSocket"]["port"] == "stream"
     assert container["ports"][0]["containerPort"] == 5600
     assert "preStop" in container["lifecycle"]
+    assert container["resources"] == {"requests": {"cpu": "500m", "memory": "512Mi"}}  # defaults
     assert sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
 
     cm = await eventually(lambda: kube.get("ConfigMap", namespace, "b-config"))

@@ -19,6 +19,11 @@ UID = 10001
 #: (the config's [server] host), scraped by the chart's PodMonitor or ServiceMonitor
 METRICS_PORT = 15692
 
+#: A Broker without spec.resources: requests, so the scheduler counts the pod and it is not
+#: BestEffort (the first evicted under pressure); no limits (a CPU limit throttles the event
+#: loop; the broker's memory follows its connections and readers). spec.resources wins whole.
+DEFAULT_RESOURCES: dict[str, Any] = {"requests": {"cpu": "500m", "memory": "512Mi"}}
+
 # The config names the users file (the Secret) and the stream directory (a ConfigMap).
 COMMAND = ["streamlet", "serve", "--config", f"{CONFIG_DIR}/{names.CONFIG_KEY}"]
 # No drain command: a stream lives on one pod only, so there is nowhere for its clients to go
@@ -90,8 +95,7 @@ def _container(broker: BrokerModel) -> dict[str, Any]:
             "capabilities": {"drop": ["ALL"]},
         },
     }
-    if broker.resources:
-        container["resources"] = copy.deepcopy(broker.resources)
+    container["resources"] = copy.deepcopy(broker.resources or DEFAULT_RESOURCES)
     return container
 
 

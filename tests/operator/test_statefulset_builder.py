@@ -1,0 +1,54 @@
+"""The broker pods' resources (defaults when the Broker sets none) and the restart value on the
+pod template, from builders/statefulset.py, as tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from streamlet_operator.builders.statefulset import (
+    DEFAULT_RESOURCES,
+    RESTARTED_AT,
+    TEMPLATE_HASH,
+    build_statefulset,
+    template_hash,
+    with_restart,
+)
+from streamlet_operator.model import BrokerModel
+from tests.operator.test_broker import broker_body
+
+
+def _sts(**spec: Any) -> dict[str, Any]:
+    body = broker_body("apps", **spec)
+    body["metadata"]["uid"] = "u1"
+    return build_statefulset(BrokerModel.from_body(body), 3)
+
+
+@pytest.mark.parametrize(("resources", "expected"), [
+    (None, {"requests": {"cpu": "500m", "memory": "512Mi"}}),  # the defaults
+    ({"requests": {"cpu": "2"}}, {"requests": {"cpu": "2"}}),  # the Broker's, whole
+    ({"limits": {"memory": "1Gi"}}, {"limits": {"memory": "1Gi"}}),
+    ({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
+     {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}),
+])
+def test_resources(resources: dict[str, Any] | None, expected: dict[str, Any]) -> None:
+    sts = _sts(**({"resources": resources} if resources is not None else {}))
+    assert sts["spec"]["template"]["spec"]["containers"][0]["resources"] == expected
+    assert DEFAULT_RESOURCES == {"requests": {"cpu": "500m", "memory": "512Mi"}}  # unchanged
+
+
+@pytest.mark.parametrize(("value", "new_template"), [
+    (None, False),
+    ("", False),
+    ("t1", True),
+])
+def test_with_restart(value: str | None, new_template: bool) -> None:
+    sts = _sts()
+    before = sts["spec"]["template"]["metadata"]["annotations"][TEMPLATE_HASH]
+    after = with_restart(sts, value)["spec"]["template"]
+    assert (after["metadata"]["annotations"][TEMPLATE_HASH] != before) is new_template
+    assert after["metadata"]["annotations"][TEMPLATE_HASH] == template_hash(after)
+    assert after["metadata"]["annotations"].get(RESTARTED_AT) == (value or None)
+    assert sts["spec"]["template"]["metadata"]["annotations"][TEMPLATE_HASH] == before  # a copy
+    assert with_restart(_sts(), value) == with_restart(sts, value)  # the same value: same hash
