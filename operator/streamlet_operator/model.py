@@ -160,6 +160,9 @@ class BrokerModel:
     image: str = DEFAULT_IMAGE
     image_pull_policy: str = "IfNotPresent"
     resources: dict[str, Any] = field(default_factory=dict)
+    #: spec.logging: the brokers' --log-level (None: theirs, INFO) and JSON log lines
+    log_level: str | None = None
+    log_json: bool = False
     storage_size: str = "10Gi"
     storage_class: str | None = None
     port: int = DEFAULT_PORT
@@ -202,6 +205,8 @@ class BrokerModel:
             image=spec.get("image") or DEFAULT_IMAGE,
             image_pull_policy=spec.get("imagePullPolicy") or "IfNotPresent",
             resources=dict(spec.get("resources") or {}),
+            log_level=(spec.get("logging") or {}).get("level"),
+            log_json=bool((spec.get("logging") or {}).get("json", False)),
             storage_size=storage.get("size") or "10Gi",
             storage_class=storage.get("storageClassName"),
             port=int(spec.get("port") or DEFAULT_PORT),

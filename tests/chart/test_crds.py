@@ -117,6 +117,9 @@ def test_invalid_broker_is_rejected() -> None:
     {"storage": {"fsync": "always"}},
     {"storage": {"fsync": "Chunk"}},
     {"replication": {"restorePreferredLeader": "yes"}},
+    {"logging": {"level": "verbose"}},
+    {"logging": {"level": "INFO"}},  # as the Broker's other enums: lower case
+    {"logging": {"json": "yes"}},
 ])
 def test_bad_fsync_and_replication_settings_are_rejected(spec: dict[str, Any]) -> None:
     obj = {"apiVersion": "streamlet.dev/v1alpha1", "kind": "Broker", "metadata": {"name": "b"},
@@ -134,6 +137,22 @@ def test_fsync_and_replication_settings_are_accepted(fsync: str) -> None:
     broker = BrokerModel.from_body({**obj, "metadata": {"name": "b"}})
     assert broker.fsync == fsync and not broker.restore_preferred_leader
     assert BrokerModel.from_body({"metadata": {"name": "b"}, "spec": {}}).restore_preferred_leader
+
+
+@pytest.mark.parametrize(("logging", "level", "json"), [
+    (None, None, False),
+    ({}, None, False),
+    ({"level": "debug"}, "debug", False),
+    ({"level": "error", "json": True}, "error", True),
+    ({"json": False}, None, False),
+])
+def test_logging_settings_are_accepted(logging: dict[str, Any] | None, level: str | None,
+                                       json: bool) -> None:
+    obj = {"apiVersion": "streamlet.dev/v1alpha1", "kind": "Broker", "metadata": {"name": "b"},
+           "spec": {} if logging is None else {"logging": logging}}
+    validate(obj, crd_schema("Broker"))
+    broker = BrokerModel.from_body(obj)
+    assert (broker.log_level, broker.log_json) == (level, json)
 
 
 def test_the_preferred_leader_fits_the_stream_status() -> None:

@@ -173,3 +173,17 @@ async def test_an_operator_secret_without_an_owner_is_adopted(kube: Kube, namesp
     secret = await kube.get("Secret", namespace, names.operator_secret("b"))
     assert secret is not None
     assert [o["uid"] for o in secret["metadata"]["ownerReferences"]] == [broker["metadata"]["uid"]]
+
+
+async def test_spec_logging_goes_to_the_brokers_command(kube: Kube, namespace: str) -> None:
+    await kube.create(broker_body(namespace, logging={"level": "warning", "json": True}))
+    sts = await eventually(lambda: kube.get("StatefulSet", namespace, "b"), what="StatefulSet")
+    command = sts["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[-4:] == ["--log-level", "WARNING", "--log-format", "json"]
+    await kube.patch("Broker", namespace, "b", {"spec": {"logging": None}})
+
+    async def plain() -> Any:
+        found = await kube.get("StatefulSet", namespace, "b")
+        command = found["spec"]["template"]["spec"]["containers"][0]["command"] if found else []
+        return found if "--log-level" not in command and "--log-format" not in command else None
+    await eventually(plain, what="the flags gone with spec.logging")

@@ -1,5 +1,5 @@
-"""The broker pods' resources (defaults when the Broker sets none) and the restart value on the
-pod template, from builders/statefulset.py, as tables."""
+"""The broker pods' resources (defaults when the Broker sets none), the restart value on the
+pod template and spec.logging's flags, from builders/statefulset.py, as tables."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from streamlet_operator.builders.statefulset import (
+    COMMAND,
     DEFAULT_RESOURCES,
     RESTARTED_AT,
     TEMPLATE_HASH,
@@ -52,3 +53,25 @@ def test_with_restart(value: str | None, new_template: bool) -> None:
     assert after["metadata"]["annotations"].get(RESTARTED_AT) == (value or None)
     assert sts["spec"]["template"]["metadata"]["annotations"][TEMPLATE_HASH] == before  # a copy
     assert with_restart(_sts(), value) == with_restart(sts, value)  # the same value: same hash
+
+
+@pytest.mark.parametrize(("logging", "flags"), [
+    (None, []),  # the command as before: no roll for a Broker without spec.logging
+    ({"level": "debug"}, ["--log-level", "DEBUG"]),
+    ({"json": True}, ["--log-format", "json"]),
+    ({"json": False}, []),
+    ({"level": "warning", "json": True}, ["--log-level", "WARNING", "--log-format", "json"]),
+])
+def test_logging_flags(logging: dict[str, Any] | None, flags: list[str]) -> None:
+    sts = _sts(**({"logging": logging} if logging is not None else {}))
+    command = sts["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command == [*COMMAND, *flags]
+
+
+def test_the_broker_takes_the_logging_flags() -> None:
+    """The command as the broker's own parser reads it: the level and the format it serves."""
+    from streamlet.cli.main import parse
+
+    sts = _sts(logging={"level": "debug", "json": True})
+    args = parse(sts["spec"]["template"]["spec"]["containers"][0]["command"][1:])
+    assert (args.command, args.log_level, args.log_format) == ("serve", "DEBUG", "json")

@@ -55,6 +55,9 @@ def add_parser(sub: Commands[Parser], conn: Parser) -> None:
                        help="when to fsync the log (default never: a confirm means the OS has it)")
     serve.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
                        help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    serve.add_argument("--log-format", default="text", choices=("text", "json"),
+                       help="text lines (the default) or one JSON object a line: time, level, "
+                            "logger, message (and exception)")
 
 
 def check(args: argparse.Namespace, parser: Parser) -> None:
@@ -72,9 +75,9 @@ def run(args: argparse.Namespace) -> int:
     from ..broker import ConfigError, load
     from ..broker import run as run_broker
     from ..dirlock import AlreadyRunning
+    from .logformat import configure
 
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure(args.log_level, args.log_format)
     ports = {f"{name}_port": getattr(args, f"{name}_port") for name, _ in LISTENERS}
     try:
         config = load(args.config, host=args.host, port=args.port, data_dir=args.data_dir,

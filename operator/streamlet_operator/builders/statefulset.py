@@ -49,6 +49,17 @@ def _advertised_host_env(broker: BrokerModel) -> dict[str, Any]:
     return {"name": "STREAMLET_ADVERTISED_HOST", "value": f"{dns}.{adv.cluster_domain}"}
 
 
+def _command(broker: BrokerModel) -> list[str]:
+    """The broker's command: spec.logging as flags, only when set (so a Broker without it
+    keeps its pod template, and its pods, as they were)."""
+    command = list(COMMAND)
+    if broker.log_level:
+        command += ["--log-level", broker.log_level.upper()]
+    if broker.log_json:
+        command += ["--log-format", "json"]
+    return command
+
+
 def _container(broker: BrokerModel) -> dict[str, Any]:
     env: list[dict[str, Any]] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -79,7 +90,7 @@ def _container(broker: BrokerModel) -> dict[str, Any]:
         "name": "broker",
         "image": broker.image,
         "imagePullPolicy": broker.image_pull_policy,
-        "command": list(COMMAND),
+        "command": _command(broker),
         "env": env,
         "ports": ports,
         "volumeMounts": mounts,
