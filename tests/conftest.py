@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.brokers import BrokerProcess
+from tests.support.brokers import BrokerProcess, PortTaken
 from tests.support.certs import make_certs
 
 
@@ -33,9 +33,16 @@ def broker_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
     def make(**kwargs: object) -> BrokerProcess:
         data = tmp_path / f"broker{len(started)}" / "data"
         data.parent.mkdir(parents=True, exist_ok=True)
-        b = BrokerProcess(data, **kwargs)  # type: ignore[arg-type]
-        started.append(b)
-        return b.start()
+        attempts = 3
+        while True:
+            b = BrokerProcess(data, **kwargs)  # type: ignore[arg-type]
+            started.append(b)
+            try:
+                return b.start()
+            except PortTaken:  # a port chosen free was taken before the broker bound it
+                attempts -= 1
+                if "port" in kwargs or not attempts:
+                    raise
 
     yield make
     for b in started:

@@ -23,7 +23,7 @@ from streamlet.rsio import EXT_OFFSETS, VERSION, Hello
 from streamlet.rsio import encode as rsio_encode
 from streamlet.sbp import Opcode
 from streamlet.sbp.frame import encode as sbp_encode
-from tests.support.brokers import BrokerProcess, distinct_ports, wait_for_port
+from tests.support.brokers import BrokerProcess, PortTaken, distinct_ports
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.process
@@ -43,15 +43,22 @@ PARTIAL_FRAME = {"mega": b"\x00\x00\x00\x01\x03", "rsio": b"\x20\x01", "sbp": b"
 
 def _start(make: Callable[..., BrokerProcess], tmp_path: Path, extra: str = "",
            listener: str = "") -> tuple[BrokerProcess, dict[str, int]]:
-    """A broker with the three unauthenticated listeners, the ports by protocol."""
-    ports = dict(zip(PROTOCOLS, distinct_ports(3), strict=True))
-    cfg = tmp_path / "idle.toml"
-    cfg.write_text(extra + "".join(f"[listeners.{p}]\nport = {port}\n{listener}"
-                                   for p, port in ports.items()))
-    broker = make(config=cfg)
-    for port in ports.values():
-        wait_for_port(broker.host, port, proc=broker.proc)
-    return broker, ports
+    """A broker with the three unauthenticated listeners, the ports by protocol (chosen again
+    when another test took one of them before the broker could)."""
+    attempt = 0
+    while True:
+        ports = dict(zip(PROTOCOLS, distinct_ports(3), strict=True))
+        cfg = tmp_path / f"idle{attempt}.toml"
+        cfg.write_text(extra + "".join(f"[listeners.{p}]\nport = {port}\n{listener}"
+                                       for p, port in ports.items()))
+        try:
+            broker = make(config=cfg)
+            broker.wait_listening(ports.values())
+            return broker, ports
+        except PortTaken:
+            attempt += 1
+            if attempt == 3:
+                raise
 
 
 @pytest.fixture

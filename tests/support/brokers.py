@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 
@@ -47,6 +47,11 @@ def holding(port: int, timeout: float = 120.0) -> Iterator[socket.socket]:
                     break
                 time.sleep(0.1)
         yield holder
+
+
+class PortTaken(RuntimeError):
+    """The broker could not bind a port: another process took it after it was chosen free
+    (tests run in parallel). Whoever chose the ports may choose again."""
 
 
 def wait_for_port(host: str, port: int, timeout: float = 60.0, proc: subprocess.Popen[bytes] | None = None) -> None:
@@ -96,8 +101,20 @@ class BrokerProcess:
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                      env={**os.environ, **self.env}, preexec_fn=limit)
         log.close()
-        wait_for_port(self.host, self.port, proc=self.proc)
+        self.wait_listening([self.port])
         return self
+
+    def wait_listening(self, ports: Iterable[int]) -> None:
+        """Wait until the broker listens on each of ``ports`` (its other listeners too);
+        PortTaken when it could not bind one (its log says the address is in use)."""
+        for port in ports:
+            try:
+                wait_for_port(self.host, port, proc=self.proc)
+            except RuntimeError as e:
+                said = self.log_path.read_text(errors="replace").strip()
+                if "Address already in use" in said[-2000:]:
+                    raise PortTaken(f"{e}: {said.splitlines()[-1]}") from e
+                raise
 
     @property
     def pid(self) -> int:
