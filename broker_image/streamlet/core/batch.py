@@ -66,11 +66,12 @@ class PublishBatch:
         if self.simple:  # an entry a record: the walk in C
             n, pos = simple_prefix(data, min(max_entries, self.count), max_bytes)
             records = n
-        while n < min(max_entries, self.count) and not self.simple:
-            size, k = _entry_at(data, pos)
-            if n and pos + size > max_bytes:
-                break
-            pos, records, n = pos + size, records + k, n + 1
+        else:
+            while n < min(max_entries, self.count):
+                size, k = _entry_at(data, pos)
+                if n and pos + size > max_bytes:
+                    break
+                pos, records, n = pos + size, records + k, n + 1
         if n == self.count:
             return self, None
         return (self._part(0, n, 0, pos, records),

@@ -75,7 +75,11 @@ class _Run:
     first: int
     corrs: bytes
     left: int  # requests not answered yet
-    done: list[tuple[int, int]] = field(default_factory=list)  # answered apart: (at, count)
+    #: the requests answered apart (a part's confirm, a refusal): 1 each, in request order
+    answered: bytearray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.answered = bytearray(self.left)
 
 
 class MegaConnection(FramedConnection):
@@ -253,12 +257,8 @@ class MegaConnection(FramedConnection):
             stream.detach_publisher(pub, confirm_first=False)
         out: list[bytes] = []
         for run in [r for r in self.waiting.values() if r.stream is stream]:
-            n = len(run.corrs) >> 2
-            answered = bytearray(n)
-            for at, count in run.done:
-                answered[at : at + count] = b"\x01" * count
-            for k in range(n):
-                if not answered[k]:
+            for k in range(len(run.corrs) >> 2):
+                if not run.answered[k]:
                     self.offsets.pop(run.first + k, None)
                     out.append(errors(run.corrs[4 * k : 4 * k + 4], code))
             del self.waiting[run.first]
@@ -276,7 +276,7 @@ class MegaConnection(FramedConnection):
     def _settle(self, run: _Run, at: int, count: int) -> None:
         """Requests ``at``..``at + count - 1`` of ``run`` are answered."""
         run.left -= count
-        run.done.append((at, count))
+        run.answered[at : at + count] = b"\x01" * count
         if run.left <= 0:
             del self.waiting[run.first]
             self.starts.remove(run.first)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ...core.ports import Refusal
 from ...core.registry import Streams
 from ...core.streams import Publisher, Stream
-from ...core.subscription import Subscription
+from ...core.subscription import SMALL_CHUNKS, Subscription
 from ...rabbitmq import Code, FrameSplitter, machine
 from ...rabbitmq import frames as f
 from ...rabbitmq.answers import error_answer
@@ -36,9 +36,6 @@ if TYPE_CHECKING:
     from ..server import Broker
 
 log = logging.getLogger("streamlet.broker")
-#: Chunks of this many bytes or more go with sendfile; smaller ones are read and written (one
-#: pread for a group of them, one write: fewer calls and segments than two each).
-SENDFILE_BYTES = 64 << 10
 
 #: The core's reasons for refusing a publish, as this protocol's codes.
 REFUSAL_CODES = {Refusal.GONE: Code.STREAM_DOES_NOT_EXIST, Refusal.MOVED: Code.STREAM_NOT_AVAILABLE,
@@ -237,8 +234,9 @@ class ConnectionState(FramedConnection):
 
     def deliver_file(self, sub_id: int, fd: int, chunks: list[ChunkRef], committed: int) -> None:
         """Deliver frames for stored chunks without a bloom filter, from the segment file
-        ``fd``. Over plain TCP a chunk of ``SENDFILE_BYTES`` or more has its prefix written and
-        its header and data sent with sendfile (``send_file``: a socket that fills pauses the
+        ``fd``. Over plain TCP a chunk of ``SMALL_CHUNKS`` or more (the size under which the
+        subscription groups chunks) has its prefix written and its header and data sent with
+        sendfile (``send_file``: a socket that fills pauses the
         connection, the chunk's rest still sent from the file). Smaller chunks, everything
         under TLS and behind bytes the transport holds, are read with one pread and written;
         if the socket leaves some of them in the transport, the connection pauses until it
@@ -249,7 +247,7 @@ class ConnectionState(FramedConnection):
         v2 = committed if self.deliver_v2 else None
         for i, c in enumerate(chunks):
             n = HEADER_SIZE + c.data_length
-            if n < SENDFILE_BYTES or not self.can_send_file():
+            if n < SMALL_CHUNKS or not self.can_send_file():
                 self._deliver_read(sub_id, fd, chunks[i:], v2)
                 if not self.tls:
                     self.hold_if_buffered()
