@@ -131,7 +131,7 @@ class RsioConnection(FramedConnection):
             self.goodbye("internal error")
 
     def frames_done(self) -> None:
-        for inbound in [i for i in self.appends.values() if i.waiting]:
+        for inbound in list(self.appends.values()):  # a flush refused ends its append
             if inbound.waiting:
                 inbound.flush()
 
