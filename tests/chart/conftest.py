@@ -1,12 +1,15 @@
-"""Shared helpers: the repository's CRDs and their schemas."""
+"""Shared helpers: the repository's CRDs and their schemas, and the chart loaded once a module."""
 
 from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import helm_python
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,3 +36,11 @@ def load_crds() -> dict[str, dict[str, Any]]:
 def crd_schema(kind: str) -> dict[str, Any]:
     schema: dict[str, Any] = load_crds()[kind]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     return schema
+
+
+@pytest.fixture(scope="module")
+def chart() -> Iterator[helm_python.Chart]:
+    """The chart, loaded by Helm's own library (closed after the module's tests)."""
+    loaded = helm_python.Chart.load(CHART)
+    yield loaded
+    loaded.close()

@@ -4,7 +4,6 @@ own schemas, the optional Broker by its CRD's schema."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from typing import Any
 
 import helm_python
@@ -16,13 +15,6 @@ from tests.chart.conftest import CHART, KUBE_VERSIONS, crd_schema
 from tests.chart.schema import validate
 
 helm_python.disable_logging()
-
-
-@pytest.fixture(scope="module")
-def chart() -> Iterator[helm_python.Chart]:
-    loaded = helm_python.Chart.load(CHART)
-    yield loaded
-    loaded.close()
 
 
 def render(chart: helm_python.Chart, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:

@@ -5,7 +5,6 @@ kubeVersion that covers what the operator's StatefulSets rely on."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import helm_python
@@ -20,13 +19,6 @@ from tests.chart.test_chart import VALUE_SETS
 helm_python.disable_logging()
 
 NOTES = "streamlet/templates/NOTES.txt"
-
-
-@pytest.fixture(scope="module")
-def chart() -> Iterator[helm_python.Chart]:
-    loaded = helm_python.Chart.load(CHART)
-    yield loaded
-    loaded.close()
 
 
 def rendered(chart: helm_python.Chart, values: dict[str, Any]) -> dict[str, str]:

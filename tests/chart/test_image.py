@@ -4,7 +4,6 @@ the only form the values schema takes)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import helm_python
@@ -17,13 +16,6 @@ from tests.chart.test_chart import by_kind, render
 helm_python.disable_logging()
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
-
-
-@pytest.fixture(scope="module")
-def chart() -> Iterator[helm_python.Chart]:
-    loaded = helm_python.Chart.load(CHART)
-    yield loaded
-    loaded.close()
 
 
 @pytest.mark.parametrize(("image", "expected"), [

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +41,6 @@ ALL_ON = {"monitoring": {"podMonitor": {"enabled": True, "labels": {"release": "
                          "prometheusRule": {"enabled": True},
                          "dashboard": {"enabled": True}}}
 MONITORING_KINDS = ("PodMonitor", "ServiceMonitor", "PrometheusRule")
-
-
-@pytest.fixture(scope="module")
-def chart() -> Iterator[helm_python.Chart]:
-    loaded = helm_python.Chart.load(CHART)
-    yield loaded
-    loaded.close()
 
 
 def render(chart: helm_python.Chart, values: dict[str, Any]) -> dict[str, dict[str, Any]]:

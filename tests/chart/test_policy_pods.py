@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import helm_python
@@ -148,13 +148,6 @@ def test_checker_admits(change: Callable[[dict[str, Any]], object]) -> None:
 
 
 # --- what the project renders ------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def chart() -> Iterator[helm_python.Chart]:
-    loaded = helm_python.Chart.load(CHART)
-    yield loaded
-    loaded.close()
-
 
 CHART_SETS = {**CHART_VALUE_SETS, **RBAC_VALUE_SETS,
               "tagged": {"operator": {"image": {"tag": "0.2.0"}, "replicas": 3}}}

@@ -3,7 +3,6 @@ nothing cluster-wide), the operator watching only those, and the replicas' kopf 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import helm_python
@@ -24,13 +23,6 @@ TEAMS: dict[str, Any] = {"rbac": {"scope": "namespace"}, "operator": {"watchName
 VALUE_SETS: dict[str, dict[str, Any]] = {"namespace": NAMESPACED, "namespace-teams": TEAMS,
               "cluster-two-replicas": {"operator": {"replicas": 2}},
               "cluster-teams": {"operator": {"watchNamespaces": ["team-a"]}}}
-
-
-@pytest.fixture(scope="module")
-def chart() -> Iterator[helm_python.Chart]:
-    loaded = helm_python.Chart.load(CHART)
-    yield loaded
-    loaded.close()
 
 
 def _kinds(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:

@@ -4,7 +4,6 @@ valid for Kubernetes and lint-clean; off by default."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import helm_python
@@ -21,13 +20,6 @@ ON: dict[str, Any] = {"spark": {"serviceAccount": {"create": True}}}
 TEAMS: dict[str, Any] = {"spark": {"serviceAccount": {"create": True, "annotations": {"a": "b"}},
                                    "namespaces": ["team-a", "team-b"]}}
 SPARK_KINDS = ("ServiceAccount", "Role", "RoleBinding")
-
-
-@pytest.fixture(scope="module")
-def chart() -> Iterator[helm_python.Chart]:
-    loaded = helm_python.Chart.load(CHART)
-    yield loaded
-    loaded.close()
 
 
 def spark_docs(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
