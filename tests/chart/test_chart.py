@@ -47,6 +47,17 @@ def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return doc
 
 
+def is_spark(doc: dict[str, Any]) -> bool:
+    """One of the export jobs' ServiceAccount, Role and RoleBinding (test_spark_rbac.py)."""
+    labels = doc["metadata"].get("labels") or {}
+    return bool(labels.get("app.kubernetes.io/name") == "streamlet-spark")
+
+
+def operator_docs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the chart renders for the operator: everything but the export jobs' RBAC."""
+    return [d for d in docs if not is_spark(d)]
+
+
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "everything": {
@@ -94,7 +105,12 @@ def test_lint_is_clean(values: dict[str, Any]) -> None:
 
 
 def test_default_install(chart: helm_python.Chart) -> None:
-    docs = render(chart)
+    every = render(chart)
+    # the export jobs' ServiceAccount, Role and RoleBinding too (test_spark_rbac.py)
+    assert sorted((d["kind"], d["metadata"]["namespace"]) for d in every if is_spark(d)) == [
+        ("Role", "streamlet-system"), ("RoleBinding", "streamlet-system"),
+        ("ServiceAccount", "streamlet-system")]
+    docs = operator_docs(every)
     assert sorted(d["kind"] for d in docs) == [
         "ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
         "ServiceAccount"]

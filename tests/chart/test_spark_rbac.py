@@ -1,6 +1,7 @@
-"""The chart's Spark ServiceAccount, Role and RoleBinding (spark.serviceAccount.create): the
-name the operator's export jobs run as, in the release's namespace or each of spark.namespaces,
-valid for Kubernetes and lint-clean; off by default."""
+"""The chart's Spark ServiceAccount, Role and RoleBinding (spark.serviceAccount.create, on by
+default): the name the operator's export jobs run as, in each of spark.namespaces, else each
+namespace the operator watches, else the release's; valid for Kubernetes and lint-clean; none
+with spark.serviceAccount.create or rbac.create off."""
 
 from __future__ import annotations
 
@@ -29,8 +30,27 @@ def spark_docs(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, An
             and d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "streamlet-spark"}
 
 
-def test_off_by_default(chart: helm_python.Chart) -> None:
-    assert spark_docs(render(chart)) == {}
+@pytest.mark.parametrize(("values", "namespaces"), [
+    ({}, ["streamlet-system"]),
+    ({"operator": {"watchNamespaces": ["team-a", "team-b"]}}, ["team-a", "team-b"]),
+    ({"rbac": {"scope": "namespace"}}, ["streamlet-system"]),
+    ({"operator": {"watchNamespaces": ["team-a"]}, "spark": {"namespaces": ["lake"]}}, ["lake"]),
+], ids=["release-namespace", "watched-namespaces", "namespace-scope", "named-over-watched"])
+def test_on_by_default_where_the_streams_are(chart: helm_python.Chart, values: dict[str, Any],
+                                             namespaces: list[str]) -> None:
+    made = spark_docs(render(chart, values))
+    assert sorted(made) == sorted((kind, ns) for kind in SPARK_KINDS for ns in namespaces)
+
+
+@pytest.mark.parametrize("values", [
+    {"spark": {"serviceAccount": {"create": False}}},
+    {"rbac": {"create": False}},
+    {"rbac": {"create": False}, "spark": {"namespaces": ["team-a"]}},
+], ids=["spark-off", "rbac-off", "rbac-off-named-namespaces"])
+def test_off_switches(chart: helm_python.Chart, values: dict[str, Any]) -> None:
+    docs = render(chart, values)
+    assert spark_docs(docs) == {}
+    assert not [d for d in docs if d["metadata"]["name"] == SERVICE_ACCOUNT]
 
 
 @pytest.mark.parametrize("values", [ON, TEAMS], ids=["release-namespace", "teams"])
