@@ -11,7 +11,7 @@ MEGA_PORT ?= 5553
 RSIO_PORT ?= 5554
 SBP_PORT ?= 5555
 
-.PHONY: up test test-fast test-twins lint bench soak clean help
+.PHONY: up test test-fast test-twins lint bench soak chart clean help
 
 help:
 	@echo "make up     - install and serve a broker on $(HOST):$(PORT) (MEGA on 127.0.0.1:$(MEGA_PORT), Reactive Streams IO on 127.0.0.1:$(RSIO_PORT), SBP on 127.0.0.1:$(SBP_PORT)), data in ./$(DATA) (Ctrl-C stops)"
@@ -19,6 +19,7 @@ help:
 	@echo "make test-twins - the codec and storage tests on the C modules' Python twins (STREAMLET_NO_C=1; part of make test)"
 	@echo "make test-fast - the tests that start no process and are not slow: pytest -m 'not process and not slow' on 2 workers (no broker, CLI, node, Spark)"
 	@echo "make lint   - ruff, mypy, the import contracts (.importlinter) and no import cycle (.ci/cycles.py)"
+	@echo "make chart  - the Helm chart packaged as helm package makes it (CRD symlinks read): dist/streamlet-<version>.tgz"
 	@echo "make bench  - side-by-side benchmark against RabbitMQ (installs it as root if missing); results in bench/results/ (UPDATE_DOCS=1: also docs/performance.md)"
 	@echo "make soak   - the long hardening runs: fuzz, 10,000 connections, kill -9 (docs/reliability.md)"
 
@@ -86,6 +87,12 @@ bench: $(VENV)/.installed-core
 # loopback; prints its figures, exits 1 if a guarantee broke. SOAK_ARGS="--help" lists the knobs.
 soak: $(VENV)/.installed-core
 	$(PY) -m bench.soak $(SOAK_ARGS)
+
+# The chart archive, by Helm's own library (helm-python-sdk; no helm binary needed): the CRDs
+# under charts/streamlet/crds are symlinks to crds/, packaged as their targets' contents
+# (tests/chart/test_package.py renders the archive).
+chart: $(STAMP)
+	$(PY) -c "import helm_python; helm_python.disable_logging(); print(helm_python.package('charts/streamlet', destination='dist'))"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
