@@ -1,5 +1,5 @@
-"""What a member checks of a driver's Fence and Assign before it saves anything, which peer an
-address is, and two leaders in one epoch: tables."""
+"""What a member checks of a driver's Fence and Assign before it saves anything, a driver's
+fencing token, which peer an address is, and two leaders in one epoch: tables."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from streamlet.replication.requests import (
     fence_refusal,
     named_peer,
     peer_index,
+    token_refusal,
     two_leaders,
 )
 
@@ -109,3 +110,24 @@ def test_assign(epoch: int, leading: bool, leader: tuple[str, int], members: lis
 ])
 def test_two_leaders(known: EpochLeader | None, claimed: EpochLeader, expected: bool) -> None:
     assert two_leaders(known, claimed) is expected
+
+
+@pytest.mark.parametrize(("token", "highest", "refused"), [
+    pytest.param(None, 0, None, id="no token, none seen: a driver without a Lease"),
+    pytest.param(None, 7, None, id="no token, one seen: still taken"),
+    pytest.param("1", 0, None, id="the first token"),
+    pytest.param("7", 7, None, id="the highest again: the same leader"),
+    pytest.param("8", 7, None, id="a higher one: a new leader"),
+    pytest.param("6", 7, "fencing token 6 is below 7", id="a lower one: a deposed leader"),
+    pytest.param("0", 1, "fencing token 0 is below 1", id="zero below one"),
+    pytest.param("-1", 0, "not a number", id="negative"),
+    pytest.param("x", 0, "not a number", id="not a number"),
+    pytest.param("", 0, "not a number", id="empty"),
+    pytest.param("\u0667", 0, "not a number", id="a non-ASCII digit"),
+])
+def test_token_refusal(token: str | None, highest: int, refused: str | None) -> None:
+    why = token_refusal(token, highest)
+    if refused is None:
+        assert why is None
+    else:
+        assert why is not None and refused in why

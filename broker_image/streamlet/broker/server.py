@@ -29,6 +29,7 @@ from .listening import listen_error
 from .memory import TRIM_CHECK_S, return_free_memory, trim_due
 from .periodic import every
 from .replication.create import Cluster
+from .replication.fencing import DriverFencing
 from .replication.forward import Forwarder
 from .replication.members import Members
 from .replication.peer import PeerLogin
@@ -82,6 +83,8 @@ class Broker:
                                     peers=config.peers)
         #: the replicated streams this broker is a member of
         self.members = Members(config.member, self.peer_login, config.peers)
+        #: the placement driver's fencing tokens: the highest seen, the stale refused
+        self.driver_fencing = DriverFencing(config.data_dir)
         self.forwarder = Forwarder(self.peer_login)
         for vhost in self.vhosts.values():
             self.members.load(vhost.streams)  # a state it cannot read sets its stream aside

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..client import connect
 from ..rabbitmq import Code
-from ..rabbitmq.constants import Role
+from ..rabbitmq.constants import DRIVER_TOKEN, Role
 from ..rabbitmq.frames import replication as rf
 from ..replication.election import Decision, elect
 from ..replication.liveness import Contact
@@ -48,14 +48,16 @@ Address = tuple[str, int]
 class Members:
     """Requests to member brokers by member id (``address(member)`` gives host and port;
     ``peer_address(member)``, where followers reach a leader, when that differs: e.g. its TLS
-    port when the brokers replicate over TLS); ``tls``: requests over TLS."""
+    port when the brokers replicate over TLS); ``tls``: requests over TLS; ``token``: the
+    driver's fencing token, sent with each request (None: a driver without a Lease)."""
 
     def __init__(self, address: Callable[[int], Address],
                  credentials: tuple[str, str] = ("guest", "guest"),
                  connection_name: str = "placement driver",
                  peer_address: Callable[[int], Address] | None = None,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, token: int | None = None) -> None:
         self.address = address
+        self.token = token
         self.credentials = credentials
         #: TLS to the members (their certificates must name the host ``address`` gives)
         self.tls = tls
@@ -139,9 +141,17 @@ class Members:
         try:
             async with asyncio.timeout(PROBE_TIMEOUT_S if probe else timeout):
                 client = await connect(host, port, user, password, heartbeat=0, ssl=self.tls,
-                                       connection_name=self.connection_name)
+                                       connection_name=self.connection_name,
+                                       properties=None if self.token is None else {
+                                           DRIVER_TOKEN: str(self.token)})
                 try:
-                    return True if probe else await client.request(make, ok=tuple(Code))
+                    if probe:
+                        return True
+                    answer = await client.request(make, ok=tuple(Code))
+                    if answer.code == Code.ACCESS_REFUSED and self.token is not None:
+                        log.warning("member %d refused a request with fencing token %d: a newer "
+                                    "placement driver holds the lease", member, self.token)
+                    return answer
                 finally:
                     await client.close()
         except (TimeoutError, OSError, ConnectionError) as e:  # ssl.SSLError is an OSError

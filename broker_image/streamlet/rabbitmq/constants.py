@@ -100,6 +100,12 @@ class Role(IntEnum):
 #: operator, the Spark source) that ask often.
 STREAM_DETAILS = "streamlet-stream-details"
 
+#: A client property (PeerProperties) a placement driver elected through a Kubernetes Lease
+#: sends: its fencing token, the Lease's leaseTransitions when it took it (decimal). A member
+#: refuses Fence, Assign, ReplicaSeal, ReplicaLearn and ReplicaLeave carrying a token below the
+#: highest it has seen (streamlet.replication.requests.token_refusal).
+DRIVER_TOKEN = "streamlet-driver-token"
+
 
 #: The replication commands' range (docs/protocol.md): not for clients.
 REPLICATION_KEYS = range(0x7E01, 0x7F00)

@@ -3,8 +3,9 @@ has seen two leaders for one epoch. Pure.
 
 ``peer_index`` and ``named_peer``: which configured peer an address is (as a link would connect
 to it); ``fence_refusal`` and ``assign_refusal``: why a Fence or an Assign cannot be taken (None:
-it can); ``two_leaders``: a claim about an epoch's leader that contradicts the one this member
-knows. The rules: docs/replication.md#requests-requestspy.
+it can); ``token_refusal``: why a deposed placement driver's request is; ``two_leaders``: a
+claim about an epoch's leader that contradicts the one this member knows. The rules:
+docs/replication.md#requests-requestspy.
 """
 
 from __future__ import annotations
@@ -82,6 +83,21 @@ def assign_refusal(epoch: int, leading: bool, leader: Address, members: Sequence
         return f"told to lead, but the leader named is member {index}, not this one ({me})"
     if not leading and index == me:
         return "told to follow itself"
+    return None
+
+
+def token_refusal(token: str | None, highest: int) -> str | None:
+    """Why a placement driver's request is refused when its connection carries fencing
+    ``token`` (the ``streamlet-driver-token`` property as sent; None: none) and this member has
+    seen ``highest`` (0: none yet); None: taken. A driver without a Lease sends no token (the
+    local cluster's, an operator with one replica or kopf peering): taken, as before tokens."""
+    if token is None:
+        return None
+    if not token.isascii() or not token.isdigit():
+        return f"fencing token {token!r}: not a number"
+    if int(token) < highest:
+        return (f"fencing token {int(token)} is below {highest}, the highest seen: a newer "
+                f"placement driver holds the lease")
     return None
 
 

@@ -266,7 +266,8 @@ class BrokerCollector:
         return family
 
     def _damage(self) -> Iterator[Metric]:
-        """Streams set aside at start (unreadable), and two leaders seen in one epoch."""
+        """Streams set aside at start (unreadable), two leaders seen in one epoch, and a
+        deposed placement driver's requests refused."""
         broker = self.broker
         unreadable = GaugeMetricFamily(PREFIX + "streams_unreadable", "Stream directories set "
                                        "aside at start because their stream.json or "
@@ -285,3 +286,14 @@ class BrokerCollector:
                 if member is not None and member.two_leaders is not None:
                     split.add_metric([vhost, name], member.two_leaders.count)
         yield split
+        fenced = CounterMetricFamily(PREFIX + "driver_requests_fenced", "Placement driver "
+                                     "requests refused for a fencing token below the highest "
+                                     "seen (a deposed operator leader's), by command",
+                                     labels=["command"])
+        for command, count in sorted(broker.driver_fencing.refused.items()):
+            fenced.add_metric([command], count)
+        yield fenced
+        token = GaugeMetricFamily(PREFIX + "driver_fencing_token", "The highest placement "
+                                  "driver fencing token seen (0: none)")
+        token.add_metric([], broker.driver_fencing.highest)
+        yield token

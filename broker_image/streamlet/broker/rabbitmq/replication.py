@@ -6,7 +6,8 @@ ReplicaLeave), a follower's link's
 Authorised by identity, never by a permission: only the replication user or the placement
 driver's (``cluster.driver_user``) may send them, anyone else is answered 16 (ACCESS_REFUSED).
 A request no member takes (broker.replication.members.Invalid) is answered 17
-(PRECONDITION_FAILED) before anything is saved. The work is broker.replication.members'.
+(PRECONDITION_FAILED) before anything is saved; a driver's with a stale fencing token, 16.
+The work is broker.replication.members'.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import logging
 from ...core.streams import Stream
 from ...rabbitmq import Code
 from ...rabbitmq import frames as f
+from ...rabbitmq.constants import DRIVER_TOKEN
 from ...rabbitmq.constants import Role as WireRole
 from ...rabbitmq.frames import replication as rf
 from ..arguments import create_arguments
@@ -56,6 +58,20 @@ def _target(conn: ConnectionState, cmd: f.Command, name: str) -> Stream | Code:
     return stream
 
 
+def _driven(conn: ConnectionState, cmd: f.Command, name: str) -> Stream | Code:
+    """As ``_target``, for the placement driver's commands that change a member: refused
+    (ACCESS_REFUSED, logged and counted) when they carry a fencing token below the highest this
+    broker has seen (broker.replication.fencing)."""
+    what = type(cmd).__name__
+    if not trusted(conn, what):
+        return Code.ACCESS_REFUSED
+    why = conn.broker.driver_fencing.admit(conn.client_properties.get(DRIVER_TOKEN), what)
+    if why is not None:
+        log.warning("stream %s: %s from %s refused: %s", name, what, conn.peer, why)
+        return Code.ACCESS_REFUSED
+    return _target(conn, cmd, name)
+
+
 def _refuse_silent(conn: ConnectionState, cmd: f.Command) -> bool:
     """For a command without an answer: close the connection of a user who may not send it."""
     if trusted(conn, type(cmd).__name__):
@@ -65,7 +81,7 @@ def _refuse_silent(conn: ConnectionState, cmd: f.Command) -> bool:
 
 
 def on_fence(conn: ConnectionState, cmd: rf.Fence) -> None:
-    stream = _target(conn, cmd, cmd.stream)
+    stream = _driven(conn, cmd, cmd.stream)
     if isinstance(stream, Code):
         conn.send(rf.FenceResponse(cmd.correlation_id, stream))
         return
@@ -82,7 +98,7 @@ def on_fence(conn: ConnectionState, cmd: rf.Fence) -> None:
 
 
 def on_assign(conn: ConnectionState, cmd: rf.Assign) -> None:
-    stream = _target(conn, cmd, cmd.stream)
+    stream = _driven(conn, cmd, cmd.stream)
     role = _ROLES.get(cmd.role)  # type: ignore[call-overload]
     if isinstance(stream, Code):
         code = stream
@@ -159,7 +175,7 @@ def on_replica_contact(conn: ConnectionState, cmd: rf.ReplicaContact) -> None:
 
 
 def on_replica_seal(conn: ConnectionState, cmd: rf.ReplicaSeal) -> None:
-    stream = _target(conn, cmd, cmd.stream)
+    stream = _driven(conn, cmd, cmd.stream)
     if isinstance(stream, Code):
         conn.send(rf.ReplicaSealResponse(cmd.correlation_id, stream))
         return
@@ -217,7 +233,7 @@ def on_sac_stepped_down(conn: ConnectionState, cmd: rf.SacSteppedDown) -> None:
 
 def on_replica_learn(conn: ConnectionState, cmd: rf.ReplicaLearn) -> None:
     """Make a peer a learner of a stream this broker leads (answered once it follows)."""
-    stream = _target(conn, cmd, cmd.stream)
+    stream = _driven(conn, cmd, cmd.stream)
     cluster = conn.broker.cluster
     if isinstance(stream, Code):
         conn.send(rf.ReplicaLearnResponse(cmd.correlation_id, stream))
@@ -252,7 +268,7 @@ def on_replica_learn(conn: ConnectionState, cmd: rf.ReplicaLearn) -> None:
 
 def on_replica_leave(conn: ConnectionState, cmd: rf.ReplicaLeave) -> None:
     """A former member drops its copy (this broker only: nothing is passed on)."""
-    stream = _target(conn, cmd, cmd.stream)
+    stream = _driven(conn, cmd, cmd.stream)
     if isinstance(stream, Code):
         conn.send(rf.ReplicaLeaveResponse(cmd.correlation_id, stream))
         return
