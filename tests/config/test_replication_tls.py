@@ -1,9 +1,10 @@
 """The replication TLS rule ([cluster] tls and its default) as a table, and the links' client
-context: the broker's own certificate presented, the peer's checked against [tls] cafile and
-its name, replaced by a reload."""
+context: the broker's own certificate presented, the peer's checked against [tls] cafile (or,
+without one, against the broker's own certificate) and its name, replaced by a reload."""
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from pathlib import Path
 
@@ -12,7 +13,8 @@ import pytest
 from streamlet.broker.config.model import ConfigError
 from streamlet.broker.protocols import load
 from streamlet.broker.replication.peer import PeerLogin
-from streamlet.broker.tls import ServerTls, client_context
+from streamlet.broker.tls import ServerTls, client_context, server_context
+from tests.support.certs import issue
 
 TLS = '[tls]\nport = 5551\ncertfile = "c.pem"\nkeyfile = "k.pem"\n'
 TLS_ONLY = TLS + "[listeners.rabbitmq]\nenabled = false\n"
@@ -26,9 +28,9 @@ def _load(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize(("text", "tls"), [
     pytest.param("", False, id="no [tls]: plaintext"),
-    pytest.param(TLS, False, id="[tls] beside the plain listener: plaintext"),
+    pytest.param(TLS, True, id="[tls] beside the plain listener: over TLS all the same"),
     pytest.param(TLS_ONLY, True, id="TLS only: over TLS"),
-    pytest.param(TLS + "[cluster]\ntls = true\n", True, id="asked for beside the plain listener"),
+    pytest.param(TLS + "[cluster]\ntls = true\n", True, id="said outright beside the plain listener"),
     pytest.param(TLS + "[cluster]\ntls = false\n", False, id="plaintext said outright"),
     pytest.param(TLS_ONLY + "[cluster]\ntls = true\n", True, id="TLS only, said outright"),
 ])
@@ -50,10 +52,11 @@ def test_bad_replication_tls_is_refused_with_a_reason(tmp_path: Path, text: str,
         _load(tmp_path, text)
 
 
-def _tls_cfg(tmp_path: Path, certs: Path, cafile: bool = True):  # type: ignore[no-untyped-def]
+def _tls_cfg(tmp_path: Path, certs: Path, cafile: bool = True,  # type: ignore[no-untyped-def]
+             cert: str = "server"):
     ca = f'cafile = "{certs / "ca.crt"}"\n' if cafile else ""
-    cfg = _load(tmp_path, f'[tls]\ncertfile = "{certs / "server.crt"}"\n'
-                          f'keyfile = "{certs / "server.key"}"\n{ca}'
+    cfg = _load(tmp_path, f'[tls]\ncertfile = "{certs / f"{cert}.crt"}"\n'
+                          f'keyfile = "{certs / f"{cert}.key"}"\n{ca}'
                           "[listeners.rabbitmq]\nenabled = false\n")
     assert cfg.tls is not None
     return cfg.tls
@@ -65,6 +68,37 @@ def test_the_client_context_checks_the_peer_and_its_name(tmp_path: Path, certs: 
     assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
     assert ctx.minimum_version == ssl.TLSVersion.TLSv1_2
     assert any("streamlet-test-ca" in str(c.get("subject")) for c in ctx.get_ca_certs())
+
+
+async def _handshake(server: ssl.SSLContext, client: ssl.SSLContext) -> None:
+    """One TLS handshake on loopback, as a link to 127.0.0.1 makes it; raises when refused."""
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    listening = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server)
+    try:
+        port = listening.sockets[0].getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client)
+        writer.close()
+    finally:
+        listening.close()
+
+
+@pytest.mark.process
+async def test_without_a_cafile_the_links_accept_the_brokers_own_certificate_only(
+        tmp_path: Path, certs: Path) -> None:
+    """Brokers sharing one certificate and no cafile (a Secret without ca.crt): a link checks
+    the other broker against this broker's own certificate, and refuses another one, even of
+    the same CA."""
+    issue(certs, "other", "localhost", server=True)
+    tls = _tls_cfg(tmp_path, certs, cafile=False)
+    links = client_context(tls)
+    await _handshake(server_context(tls), links)
+    other = _tls_cfg(tmp_path, certs, cafile=False, cert="other")
+    with pytest.raises(ssl.SSLCertVerificationError):
+        await _handshake(server_context(other), links)
+    # with the CA as cafile, any certificate of it naming the host is accepted
+    await _handshake(server_context(other), client_context(_tls_cfg(tmp_path, certs)))
 
 
 @pytest.mark.process

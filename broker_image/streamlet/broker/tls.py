@@ -26,13 +26,18 @@ def server_context(cfg: TlsConfig) -> ssl.SSLContext:
 
 def client_context(cfg: TlsConfig) -> ssl.SSLContext:
     """How this broker connects to the other brokers' TLS listeners: their certificates are
-    checked against [tls] cafile (the system's CAs without one) and must name the host they
-    are reached at (cluster.peers, a leader's address); this broker's own certificate is
-    presented, which their verify_peer asks for (one certificate serves both ends: with
-    extended key usages it needs clientAuth as well as serverAuth)."""
+    checked against [tls] cafile and must name the host they are reached at (cluster.peers, a
+    leader's address); this broker's own certificate is presented, which their verify_peer
+    asks for (one certificate serves both ends: with extended key usages it needs clientAuth
+    as well as serverAuth). Without a cafile: the system's CAs, and the certificates of
+    [tls] certfile itself (this broker's, and the chain after it), so brokers sharing one
+    certificate (a Kubernetes Secret mounted in every pod) accept each other."""
     try:
         ctx = ssl.create_default_context(
             ssl.Purpose.SERVER_AUTH, cafile=str(cfg.cafile) if cfg.cafile is not None else None)
+        if cfg.cafile is None:
+            ctx.load_verify_locations(cfg.certfile)
+            ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN  # a trusted non-root ends a chain
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.load_cert_chain(cfg.certfile, cfg.keyfile)
     except (OSError, ssl.SSLError) as e:

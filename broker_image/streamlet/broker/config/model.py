@@ -300,14 +300,14 @@ class BrokerConfig:
     @property
     def replication_tls(self) -> bool:
         """Whether this broker's links to other brokers (followers to leaders, forwarded
-        requests, relays, creates) use TLS: [cluster] tls, by default on when the broker has
-        [tls] and no plain listener (a TLS-only cluster has no plaintext port to reach). Then
-        cluster.peers and the leaders' addresses are the brokers' TLS ports; the link checks
-        the peer's certificate against [tls] cafile (the system's CAs without one) and its
-        name against the peer's host, and presents this broker's certificate."""
+        requests, relays, creates) use TLS: [cluster] tls, by default on whenever the broker
+        has [tls], plain listener or not. Then cluster.peers and the leaders' addresses are
+        the brokers' TLS ports; the link checks the peer's certificate against [tls] cafile
+        (without one: the system's CAs and this broker's own certificate) and its name
+        against the peer's host, and presents this broker's certificate."""
         if self.cluster_tls is not None:
             return self.cluster_tls
-        return self.tls is not None and not self.rabbitmq_listener
+        return self.tls is not None
 
     @property
     def advertised(self) -> tuple[str, int]:
