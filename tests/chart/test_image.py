@@ -1,6 +1,7 @@
-"""How the chart references the operator's image: repository:tag (the tag defaulting to the
-chart's appVersion), or repository@digest when operator.image.digest is set (a sha256 digest,
-the only form the values schema takes)."""
+"""How the chart references each image it names, the operator's (operator.image) and its
+Broker's (broker.image, as spec.image unless broker.spec names one): repository:tag (the tag
+defaulting to the chart's appVersion), or repository@digest when the digest is set (a sha256
+digest, the only form the values schema takes)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import helm_python
 import kubernetes_validate
 import pytest
 
-from tests.chart.conftest import CHART, KUBE_VERSIONS
+from tests.chart.conftest import CHART, KUBE_VERSIONS, crd_schema
+from tests.chart.schema import validate
 from tests.chart.test_chart import by_kind, render
 
 helm_python.disable_logging()
@@ -31,6 +33,26 @@ def test_image_reference(chart: helm_python.Chart, image: dict[str, Any], expect
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == expected
 
 
+@pytest.mark.parametrize(("broker", "expected"), [
+    ({}, "ghcr.io/streamlet/broker:0.1.0"),
+    ({"image": {"tag": "0.2.0"}}, "ghcr.io/streamlet/broker:0.2.0"),
+    ({"image": {"digest": DIGEST}}, f"ghcr.io/streamlet/broker@{DIGEST}"),
+    ({"image": {"tag": "0.2.0", "digest": DIGEST}}, f"ghcr.io/streamlet/broker@{DIGEST}"),
+    ({"image": {"repository": "registry.example/b", "digest": DIGEST}},
+     f"registry.example/b@{DIGEST}"),
+    ({"image": {"digest": DIGEST}, "spec": {"image": "registry.example/b:1.0"}},
+     "registry.example/b:1.0"),
+    ({"spec": {"image": f"registry.example/b@{DIGEST}"}}, f"registry.example/b@{DIGEST}"),
+], ids=["default", "tag", "digest", "digest-wins-over-tag", "other-repository",
+        "spec-image-wins", "spec-image-digest"])
+def test_broker_image_reference(chart: helm_python.Chart, broker: dict[str, Any],
+                                expected: str) -> None:
+    made = by_kind(render(chart, {"broker": {"create": True, **broker}}), "Broker")
+    assert made["spec"]["image"] == expected
+    assert made["spec"]["replicas"] == 1  # the rest of broker.spec kept
+    validate(made, crd_schema("Broker"))
+
+
 @pytest.mark.parametrize("version", KUBE_VERSIONS)
 def test_digest_deployment_is_valid(chart: helm_python.Chart, version: str) -> None:
     deployment = by_kind(render(chart, {"operator": {"image": {"digest": DIGEST}}}), "Deployment")
@@ -38,8 +60,9 @@ def test_digest_deployment_is_valid(chart: helm_python.Chart, version: str) -> N
 
 
 def test_digest_lint_is_clean() -> None:
-    result = helm_python.lint(CHART, {"operator": {"image": {"digest": DIGEST}}}, strict=True,
-                              kube_version="1.30.0", quiet=True)
+    result = helm_python.lint(CHART, {"operator": {"image": {"digest": DIGEST}},
+                                      "broker": {"create": True, "image": {"digest": DIGEST}}},
+                              strict=True, kube_version="1.30.0", quiet=True)
     assert result["errors"] == []
     assert [m for m in result["messages"] if m["severity"] >= 2] == []
 
@@ -48,6 +71,16 @@ def test_digest_lint_is_clean() -> None:
     "0123456789abcdef" * 4, "sha256:abc", "sha256:" + "0123456789ABCDEF" * 4,
     "sha512:" + "0123456789abcdef" * 4, f"{DIGEST}x",
 ], ids=["no-algorithm", "short", "upper-case", "sha512", "trailing"])
-def test_values_schema_refuses_a_bad_digest(chart: helm_python.Chart, digest: str) -> None:
+@pytest.mark.parametrize("component", ["operator", "broker"])
+def test_values_schema_refuses_a_bad_digest(chart: helm_python.Chart, digest: str,
+                                            component: str) -> None:
     with pytest.raises(helm_python.HelmError):
-        render(chart, {"operator": {"image": {"digest": digest}}})
+        render(chart, {component: {"image": {"digest": digest}}})
+
+
+@pytest.mark.parametrize("image", [{"repository": ""}, {"tag": "latest"}, {"pullPolicy": "Never"}],
+                         ids=["empty-repository", "latest", "unknown-key"])
+def test_values_schema_refuses_a_bad_broker_image(chart: helm_python.Chart,
+                                                  image: dict[str, Any]) -> None:
+    with pytest.raises(helm_python.HelmError):
+        render(chart, {"broker": {"create": True, "image": image}})

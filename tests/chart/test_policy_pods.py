@@ -312,14 +312,17 @@ def test_chart_images_are_pinned(chart: helm_python.Chart, values: dict[str, Any
     assert [p for p in map(image_problem, images) if p] == []
 
 
-def test_default_images_are_pinned() -> None:
+def test_default_images_are_pinned(chart: helm_python.Chart) -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     crd_default = yaml.safe_load((ROOT / "crds" / "streamlet.dev_brokers.yaml").read_text())[
         "spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
         "properties"]["image"]["default"]
     images = [DEFAULT_IMAGE, BROKER_IMAGE, BrokerModel.from_body(
         {"metadata": {"name": "b", "namespace": "n"}, "spec": {}}).image,
-              values["broker"]["spec"]["image"], crd_default]
+              crd_default]
+    # the chart's Broker (broker.image as its spec.image)
+    [broker] = [d for d in render(chart, {"broker": {"create": True}}) if d["kind"] == "Broker"]
+    images.append(broker["spec"]["image"])
     images += [i for pod in BUILDER_PODS.values() for i in _images(pod[1])]
     images += [build_scheduled_spark_application(_stream())["spec"]["template"]["image"],  # type: ignore[index]
                yaml.safe_load((SPARK / "manifests" / "sparkapplication.yaml").read_text())[

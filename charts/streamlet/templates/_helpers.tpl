@@ -19,6 +19,17 @@
 {{- end -}}
 {{- end -}}
 
+{{/* An image from values {repository, tag, digest}: repository@digest when the digest is set,
+else repository:tag, the tag defaulting to the chart's appVersion. Called with (dict "image"
+<values> "appVersion" .Chart.AppVersion). */}}
+{{- define "streamlet.image" -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository (.image.tag | default .appVersion) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "streamlet.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 app.kubernetes.io/part-of: streamlet
