@@ -117,6 +117,9 @@ class Driver:
         self.pod_zones: dict[int, str | None] = {}
         #: pods not fit to hold a member (unreachable or not Ready) since when (monotonic)
         self.unready_since: dict[int, float] = {}
+        #: Pod objects seen not Ready, by uid: since when (monotonic), for the roll's timeout
+        #: where the Pod's Ready condition carries no transition time
+        self.not_ready_seen: dict[str, float] = {}
         #: this tick's view for member set changes: the pods, the members lost, the load
         self.change_pods: list[Pod] = []
         self.lost: frozenset[int] = frozenset()
@@ -189,7 +192,8 @@ class Driver:
     async def _members(self, broker: BrokerModel) -> Members:
         """The brokers, as the operator's other sessions reach them (runtime.broker_address:
         TLS on spec.tls.port when it uses TLS); Assign names a leader by the address its
-        followers reach it at (the TLS port when the brokers replicate over TLS)."""
+        followers reach it at (the TLS port when the brokers replicate over TLS); each
+        request carries the operator's fencing token when it leads through a Lease."""
         credentials = await self.runtime.broker_credentials(broker.namespace, broker.name)
         tls = await self.runtime.broker_tls(broker)
         resolve, ns, name = self.runtime.resolve, broker.namespace, broker.name
@@ -197,7 +201,8 @@ class Driver:
         return _Members(lambda m: resolve(ns, name, m, port), credentials,
                         connection_name="streamlet operator",
                         peer_address=lambda m: resolve(ns, name, m, broker.peer_port),
-                        tls=tls.context() if tls is not None else None)
+                        tls=tls.context() if tls is not None else None,
+                        token=self.runtime.fencing_token())
 
     async def _pods(self, broker: BrokerModel) -> dict[int, dict[str, Any]]:
         """The Broker's Pod objects by ordinal: those being deleted (a drain, a roll, a
@@ -370,6 +375,27 @@ class Driver:
                                            names.pod(broker.name, step.pod))
         elif step.action is rolling.Action.WAIT:
             log.info("%s/%s: roll waits: %s", self.namespace, broker.name, step.message)
+
+    def _not_ready_for(self, pod: dict[str, Any]) -> float | None:
+        """Seconds the Pod has not been Ready (None: Ready): since its Ready condition's
+        lastTransitionTime, or its creation when it has none, and at least since this driver
+        first saw it so (a Pod whose status carries neither)."""
+        meta = pod["metadata"]
+        uid = str(meta.get("uid") or meta["name"])
+        if _ready(pod):
+            self.not_ready_seen.pop(uid, None)
+            return None
+        now = time.monotonic()
+        seen = now - self.not_ready_seen.setdefault(uid, now)
+        ready = [c for c in (pod.get("status") or {}).get("conditions") or []
+                 if c.get("type") == "Ready"]
+        stamp = (ready[0].get("lastTransitionTime") if ready else None) or meta.get(
+            "creationTimestamp")
+        try:
+            since = datetime.strptime(str(stamp), TIME_FORMAT).replace(tzinfo=UTC)
+        except ValueError:
+            return seen
+        return max(seen, (datetime.now(UTC) - since).total_seconds())
 
     async def _rolling_condition(self, body: dict[str, Any], step: rolling.Step) -> None:
         """The Broker's Rolling condition, written when it changes (absent until a roll)."""

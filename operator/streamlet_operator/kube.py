@@ -26,6 +26,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "StatefulSet": ("apis/apps/v1", "statefulsets"),
     "PodDisruptionBudget": ("apis/policy/v1", "poddisruptionbudgets"),
     "NetworkPolicy": ("apis/networking.k8s.io/v1", "networkpolicies"),
+    "Lease": ("apis/coordination.k8s.io/v1", "leases"),
     "Broker": ("apis/streamlet.dev/v1alpha1", "brokers"),
     "Stream": ("apis/streamlet.dev/v1alpha1", "streams"),
     "CronJob": ("apis/batch/v1", "cronjobs"),

@@ -187,6 +187,9 @@ class BrokerModel:
     restore_preferred_leader: bool = True
     #: spec.networkPolicy (builders/networkpolicy.py)
     network_policy: NetworkPolicy = NetworkPolicy()
+    #: spec.rollout.notReadyTimeout in seconds: an outdated pod not Ready this long is rolled
+    #: forward by the roll instead of waited for (0: waited for, for ever; rolling.py)
+    not_ready_timeout: float = 300.0
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> BrokerModel:
@@ -233,6 +236,8 @@ class BrokerModel:
             restore_preferred_leader=bool((spec.get("replication") or {}).get(
                 "restorePreferredLeader", True)),
             network_policy=NetworkPolicy.parse(spec.get("networkPolicy")),
+            not_ready_timeout=parse_duration(str((spec.get("rollout") or {}).get(
+                "notReadyTimeout") or "5m")),
         )
 
     @property

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from . import names
+from . import lease, names
 from .brokers import (
     AddressResolver,
     BrokerAdmin,
@@ -54,6 +54,8 @@ class Runtime:
     #: Each pod's zone as the placement driver last read it: (ns, broker) -> ordinal -> zone,
     #: written into the stream directory for the brokers' placement of new streams.
     pod_zones: dict[tuple[str, str], dict[int, str]] = field(default_factory=dict)
+    #: The placement driver's fencing token (lease.py; None: no Lease), read per request.
+    fencing_token: Callable[[], int | None] = lease.fencing_token
     _locks: dict[tuple[str, str, str], asyncio.Lock] = field(default_factory=dict)
 
     def lock(self, kind: str, namespace: str, name: str) -> asyncio.Lock:

@@ -1,6 +1,7 @@
-"""One operator replica in a process of its own, for tests/operator/test_peering.py: the
-production entry point's options (streamlet_operator.__main__: --peering, --namespace,
---priority) against an emulated API server, with its metrics on a port of its own.
+"""One operator replica in a process of its own, for tests/operator/test_peering.py and
+test_lease.py: the production entry point's options and run (streamlet_operator.__main__:
+--peering, --lease, --namespace, --priority) against an emulated API server, with its metrics
+on a port of its own.
 
     python -m tests.operator.peering_main --api URL --metrics-port PORT [operator options]
 """
@@ -27,7 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     from prometheus_client import start_http_server
 
     import streamlet_operator.handlers  # noqa: F401  (registers the handlers)
-    from streamlet_operator.__main__ import parse, run_options
+    from streamlet_operator.__main__ import parse, run
     from streamlet_operator.kube import Kube
     from streamlet_operator.runtime import Runtime
 
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     start_http_server(ours.metrics_port, addr="127.0.0.1")  # the operator's metrics, loopback
     runtime = Runtime(kube=Kube(ours.api, insecure=True), credentials=_guest)
-    kopf.run(**run_options(args), memo=kopf.Memo(runtime=runtime))
+    run(args, kube=Kube(ours.api, insecure=True), memo=kopf.Memo(runtime=runtime))
 
 
 if __name__ == "__main__":
