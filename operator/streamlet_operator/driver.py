@@ -348,8 +348,11 @@ class Driver:
             return
         revision = _annotations(sts["spec"].get("template") or {}).get(TEMPLATE_HASH)
         states = [rolling.PodState(o, _annotations(pod).get(TEMPLATE_HASH), _ready(pod),
-                                   bool(pod["metadata"].get("deletionTimestamp")))
+                                   bool(pod["metadata"].get("deletionTimestamp")),
+                                   self._not_ready_for(pod))
                   for o, pod in sorted(pods.items())]
+        listed = {str(p["metadata"].get("uid") or p["metadata"]["name"]) for p in pods.values()}
+        self.not_ready_seen = {u: t for u, t in self.not_ready_seen.items() if u in listed}
         by_key = _units(streams)
         seen = [self.seen.get(key) or rolling.StreamState(key, tuple(_members_of(s, u)), None,
                                                           None)
@@ -358,8 +361,11 @@ class Driver:
                                     rolling.ROLLING)
         step = rolling.next_step(states, revision, seen, up, int(sts["spec"].get("replicas") or 0),
                                  in_progress=(rolling_now or {}).get("status") == "True",
-                                 avoid=drained)
+                                 avoid=drained, not_ready_timeout=broker.not_ready_timeout)
         await self._rolling_condition(body, step)
+        if step.reason == rolling.ROLLING_FORWARD:
+            await self._event(body, "Warning", rolling.POD_ROLLED_FORWARD, step.message,
+                              involved="Broker")
         if step.action is rolling.Action.TRANSFER and members is not None:
             assert up is not None
             for key, target in step.transfers:

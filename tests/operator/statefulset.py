@@ -2,7 +2,8 @@
 for one Broker: a Pod per ordinal made from the StatefulSet's template as it is then, its broker
 process started and the Pod marked Ready once it listens; a deleted Pod keeps its broker for
 ``grace`` seconds (the preStop sleep), then has it stopped, and is made again ``restart_delay``
-seconds after it is gone.
+seconds after it is gone. A Pod whose template names an image of ``bad_images`` runs no
+broker and stays not Ready (ImagePullBackOff), as the kubelet leaves a pod it cannot pull.
 
 It records what a test asserts on: each deletion seen (with what ``on_delete`` says then), and
 the most pods down at once in the API server's order (resourceVersions), which no sluggishness
@@ -52,6 +53,8 @@ class StatefulSetController:
     grace: float = 2.0
     #: seconds between a pod gone and its broker starting again (scheduling, pulling)
     restart_delay: float = 2.0
+    #: images no pod starts from: its Pod is made, never Ready, and runs no broker
+    bad_images: frozenset[str] = frozenset()
     _since: dict[int, float] = field(default_factory=dict)
     _gone: dict[int, float] = field(default_factory=dict)
 
@@ -98,7 +101,9 @@ class StatefulSetController:
             "name": names.pod(self.name, ordinal), "namespace": self.namespace,
             "labels": dict(meta.get("labels") or {}),
             "annotations": dict(meta.get("annotations") or {}), "finalizers": [FINALIZER]}}
-        if self._key(ordinal) not in self.pods.pods:
+        images = {c.get("image") for c in (template.get("spec") or {}).get("containers") or []}
+        pulled = not images & self.bad_images
+        if pulled and self._key(ordinal) not in self.pods.pods:
             self.pods.pods[self._key(ordinal)] = await asyncio.to_thread(
                 self.launcher.start, self.namespace, self.name, ordinal)
         try:
@@ -108,9 +113,16 @@ class StatefulSetController:
                 raise
             return
         self.made.append((int(made["metadata"]["resourceVersion"]), ordinal))
-        await self.kube.patch("Pod", self.namespace, names.pod(self.name, ordinal), {
-            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}},
-            subresource="status")
+        status: dict[str, Any] = {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True"}]}
+        if not pulled:
+            status = {"phase": "Pending", "conditions": [{
+                "type": "Ready", "status": "False", "reason": "ContainersNotReady",
+                "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}],
+                "containerStatuses": [{"name": "broker", "ready": False, "state": {
+                    "waiting": {"reason": "ImagePullBackOff"}}}]}
+        await self.kube.patch("Pod", self.namespace, names.pod(self.name, ordinal),
+                              {"status": status}, subresource="status")
 
     @property
     def max_down(self) -> int:

@@ -7,7 +7,8 @@ A configuration change rolls the pods one at a time while a named producer publi
 what was not confirmed with its ids: leadership leaves each pod before it is deleted, never two
 pods down, publishes confirmed again after each step, every confirmed message once and in
 order afterwards. A member out of sync holds the roll (the Broker's Rolling condition says
-why) until it is back. A scale-down that would remove a member is held, not applied.
+why) until it is back; a pod that never gets Ready (a bad image) holds it until a fix rolls
+that pod forward. A scale-down that would remove a member is held, not applied.
 """
 
 from __future__ import annotations
@@ -220,6 +221,49 @@ async def test_a_roll_waits_for_a_member_out_of_sync_and_resumes(
         await _rolling(kube, namespace, "False", "UpToDate")
     assert sorted(d.ordinal for d in controller.deletions) == [0, 1, 2]
     assert controller.max_down == 1
+
+
+async def test_a_bad_image_holds_the_roll_until_a_fix_rolls_that_pod_forward(
+        cluster: Cluster, kube: Kube, namespace: str,
+        replicated_stream: tuple[Kubelet, PeeredLauncher, dict[str, Any]]) -> None:  # noqa: F811
+    """The first pod rolled to an image that cannot be pulled never gets Ready: no other pod
+    is taken; the fixed image rolls that pod forward at once (not Ready past the timeout),
+    then the others one at a time, and the stream is back in sync on all three."""
+    bad, good = "registry.invalid/streamlet:broken", "registry.invalid/streamlet:fixed"
+    _, launcher, _ = replicated_stream
+    controller = StatefulSetController(kube, cluster.pods, launcher, namespace, "b",
+                                       bad_images=frozenset({bad}))
+    async with controller.running():
+        await eventually(lambda: _pods_up(kube, namespace), what="the Pod objects")
+        before = await _revision(kube, namespace)
+        await kube.patch("Broker", namespace, "b", {"spec": {
+            "image": bad, "rollout": {"notReadyTimeout": "2s"}}})
+        broken = await eventually(lambda: _revision(kube, namespace, not_=before),
+                                  what="the bad image's template")
+        broker = await _rolling(kube, namespace, "True", "NewPodNotReady")
+        first = controller.deletions[0].ordinal
+        assert f"pod {first} runs the current pod template" in condition(
+            broker, "Rolling")["message"]
+        deadline = time.monotonic() + HELD_S
+        while time.monotonic() < deadline:  # held: no Ready pod taken while it is not Ready
+            assert len(controller.deletions) == 1, controller.deletions
+            await asyncio.sleep(0.2)
+        await kube.patch("Broker", namespace, "b", {"spec": {"image": good}})
+        fixed = await eventually(lambda: _revision(kube, namespace, not_=broken),
+                                 what="the fixed image's template")
+        await _rolling(kube, namespace, "False", "UpToDate")
+        assert await _pods_up(kube, namespace, fixed)
+    ordinals = [d.ordinal for d in controller.deletions]
+    assert ordinals[:2] == [first, first], ordinals
+    assert controller.deletions[1].revision == broken
+    assert sorted(ordinals[2:]) == sorted({0, 1, 2} - {first}), ordinals
+    assert controller.max_down == 1
+    events = [e for e in await kube.list("Event", namespace)
+              if e.get("reason") == "PodRolledForward"]
+    assert len(events) == 1 and f"rolling pod {first} forward" in events[0]["message"], events
+    await replication(kube, namespace, "orders",
+                      lambda r: r.phase == "Ready" and len(r.in_sync) == 3,
+                      what="every member back in sync")
 
 
 async def test_a_scale_down_that_would_remove_a_member_is_held(

@@ -158,3 +158,94 @@ def test_a_roll_ends_once_the_last_pod_is_back(in_progress: bool, answering: set
                                                action: Action) -> None:
     step = next_step(pods(NEW, NEW, NEW), NEW, [], answering, 3, in_progress)
     assert step.action is action
+
+
+def late(*revisions: str | None, ready: dict[int, float | None],
+         terminating: int | None = None) -> list[PodState]:
+    """Pods whose ordinals in ``ready`` are not Ready, for that many seconds (None: unknown)."""
+    return [PodState(i, r, ready=i not in ready, terminating=i == terminating,
+                     not_ready_for=ready.get(i)) for i, r in enumerate(revisions)]
+
+
+TIMEOUT = 300.0
+FORWARD = [
+    # (pods, streams, answering, action, pod, reason, transfers)
+    ("an outdated pod not Ready past the timeout (a bad image): rolled forward",
+     late(NEW, OLD, OLD, ready={2: 400.0}), [s("a", ALL, 0, (0, 1))], {0, 1},
+     Action.DELETE, 2, "RollingForwardPod", ()),
+    ("not Ready, not yet past the timeout: waited for",
+     late(NEW, OLD, OLD, ready={2: 200.0}), [s("a", ALL, 0, (0, 1))], {0, 1},
+     Action.WAIT, 2, "WaitingForPod", ()),
+    ("how long not known (no transition time yet): waited for",
+     late(OLD, OLD, OLD, ready={2: None}), [], None, Action.WAIT, 2, "WaitingForPod", ()),
+    ("a pod of the current template not Ready: nothing to roll forward, the roll says so",
+     late(OLD, OLD, NEW, ready={2: 400.0}), [s("a", ALL, 0, (0, 1))], {0, 1},
+     Action.WAIT, 2, "NewPodNotReady", ()),
+    ("the bad one rolled forward before any Ready pod, even with another pod down",
+     late(OLD, OLD, OLD, ready={1: 400.0, 2: 10.0}), [], None,
+     Action.DELETE, 1, "RollingForwardPod", ()),
+    ("a Ready pod is never taken while another is not Ready (within the timeout)",
+     late(OLD, OLD, NEW, ready={2: 10.0}), [], None, Action.WAIT, 2, "WaitingForPod", ()),
+    ("a pod being deleted is not deleted again", late(OLD, OLD, OLD, ready={2: 400.0},
+                                                      terminating=2), [], None,
+     Action.WAIT, 2, "WaitingForPod", ()),
+    ("its broker answers (catching up) and holds a quorum's member: the quorum still rules",
+     late(OLD, OLD, OLD, ready={1: 400.0}), [s("a", ALL, 0, (0, 1))], {0, 1},
+     Action.WAIT, 1, "WaitingForQuorum", ()),
+    ("its broker answers and leads: its leaderships go first",
+     late(NEW, OLD, OLD, ready={1: 400.0}), [s("a", ALL, 1, ALL)], {0, 1, 2},
+     Action.TRANSFER, 1, "TransferringLeadership", (("a", 0),)),
+    ("its broker answers, leads nothing, the quorum holds: rolled forward",
+     late(NEW, OLD, OLD, ready={1: 400.0}), [s("a", ALL, 0, (0, 2))], {0, 1, 2},
+     Action.DELETE, 1, "RollingForwardPod", ()),
+]
+
+
+@pytest.mark.parametrize("pod_states,streams,answering,action,pod,reason,transfers",
+                         [row[1:] for row in FORWARD], ids=[row[0] for row in FORWARD])
+def test_a_pod_not_ready_past_the_timeout(
+        pod_states: list[PodState], streams: list[StreamState], answering: set[int] | None,
+        action: Action, pod: int | None, reason: str,
+        transfers: tuple[tuple[str, int], ...]) -> None:
+    step = next_step(pod_states, NEW, streams, answering, replicas=3,
+                     not_ready_timeout=TIMEOUT)
+    assert (step.action, step.pod, step.reason, step.transfers) == (
+        action, pod, reason, transfers), step.message
+
+
+def test_no_timeout_waits_for_ever() -> None:
+    """A timeout of 0 (as before it existed): a pod not Ready for an hour is waited for."""
+    step = next_step(late(OLD, OLD, OLD, ready={2: 3600.0}), NEW, [], None, replicas=3)
+    assert (step.action, step.reason) == (Action.WAIT, "WaitingForPod")
+
+
+def test_a_bad_image_then_a_fix_rolls_through() -> None:
+    """Played out: a bad image leaves the first pod rolled not Ready; the roll waits and says
+    so; the fix rolls that pod forward at once, then the others one at a time."""
+    revisions: list[str] = [OLD, OLD, OLD]
+    not_ready: dict[int, float] = {}
+    deleted: list[tuple[str, int]] = []
+    template = "bad"
+    for tick in range(40):
+        if tick == 10:
+            template = "fixed"
+        states = [PodState(i, r, ready=i not in not_ready, not_ready_for=not_ready.get(i))
+                  for i, r in enumerate(revisions)]
+        step = next_step(states, template, [], None, replicas=3, not_ready_timeout=TIMEOUT)
+        if step.action is Action.IDLE:
+            break
+        for o in not_ready:
+            not_ready[o] += 60.0  # a tick is a minute here
+        if step.action is Action.DELETE:
+            assert step.pod is not None
+            assert not not_ready or step.pod in not_ready, "a Ready pod taken with one down"
+            deleted.append((step.reason, step.pod))
+            revisions[step.pod] = template
+            not_ready.pop(step.pod, None)
+            if template == "bad":
+                not_ready[step.pod] = 0.0
+        elif tick == 9:
+            assert step.reason == "NewPodNotReady", step.message
+    assert deleted == [("RestartingPod", 2), ("RollingForwardPod", 2), ("RestartingPod", 1),
+                       ("RestartingPod", 0)]
+    assert revisions == ["fixed"] * 3
