@@ -111,9 +111,8 @@ class Tls:
     @property
     def cafile_wanted(self) -> bool:
         """Whether the broker gets a CA file: asked for (caSecretName) or needed (verifyPeer;
-        TLS only, where the brokers replicate over TLS and check each other's certificates
-        against it). Not otherwise: a kubernetes.io/tls Secret made by hand may have no
-        ca.crt."""
+        TLS only). Not otherwise: a kubernetes.io/tls Secret made by hand may have no ca.crt,
+        and the brokers' links then check each other against their shared certificate."""
         return self.verify_peer or self.ca_secret is not None or not self.plain_listener
 
 
@@ -255,9 +254,9 @@ class BrokerModel:
 
     @property
     def replication_tls(self) -> bool:
-        """Whether the brokers' links to each other use TLS (the rendered [cluster] tls): when
-        TLS is the only listener, there is no plaintext port to reach."""
-        return not self.plain_listener
+        """Whether the brokers' links to each other use TLS (the rendered [cluster] tls):
+        whenever the Broker has TLS, plain listener or not."""
+        return self.tls is not None
 
     @property
     def peer_port(self) -> int:

@@ -136,20 +136,25 @@ def test_config_is_what_the_broker_reads(tmp_path: Path) -> None:
 
 def test_every_pod_is_a_peer_and_its_member_id_is_its_ordinal(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """cluster.peers: each pod's DNS name through the headless Service and the stream port, by
-    ordinal; each pod's member id is the ordinal its hostname ends in."""
+    """cluster.peers: each pod's DNS name through the headless Service and the TLS port (the
+    stream port without TLS), by ordinal; each pod's member id is the ordinal its hostname
+    ends in."""
     model = broker(port=6000, replicas=3, tls={"secretName": "events-tls", "port": 5671})
     path = _mounted(tmp_path, model, {"u": "p"}, pods=3)
     cfg = load(path)
     assert cfg.member == 1
-    assert cfg.peers == tuple((f"events-{i}.events-headless.prod.svc.cluster.local", 6000)
+    assert cfg.peers == tuple((f"events-{i}.events-headless.prod.svc.cluster.local", 5671)
                               for i in range(3))
+    (tmp_path / "plain").mkdir()
+    assert load(_mounted(tmp_path / "plain", broker(port=6000, replicas=3), {"u": "p"},
+                         pods=3)).peers[2] == ("events-2.events-headless.prod.svc.cluster.local",
+                                               6000)
     assert cfg.resume_roles, "restarted pods resume their roles (the operator re-assigns after an election)"
     monkeypatch.setattr(environment.socket, "gethostname", lambda: "events-2")
     assert load(path).member == 2
     # A scale-down kept waiting for moves: the StatefulSet runs 4 pods, and so does the config.
     assert load(_mounted(tmp_path, model, {"u": "p"}, pods=4)).peers[3] == (
-        "events-3.events-headless.prod.svc.cluster.local", 6000)
+        "events-3.events-headless.prod.svc.cluster.local", 5671)
     domain = broker(advertise={"clusterDomain": "k8s.example"})
     assert 'peers = ["events-0.events-headless.prod.svc.k8s.example:5552"]' in render_config(
         domain, 1)
@@ -271,9 +276,10 @@ TLS = {"secretName": "events-tls", "port": 5671}
 
 @pytest.mark.parametrize(("tls", "client", "operator", "peer"), [
     pytest.param(None, None, 5552, 5552, id="no TLS"),
-    pytest.param(TLS, None, 5552, 5552, id="TLS beside plain, no CA known: all plaintext"),
-    pytest.param(TLS, ClientTls("ca"), 5671, 5552,
-                 id="TLS beside plain: the operator on TLS, the brokers replicate in plaintext"),
+    pytest.param(TLS, None, 5552, 5671,
+                 id="TLS beside plain, no CA known: the operator in plaintext, the brokers on TLS"),
+    pytest.param(TLS, ClientTls("ca"), 5671, 5671,
+                 id="TLS beside plain: the operator and the brokers' links on TLS"),
     pytest.param({**TLS, "plainListener": False}, ClientTls("ca"), 5671, 5671,
                  id="TLS only: all on the TLS port"),
 ])
@@ -313,17 +319,17 @@ def test_tls_modes(tmp_path: Path, tls: dict[str, Any], cafile: str | None, veri
         [(5552, False)] if plain else []) + [(5671, True)]
     if not plain:
         assert cfg.tls.advertised_port == 30671  # advertise.port is the TLS clients' then
-    # TLS only: the brokers replicate over TLS, reaching each other on the TLS port
-    assert cfg.replication_tls is not plain
-    assert cfg.peers[0] == ("events-0.events-headless.prod.svc.cluster.local",
-                            5552 if plain else 5671)
+    # plain listener or not, the brokers replicate over TLS, reaching each other on the TLS port
+    assert cfg.replication_tls
+    assert cfg.peers[0] == ("events-0.events-headless.prod.svc.cluster.local", 5671)
     manifests = {m["kind"] + "/" + m["metadata"]["name"]: m for m in build_all(model, 1, {})}
     pod = manifests["StatefulSet/events"]["spec"]["template"]["spec"]
     container = pod["containers"][0]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ("stream" in ports) is plain and ports["stream-tls"] == 5671
     probe = "stream" if plain else "stream-tls"
-    assert container["readinessProbe"]["tcpSocket"]["port"] == probe
+    # readiness is the broker's /ready on the metrics port, TLS or not
+    assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "metrics"}
     assert container["livenessProbe"]["tcpSocket"]["port"] == probe
     for service in ("Service/events", "Service/events-headless"):
         names_ = {p["name"] for p in manifests[service]["spec"]["ports"]}
@@ -370,7 +376,7 @@ def test_pod_template_overrides_merge() -> None:
     broker_container, sidecar = spec["containers"]
     assert broker_container["image"] == "ghcr.io/streamlet/broker:0.1.0"  # kept
     assert {"name": "X", "value": "1"} in broker_container["env"]
-    assert broker_container["readinessProbe"]["tcpSocket"]["port"] == "stream"
+    assert broker_container["readinessProbe"]["httpGet"]["path"] == "/ready"
     assert sidecar["image"] == "busybox:1.36"
 
 

@@ -20,9 +20,8 @@ DIRECTORY_FILE = f"/etc/streamlet/directory/{names.DIRECTORY_KEY}"
 
 def peers(broker: BrokerModel, pods: int) -> list[str]:
     """Every pod's address by ordinal, as the brokers reach each other: the pod's DNS name
-    through the headless Service and the stream port, or the TLS port when they replicate
-    over TLS (TLS only: the pods' certificates name every pod's DNS name). In PodDNS mode
-    without ``advertise.port`` this is what the pod advertises to clients."""
+    through the headless Service and the stream port, or the TLS port whenever the Broker has
+    TLS (they replicate over TLS: the pods' certificate names every pod's DNS name)."""
     return [f"{names.pod_dns(broker.name, i, broker.namespace, broker.advertise.cluster_domain)}"
             f":{broker.peer_port}" for i in range(pods)]
 
@@ -65,7 +64,7 @@ def render_config(broker: BrokerModel, pods: int | None = None) -> str:
         "peers = [" + ", ".join(toml_string(p) for p in peers(broker, pods)) + "]",
         # a restarted pod takes up its roles (the operator re-assigns them after an election)
         "resume_roles = true",
-        *([f"tls = {'true' if broker.replication_tls else 'false'}"]  # TLS only: over TLS
+        *([f"tls = {'true' if broker.replication_tls else 'false'}"]  # TLS: links over TLS
           if broker.tls is not None else []),
         "",
         "[storage]",
