@@ -1,5 +1,7 @@
-"""The real thing: a kind cluster, the images built and loaded, `helm install`, a Broker and a
-Stream applied with kubectl, messages produced and consumed from a pod, scaling, deleting.
+"""The real thing: a kind cluster, the images built and loaded, the chart packaged and
+`helm install`ed, a Broker and a Stream applied with kubectl, messages produced and consumed from
+a pod, scaling, deleting; and a stream with three replicas whose leader's pod is deleted: a new
+leader is elected and no confirmed message is lost.
 
 Runs where docker, kind, helm and kubectl exist (a laptop, the e2e GitHub workflow); skips
 elsewhere. It uses a kubeconfig of its own, so it never touches the user's clusters.
@@ -17,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from streamlet_operator import names
+from tests.e2e.checks import Consumed, Leadership, bodies, produce_script
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = os.environ.get("STREAMLET_E2E_CLUSTER", "streamlet-e2e")
@@ -135,8 +140,14 @@ def _ready(obj: dict[str, Any]) -> bool:
                for c in (obj.get("status") or {}).get("conditions") or [])
 
 
-def test_install_stream_produce_consume_scale_delete(kind: Kind) -> None:
-    kind.run("helm", "install", "streamlet", "charts/streamlet", "--namespace", NS,
+@pytest.fixture(scope="module")
+def release(kind: Kind, tmp_path_factory: pytest.TempPathFactory) -> Kind:
+    """The operator installed from the chart as `helm package` makes it (the CRDs its
+    symlinks name, carried as files), and the namespace APP with its users Secret."""
+    out = tmp_path_factory.mktemp("chart")
+    kind.run("helm", "package", "charts/streamlet", "--destination", str(out))
+    [archive] = out.glob("streamlet-*.tgz")
+    kind.run("helm", "install", "streamlet", str(archive), "--namespace", NS,
              "--create-namespace", "--wait", "--timeout", "5m",
              "--set", "operator.image.repository=streamlet/operator",
              "--set", f"operator.image.tag={TAG}", "--set", "operator.image.pullPolicy=Never",
@@ -144,6 +155,11 @@ def test_install_stream_produce_consume_scale_delete(kind: Kind) -> None:
     kind.kubectl("create", "namespace", APP)
     kind.kubectl("-n", APP, "create", "secret", "generic", "app-users",
                  "--from-literal=app=app-password")
+    return kind
+
+
+def test_install_stream_produce_consume_scale_delete(release: Kind) -> None:
+    kind = release
     broker = f"""
 apiVersion: streamlet.dev/v1alpha1
 kind: Broker
@@ -185,3 +201,82 @@ spec:
     # `streamlet streams` takes the connection options before its action.
     info = kind.client_pod("inspect", "streamlet", "streams", *auth, "info", "orders")
     assert "orders\tmissing" in info
+
+
+HA, PAYMENTS = "ha", "payments"
+#: messages published before the leader's pod is deleted, and as many after
+BATCH = 2000
+
+
+def _leadership(kind: Kind) -> Leadership | None:
+    return Leadership.of(kind.get("stream", PAYMENTS))
+
+
+def _located(kind: Kind, name: str, leader: int) -> None:
+    """Every pod, through the client Service, names ``leader``'s pod for the stream (so the
+    producer that asks next is sent there)."""
+    located = kind.client_pod(name, "python", "-c", LOCATE, f"{HA}.{APP}.svc", PAYMENTS)
+    assert f"leader={names.pod_dns(HA, leader, APP, 'cluster.local')}:5552" in located
+
+
+def test_replicated_stream_loses_no_confirmed_message_with_its_leaders_pod(
+        release: Kind) -> None:
+    kind = release
+    broker = f"""
+apiVersion: streamlet.dev/v1alpha1
+kind: Broker
+metadata: {{name: {HA}}}
+spec:
+  replicas: 3
+  image: streamlet/broker:{TAG}
+  imagePullPolicy: Never
+  usersSecret: app-users
+  storage: {{size: 1Gi}}
+"""
+    kind.kubectl("-n", APP, "apply", "-f", "-", input_=broker)
+    kind.wait_for("3 broker pods ready", lambda: kind.get("broker", HA)["status"].get(
+        "readyReplicas") == 3, timeout=600)
+    stream = f"""
+apiVersion: streamlet.dev/v1alpha1
+kind: Stream
+metadata: {{name: {PAYMENTS}}}
+spec:
+  broker: {HA}
+  replicas: 3
+  retention: {{maxAge: 1D}}
+  deletionPolicy: delete
+"""
+    kind.kubectl("-n", APP, "apply", "-f", "-", input_=stream)
+    before: Leadership = kind.wait_for(
+        "3 members in sync", lambda: (s := _leadership(kind)) is not None and s.settled(3) and s)
+    assert before.leader is not None
+    _located(kind, "ha-locate-before", before.leader)
+
+    auth = ["--host", f"{HA}.{APP}.svc", "--user", "app", "--password", "app-password"]
+    # the pod succeeds only once every message is confirmed
+    kind.client_pod("ha-produce-before", "sh", "-c",
+                    produce_script("before", BATCH, PAYMENTS, auth))
+
+    old = names.pod(HA, before.leader)
+    uid = kind.get("pod", old)["metadata"]["uid"]
+    kind.kubectl("-n", APP, "delete", "pod", old, "--wait=false")
+    after: Leadership = kind.wait_for(
+        "a leader in a new epoch", lambda: (s := _leadership(kind)) is not None
+        and s.after(before) and s, timeout=300)
+    assert after.leader is not None
+    kind.wait_for(f"{old} made again", lambda: kind.get("pod", old)["metadata"]["uid"] != uid)
+    # the leadership may go back to its first pod once in sync again: ask where it is now
+    now: Leadership = kind.wait_for(
+        "3 members in sync again", lambda: (s := _leadership(kind)) is not None
+        and s.settled(3) and s, timeout=300)
+    assert now.leader is not None
+    _located(kind, "ha-locate-after", now.leader)
+    kind.client_pod("ha-produce-after", "sh", "-c",
+                    produce_script("after", BATCH, PAYMENTS, auth))
+
+    log = kind.client_pod("ha-consume", "streamlet", "consume", PAYMENTS, "--count",
+                          str(2 * BATCH), "--timeout", "60", *auth)
+    consumed = Consumed.parse(log)
+    assert consumed.lost(bodies("before", BATCH) + bodies("after", BATCH)) == []
+    assert consumed.duplicates() == [] and consumed.in_order()
+    kind.kubectl("-n", APP, "delete", "stream", PAYMENTS, "--timeout", "120s")
