@@ -1,4 +1,4 @@
-"""streamlet's private replication commands (0x7E01-0x7E0B, 0x7E10-0x7E13): round trips, truncations, random
+"""streamlet's private replication commands (0x7E01-0x7E0C, 0x7E10-0x7E13): round trips, truncations, random
 bodies, the chunks read as a view of the frame, and their error answers."""
 
 from __future__ import annotations
@@ -41,12 +41,14 @@ SAMPLES: list[f.Command] = [
     rf.SacJoin(5, "s", 5, 70000, "billing", 2), rf.SacJoin(5, "s", 5, 1, "g"),
     rf.SacJoinResponse(5, Code.STREAM_NOT_AVAILABLE),
     rf.SacLeave(70000), rf.SacUpdate(70000, 1), rf.SacUpdate(1, 0), rf.SacSteppedDown(70000),
+    rf.PolicySync(9, b'[{"vhost": "/", "name": "p"}]'), rf.PolicySync(9, b"[]"),
+    rf.PolicySyncResponse(9, Code.OK, b"[]"), rf.PolicySyncResponse(9, Code.ACCESS_REFUSED),
 ]
 
 
 def test_every_replication_key_has_a_sample_and_is_private() -> None:
     keys = {cmd.KEY for cmd in SAMPLES}
-    assert keys == {k for k in Key if k in REPLICATION_KEYS} == {*range(0x7E01, 0x7E0C), *range(0x7E10, 0x7E14)}
+    assert keys == {k for k in Key if k in REPLICATION_KEYS} == {*range(0x7E01, 0x7E0D), *range(0x7E10, 0x7E14)}
     assert all(k > 31 and k < 0x8000 for k in keys)  # clear of RabbitMQ's keys and the response bit
 
 

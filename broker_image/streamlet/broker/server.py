@@ -28,6 +28,7 @@ from .directory import CHECK_INTERVAL_S, EMPTY, Directory, DirectoryFile, seal_c
 from .listening import listen_error
 from .memory import TRIM_CHECK_S, return_free_memory, trim_due
 from .periodic import every
+from .policies.store import Policies
 from .replication.create import Cluster
 from .replication.fencing import DriverFencing
 from .replication.forward import Forwarder
@@ -88,6 +89,10 @@ class Broker:
         self.forwarder = Forwarder(self.peer_login)
         for vhost in self.vhosts.values():
             self.members.load(vhost.streams)  # a state it cannot read sets its stream aside
+        #: the policies: kept in the data dir, applied to the streams here, sent to the peers
+        self.policies = Policies(config.data_dir, self.vhosts, "{}:{}".format(*config.advertised),
+                                 config.peers, config.member,
+                                 self.peer_login if config.member is not None else None)
         self.connections: set[Client] = set()
         #: each connection class's protocol (the listener that made one), for the metrics
         self.protocol_names: dict[type, str] = {}
@@ -135,6 +140,7 @@ class Broker:
                 log.info("streamlet listening for %s%s on %s", listener.protocol,
                          " (TLS)" if tls else "", sock.getsockname()[:2])
         self._retention_task = asyncio.create_task(self._retention_loop())
+        self.policies.push()  # what changed while this broker was down, both ways
         self._trim_task = asyncio.create_task(self._trim_loop())
         if self._directory is not None:
             self._directory_task = asyncio.create_task(self._directory_loop())
@@ -261,6 +267,7 @@ class Broker:
         if self._directory_task:
             self._directory_task.cancel()
         self.members.close()
+        await self.policies.close()
         await self.forwarder.close()
         for conn in list(self.connections):
             conn.abort()

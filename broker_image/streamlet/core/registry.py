@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -100,6 +101,8 @@ class Streams:
         self.root.mkdir(parents=True, exist_ok=True)
         self.fsync = fsync
         self.streams: dict[str, Stream] = {}
+        #: told of each stream created (the broker applies its policies there)
+        self.created: Callable[[Stream], None] | None = None
         self.limits = limits if limits is not None else Limits()
         self.limits.managers.append(self)
         #: publish-to-confirm of every stream here, one histogram: a deleted stream's samples
@@ -176,6 +179,8 @@ class Streams:
             _remove(d)
             raise
         self.streams[name] = stream
+        if self.created is not None:
+            self.created(stream)
         return stream
 
     def delete(self, name: str) -> Stream | None:

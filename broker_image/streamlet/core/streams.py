@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Callable
+from dataclasses import replace
 from itertools import islice
 from pathlib import Path
 
@@ -55,7 +56,10 @@ class Stream:
         self.clock = clock  # time and scheduling: the broker's event loop, or a test's clock
         self.name = name
         self.directory = directory
+        #: what the stream was made with (its Create arguments and the defaults then)
         self.settings = settings
+        #: what it runs with: ``settings`` as a policy changes them (``retune``)
+        self.effective = settings
         self.log = StreamLog(directory, LogConfig(
             max_segment_bytes=settings.max_segment_size_bytes,
             max_bytes=settings.max_length_bytes,
@@ -271,12 +275,26 @@ class Stream:
             "sealed": int(self.sealed),
         }
 
+    def retune(self, settings: StreamSettings) -> None:
+        """Run with ``settings``' retention and segment size from now on (a policy's): a new
+        segment takes the size, and retention is applied at once, so a smaller limit deletes
+        the whole segments it no longer keeps (never the newest), nothing else."""
+        if settings == self.effective:
+            return
+        self.effective = settings
+        self.log.reconfigure(replace(self.log.config,
+                                     max_segment_bytes=settings.max_segment_size_bytes,
+                                     max_bytes=settings.max_length_bytes,
+                                     max_age_ms=settings.max_age_ms))
+        if not self.log.closed:
+            self.log.apply_retention(int(self.clock.wall_time() * 1000))
+
     def details(self) -> dict[str, int]:
         """``stats()`` and what `streamlet streams info` shows besides (streamlet's own keys in
         StreamStats' map, which RabbitMQ's clients ignore): offsets, messages, bytes on disk,
         segments, retention, and ``offset:<name>`` / ``sequence:<reference>`` for each stored
         consumer offset and publisher sequence."""
-        lg, settings = self.log, self.settings
+        lg, settings = self.log, self.effective
         out = self.stats()
         out.update({
             "first_offset": lg.first_offset, "committed_offset": self.commit_end - 1,

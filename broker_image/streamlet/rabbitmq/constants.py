@@ -55,7 +55,9 @@ class Key(IntEnum):
     SAC_LEAVE = 0x7E09
     SAC_UPDATE = 0x7E0A
     SAC_STEPPED_DOWN = 0x7E0B
-    # driver -> member (0x7E0C-0x7E0F: free): in contact with its leader? its tail;
+    # broker <-> broker and operator -> broker: the policy sets merged (0x7E0D-0x7E0F: free)
+    POLICY_SYNC = 0x7E0C
+    # driver -> member: in contact with its leader? its tail;
     # a leader's publishes stopped (or taken again) for a planned transfer
     REPLICA_CONTACT = 0x7E10
     REPLICA_SEAL = 0x7E11

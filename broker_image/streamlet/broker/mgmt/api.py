@@ -14,7 +14,7 @@ from ..arguments import parse_create_arguments, replication_request, valid_strea
 from ..config.model import ConfigError
 from ..http import Request, Response
 from ..rabbitmq.handshake import ANNOUNCED_VERSION
-from . import closing, query, snapshot, views
+from . import closing, policies, query, snapshot, views
 from .declare import Refusal, declaration, inequivalent
 from .identity import Identity, Refused, Visibility, authenticate
 from .routes import NoRoute, route
@@ -254,6 +254,37 @@ class Page:
         return self.listed([views.consumer(c, self.node)
                             for c in snapshot.consumers(self.broker, mine)
                             if self._wanted(vhost, stream, (c.vhost, c.stream))])
+
+    # --- policies (policies.py) ---------------------------------------------------------------
+
+    def _policy_check(self, vhost: str | None) -> Response | None:
+        why = policies.refused(self.who)
+        return not_authorised(why) if why else self.vhost_check(vhost)
+
+    def policies(self, vhost: str | None = None) -> Response:
+        return self._policy_check(vhost) or self.listed(policies.listed(self.broker, vhost))
+
+    def policy(self, vhost: str, name: str) -> Response:
+        refused = self._policy_check(vhost)
+        if refused:
+            return refused
+        found = policies.shown(self.broker, vhost, name)
+        return not_found() if found is None else reply(200, found)
+
+    def set_policy(self, vhost: str, name: str) -> Response:
+        refused = self._policy_check(vhost)
+        if refused:
+            return refused
+        done = policies.put(self.broker, vhost, name, self.request.body)
+        return bad_request(done) if isinstance(done, str) else Response(done, content_type=JSON)
+
+    def delete_policy(self, vhost: str, name: str) -> Response:
+        refused = self._policy_check(vhost)
+        if refused:
+            return refused
+        if not policies.delete(self.broker, vhost, name):
+            return not_found()
+        return Response(204, content_type=JSON)
 
 
 class ManagementApi:

@@ -26,6 +26,10 @@ TABLE: tuple[tuple[tuple[str, ...], dict[str, str]], ...] = (
     (("api", "stream", "consumers"), {"GET": "consumers"}),
     (("api", "stream", "consumers", "{vhost}"), {"GET": "consumers"}),
     (("api", "stream", "consumers", "{vhost}", "{stream}"), {"GET": "consumers"}),
+    (("api", "policies"), {"GET": "policies"}),
+    (("api", "policies", "{vhost}"), {"GET": "policies"}),
+    (("api", "policies", "{vhost}", "{name}"), {"GET": "policy", "PUT": "set_policy",
+                                                "DELETE": "delete_policy"}),
 )
 
 

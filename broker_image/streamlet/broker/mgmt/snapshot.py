@@ -73,6 +73,10 @@ class StreamInfo:
     split_brain: tuple[int, int, int, int] | None = None
     #: None: not replicated
     replication: ReplicationInfo | None = None
+    #: the policy that applies (its name and definition; None: none) and what the stream runs
+    #: with: max-age ms, max-length-bytes, segment size (the policy over the arguments)
+    policy: tuple[str, dict[str, Any]] | None = None
+    running: tuple[int | None, int | None, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,7 @@ def stream(broker: Broker, vhost: str, stream: Stream) -> StreamInfo:
     placement = broker.members.placement(stream, here)
     member = broker.members.get(stream)
     seen = member.two_leaders if member is not None else None
+    policy, runs = broker.policies.effective(vhost, stream.name), stream.effective
     if placement is None:
         leader: str | None = address(*here)
         members: tuple[str, ...] = (address(*here),)
@@ -183,7 +188,9 @@ def stream(broker: Broker, vhost: str, stream: Stream) -> StreamInfo:
         replicated=placement is not None, messages_in=stream.messages_in,
         messages_out=stream.messages_out, confirmed=stream.confirmed,
         split_brain=None if seen is None else (seen.epoch, seen.known, seen.claimed, seen.count),
-        replication=None if member is None else replication(member))
+        replication=None if member is None else replication(member),
+        policy=None if policy is None else (policy.name, dict(policy.definition)),
+        running=(runs.max_age_ms, runs.max_length_bytes, runs.max_segment_size_bytes))
 
 
 def replication(member: Member) -> ReplicationInfo:

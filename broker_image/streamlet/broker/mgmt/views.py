@@ -74,7 +74,17 @@ def queue(s: StreamInfo, node: str) -> Json:
         "split_brain": None if s.split_brain is None else dict(zip(
             ("epoch", "known_leader", "claimed_leader", "count"), s.split_brain, strict=True)),
         "replication": None if s.replication is None else replication(s.replication),
+        # RabbitMQ's: the policy that applies and its definition (operator policies: none)
+        "policy": None if s.policy is None else s.policy[0], "operator_policy": None,
+        "effective_policy_definition": {} if s.policy is None else s.policy[1],
+        # streamlet's own: the retention the stream runs with (the policy over its arguments)
+        "retention": None if s.running is None else retention(*s.running),
     }
+
+
+def retention(max_age_ms: int | None, max_length_bytes: int | None, segment: int) -> Json:
+    return {"max-age": None if max_age_ms is None else age_text(max_age_ms),
+            "max-length-bytes": max_length_bytes, "stream-max-segment-size-bytes": segment}
 
 
 def replication(r: ReplicationInfo) -> Json:

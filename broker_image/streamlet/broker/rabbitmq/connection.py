@@ -12,7 +12,7 @@ from typing import Any
 from ...rabbitmq import Code, Key, machine
 from ...rabbitmq import frames as f
 from ...rabbitmq.frames import replication as rf
-from . import consuming, handshake, publishing, replication, streams, superstreams
+from . import consuming, handshake, policies, publishing, replication, streams, superstreams
 from .state import ConnectionState
 
 log = logging.getLogger("streamlet.broker")
@@ -101,4 +101,5 @@ HANDLERS: dict[type, Callable[[ConnectionState, Any], None]] = {
     rf.SacJoin: replication.on_sac_join,
     rf.SacLeave: replication.on_sac_leave,
     rf.SacSteppedDown: replication.on_sac_stepped_down,
+    rf.PolicySync: policies.on_policy_sync,
 }

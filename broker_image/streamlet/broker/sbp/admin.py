@@ -141,7 +141,7 @@ def describe(stream: Stream, name: str, replicas: int) -> StreamT:
     t = StreamT()
     t.streamId, t.name = stream_id(name), name
     t.replicaNums = replicas
-    t.retentionPeriodMs = stream.settings.max_age_ms or 0  # 0: kept until size retention
+    t.retentionPeriodMs = stream.effective.max_age_ms or 0  # 0: kept until size retention
     return t
 
 

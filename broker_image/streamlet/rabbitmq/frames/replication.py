@@ -16,6 +16,7 @@ from .. import fields as wire
 from ..constants import Key
 from ..fields import Reader
 from .base import (
+    BYTES,
     I32,
     I64,
     STR,
@@ -339,3 +340,27 @@ class SacSteppedDown(Command):
     KEY: ClassVar[int] = Key.SAC_STEPPED_DOWN
     LAYOUT: ClassVar[tuple[Codec, ...]] = (U32,)
     consumer: int
+
+
+@register
+@dataclass(slots=True)
+class PolicySync(Command):
+    """Broker to peer (or the operator to a broker): ``policies`` is a JSON list of policy
+    entries (broker/policies): the receiver takes each newer than its own (version 0: stamp
+    it as a change made there) and answers with every entry it holds then."""
+
+    KEY: ClassVar[int] = Key.POLICY_SYNC
+    LAYOUT: ClassVar[tuple[Codec, ...]] = (U32, BYTES)
+    correlation_id: int
+    policies: bytes
+
+
+@register
+@dataclass(slots=True)
+class PolicySyncResponse(Command):
+    KEY: ClassVar[int] = Key.POLICY_SYNC
+    RESPONSE: ClassVar[bool] = True
+    LAYOUT: ClassVar[tuple[Codec, ...]] = (U32, U16, BYTES)
+    correlation_id: int
+    code: int
+    policies: bytes = b""
