@@ -3,7 +3,8 @@
 The placements come from the Streams' status (listed from the API server), overlaid with the
 decisions this process made and has not seen in a listing yet (a status kopf has still to
 write, a deletion still in progress). One sync at a time per Broker, so two reconcilers never
-write the ConfigMap from different views at once.
+write the ConfigMap from different views at once; with a Lease, a deposed leader's write is
+fenced (lease.fenced_apply).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from . import names
 from .builders.directory import Placed, advertised_host, build_directory_configmap, render_directory
+from .lease import fenced_apply
 from .model import BrokerModel
 from .runtime import Runtime
 
@@ -55,4 +57,5 @@ async def sync_directory(runtime: Runtime, broker: BrokerModel,
         addresses = {o: await pod_address(runtime, broker, o) for o in ordinals}
         text = render_directory((p for p in placed.values() if p), addresses.get,
                                 runtime.pod_zones.get(key))
-        await runtime.kube.apply(build_directory_configmap(broker, text))
+        await fenced_apply(runtime.kube, build_directory_configmap(broker, text),
+                           runtime.fencing_token())

@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from .kube import ApiError, Kube
+from .kube import ApiError, Kube, is_subset
 
 log = logging.getLogger("streamlet_operator.lease")
 
@@ -200,8 +200,10 @@ class LeaderElector:
         """Renew every ``retry`` seconds while leading; returns why leadership was lost."""
         while True:
             await asyncio.sleep(self.retry)
+            left = self.renew_deadline - (time.monotonic() - self.last_renewed)
             try:
-                action = await self.attempt()
+                async with asyncio.timeout(max(left, 0.001)):  # a hung API server: no longer
+                    action = await self.attempt()
             except _TRANSIENT as e:
                 log.warning("lease %s/%s: renewal failed: %s", self.namespace, self.name, e)
                 action = Action.WAIT
@@ -229,3 +231,45 @@ class LeaderElector:
             log.info("lease %s/%s released", self.namespace, self.name)
         except _TRANSIENT as e:
             log.warning("lease %s/%s not released: %s", self.namespace, self.name, e)
+
+
+#: The annotation a fenced write leaves on the object: the writer's fencing token.
+FENCING_ANNOTATION = "operator.streamlet.dev/fencing-token"
+
+
+async def fenced_apply(kube: Kube, obj: dict[str, Any], token: int | None,
+                       attempts: int = 3) -> bool:
+    """``kube.apply(obj)`` as the holder of fencing ``token`` (None: no Lease, a plain apply):
+    the object keeps the highest writer's token in FENCING_ANNOTATION; one carrying a higher
+    token than ``token`` is left alone (False: a newer leader wrote it), else it is written
+    with the resourceVersion read as a precondition, so no newer leader's write slips between
+    the check and this one (409: read and check again)."""
+    if token is None:
+        await kube.apply(obj)
+        return True
+    meta = obj["metadata"]
+    kind, namespace, name = obj["kind"], meta.get("namespace", ""), meta["name"]
+    desired = {**obj, "metadata": {**meta, "annotations": {
+        **(meta.get("annotations") or {}), FENCING_ANNOTATION: str(token)}}}
+    for _ in range(attempts):
+        current = await kube.get(kind, namespace, name)
+        try:
+            if current is None:
+                await kube.create(desired)
+                return True
+            written = ((current["metadata"].get("annotations") or {})
+                       .get(FENCING_ANNOTATION) or "0")
+            if written.isdigit() and int(written) > token:
+                log.warning("%s %s/%s not written: written by a newer leader (fencing token %s "
+                            "above %d)", kind, namespace, name, written, token)
+                return False
+            if is_subset(desired, current):
+                return True  # as wanted, this token's already: no write
+            await kube.patch(kind, namespace, name, {
+                **desired, "metadata": {**desired["metadata"],
+                                        "resourceVersion": current["metadata"]["resourceVersion"]}})
+            return True
+        except ApiError as e:
+            if e.status != 409:
+                raise
+    raise ApiError(409, f"{kind} {namespace}/{name}: changed under each of {attempts} writes")

@@ -4,10 +4,11 @@ the Brokers, the other waits (its kopf not started); the leader stopped dead (SI
 cut off), the other takes the Lease within leaseDuration and a retry, with the next fencing
 token, and acts; the old leader, let run again, finds the Lease lost and exits 1, and a real
 broker refuses a request carrying its token. A leader stopped by SIGTERM releases the Lease,
-taken at once."""
+taken at once. The stream directories it writes carry its token."""
 
 from __future__ import annotations
 
+import functools
 import signal
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -20,7 +21,9 @@ from streamlet.client import connect
 from streamlet.driver.elector import Members
 from streamlet.rabbitmq import Code
 from streamlet.rabbitmq.frames import replication as rf
+from streamlet_operator import names
 from streamlet_operator.kube import Kube
+from streamlet_operator.lease import FENCING_ANNOTATION
 from tests.operator.harness import EmulatedApiServer, eventually, kube_client
 from tests.operator.test_peering import Replica
 from tests.support.brokers import BrokerProcess, distinct_ports
@@ -73,6 +76,12 @@ async def _has_statefulset(kube: Kube, name: str) -> bool:
     return await kube.get("StatefulSet", NAMESPACE, name) is not None
 
 
+async def _directory_token(kube: Kube, broker: str, token: str) -> bool:
+    body = await kube.get("ConfigMap", NAMESPACE, names.directory_configmap(broker)) or {}
+    return bool((body.get("metadata") or {}).get("annotations", {}).get(FENCING_ANNOTATION)
+                == token)
+
+
 async def _grew(replica: Replica, at_least: float) -> bool:
     count = await replica.broker_reconciliations()
     return count is not None and count >= at_least
@@ -119,6 +128,12 @@ async def test_the_lease_holder_acts_and_a_deposed_one_is_fenced(
         await kube.create(_broker("third"))
         await eventually(lambda: _has_statefulset(kube, "third"), timeout=STARTUP,
                          what="the second replica made the third Broker's StatefulSet")
+        # Its writes of the stream directories carry its token: the old leader's would not be
+        # written over them (lease.fenced_apply).
+        for broker in ("first", "third"):
+            await eventually(functools.partial(_directory_token, kube, broker, "2"),
+                             timeout=STARTUP,
+                             what=f"the {broker} Broker's directory written with token 2")
 
         # The old leader runs again: it finds the Lease lost and exits at once.
         first.proc.send_signal(signal.SIGCONT)

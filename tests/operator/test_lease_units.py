@@ -1,18 +1,29 @@
 """The operator's Lease: the rule (create, take, renew, wait, lost) and the leader's deadline as
 tables; the command line's checks; and two electors against the emulated API server: one takes
 the Lease, the other waits, takes it once it expires (a new token) or at once when released,
-and the first finds it lost; every write a compare-and-swap."""
+and the first finds it lost; every write a compare-and-swap. A write fenced by the token (the
+directory ConfigMap's) is refused to a lower token than the object's last writer's."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
 import streamlet_operator.__main__ as entry
 from streamlet_operator import lease
 from streamlet_operator.kube import Kube
-from streamlet_operator.lease import Action, Decision, LeaderElector, LeaseView, decide
+from streamlet_operator.lease import (
+    Action,
+    Decision,
+    LeaderElector,
+    LeaseView,
+    decide,
+    fenced_apply,
+)
 from tests.operator.harness import EmulatedApiServer, kube_client
 
 ME, OTHER = "operator-a", "operator-b"
@@ -126,5 +137,45 @@ async def test_two_electors(kube: Kube) -> None:
 
 
 async def _lost(elector: LeaderElector) -> str:
-    elector.leading = True  # as if it had not noticed yet: keep() returns why it stops
+    # as if it had not noticed yet, renewed just now: keep() returns why it stops
+    elector.leading, elector.last_renewed = True, time.monotonic()
     return await elector.keep()
+
+
+async def test_a_leader_whose_renewals_hang_stops_at_its_deadline(kube: Kube) -> None:
+    elector = _elector(kube, "hung", ME)
+    await elector.acquire()
+
+    async def hang() -> Action:
+        await asyncio.sleep(60)
+        return Action.RENEW
+
+    elector.attempt = hang  # type: ignore[method-assign]  # an API server that never answers
+    started = time.monotonic()
+    assert await elector.keep() == "not renewed for 1.5 s"
+    assert time.monotonic() - started < 1.5 + 5  # the deadline, not the hung call's 60 s
+
+
+def _configmap(data: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "directory", "namespace": "default"}, "data": {"d": data}}
+
+
+async def test_a_write_is_fenced_by_the_highest_writers_token(kube: Kube) -> None:
+    async def written() -> tuple[str, str | None]:
+        body = await kube.get("ConfigMap", "default", "directory") or {}
+        annotations = body["metadata"].get("annotations") or {}
+        return body["data"]["d"], annotations.get(lease.FENCING_ANNOTATION)
+
+    assert await fenced_apply(kube, _configmap("by 2"), 2)  # created
+    assert await written() == ("by 2", "2")
+    assert not await fenced_apply(kube, _configmap("by 1"), 1), "a deposed leader's write"
+    assert await written() == ("by 2", "2")
+    rv = (await kube.get("ConfigMap", "default", "directory") or {})["metadata"]["resourceVersion"]
+    assert await fenced_apply(kube, _configmap("by 2"), 2)  # unchanged: not written again
+    assert (await kube.get("ConfigMap", "default", "directory") or {})[
+        "metadata"]["resourceVersion"] == rv
+    assert await fenced_apply(kube, _configmap("by 3"), 3)
+    assert await written() == ("by 3", "3")
+    assert await fenced_apply(kube, _configmap("no lease"), None)  # a plain apply
+    assert await written() == ("no lease", "3")
