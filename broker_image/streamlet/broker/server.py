@@ -140,7 +140,7 @@ class Broker:
                 log.info("streamlet listening for %s%s on %s", listener.protocol,
                          " (TLS)" if tls else "", sock.getsockname()[:2])
         self._retention_task = asyncio.create_task(self._retention_loop())
-        self.policies.push()  # what changed while this broker was down, both ways
+        self.policies.start()
         self._trim_task = asyncio.create_task(self._trim_loop())
         if self._directory is not None:
             self._directory_task = asyncio.create_task(self._directory_loop())

@@ -143,6 +143,13 @@ class Policies:
 
     # --- the peers --------------------------------------------------------------------------
 
+    def start(self) -> None:
+        """At start, a broker that holds policies sends them to its peers (and takes theirs
+        back): what it changed that they missed. One that holds none sends nothing: the
+        peers' own sends, retried until it answers, bring it what it missed."""
+        if self.set.entries:
+            self.push()
+
     def push(self) -> None:
         """Send the whole set to every peer (a push still running is replaced: the new one
         carries all it would have). Needs a running event loop; without one, nothing is sent."""
