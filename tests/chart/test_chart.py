@@ -53,6 +53,11 @@ def is_spark(doc: dict[str, Any]) -> bool:
     return bool(labels.get("app.kubernetes.io/name") == "streamlet-spark")
 
 
+def is_lease(doc: dict[str, Any]) -> bool:
+    """The Role and RoleBinding of the operator replicas' Lease (test_policy_rbac.py)."""
+    return doc["kind"] in ("Role", "RoleBinding") and doc["metadata"]["name"].endswith("-lease")
+
+
 def operator_docs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """What the chart renders for the operator: everything but the export jobs' RBAC."""
     return [d for d in docs if not is_spark(d)]
@@ -90,7 +95,7 @@ def test_every_manifest_is_valid(chart: helm_python.Chart, values: dict[str, Any
     for doc in docs:
         if doc["apiVersion"].startswith("streamlet.dev/"):
             validate(doc, crd_schema(doc["kind"]))
-        elif (doc["apiVersion"], doc["kind"]) in custom:  # kopf's peering objects
+        elif (doc["apiVersion"], doc["kind"]) in custom:  # none since the Lease; kept
             validate(doc, custom[(doc["apiVersion"], doc["kind"])])
         else:
             kubernetes_validate.validate(doc, version, strict=True)
@@ -112,18 +117,18 @@ def test_default_install(chart: helm_python.Chart) -> None:
         ("ServiceAccount", "streamlet-system")]
     docs = operator_docs(every)
     assert sorted(d["kind"] for d in docs) == [
-        "ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
+        "ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "Service",
         "ServiceAccount"]
+    assert all(is_lease(d) for d in docs if d["kind"] in ("Role", "RoleBinding"))
     deployment = by_kind(docs, "Deployment")
     assert deployment["spec"]["replicas"] == 1
-    # peering: a new pod waits while the old one acts, so a rolling update is safe
+    # the Lease: a new pod waits while the old one holds it, so a rolling update is safe
     assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["image"] == "ghcr.io/streamlet/operator:0.1.0"
-    peering = by_kind(docs, "ClusterKopfPeering")["metadata"]["name"]
     assert container["args"] == ["--liveness=http://0.0.0.0:8080/healthz",
-                                 f"--peering={peering}"]
+                                 "--lease=streamlet-operator"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["serviceAccountName"] == by_kind(docs, "ServiceAccount")["metadata"]["name"]
@@ -154,7 +159,7 @@ def test_rbac_is_least_privilege(chart: helm_python.Chart) -> None:
     assert granted[("batch", "jobs")] == {"list"}  # the last run's outcome
     assert granted[("apiextensions.k8s.io", "customresourcedefinitions")] == {
         "get", "list", "watch"}  # kopf's discovery; the Spark operator's CRD
-    assert granted[("kopf.dev", "clusterkopfpeerings")] == {"list", "watch", "patch"}
+    assert not [key for key in granted if key[0] in ("kopf.dev", "coordination.k8s.io")]
     assert ("", "namespaces") not in granted  # kopf lists none when watching all
     assert granted[("", "secrets")] == {"get", "list", "create", "patch", "delete"}
     assert granted[("streamlet.dev", "streams/status")] == {"get", "patch", "update"}
@@ -182,7 +187,7 @@ def test_watch_namespaces_and_broker(chart: helm_python.Chart) -> None:
 
 def test_metrics_can_be_turned_off(chart: helm_python.Chart) -> None:
     docs = render(chart, VALUE_SETS["minimal"])
-    assert sorted(d["kind"] for d in docs) == ["ClusterKopfPeering", "Deployment"]
+    assert sorted(d["kind"] for d in docs) == ["Deployment"]
     env = {e["name"]: e.get("value") for e in
            by_kind(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["STREAMLET_OPERATOR_METRICS_PORT"] == "0"

@@ -1,5 +1,6 @@
 """The chart's least privilege: rbac.scope=namespace (Roles in the watched namespaces, almost
-nothing cluster-wide), the operator watching only those, and the replicas' kopf peering."""
+nothing cluster-wide), the operator watching only those, and the replicas' Lease (a Role in the
+release's namespace whatever the scope: create, then get and patch that one Lease only)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import yaml
 
 from streamlet_operator.exports import SPARK_CRD
 from tests.chart.conftest import CHART, KUBE_VERSIONS
-from tests.chart.test_chart import is_spark, render
+from tests.chart.test_chart import is_lease, is_spark, render
 
 helm_python.disable_logging()
 
@@ -27,8 +28,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {"namespace": NAMESPACED, "namespace-tea
 
 def _kinds(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     """The operator's objects of a kind (the export jobs' RBAC, on by default, left out:
-    test_spark_rbac.py)."""
-    return [d for d in docs if d["kind"] == kind and not is_spark(d)]
+    test_spark_rbac.py; the Lease's too: test_the_lease_is_held_in_the_release_namespace)."""
+    return [d for d in docs if d["kind"] == kind and not is_spark(d) and not is_lease(d)]
 
 
 def _grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
@@ -69,10 +70,7 @@ def test_namespace_scope_defaults_to_the_release_namespace(chart: helm_python.Ch
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
                                     "namespace": "streamlet-system"}]
     assert "--namespace=streamlet-system" in _args(docs)
-    [peering] = _kinds(docs, "KopfPeering")
-    assert peering["metadata"]["namespace"] == "streamlet-system"
-    assert f"--peering={peering['metadata']['name']}" in _args(docs)
-    assert not _kinds(docs, "ClusterKopfPeering")
+    assert "--lease=streamlet-operator" in _args(docs)
 
 
 def test_namespace_scope_grants_roles_in_the_watched_namespaces(chart: helm_python.Chart) -> None:
@@ -82,11 +80,8 @@ def test_namespace_scope_grants_roles_in_the_watched_namespaces(chart: helm_pyth
     assert set(roles) == bindings == {"team-a", "team-b"}
     assert [a for a in _args(docs) if a.startswith("--namespace")] == [
         "--namespace=team-a", "--namespace=team-b"]
-    assert {p["metadata"]["namespace"] for p in _kinds(docs, "KopfPeering")} == {
-        "team-a", "team-b"}
     for role in roles.values():
         granted = _grants(role["rules"])
-        assert granted[("kopf.dev", "kopfpeerings")] == {"list", "watch", "patch"}
         # never watched; listed (by label) and deleted: the export users' Secrets
         assert granted[("", "secrets")] == {"get", "list", "create", "patch", "delete"}
         assert granted[("streamlet.dev", "brokers")] == {"get", "list", "watch", "patch",
@@ -119,28 +114,46 @@ def test_both_scopes_grant_the_same_in_a_namespace(chart: helm_python.Chart) -> 
     del cluster[("apiextensions.k8s.io", "customresourcedefinitions")]
     del cluster[("storage.k8s.io", "storageclasses")]
     del cluster[("", "nodes")]
-    cluster[("kopf.dev", "kopfpeerings")] = cluster.pop(("kopf.dev", "clusterkopfpeerings"))
     assert _grants(role["rules"]) == cluster
 
 
-def test_cluster_scope_with_named_namespaces_peers_in_them(chart: helm_python.Chart) -> None:
-    docs = render(chart, VALUE_SETS["cluster-teams"])
-    [cluster_role] = _kinds(docs, "ClusterRole")
-    granted = _grants(cluster_role["rules"])
-    assert granted[("kopf.dev", "kopfpeerings")] == {"list", "watch", "patch"}
-    assert ("kopf.dev", "clusterkopfpeerings") not in granted
-    assert [p["metadata"]["namespace"] for p in _kinds(docs, "KopfPeering")] == ["team-a"]
-    assert not _kinds(docs, "Role")
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_the_lease_is_held_in_the_release_namespace(chart: helm_python.Chart,
+                                                    values: dict[str, Any]) -> None:
+    docs = render(chart, values)
+    assert "--lease=streamlet-operator" in _args(docs)
+    assert not [a for a in _args(docs) if a.startswith("--peering")]
+    assert not [d for d in docs if d["apiVersion"].startswith("kopf.dev/")]
+    [role] = [d for d in docs if d["kind"] == "Role" and is_lease(d)]
+    [binding] = [d for d in docs if d["kind"] == "RoleBinding" and is_lease(d)]
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "streamlet-system"
+    # made once (create cannot be limited to a name), then only that Lease read and patched
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+         "resourceNames": ["streamlet-operator"], "verbs": ["get", "patch"]}]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    [sa] = _kinds(docs, "ServiceAccount")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                    "namespace": "streamlet-system"}]
+    # nothing else grants Leases or kopf's peering objects
+    for other in _kinds(docs, "Role") + _kinds(docs, "ClusterRole"):
+        assert not [k for k in _grants(other["rules"])
+                    if k[0] in ("coordination.k8s.io", "kopf.dev")]
+    # the Lease's namespace is the operator's own, from its pod
+    env = _kinds(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "STREAMLET_OPERATOR_NAMESPACE",
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}} in env
 
 
-def test_two_replicas_peer(chart: helm_python.Chart) -> None:
+def test_two_replicas_share_the_lease(chart: helm_python.Chart) -> None:
     docs = render(chart, VALUE_SETS["cluster-two-replicas"])
     [deployment] = _kinds(docs, "Deployment")
     assert deployment["spec"]["replicas"] == 2
-    [peering] = _kinds(docs, "ClusterKopfPeering")
-    assert f"--peering={peering['metadata']['name']}" in _args(docs)
+    assert "--lease=streamlet-operator" in _args(docs)
     env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
-    # kopf names each replica in the peering status by its pod
+    # each replica's identity in the Lease: its pod's name
     assert {"name": "POD_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in env
 
 
@@ -149,7 +162,7 @@ def test_rbac_off_renders_no_role(chart: helm_python.Chart) -> None:
     # none for the export jobs either, though spark.serviceAccount.create is on by default
     assert not [d for d in docs if d["kind"] in (
         "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding") or is_spark(d)]
-    assert _kinds(docs, "KopfPeering")  # the operator still needs its peering object
+    assert "--lease=streamlet-operator" in _args(docs)  # granted by whoever grants the rest
 
 
 @pytest.mark.parametrize("values", [

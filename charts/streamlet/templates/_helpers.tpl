@@ -55,9 +55,9 @@ operator.watchNamespaces, or with rbac.scope=namespace and none named, the relea
 {{- end -}}
 {{- end -}}
 
-{{/* The kopf peering object the operator's replicas share (one per watched namespace, or one
-for the cluster). */}}
-{{- define "streamlet.peeringName" -}}
+{{/* The Lease the operator's replicas elect their leader with (--lease), in the release's
+namespace; the operator makes it. */}}
+{{- define "streamlet.leaseName" -}}
 {{- include "streamlet.operatorName" . -}}
 {{- end -}}
 
