@@ -15,17 +15,25 @@ from streamlet_operator.brokers import Address
 from streamlet_operator.kube import Kube
 from tests.operator.harness import eventually
 from tests.operator.kubelet import ProcessLauncher
-from tests.support.brokers import BrokerProcess, free_port
+from tests.support.brokers import BrokerProcess, distinct_ports
 
 
 class PeeredLauncher(ProcessLauncher):
     def __init__(self, root: Path) -> None:
         super().__init__(root)
         self.ports: dict[tuple[str, str], list[int]] = {}
+        #: each pod's metrics port (its /ready), by Broker
+        self.metrics: dict[tuple[str, str], list[int]] = {}
 
     def plan(self, namespace: str, broker: str, pods: int) -> None:
-        """Choose the ports of the Broker's ``pods`` pods before any starts."""
-        self.ports[(namespace, broker)] = [free_port() for _ in range(pods)]
+        """Choose the ports of the Broker's ``pods`` pods before any starts: the stream port
+        and the metrics port of each."""
+        ports = distinct_ports(2 * pods)
+        self.ports[(namespace, broker)] = ports[:pods]
+        self.metrics[(namespace, broker)] = ports[pods:]
+
+    def metrics_port(self, namespace: str, broker: str, ordinal: int) -> int:
+        return self.metrics[(namespace, broker)][ordinal]
 
     def start(self, namespace: str, broker: str, ordinal: int) -> Address:
         ports = self.ports[(namespace, broker)]
@@ -37,7 +45,8 @@ class PeeredLauncher(ProcessLauncher):
             "[cluster]\n"
             f'directory_file = "{self.directory_file(namespace, broker)}"\n'
             f"member = {ordinal}\npeers = [{peers}]\nresume_roles = true\n")
-        proc = BrokerProcess(data, port=ports[ordinal], config=config).start()
+        proc = BrokerProcess(data, port=ports[ordinal], config=config, extra_args=[
+            "--metrics-port", str(self.metrics_port(namespace, broker, ordinal))]).start()
         address = (proc.host, proc.port)
         self.procs[address] = proc
         return address

@@ -1,13 +1,13 @@
 """The test plays the StatefulSet controller with ``updateStrategy: OnDelete`` and the kubelet,
 for one Broker: a Pod per ordinal made from the StatefulSet's template as it is then, its broker
-process started and the Pod marked Ready once it listens; a deleted Pod keeps its broker for
+process started, and its Ready condition kept as the template's readinessProbe answers (httpGet
+on the metrics port: the broker's /ready; tcpSocket: a connect); a deleted Pod keeps its broker for
 ``grace`` seconds (the preStop sleep), then has it stopped, and is made again ``restart_delay``
 seconds after it is gone. A Pod whose template names an image of ``bad_images`` runs no
 broker and stays not Ready (ImagePullBackOff), as the kubelet leaves a pod it cannot pull.
 
-It records what a test asserts on: each deletion seen (with what ``on_delete`` says then), and
-the most pods down at once in the API server's order (resourceVersions), which no sluggishness
-of this loop can hide.
+It records each deletion seen (with what ``on_delete`` says then) and the most pods down at
+once in the API server's order (resourceVersions), which no sluggishness of this loop can hide.
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
+import urllib.error
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +58,11 @@ class StatefulSetController:
     restart_delay: float = 2.0
     #: images no pod starts from: its Pod is made, never Ready, and runs no broker
     bad_images: frozenset[str] = frozenset()
+    #: seconds between two rounds of readiness probes
+    probe_every: float = 0.5
+    #: each Pod's Ready as last written, by ordinal
+    ready: dict[int, bool] = field(default_factory=dict)
+    _probed_at: float = 0.0
     _since: dict[int, float] = field(default_factory=dict)
     _gone: dict[int, float] = field(default_factory=dict)
 
@@ -76,6 +84,37 @@ class StatefulSetController:
             elif pod is None and time.monotonic() - self._gone.get(
                     ordinal, 0.0) >= self.restart_delay:
                 await self._make(ordinal, template)
+        if time.monotonic() - self._probed_at >= self.probe_every:
+            self._probed_at = time.monotonic()
+            await self._probe(listed)
+
+    async def _probe(self, listed: dict[str, dict[str, Any]]) -> None:
+        """The kubelet's readiness probes: each Pod running a broker, by its own template's
+        readinessProbe; its Ready condition written when the answer changes."""
+        for pod in listed.values():
+            ordinal = int(pod["metadata"]["name"].rsplit("-", 1)[1])
+            address = self.pods.pods.get(self._key(ordinal))
+            if pod["metadata"].get("deletionTimestamp") or address is None:
+                continue
+            containers = (pod.get("spec") or {}).get("containers") or [{}]
+            probe = containers[0].get("readinessProbe") or {}
+            if "httpGet" in probe:
+                assert probe["httpGet"]["port"] == "metrics", probe
+                port = self.launcher.metrics_port(self.namespace, self.name, ordinal)
+                ok = await asyncio.to_thread(_http_ok, address[0], port,
+                                             probe["httpGet"].get("path", "/"))
+            else:
+                ok = await asyncio.to_thread(_tcp_ok, address)
+            if self.ready.get(ordinal) != ok:
+                await self._set_ready(ordinal, ok)
+
+    async def _set_ready(self, ordinal: int, ok: bool) -> None:
+        self.ready[ordinal] = ok
+        await self.kube.patch("Pod", self.namespace, names.pod(self.name, ordinal), {
+            "status": {"phase": "Running", "conditions": [{
+                "type": "Ready", "status": "True" if ok else "False",
+                "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]}},
+            subresource="status")
 
     async def _terminate(self, ordinal: int, pod: dict[str, Any]) -> None:
         if ordinal not in self._since:  # its deletion, seen now
@@ -100,7 +139,9 @@ class StatefulSetController:
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
             "name": names.pod(self.name, ordinal), "namespace": self.namespace,
             "labels": dict(meta.get("labels") or {}),
-            "annotations": dict(meta.get("annotations") or {}), "finalizers": [FINALIZER]}}
+            "annotations": dict(meta.get("annotations") or {}), "finalizers": [FINALIZER]},
+            "spec": {"containers": [dict(c) for c in (template.get("spec") or {}).get(
+                "containers") or []]}}
         images = {c.get("image") for c in (template.get("spec") or {}).get("containers") or []}
         pulled = not images & self.bad_images
         if pulled and self._key(ordinal) not in self.pods.pods:
@@ -113,14 +154,13 @@ class StatefulSetController:
                 raise
             return
         self.made.append((int(made["metadata"]["resourceVersion"]), ordinal))
-        status: dict[str, Any] = {"phase": "Running", "conditions": [
-            {"type": "Ready", "status": "True"}]}
+        self.ready[ordinal] = False  # until its first probe answers
+        status: dict[str, Any] = {"phase": "Pending", "conditions": [{
+            "type": "Ready", "status": "False", "reason": "ContainersNotReady",
+            "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]}
         if not pulled:
-            status = {"phase": "Pending", "conditions": [{
-                "type": "Ready", "status": "False", "reason": "ContainersNotReady",
-                "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}],
-                "containerStatuses": [{"name": "broker", "ready": False, "state": {
-                    "waiting": {"reason": "ImagePullBackOff"}}}]}
+            status["containerStatuses"] = [{"name": "broker", "ready": False, "state": {
+                "waiting": {"reason": "ImagePullBackOff"}}}]
         await self.kube.patch("Pod", self.namespace, names.pod(self.name, ordinal),
                               {"status": status}, subresource="status")
 
@@ -161,3 +201,21 @@ class StatefulSetController:
                                             labels=names.selector(self.name)):
                 await self.kube.patch("Pod", self.namespace, pod["metadata"]["name"],
                                       {"metadata": {"finalizers": []}})
+
+
+def _http_ok(host: str, port: int, path: str) -> bool:
+    """An httpGet probe: a 2xx or 3xx answer within a second."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=1) as r:
+            return 200 <= int(r.status) < 400
+    except (urllib.error.URLError, OSError, TimeoutError):  # HTTPError is a URLError
+        return False
+
+
+def _tcp_ok(address: tuple[str, int]) -> bool:
+    """A tcpSocket probe: a connection within a second."""
+    try:
+        with socket.create_connection(address, timeout=1):
+            return True
+    except OSError:
+        return False

@@ -38,7 +38,8 @@ async def test_broker_creates_its_children(kube: Kube, namespace: str) -> None:
     assert sts["spec"]["replicas"] == 2
     assert sts["spec"]["serviceName"] == "b-headless"
     container = sts["spec"]["template"]["spec"]["containers"][0]
-    assert container["readinessProbe"]["tcpSocket"]["port"] == "stream"
+    assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "metrics"}
+    assert container["livenessProbe"]["tcpSocket"]["port"] == "stream"
     assert container["ports"][0]["containerPort"] == 5600
     assert "preStop" in container["lifecycle"]
     assert container["resources"] == {"requests": {"cpu": "500m", "memory": "512Mi"}}  # defaults

@@ -1,7 +1,6 @@
 """The operator's roll and scale-down of a Broker with a replicated Stream, end to end: three
 real broker processes as pods that know their peers, the real operator against the emulated
-API server, and the test as the StatefulSet controller (OnDelete: it only makes a deleted pod
-again, from the current template; tests/operator/statefulset.py).
+API server, and the test as the StatefulSet controller (tests/operator/statefulset.py).
 
 A configuration change rolls the pods one at a time while a named producer publishes, resending
 what was not confirmed with its ids: leadership leaves each pod before it is deleted, never two

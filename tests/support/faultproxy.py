@@ -1,6 +1,7 @@
 """A TCP fault proxy on loopback for partition tests: it forwards 127.0.0.1:port to a target port
 until it is cut (every connection through it aborted, new ones accepted and aborted at once, as
-a peer behind a dropped link looks to its clients), and again once healed.
+a peer behind a dropped link looks to its clients), and again once healed. ``rate`` (bytes a
+second each way, None: as fast as it can) makes it a slow link.
 
 The proxies (and whatever else the test runs in-process, such as a placement driver) live on a
 ``LoopThread``: an event loop of their own in a thread, so the test itself may block (RawPeer)
@@ -27,6 +28,8 @@ class FaultProxy:
         self.target_port = target_port
         self.port = 0  # set by start
         self.is_cut = False
+        #: bytes a second each connection forwards each way (None: no limit); changeable
+        self.rate: float | None = None
         self._server: asyncio.Server | None = None
         self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -82,6 +85,8 @@ class FaultProxy:
             while data := await src.read(1 << 16):
                 dst.write(data)
                 await dst.drain()
+                if self.rate:
+                    await asyncio.sleep(len(data) / self.rate)
         except (OSError, ConnectionError):
             pass
         finally:  # one side gone: so is the other (as a dropped link ends both)

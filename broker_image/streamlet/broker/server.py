@@ -18,6 +18,7 @@ from ..core.settings import StreamSettings
 from ..core.streams import Stream
 from ..core.superstreams import SuperStreamsUnreadable
 from ..core.vhosts import VirtualHost
+from ..replication.readiness import Readiness, readiness
 from .access import AccessControl
 from .arguments import parse_create_arguments
 from .budget import FrameBudget
@@ -155,6 +156,11 @@ class Broker:
         """The budget and deadlines of the listener that made ``conn`` (NO_LIMITS: none did)."""
         protocol = self.protocol_names.get(type(conn))
         return NO_LIMITS if protocol is None else self.listener_limits[protocol]
+
+    def readiness(self) -> Readiness:
+        """Ready once the stream ports listen and no replicated stream it follows is behind
+        (streamlet.replication.readiness): the metrics listener's ``/ready``."""
+        return readiness(bool(self._servers), self.members.views())
 
     @property
     def ports(self) -> list[int]:

@@ -1,4 +1,6 @@
-"""A PodDisruptionBudget: voluntary evictions take one broker pod at a time."""
+"""A PodDisruptionBudget: voluntary evictions take one broker pod at a time. A pod's readiness
+reflects its replicated members (the broker's /ready), so one still catching up counts as down
+and an eviction waits for it rather than take a second member of its streams."""
 
 from __future__ import annotations
 

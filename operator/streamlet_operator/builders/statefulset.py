@@ -1,4 +1,5 @@
-"""The broker StatefulSet: a PVC per pod, probes on the stream port, SIGTERM as the drain."""
+"""The broker StatefulSet: a PVC per pod, readiness from the broker's /ready (replication in
+sync), liveness on the stream port, SIGTERM as the drain."""
 
 from __future__ import annotations
 
@@ -60,6 +61,10 @@ def _command(broker: BrokerModel) -> list[str]:
     return command
 
 
+#: the broker's readiness endpoint on its metrics port (broker/metrics/http.py)
+READY_PATH = "/ready"
+
+
 def _container(broker: BrokerModel) -> dict[str, Any]:
     env: list[dict[str, Any]] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -84,7 +89,9 @@ def _container(broker: BrokerModel) -> dict[str, Any]:
         mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
         if broker.tls.ca_secret:
             mounts.append({"name": "tls-ca", "mountPath": TLS_CA_DIR, "readOnly": True})
-    # TLS only: the probes connect to the TLS port (a TCP connect; no handshake needed)
+    # TLS only: the liveness probe connects to the TLS port (a TCP connect; no handshake
+    # needed). Readiness is the broker's own /ready on the metrics port (plain HTTP, no auth):
+    # serving, and every replicated stream it follows in sync (docs/operations.md#readiness)
     probe_port = "stream" if broker.plain_listener else "stream-tls"
     container: dict[str, Any] = {
         "name": "broker",
@@ -94,8 +101,8 @@ def _container(broker: BrokerModel) -> dict[str, Any]:
         "env": env,
         "ports": ports,
         "volumeMounts": mounts,
-        "readinessProbe": {"tcpSocket": {"port": probe_port}, "periodSeconds": 5,
-                           "failureThreshold": 2},
+        "readinessProbe": {"httpGet": {"path": READY_PATH, "port": "metrics"},
+                           "periodSeconds": 5, "failureThreshold": 2},
         "livenessProbe": {"tcpSocket": {"port": probe_port}, "initialDelaySeconds": 15,
                           "periodSeconds": 10, "failureThreshold": 6},
         "lifecycle": {"preStop": {"exec": {"command": list(PRE_STOP)}}},

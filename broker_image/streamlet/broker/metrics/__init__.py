@@ -1,5 +1,6 @@
 """The broker's Prometheus endpoint: ``/metrics`` on [listeners.metrics] (default port 15692),
-served by the broker's event loop from what its streams already count (collector.py)."""
+served by the broker's event loop from what its streams already count (collector.py), and
+its readiness at ``/ready`` (http.py)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ async def start_metrics(broker: Broker) -> MetricsServer | None:
         return None
     host = cfg.host if cfg.host is not None else broker.config.host
     registry = registry_for(broker)
-    server = MetricsServer(lambda: generate_latest(registry), CONTENT_TYPE_PLAIN_0_0_4)
+    server = MetricsServer(lambda: generate_latest(registry), CONTENT_TYPE_PLAIN_0_0_4,
+                           broker.readiness)
     if not await server.listen(host, cfg.port, cfg.required, "metrics endpoint",
                                "set [listeners.metrics] port or serve --metrics-port"):
         return None

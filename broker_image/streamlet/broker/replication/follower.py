@@ -37,9 +37,24 @@ class Follower:
         self._task: asyncio.Task[None] | None = None
         self.connected = False
         self.heard_at = 0.0  # loop time of the leader's last frame on the link
+        self.started_at = 0.0  # loop time of start()
+        #: the commit point (chunk id) the leader last sent; None: none heard yet
+        self.leader_committed: int | None = None
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        loop = asyncio.get_running_loop()
+        self.started_at = loop.time()
+        self._task = loop.create_task(self._run())
+
+    def silence(self) -> float:
+        """Seconds since the leader was last heard from, or since this follower started when
+        it never was (readiness: a leader unreachable this long holds nothing back)."""
+        return asyncio.get_running_loop().time() - max(self.heard_at, self.started_at)
+
+    def caught_up(self) -> bool:
+        """Whether this log holds every chunk the leader last said was committed."""
+        return (self.leader_committed is not None
+                and self.stream.log.tail()[1] >= self.leader_committed)
 
     def stop(self) -> None:
         if self._task is not None:
@@ -110,5 +125,6 @@ class Follower:
     def _commit(self, chunk_id: int) -> None:
         """The leader committed up to ``chunk_id``: this log is a prefix of the leader's, so
         every chunk here up to it is committed."""
+        self.leader_committed = chunk_id
         if chunk_id >= 0:
             self.stream.commit(self.stream.log.end_of(chunk_id))

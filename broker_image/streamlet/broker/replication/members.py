@@ -11,10 +11,12 @@ Roles and their rules: docs/replication.md#the-data-path-brokerreplication.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, replace
 
 from ...core.registry import Streams
 from ...core.streams import Stream
+from ...replication.readiness import MemberView
 from ...replication.requests import (
     NO_CLUSTER,
     EpochLeader,
@@ -89,6 +91,18 @@ class Member:
         self.elections = 0
         self.led = 0
         self.membership_changes = 0
+        #: when (time.monotonic) the member took its role: a fenced one waits for it from then
+        self.since = time.monotonic()
+
+    def view(self, me: int | None) -> MemberView:
+        """What readiness (streamlet.replication.readiness) needs of this member."""
+        state, follower = self.state, self.follower
+        learner = me is not None and bool(state.members) and me not in state.members
+        if state.role is Role.FOLLOWER and follower is not None:
+            return MemberView(self.stream.name, state.role.value, learner,
+                              follower.contact_age(), follower.silence(), follower.caught_up())
+        return MemberView(self.stream.name, state.role.value, learner,
+                          waiting_s=time.monotonic() - self.since)
 
     def counted(self, before: tuple[int, ...], state: MemberState) -> None:
         """Count an Assign taken (``before``: the member set it replaced, () if none)."""
@@ -216,6 +230,10 @@ class Members:
         return (member.state.epoch, member.state.role,
                 None if follower is None else follower.contact_age())
 
+    def views(self) -> list[MemberView]:
+        """Every member's part in this broker's readiness."""
+        return [m.view(self.me) for m in self.members.values()]
+
     def seal(self, stream: Stream, epoch: int, on: bool) -> tuple[int, int, int]:
         """As the leader of ``epoch``: stop taking publishes (``on``) for a planned transfer, the
         feeds and the commit going on, so the target catches up with a log that no longer
@@ -269,6 +287,8 @@ class Members:
         if member is None:
             member = self.members[stream] = Member(stream, MemberState(epoch, Role.FENCED))
         member.halt()
+        if member.state.role is not Role.FENCED:
+            member.since = time.monotonic()
         member.state = MemberState(epoch, Role.FENCED, member.state.leader, member.state.members)
         member.state.save(stream.directory)
         self.sac.changed(stream, member.state)
@@ -306,6 +326,7 @@ class Members:
             member = self.members[stream] = Member(stream, state)
         member.halt()
         member.state = state
+        member.since = time.monotonic()
         member.counted(before, state)
         member.led_by = claimed
         state.save(stream.directory)
