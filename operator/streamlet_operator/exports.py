@@ -15,6 +15,7 @@ from typing import Any
 
 from .brokers import CA_KEY
 from .builders.export import (
+    DEFAULT_IMAGE,
     ExportConnection,
     ExportSpec,
     build_export_cronjob,
@@ -30,6 +31,7 @@ from .builders.export import (
 from .conditions import get_condition, remove_condition, set_condition
 from .kube import ApiError, Kube
 from .model import BrokerModel, StreamModel
+from .settings import SETTINGS
 
 CONDITION = "ExportReady"
 SPARK_CRD = "scheduledsparkapplications.sparkoperator.k8s.io"
@@ -69,7 +71,8 @@ async def reconcile_export(body: dict[str, Any], kube: Kube, status: dict[str, A
         spark = await spark_operator_installed(kube)
         build = build_scheduled_spark_application if spark else build_export_cronjob
         try:
-            obj = build(body, await _connection(kube, body))
+            obj = build(body, await _connection(kube, body),
+                        default_image=SETTINGS.spark_image or DEFAULT_IMAGE)
         except ValueError as e:  # the user's spec: say so, leave any running schedule alone
             return _set(status, conditions, old, False, INVALID, str(e), generation, warn=True)
         assert obj is not None

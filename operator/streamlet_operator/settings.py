@@ -24,6 +24,9 @@ class Settings:
     #: The namespace the operator's pods run in (the chart sets it from the pod's own): the
     #: Brokers' NetworkPolicies let its pods in from there only. None: from any namespace.
     namespace: str | None = None
+    #: The Spark image of the exports whose Stream names none (spec.export.image): the chart
+    #: sets it from spark.image (a digest possible). Empty: builders.export.DEFAULT_IMAGE.
+    spark_image: str = ""
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -34,6 +37,7 @@ class Settings:
                                         cls.replication_interval),
             metrics_port=int(os.environ.get("STREAMLET_OPERATOR_METRICS_PORT", cls.metrics_port)),
             namespace=os.environ.get("STREAMLET_OPERATOR_NAMESPACE") or None,
+            spark_image=os.environ.get("STREAMLET_OPERATOR_SPARK_IMAGE", "").strip(),
         )
 
 

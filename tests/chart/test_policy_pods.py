@@ -321,8 +321,13 @@ def test_default_images_are_pinned(chart: helm_python.Chart) -> None:
         {"metadata": {"name": "b", "namespace": "n"}, "spec": {}}).image,
               crd_default]
     # the chart's Broker (broker.image as its spec.image)
-    [broker] = [d for d in render(chart, {"broker": {"create": True}}) if d["kind"] == "Broker"]
+    docs = render(chart, {"broker": {"create": True}})
+    [broker] = [d for d in docs if d["kind"] == "Broker"]
     images.append(broker["spec"]["image"])
+    # the exports' Spark image the chart gives the operator
+    [deployment] = [d for d in docs if d["kind"] == "Deployment"]
+    images += [e["value"] for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+               if e["name"] == "STREAMLET_OPERATOR_SPARK_IMAGE"]
     images += [i for pod in BUILDER_PODS.values() for i in _images(pod[1])]
     images += [build_scheduled_spark_application(_stream())["spec"]["template"]["image"],  # type: ignore[index]
                yaml.safe_load((SPARK / "manifests" / "sparkapplication.yaml").read_text())[

@@ -47,8 +47,10 @@ class ExportSpec:
     tls_client_secret: str | None = None
 
     @classmethod
-    def from_stream(cls, body: dict[str, Any]) -> ExportSpec | None:
-        """``spec.export`` checked, or None when the Stream has no export."""
+    def from_stream(cls, body: dict[str, Any],
+                    default_image: str = DEFAULT_IMAGE) -> ExportSpec | None:
+        """``spec.export`` checked, or None when the Stream has no export; ``default_image``
+        when it names no image (the operator's setting, settings.Settings.spark_image)."""
         export = (body.get("spec") or {}).get("export")
         if not export:
             return None
@@ -58,7 +60,7 @@ class ExportSpec:
         fmt = (export.get("format") or "parquet").lower()
         if fmt not in FORMATS:
             raise ValueError(f"spec.export.format {fmt!r} is not supported ({', '.join(FORMATS)})")
-        return cls(schedule, destination, fmt, export.get("image") or DEFAULT_IMAGE,
+        return cls(schedule, destination, fmt, export.get("image") or default_image,
                    export.get("tlsClientSecret") or None)
 
 
@@ -235,10 +237,11 @@ def spark_submit_command(stream: StreamModel, export: ExportSpec,
 
 def build_export_cronjob(body: dict[str, Any],
                          connection: ExportConnection = PLAIN,
-                         service_account: str = SERVICE_ACCOUNT) -> dict[str, Any] | None:
+                         service_account: str = SERVICE_ACCOUNT,
+                         default_image: str = DEFAULT_IMAGE) -> dict[str, Any] | None:
     """The CronJob for the Stream resource ``body``, or None without ``spec.export``. The
     spark-submit pod only launches the driver: the TLS keys go to the driver, not to it."""
-    export = ExportSpec.from_stream(body)
+    export = ExportSpec.from_stream(body, default_image)
     if export is None:
         return None
     stream = StreamModel.from_body(body)
@@ -283,10 +286,11 @@ def _security_contexts() -> dict[str, Any]:
 
 def build_scheduled_spark_application(body: dict[str, Any],
                                       connection: ExportConnection = PLAIN,
-                                      service_account: str = SERVICE_ACCOUNT
+                                      service_account: str = SERVICE_ACCOUNT,
+                                      default_image: str = DEFAULT_IMAGE
                                       ) -> dict[str, Any] | None:
     """The same schedule as a ScheduledSparkApplication (kubeflow Spark operator)."""
-    export = ExportSpec.from_stream(body)
+    export = ExportSpec.from_stream(body, default_image)
     if export is None:
         return None
     stream = StreamModel.from_body(body)
