@@ -18,7 +18,7 @@ def test_each_command_has_one_owner() -> None:
     assert {name: m.__name__.rsplit(".", 1)[1] for name, m in owners.items()} == {  # type: ignore[attr-defined]
         "serve": "serve", "produce": "produce", "consume": "consume", "streams": "streams",
         "connections": "lists", "publishers": "lists", "consumers": "lists", "ping": "ping",
-        "perf": "perf", "cluster": "cluster"}
+        "perf": "perf", "cluster": "cluster", "policies": "policies"}
 
 
 @pytest.mark.parametrize("command", ["produce", "consume"])

@@ -1,6 +1,6 @@
 """The `streamlet` command: the parser built from the command modules, each owning its
 subparser, its checks once parsed and its run (serve, produce, consume, streams, connections
-and the other management API lists, ping, perf, cluster), and dispatch to the one named."""
+and the other management API lists, policies, ping, perf, cluster), and dispatch to the one named."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Protocol
 
-from . import cluster, consume, lists, perf, ping, produce, serve, streams
+from . import cluster, consume, lists, perf, ping, policies, produce, serve, streams
 from .parser import Commands, connection_options, program
 from .values import Parser
 
@@ -28,7 +28,8 @@ class Command(Protocol):
 
 
 #: in `streamlet --help`'s order
-COMMANDS: tuple[Command, ...] = (serve, produce, consume, streams, lists, ping, perf, cluster)
+COMMANDS: tuple[Command, ...] = (serve, produce, consume, streams, lists, policies, ping, perf,
+                                 cluster)
 
 
 def build_parser() -> Parser:

@@ -59,10 +59,15 @@ def path(args: argparse.Namespace) -> str:
     return base
 
 
-def request(args: argparse.Namespace, method: str, target: str) -> Any:
+def request(args: argparse.Namespace, method: str, target: str, body: Any = None) -> Any:
+    """``body``: sent as JSON when given (a PUT's)."""
     url = f"http://{args.host}:{args.http_port}{target}"
     auth = base64.b64encode(f"{args.user}:{args.password}".encode()).decode()
-    req = urllib.request.Request(url, method=method, headers={"Authorization": f"Basic {auth}"})
+    headers = {"Authorization": f"Basic {auth}"}
+    data = None if body is None else json.dumps(body).encode()
+    if data is not None:
+        headers["Content-Type"] = "application/json"
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
             body = resp.read()
