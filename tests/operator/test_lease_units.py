@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import aiohttp
 import pytest
 
 import streamlet_operator.__main__ as entry
@@ -25,6 +26,7 @@ from streamlet_operator.lease import (
     fenced_apply,
 )
 from tests.operator.harness import EmulatedApiServer, kube_client
+from tests.support.brokers import free_port
 
 ME, OTHER = "operator-a", "operator-b"
 
@@ -179,3 +181,18 @@ async def test_a_write_is_fenced_by_the_highest_writers_token(kube: Kube) -> Non
     assert await written() == ("by 3", "3")
     assert await fenced_apply(kube, _configmap("no lease"), None)  # a plain apply
     assert await written() == ("no lease", "3")
+
+
+async def test_a_waiting_replica_answers_its_liveness_probe() -> None:
+    """kopf serves the liveness endpoint once it runs; a replica waiting for the Lease serves
+    it meanwhile, or the kubelet would restart every waiting replica."""
+    port = free_port()
+    runner = await entry._waiting_liveness(f"http://127.0.0.1:{port}/healthz")
+    try:
+        async with aiohttp.ClientSession() as http, \
+                http.get(f"http://127.0.0.1:{port}/healthz") as rsp:
+            assert rsp.status == 200
+            assert await rsp.json() == {"waiting": "for the lease"}
+    finally:
+        await runner.cleanup()
+    assert await entry._waiting_liveness("") is None  # no liveness endpoint asked for
