@@ -247,9 +247,40 @@ def test_http_listener_defaults_and_flags(tmp_path: Path) -> None:
     assert load(write(tmp_path, "[listeners.http]\nenabled = false\n")).http is None
 
 
+TLS = '[tls]\nport = 5551\ncertfile = "c.pem"\nkeyfile = "k.pem"\n'
+
+
+@pytest.mark.parametrize(("text", "plain", "tls"), [
+    pytest.param("", 15672, None, id="nothing said: HTTP on 15672"),
+    pytest.param(TLS, 15672, None, id="[tls] alone: HTTP only, as before"),
+    pytest.param(TLS + "[listeners.http]\ntls_port = 15671\n", None, 15671,
+                 id="tls_port alone: HTTPS only, as RabbitMQ's ssl listener alone"),
+    pytest.param(TLS + "[listeners.http]\ntls_port = 15671\nport = 15672\n", 15672, 15671,
+                 id="both said: both"),
+    pytest.param(TLS + "[listeners.http]\ntls_port = 15671\nport = 0\n", None, 15671,
+                 id="port 0 beside tls_port: HTTPS only"),
+    pytest.param(TLS + "[listeners.http]\ntls_port = 0\n", 15672, None,
+                 id="tls_port 0: HTTP on the default port"),
+])
+def test_http_listener_over_tls(tmp_path: Path, text: str, plain: int | None,
+                                tls: int | None) -> None:
+    http = load(write(tmp_path, text)).http
+    assert http is not None and (http.port, http.tls_port) == (plain, tls)
+
+
+def test_http_port_flag_beside_tls_port(tmp_path: Path) -> None:
+    cfg = write(tmp_path, TLS + "[listeners.http]\ntls_port = 15671\n")
+    assert load(cfg, http_port=9000).http == HttpListener(9000, None, True, 15671)
+    assert load(cfg, http_port=0).http is None  # the flag's 0 turns the whole API off
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("[listeners.http]\nport = 70000\n", "listeners.http.port must be in 1..65535"),
     ("[listeners.http]\npath = \"/x\"\n", "unknown key(s) in [listeners.http]: path"),
+    (TLS + "[listeners.http]\ntls_port = 70000\n", "listeners.http.tls_port must be in 1..65535"),
+    ("[listeners.http]\ntls_port = 15671\n", "[listeners.http] tls_port needs a [tls] section"),
+    (TLS + "[listeners.http]\ntls_port = 9000\nport = 9000\n",
+     "[listeners.http] port and tls_port are both 9000"),
 ])
 def test_bad_http_listener(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
@@ -275,8 +306,11 @@ def test_cli_options() -> None:
     args = parse(["consumers", "list", "--http-port", "9672", "--user", "u", "--json"])
     assert (args.http_port, args.user, args.json) == (9672, "u", True)
     assert parse(["connections", "list"]).http_port is None  # found from the broker (mgmt.py)
+    assert parse(["connections", "list", "--tls", "--ca-cert", "ca.pem"]).tls  # HTTPS
     with pytest.raises(SystemExit):
-        parse(["connections", "list", "--tls"])
+        parse(["connections", "list", "--ca-cert", "ca.pem"])  # only with --tls
+    with pytest.raises(SystemExit):
+        parse(["connections", "list", "--tls", "--sasl-mechanism", "EXTERNAL"])
 
 
 def test_table() -> None:

@@ -105,6 +105,7 @@ class Setup:
         self.metrics_port = free_port()
         self.http_port = free_port()
         self.tls_port = free_port()
+        self.https_port = free_port()  # the management API's, with tls
         self.certs: SecretVolume | None = None
         self.ca: Path | None = None
 
@@ -124,7 +125,7 @@ port = {self.metrics_port}
 
 [listeners.http]
 port = {self.http_port}
-''' + extra
+''' + (f"tls_port = {self.https_port}\n" if tls else "") + extra
         if tls:
             assert self.certs is not None and self.ca is not None
             text += f'''
@@ -416,12 +417,15 @@ tls = true
     assert first != second
     assert await asyncio.to_thread(peer_certificate, s.tls_port, ctx) == first
     assert await asyncio.to_thread(peer_certificate, sbp_port, ctx) == first
+    assert await asyncio.to_thread(peer_certificate, s.https_port, ctx) == first
     old = await connect(b.host, s.tls_port, user="admin", password="admin-pw", ssl=ctx)
     try:
         tls.write(_tls_files(certs, "server2"))  # cert-manager renewed the Secret
         await eventually(lambda: _peer_is(s.tls_port, ctx, second), WAIT_S,
                          "the new certificate shown")
         assert await asyncio.to_thread(peer_certificate, sbp_port, ctx) == second
+        # the management API's HTTPS too, which asks for no client certificate
+        assert await asyncio.to_thread(peer_certificate, s.https_port, ctx) == second
         assert b.pid == pid
         # a full login on the new certificate, and SASL EXTERNAL with a client certificate (the
         # CA of the reloaded context verifies it)

@@ -61,6 +61,8 @@ def test_a_broker_without_the_api_says_so(broker_factory: Callable[..., BrokerPr
     ({"product": "streamlet", "streamlet_http_port": "0"}, "serves no management API"),
     ({"product": "streamlet", "streamlet_http_port": "x"}, "not a port"),
     ({"product": "streamlet", "streamlet_http_port": "70000"}, "not a port"),
+    ({"product": "streamlet", "streamlet_http_port": "0", "streamlet_https_port": "15671"},
+     "over HTTPS only \\(port 15671\\): give --tls"),
 ])
 def test_api_port(properties: dict[str, str], found: tuple[int, bool] | str) -> None:
     if isinstance(found, str):
@@ -68,6 +70,26 @@ def test_api_port(properties: dict[str, str], found: tuple[int, bool] | str) -> 
             api_port(properties, "h", 5552)
     else:
         assert api_port(properties, "h", 5552) == found
+
+
+@pytest.mark.parametrize("properties, found", [
+    ({"product": "streamlet", "streamlet_http_port": "0", "streamlet_https_port": "15671"},
+     (15671, False)),
+    ({"product": "streamlet", "streamlet_http_port": "15672", "streamlet_https_port": "9671"},
+     (9671, False)),
+    ({"product": "RabbitMQ"}, (15671, True)),  # RabbitMQ's management.ssl.port, checked
+    ({"product": "streamlet", "streamlet_http_port": "15672"}, "plain HTTP only \\(port 15672\\)"),
+    ({"product": "streamlet", "streamlet_http_port": "0"}, "serves no management API"),
+    ({"product": "streamlet", "streamlet_http_port": "0", "streamlet_https_port": "y"},
+     "announced streamlet_https_port='y', not a port"),
+])
+def test_api_port_over_tls(properties: dict[str, str], found: tuple[int, bool] | str) -> None:
+    """With --tls: the HTTPS port the broker announces."""
+    if isinstance(found, str):
+        with pytest.raises(ApiError, match=found):
+            api_port(properties, "h", 5551, tls=True)
+    else:
+        assert api_port(properties, "h", 5551, tls=True) == found
 
 
 @pytest.mark.parametrize("overview, ports", [

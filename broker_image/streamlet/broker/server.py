@@ -110,6 +110,8 @@ class Broker:
         #: the management API's port once it listens (None: off), announced to clients in
         #: PeerProperties (``streamlet_http_port``) so that the CLI's lists find this broker's
         self.http_port: int | None = None
+        #: the management API's HTTPS port once it listens (None: none), ``streamlet_https_port``
+        self.https_port: int | None = None
         self._servers: list[asyncio.Server] = []
         self._retention_task: asyncio.Task[None] | None = None
         self._trim_task: asyncio.Task[None] | None = None

@@ -9,7 +9,9 @@ from typing import Any
 from .config.model import ConfigError, TlsConfig
 
 
-def server_context(cfg: TlsConfig) -> ssl.SSLContext:
+def server_context(cfg: TlsConfig, client_certificates: bool = True) -> ssl.SSLContext:
+    """A TLS listener's context; ``client_certificates`` False: none asked for, whatever
+    [tls] verify_peer says (the management API's HTTPS, whose login is Basic auth)."""
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
@@ -19,7 +21,8 @@ def server_context(cfg: TlsConfig) -> ssl.SSLContext:
     except (OSError, ssl.SSLError) as e:
         raise ConfigError(f"[tls]: cannot load certificates: {e}") from e
     # with a CA but no verify_peer a client certificate is checked when one is offered
-    ctx.verify_mode = (ssl.CERT_REQUIRED if cfg.verify_peer
+    ctx.verify_mode = (ssl.CERT_NONE if not client_certificates
+                       else ssl.CERT_REQUIRED if cfg.verify_peer
                        else ssl.CERT_OPTIONAL if cfg.cafile is not None else ssl.CERT_NONE)
     return ctx
 
@@ -57,13 +60,16 @@ class ServerTls:
 
     ``peers``: the brokers' links to each other use TLS too; ``client`` is then their
     current context (client_context), replaced by a reload as ``current`` is: new links
-    present the new certificate, open ones keep theirs."""
+    present the new certificate, open ones keep theirs. ``web_listening``: the same for the
+    management API's HTTPS, which asks for no client certificate."""
 
     def __init__(self, cfg: TlsConfig, peers: bool = False) -> None:
         self.cfg = cfg
         self.peers = peers
         self.listening = self.current = server_context(cfg)
         self.listening.sni_callback = self._use_current
+        self.web_listening = self.web_current = server_context(cfg, client_certificates=False)
+        self.web_listening.sni_callback = self._use_web_current
         self.client = client_context(cfg) if peers else None
 
     def _use_current(self, conn: ssl.SSLObject, server_name: str | None,
@@ -72,13 +78,20 @@ class ServerTls:
         if current is not ctx:
             conn.context = current
 
+    def _use_web_current(self, conn: ssl.SSLObject, server_name: str | None,
+                         ctx: ssl.SSLContext) -> None:
+        current = self.web_current
+        if current is not ctx:
+            conn.context = current
+
     def reload(self) -> None:
         """Read [tls]'s files again for the handshakes from now on; on ConfigError (a file
         unreadable, a certificate or key unparsable, a key not the certificate's) the
-        current certificate stays (both contexts are made before either is replaced)."""
+        current certificate stays (every context is made before any is replaced)."""
         current = server_context(self.cfg)
+        web = server_context(self.cfg, client_certificates=False)
         self.client = client_context(self.cfg) if self.peers else None
-        self.current = current
+        self.current, self.web_current = current, web
 
 
 def peer_common_name(peercert: dict[str, Any] | None) -> str | None:

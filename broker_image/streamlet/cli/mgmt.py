@@ -1,19 +1,22 @@
 """The commands on the management HTTP API: `connections list|close`, `publishers list`,
-`consumers list`, `streams list`. Plain HTTP with Basic authentication, as a script written
-for RabbitMQ's management API would make it.
+`consumers list`, `streams list`. HTTP with Basic authentication, as a script written for
+RabbitMQ's management API would make it; HTTPS with --tls (--ca-cert, --cert, --key as for
+the stream port).
 
-They talk to the broker at --host/--port: without --http-port, its API's port is the one the
-broker announces in its PeerProperties answer (``streamlet_http_port``, before any login; 0: it
-serves none); a broker that announces none (RabbitMQ, an older streamlet) is asked on 15672, and
-the API there must list a stream listener on --port (its /api/overview), or the command fails
-naming both ports: never another broker's lists. A 404 names the object that is missing."""
+They talk to the broker at --host/--port: without --http-port, its API's port is the one it
+announces in PeerProperties (``streamlet_http_port``, with --tls ``streamlet_https_port``; 0
+or absent: none); a broker that announces none (RabbitMQ) is asked on 15672 (15671 with
+--tls), whose API must list a stream listener on --port, or the command fails naming both
+ports: never another broker's lists. A 404 names the object that is missing."""
 
 from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import socket
+import ssl
 import struct
 import sys
 import urllib.error
@@ -21,14 +24,17 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote
 
+from ..client.tls import client_context
 from ..rabbitmq import Code, frames
 from .tables import COLUMNS, table
 
 TIMEOUT_S = 30.0
-#: RabbitMQ's management port: where a broker that does not announce its own is asked
+#: RabbitMQ's management ports: where a broker that does not announce its own is asked
 DEFAULT_HTTP_PORT = 15672
-#: the PeerProperties key a streamlet broker announces its management API's port in
+DEFAULT_HTTPS_PORT = 15671
+#: the PeerProperties keys a streamlet broker announces its management API's ports in
 ANNOUNCED = "streamlet_http_port"
+ANNOUNCED_TLS = "streamlet_https_port"
 #: a PeerProperties answer bigger than this is not one
 MAX_ANSWER = 1 << 20
 
@@ -59,9 +65,21 @@ def path(args: argparse.Namespace) -> str:
     return base
 
 
+def tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """With --tls, the client's context: the server checked against --ca-cert (else the
+    system's CAs) and its name, --cert/--key offered."""
+    if not getattr(args, "tls", False):
+        return None
+    try:
+        return client_context(args.ca_cert, args.cert, args.key)
+    except (OSError, ssl.SSLError) as e:
+        raise ApiError(f"cannot load the TLS files (--ca-cert, --cert, --key): {e}") from None
+
+
 def request(args: argparse.Namespace, method: str, target: str, body: Any = None) -> Any:
     """``body``: sent as JSON when given (a PUT's)."""
-    url = f"http://{args.host}:{args.http_port}{target}"
+    ctx = tls_context(args)
+    url = f"{'https' if ctx is not None else 'http'}://{args.host}:{args.http_port}{target}"
     auth = base64.b64encode(f"{args.user}:{args.password}".encode()).decode()
     headers = {"Authorization": f"Basic {auth}"}
     data = None if body is None else json.dumps(body).encode()
@@ -69,7 +87,7 @@ def request(args: argparse.Namespace, method: str, target: str, body: Any = None
         headers["Content-Type"] = "application/json"
     req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
+        with urllib.request.urlopen(req, timeout=TIMEOUT_S, context=ctx) as resp:
             body = resp.read()
     except urllib.error.HTTPError as e:
         raise (NotFound if e.code == 404 else ApiError)(_why(e)) from None
@@ -91,13 +109,18 @@ def _why(e: urllib.error.HTTPError) -> str:
 
 # --- which API: the broker's at --host/--port --------------------------------------------------
 
-def announced_properties(host: str, port: int, timeout: float = TIMEOUT_S) -> dict[str, str]:
-    """The server properties of the broker at ``host:port``: the PeerProperties exchange that
-    opens every RabbitMQ Stream connection, and no more (no login: any user may ask)."""
+def announced_properties(host: str, port: int, timeout: float = TIMEOUT_S,
+                         ctx: ssl.SSLContext | None = None) -> dict[str, str]:
+    """The server properties of the broker at ``host:port`` (over TLS with ``ctx``): the
+    PeerProperties exchange that opens every RabbitMQ Stream connection, and no more (no
+    login: any user may ask)."""
     ask = frames.PeerProperties(1, {"product": "streamlet",
                                     "connection_name": "streamlet CLI: management API port"})
     try:
-        with socket.create_connection((host, port), timeout=timeout) as s:
+        with contextlib.ExitStack() as stack:
+            s = stack.enter_context(socket.create_connection((host, port), timeout=timeout))
+            if ctx is not None:
+                s = stack.enter_context(ctx.wrap_socket(s, server_hostname=host))
             s.sendall(frames.encode(ask))
             (size,) = struct.unpack(">I", _read(s, 4))
             if size > MAX_ANSWER:
@@ -123,19 +146,29 @@ def _read(s: socket.socket, n: int) -> bytes:
     return bytes(data)
 
 
-def api_port(properties: dict[str, str], host: str, port: int) -> tuple[int, bool]:
-    """Where the management API of the broker whose server properties are ``properties`` is,
-    and whether that must be checked (its /api/overview lists a stream listener on ``port``):
-    the announced port as is (0: it serves none, ApiError); RabbitMQ's default, checked, for a
-    broker that announces none."""
-    text = properties.get(ANNOUNCED)
-    if text is None:
-        return DEFAULT_HTTP_PORT, True
+def api_port(properties: dict[str, str], host: str, port: int,
+             tls: bool = False) -> tuple[int, bool]:
+    """Where the management API (over TLS: ``tls``) of the broker whose server properties are
+    ``properties`` is, and whether that must be checked (its /api/overview lists a stream
+    listener on ``port``): the announced port as is (0 or absent: it serves none there,
+    ApiError saying where it does); RabbitMQ's default, checked, for a broker that announces
+    none."""
+    plain, secure = properties.get(ANNOUNCED), properties.get(ANNOUNCED_TLS)
+    if plain is None:
+        return (DEFAULT_HTTPS_PORT if tls else DEFAULT_HTTP_PORT), True
+    text, key = (secure or "0", ANNOUNCED_TLS) if tls else (plain, ANNOUNCED)
     if text == "0":
+        if tls and plain != "0":
+            raise ApiError(f"the broker at {host}:{port} serves its management API in plain "
+                           f"HTTP only (port {plain}): leave out --tls")
+        if not tls and secure:
+            raise ApiError(f"the broker at {host}:{port} serves its management API over HTTPS "
+                           f"only (port {secure}): give --tls (and --ca-cert) and its TLS "
+                           "--port")
         raise ApiError(f"the broker at {host}:{port} serves no management API (serve "
                        "--http-port P, or [listeners.http], turns it on)")
     if not text.isascii() or not text.isdigit() or not 0 < int(text) < 65536:
-        raise ApiError(f"the broker at {host}:{port} announced {ANNOUNCED}={text!r}, not a "
+        raise ApiError(f"the broker at {host}:{port} announced {key}={text!r}, not a "
                        "port; --http-port P names its management API's port")
     return int(text), False
 
@@ -159,8 +192,9 @@ def find_api(args: argparse.Namespace) -> None:
     --http-port gave it."""
     if args.http_port is not None:
         return
-    args.http_port, check = api_port(announced_properties(args.host, args.port), args.host,
-                                     args.port)
+    ctx = tls_context(args)
+    args.http_port, check = api_port(announced_properties(args.host, args.port, ctx=ctx),
+                                     args.host, args.port, ctx is not None)
     if not check:
         return
     ports = stream_ports(request(args, "GET", "/api/overview"))

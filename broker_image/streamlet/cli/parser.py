@@ -85,7 +85,8 @@ def http_options() -> Parser:
     g.add_argument("--http-port", type=port_number, default=argparse.SUPPRESS, metavar="P",
                    help="the management API's port (default: the one the broker at "
                         "--host/--port announces; 15672, checked, for a broker that announces "
-                        "none, e.g. RabbitMQ)")
+                        "none, e.g. RabbitMQ); with --tls, its HTTPS port (15671 when none is "
+                        "announced), the certificate checked as the stream port's")
     g.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                    help="one JSON object a line, as the management API gives it")
     return p
@@ -127,16 +128,16 @@ def refuse_connection_options(args: argparse.Namespace, parser: Parser, allowed:
 def connection(args: argparse.Namespace, parser: Parser, http: bool = False) -> None:
     """A client command's connection options completed: the credentials (:func:`_credentials`),
     the defaults of those not given, and the combinations refused. ``http``: the command talks
-    to the management API (no TLS, no EXTERNAL; --vhost narrows its list)."""
+    to the management API (HTTPS with --tls; no EXTERNAL; --vhost narrows its list)."""
     _credentials(args, parser)
     if http:
         args.vhost_filter = getattr(args, "vhost", None)  # given: narrows the list
         args.http_port = getattr(args, "http_port", None)  # None: the broker's (mgmt.py)
         args.json = getattr(args, "json", False)
         args.stream = getattr(args, "stream", None)
-        if getattr(args, "tls", False) or getattr(args, "sasl_mechanism", "PLAIN") != "PLAIN":
-            parser.error("--tls, --sasl-mechanism: the management API is plain HTTP with "
-                         "--user and --password")
+        if getattr(args, "sasl_mechanism", "PLAIN") != "PLAIN":
+            parser.error("--sasl-mechanism: the management API logs in with --user and "
+                         "--password (HTTP Basic)")
     for key, value in CONNECTION_DEFAULTS.items():
         if not hasattr(args, key):
             setattr(args, key, value)

@@ -48,6 +48,8 @@ DEFAULT_METRICS_MAX_STREAMS = 1000
 DEFAULT_METRICS_MAX_CONSUMERS = 1000
 #: RabbitMQ's management port (rabbitmq_management), the management API's default
 DEFAULT_HTTP_PORT = 15672
+#: RabbitMQ's management port over TLS (management.ssl.port in its docs' examples)
+DEFAULT_HTTPS_PORT = 15671
 #: Seconds an unauthenticated protocol's connection may stay silent with nothing outstanding
 #: (no subscription, long poll or unconfirmed append) before the broker closes it
 #: ([listeners.<protocol>] idle_timeout). None of them has a heartbeat the broker could
@@ -170,12 +172,15 @@ class MetricsListener:
 
 @dataclass(frozen=True)
 class HttpListener:
-    """The management HTTP API. ``host`` None: [server] host. ``required`` as MetricsListener's:
-    False (nothing configured) lets the broker serve without it when the port is taken."""
+    """The management HTTP API: plain HTTP on ``port`` (None: none), HTTPS with [tls]'s
+    certificate on ``tls_port`` (None: none). ``host`` None: [server] host. ``required`` as
+    MetricsListener's: False (nothing configured) lets the broker serve without it when the
+    port is taken."""
 
-    port: int = DEFAULT_HTTP_PORT
+    port: int | None = DEFAULT_HTTP_PORT
     host: str | None = None
     required: bool = False
+    tls_port: int | None = None
 
 
 @dataclass(frozen=True)

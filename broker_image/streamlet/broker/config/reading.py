@@ -233,13 +233,19 @@ def _metrics_listener(table: dict[str, Any]) -> MetricsListener | None:
 
 
 def _http_listener(table: dict[str, Any]) -> HttpListener | None:
-    """[listeners.http]: enabled, host, port. Configured, it is required, as metrics'."""
-    extra = set(table) - {"enabled", "host", "port"}
+    """[listeners.http]: enabled, host, port, tls_port. Configured, it is required, as
+    metrics'. As RabbitMQ's management listeners: with tls_port (HTTPS, [tls]'s certificate)
+    plain HTTP is served only when port is given too (and not 0)."""
+    extra = set(table) - {"enabled", "host", "port", "tls_port"}
     if extra:
         raise ConfigError(f"unknown key(s) in [listeners.http]: {', '.join(sorted(extra))}")
     port = int_key(table, "port", "listeners.http")
-    if not table.get("enabled", True) or port == 0:
+    tls_port = int_key(table, "tls_port", "listeners.http")
+    if not table.get("enabled", True) or (port == 0 and not tls_port):
         return None
+    if tls_port:
+        return HttpListener(port or None, str(table["host"]) if "host" in table else None, True,
+                            tls_port)
     return HttpListener(port or DEFAULT_HTTP_PORT,
                         str(table["host"]) if "host" in table else None, True)
 
@@ -359,8 +365,15 @@ def _validate(cfg: BrokerConfig) -> None:
             settings.check(cfg)
     if cfg.metrics is not None and not 0 < cfg.metrics.port < 65536:
         raise ConfigError(f"listeners.metrics.port must be in 1..65535, got {cfg.metrics.port}")
-    if cfg.http is not None and not 0 < cfg.http.port < 65536:
-        raise ConfigError(f"listeners.http.port must be in 1..65535, got {cfg.http.port}")
+    if cfg.http is not None:
+        for key, port in (("port", cfg.http.port), ("tls_port", cfg.http.tls_port)):
+            if port is not None and not 0 < port < 65536:
+                raise ConfigError(f"listeners.http.{key} must be in 1..65535, got {port}")
+        if cfg.http.tls_port is not None and cfg.tls is None:
+            raise ConfigError("[listeners.http] tls_port needs a [tls] section (its certificate "
+                              "is the management API's)")
+        if cfg.http.tls_port is not None and cfg.http.port == cfg.http.tls_port:
+            raise ConfigError(f"[listeners.http] port and tls_port are both {cfg.http.port}")
     if cfg.cluster_tls and cfg.tls is None:
         raise ConfigError("[cluster] tls = true needs a [tls] section: its certificate is what "
                           "this broker presents to the other brokers, its cafile what it checks "

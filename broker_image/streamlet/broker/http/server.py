@@ -1,8 +1,9 @@
 """A minimal HTTP/1.x server on the broker's own event loop: no thread, so an answer reads the
 broker's state between two events, never during one.
 
-One request per connection (``Connection: close``); a head past HEAD_LIMIT or slower than
-REQUEST_TIMEOUT_S closes the connection unanswered; a body up to BODY_LIMIT is handed to the
+One request per connection (``Connection: close``), over TLS on a socket started with a
+context; a TLS handshake, or a head, past HEAD_LIMIT or slower than REQUEST_TIMEOUT_S closes
+the connection unanswered; a body up to BODY_LIMIT is handed to the
 page, a longer one answered 413 (chunked: 411) and what follows drained for a while before the
 close. At most MAX_CONNECTIONS open at once (the next is answered 503), apart from the stream
 listeners' limits.
@@ -15,6 +16,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import replace
+from ssl import SSLContext
 
 from ..listening import listen_error, reason
 from .messages import Request, Response, body_length, parse_head, render
@@ -34,45 +36,51 @@ Answer = Callable[[Request], Response]
 
 
 class HttpServer:
-    """Serves ``answer(request)`` on ``host``:``port``; ``what`` names it in the log."""
+    """Serves ``answer(request)`` on each socket it starts (``host``:``port``, plain or TLS);
+    ``what`` names it in the log. MAX_CONNECTIONS counts the connections of all its sockets."""
 
     def __init__(self, answer: Answer, what: str, max_connections: int = MAX_CONNECTIONS) -> None:
         self.answer = answer
         self.what = what
         self.max_connections = max_connections
         self.open = 0  # connections open now
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
 
-    async def start(self, host: str, port: int) -> None:
-        self._server = await asyncio.start_server(self._handle, host, port, limit=HEAD_LIMIT,
-                                                  reuse_address=True)
+    async def start(self, host: str, port: int, ssl: SSLContext | None = None) -> int:
+        """Listen on ``host``:``port`` (over TLS with ``ssl``); the port it listens on."""
+        server = await asyncio.start_server(
+            self._handle, host, port, limit=HEAD_LIMIT, reuse_address=True, ssl=ssl,
+            ssl_handshake_timeout=REQUEST_TIMEOUT_S if ssl is not None else None)
+        self._servers.append(server)
+        return int(server.sockets[0].getsockname()[1])
 
     async def listen(self, host: str, port: int, required: bool, missing: str,
-                     hint: str) -> bool:
+                     hint: str, ssl: SSLContext | None = None) -> int:
         """Start, as a listener of the broker's configuration: one that was configured
         (``required``) raises OSError, whose ``filename`` is the address, when it cannot
         listen; the default one logs that the broker runs with no ``missing``, why, and
-        ``hint`` (False)."""
+        ``hint`` (0). The port it listens on."""
+        what = f"{self.what} (TLS)" if ssl is not None else self.what
         try:
-            await self.start(host, port)
+            return await self.start(host, port, ssl)
         except OSError as e:
             if required:
-                raise listen_error(e, self.what, host, port) from e
+                raise listen_error(e, what, host, port) from e
             log.warning("no %s: cannot listen on %s:%d (%s); %s", missing, host, port, reason(e),
                         hint)
-            return False
-        return True
+            return 0
 
     @property
     def port(self) -> int:
-        assert self._server is not None
-        return int(self._server.sockets[0].getsockname()[1])
+        """The port of the first socket started."""
+        return int(self._servers[0].sockets[0].getsockname()[1])
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
+        for server in self._servers:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
+                await asyncio.wait_for(server.wait_closed(), 2)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.open >= self.max_connections:

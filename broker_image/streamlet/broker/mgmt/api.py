@@ -105,8 +105,10 @@ class Page:
                                                                           lst.protocol)
                       + ("/ssl" if lst.tls else ""), "ip_address": lst.host, "port": lst.port}
                      for lst in cfg.listeners]
-        listeners.append({"node": self.node, "protocol": "http", "ip_address": (cfg.http.host
-                          if cfg.http and cfg.http.host else cfg.host), "port": self.port})
+        for protocol, port in (("http", self.broker.http_port), ("https", self.broker.https_port)):
+            if port:
+                listeners.append({"node": self.node, "protocol": protocol, "ip_address": (
+                    cfg.http.host if cfg.http and cfg.http.host else cfg.host), "port": port})
         return reply(200, views.overview(
             cluster_name=cfg.cluster_name, node=self.node, version=__version__,
             rabbitmq_version=ANNOUNCED_VERSION, connections=len(conns), streams=streams,

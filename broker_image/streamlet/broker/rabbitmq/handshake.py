@@ -57,6 +57,8 @@ def on_peer_properties(conn: ConnectionState, cmd: f.PeerProperties) -> None:
         "information": "streamlet, a RabbitMQ Stream protocol broker, https://streamlet.dev",
         # where this broker's management API listens (0: nowhere), for the CLI's lists
         "streamlet_http_port": str(conn.broker.http_port or 0),
+        **({"streamlet_https_port": str(conn.broker.https_port)}  # and over TLS, if it does
+           if conn.broker.https_port else {}),
     }))
 
 
