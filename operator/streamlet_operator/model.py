@@ -86,6 +86,8 @@ class Tls:
     plain_listener: bool = True
     #: a kubernetes.io/tls Secret with the certificate the operator presents to the brokers
     operator_client_secret: str | None = None
+    #: the management API over HTTPS (15671) with the same certificate; False: plain HTTP only
+    management: bool = True
 
     @classmethod
     def parse(cls, doc: Mapping[str, Any] | None) -> Tls | None:
@@ -95,7 +97,8 @@ class Tls:
                    ca_secret=doc.get("caSecretName") or None,
                    verify_peer=bool(doc.get("verifyPeer", False)),
                    plain_listener=bool(doc.get("plainListener", True)),
-                   operator_client_secret=doc.get("operatorClientSecret") or None)
+                   operator_client_secret=doc.get("operatorClientSecret") or None,
+                   management=bool(doc.get("management", True)))
 
     @property
     def ca_source(self) -> str:
@@ -263,6 +266,17 @@ class BrokerModel:
         """Where the brokers reach each other (cluster.peers, a leader's address in Assign):
         the stream port, or the TLS port when they replicate over TLS."""
         return self.tls_port if self.replication_tls else self.port
+
+    @property
+    def management_tls(self) -> bool:
+        """Whether the pods serve the management API over HTTPS (spec.tls.management)."""
+        return self.tls is not None and self.tls.management
+
+    @property
+    def management_plain(self) -> bool:
+        """Whether the pods serve the management API in plain HTTP: without HTTPS, or beside it
+        while the plain stream listener is on (TLS only: no plaintext port at all)."""
+        return not self.management_tls or self.plain_listener
 
     @property
     def client_port(self) -> int:

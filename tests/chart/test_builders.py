@@ -297,6 +297,32 @@ def test_the_ports_the_operator_and_the_brokers_reach_pods_on(
     assert {p for _, p in cluster.peers} == {peer}
 
 
+@pytest.mark.parametrize(("tls", "http", "https", "service"), [
+    pytest.param(None, 15672, None, [], id="no TLS: HTTP on 15672, on no Service"),
+    pytest.param({}, 15672, 15671, [15671],
+                 id="TLS beside plain: HTTP kept, HTTPS on 15671 and the client Service"),
+    pytest.param({"plainListener": False}, None, 15671, [15671],
+                 id="TLS only: HTTPS only, no plaintext anywhere"),
+    pytest.param({"management": False}, 15672, None, [], id="switched off: HTTP as before"),
+    pytest.param({"plainListener": False, "management": False}, 15672, None, [],
+                 id="TLS only, switched off: HTTP as before"),
+])
+def test_management_api_over_tls(tmp_path: Path, tls: dict[str, Any] | None, http: int | None,
+                                  https: int | None, service: list[int]) -> None:
+    """spec.tls.management (default on): the broker's [listeners.http] as it loads it, and
+    the client Service's management-tls port."""
+    model = broker(tls={**TLS, **tls}) if tls is not None else broker()
+    cfg = load(_mounted(tmp_path, model, {"u": "p"}))
+    assert cfg.http is not None and (cfg.http.port, cfg.http.tls_port) == (http, https)
+    assert model.management_tls is (https is not None)
+    manifests = {m["kind"] + "/" + m["metadata"]["name"]: m for m in build_all(model, 1, {})}
+    client = manifests["Service/events"]["spec"]["ports"]
+    assert [(p["port"], p["targetPort"]) for p in client if p["name"] == "management-tls"] == [
+        (p, p) for p in service]
+    headless = manifests["Service/events-headless"]["spec"]["ports"]
+    assert not any(p["name"].startswith("management") for p in headless)
+
+
 @pytest.mark.parametrize(("tls", "cafile", "verify", "plain"), [
     pytest.param({}, None, False, True, id="server side only"),
     pytest.param({"verifyPeer": True}, "/etc/streamlet/tls/ca.crt", True, True,

@@ -27,17 +27,32 @@ MONITORING = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "opera
                                     "values": ["monitoring"]}]}
 TLS = {"secretName": "events-tls"}
 
-# spec -> {port: sources} for (clients, own pods + operator + exports, metrics, management)
+# spec -> {port: sources} for (clients, own pods + operator + exports, metrics, management);
+# the management ports are 15672 unless "management_ports" says otherwise
 CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "defaults": ({}, {
         "clients": ([5552], ANYWHERE), "own": [5552],
         "metrics": EVERY_NAMESPACE, "management": OWN_NAMESPACE}),
+    # the brokers replicate over the TLS port: their own pods reach it
     "tls-beside-plain": ({"tls": TLS, "port": 6000}, {
         "clients": ([6000, 5551], ANYWHERE), "own": [6000, 5551],
-        "metrics": EVERY_NAMESPACE, "management": OWN_NAMESPACE}),
+        "metrics": EVERY_NAMESPACE, "management": OWN_NAMESPACE,
+        "management_ports": [15672, 15671]}),
     "tls-only": ({"tls": {**TLS, "plainListener": False, "port": 7000}}, {
         "clients": ([7000], ANYWHERE), "own": [7000],
-        "metrics": EVERY_NAMESPACE, "management": OWN_NAMESPACE}),
+        "metrics": EVERY_NAMESPACE, "management": OWN_NAMESPACE,
+        "management_ports": [15671]}),
+    "tls-only-management-in-plain-http": (
+        {"tls": {**TLS, "plainListener": False, "management": False},
+         "networkPolicy": {"managementNamespaces": TEAM_A}}, {
+            "clients": ([5551], ANYWHERE), "own": [5551],
+            "metrics": EVERY_NAMESPACE, "management": [{"namespaceSelector": TEAM_A}],
+            "management_ports": [15672]}),
+    "tls-management-from-selected-namespaces": (
+        {"tls": TLS, "networkPolicy": {"managementNamespaces": TEAM_A}}, {
+            "clients": ([5552, 5551], ANYWHERE), "own": [5552, 5551],
+            "metrics": EVERY_NAMESPACE, "management": [{"namespaceSelector": TEAM_A}],
+            "management_ports": [15672, 15671]}),
     "selected-namespaces": ({"networkPolicy": {
         "clientNamespaces": TEAM_A, "metricsNamespaces": MONITORING,
         "managementNamespaces": TEAM_A}}, {
@@ -75,7 +90,8 @@ def test_policy_per_spec(spec: dict[str, Any], want: dict[str, Any]) -> None:
     assert (_ports(clients), clients.get("from")) == (ports, sources)
     assert (_ports(own), own["from"]) == (want["own"], [SELF, EXPORTS, OPERATOR])
     assert (_ports(metrics), metrics["from"]) == ([15692], want["metrics"])
-    assert (_ports(management), management["from"]) == ([15672], want["management"])
+    assert (_ports(management), management["from"]) == (
+        want.get("management_ports", [15672]), want["management"])
 
 
 def test_operator_from_any_namespace_when_its_own_is_unknown() -> None:

@@ -14,6 +14,10 @@ TLS_DIR = "/etc/streamlet/tls"
 TLS_CA_DIR = "/etc/streamlet/tls-ca"
 CA_KEY = "ca.crt"
 USERS_DIR = "/etc/streamlet/users"
+#: the management API's ports on the pods: plain HTTP (the broker's default) and HTTPS, as
+#: RabbitMQ's management listeners
+MANAGEMENT_PORT = 15672
+MANAGEMENT_TLS_PORT = 15671
 # Where the stream directory ConfigMap is mounted (builders/directory.py).
 DIRECTORY_FILE = f"/etc/streamlet/directory/{names.DIRECTORY_KEY}"
 
@@ -96,6 +100,9 @@ def render_config(broker: BrokerModel, pods: int | None = None) -> str:
         lines.append("")
         if not tls.plain_listener:
             lines += ["[listeners.rabbitmq]", "enabled = false", ""]
+    if broker.management_tls:  # HTTPS with [tls]'s certificate; plain HTTP beside it or not
+        lines += ["[listeners.http]", f"tls_port = {MANAGEMENT_TLS_PORT}",
+                  *([f"port = {MANAGEMENT_PORT}"] if broker.management_plain else []), ""]
     return "\n".join(lines)
 
 

@@ -3,7 +3,8 @@
 The stream ports (plain and TLS) from anywhere or from spec.networkPolicy.clientNamespaces;
 always from the Broker's own pods (replication runs over these ports), the operator's pods and
 the Broker's export jobs. Metrics from metricsNamespaces (default: every namespace), the
-management API from managementNamespaces (default: the Broker's own namespace). Nothing else
+management API (HTTP, HTTPS or both) from managementNamespaces (default: the Broker's own
+namespace). Nothing else
 reaches the pods; egress is not restricted. None when spec.networkPolicy.enabled is false.
 """
 
@@ -14,10 +15,9 @@ from typing import Any
 from .. import names
 from ..model import BrokerModel
 from .common import metadata
+from .configmap import MANAGEMENT_PORT, MANAGEMENT_TLS_PORT
 from .statefulset import METRICS_PORT
 
-#: the broker's management API: its default [listeners.http] port (the config sets no other)
-MANAGEMENT_PORT = 15672
 #: the labels of the operator's pods (the chart's Deployment) and of export jobs' pods
 OPERATOR_POD = {"app.kubernetes.io/name": "streamlet-operator"}
 EXPORT_POD = {"app.kubernetes.io/name": "streamlet-export"}
@@ -32,6 +32,12 @@ def stream_ports(broker: BrokerModel) -> list[int]:
     """The ports clients, the operator and the other pods (replication) connect to."""
     return ([broker.port] if broker.plain_listener else []) + (
         [broker.tls_port] if broker.tls is not None else [])
+
+
+def management_ports(broker: BrokerModel) -> list[int]:
+    """The management API's: plain HTTP, HTTPS, or both (BrokerModel.management_*)."""
+    return ([MANAGEMENT_PORT] if broker.management_plain else []) + (
+        [MANAGEMENT_TLS_PORT] if broker.management_tls else [])
 
 
 def build_networkpolicy(broker: BrokerModel, operator_namespace: str | None = None
@@ -67,7 +73,7 @@ def build_networkpolicy(broker: BrokerModel, operator_namespace: str | None = No
                 clients,
                 {"ports": list(ports), "from": own},
                 {"ports": _tcp(METRICS_PORT), "from": [metrics_from]},
-                {"ports": _tcp(MANAGEMENT_PORT), "from": [management_from]},
+                {"ports": _tcp(*management_ports(broker)), "from": [management_from]},
             ],
         },
     }

@@ -7,6 +7,7 @@ from typing import Any
 from .. import names
 from ..model import BrokerModel
 from .common import metadata
+from .configmap import MANAGEMENT_TLS_PORT
 from .statefulset import METRICS_PORT
 
 
@@ -41,6 +42,11 @@ def build_headless_service(broker: BrokerModel) -> dict[str, Any]:
 
 
 def build_client_service(broker: BrokerModel) -> dict[str, Any]:
+    # The management API over HTTPS, as RabbitMQ's 15671: any pod answers for the cluster's
+    # streams and connections to it (plain HTTP stays off the Services)
+    management = [{"name": "management-tls", "port": MANAGEMENT_TLS_PORT,
+                   "targetPort": MANAGEMENT_TLS_PORT, "protocol": "TCP"}
+                  ] if broker.management_tls else []
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -48,6 +54,6 @@ def build_client_service(broker: BrokerModel) -> dict[str, Any]:
         "spec": {
             "type": "ClusterIP",
             "selector": names.selector(broker.name),
-            "ports": _ports(broker),
+            "ports": [*_ports(broker), *management],
         },
     }
