@@ -11,8 +11,12 @@ launcher does not do: it runs brokers with a minimal config of its own.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
+import ssl
 import tomllib
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,8 +89,12 @@ class ConfigPod:
         doc["server"].update(host="127.0.0.1", data_dir=str(self.root / "data"),
                              users_file=str(files / "users.toml"))
         doc["cluster"] = {"directory_file": str(files / "streams.json")}  # one pod: no peers
+        #: what the operator rendered for the management API (its HTTPS port moved here)
+        self.http = dict(doc.get("listeners", {}).get("http", {}))
+        self.https_port = free_port()
         doc["listeners"] = {**doc.get("listeners", {}), "metrics": {"enabled": False},
-                            "http": {"enabled": False}}
+                            "http": ({"tls_port": self.https_port} if "tls_port" in self.http
+                                     else {"enabled": False})}
         if "tls" in doc:
             secret = await kube.get("Secret", namespace, f"{broker}-tls")
             assert secret is not None
@@ -125,6 +133,15 @@ def pod(tmp_path: Path) -> Iterator[ConfigPod]:
         yield pod
     finally:
         pod.stop(("", 0))
+
+
+def _https_get(port: int, path: str, ca: Path, user: str, password: str) -> Any:
+    auth = base64.b64encode(f"{user}:{password}".encode()).decode()
+    req = urllib.request.Request(f"https://127.0.0.1:{port}{path}",
+                                 headers={"Authorization": f"Basic {auth}"})
+    with urllib.request.urlopen(req, timeout=10,
+                                context=ssl.create_default_context(cafile=str(ca))) as resp:
+        return json.loads(resp.read())
 
 
 async def _template_hash(kube: Kube, namespace: str) -> str:
@@ -208,6 +225,14 @@ async def test_mtls_only_broker_with_permissions_and_an_export_user(
                                  timeout=10) as c:  # the certificate's CN is the user
             with pytest.raises(Exception, match="ACCESS_REFUSED"):
                 await c.producer("events")
+
+        # The management API: HTTPS only on a TLS-only Broker, with the brokers' certificate
+        # and no client certificate asked for (verifyPeer is the stream port's); Basic login.
+        assert pod.http == {"tls_port": 15671}
+        overview = await asyncio.to_thread(_https_get, pod.https_port, "/api/overview",
+                                           certs / "ca.crt", "reader", "reader-pw")
+        assert ("https", pod.https_port) in {(x["protocol"], x["port"])
+                                            for x in overview["listeners"]}
 
         # The operator's user may do anything: a stream the export user must not read.
         async with await connect(host, port, user="guest", password="guest", timeout=10,
