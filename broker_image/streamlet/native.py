@@ -53,13 +53,18 @@ def loaded(modules: Iterable[str], imported: Container[str]) -> dict[str, bool]:
 
 def missing_line(status: Mapping[str, bool], switch: str | None = None) -> str | None:
     """The one line the broker logs at start for the C modules not loaded; None when all are.
-    ``switch``: STREAMLET_NO_C's value, named in the line when set."""
+    ``switch``: STREAMLET_NO_C's value; the modules it turns off are named apart, as a choice."""
     missing = [name for name, ok in status.items() if not ok]
     if not missing:
         return None
-    return (f"C extensions missing: {', '.join(missing)}: running their Python twins (slower); "
-            "build with a compiler (pip install needs gcc and the Python headers)"
-            + (f", or unset {ENV} (it is {switch!r})" if switch else ""))
+    off = [name for name in missing if turned_off(name, switch)]
+    unbuilt = [name for name in missing if name not in off]
+    twins = "running their Python twins (slower)"
+    said = f"turned off by {ENV}={switch!r}: {', '.join(off)}"
+    if not unbuilt:
+        return f"C extensions {said}: {twins}"
+    return (f"C extensions missing: {', '.join(unbuilt)}: {twins}; build with a compiler (pip "
+            "install needs gcc and the Python headers)" + (f"; {said}" if off else ""))
 
 
 def survey() -> dict[str, bool]:

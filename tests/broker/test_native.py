@@ -16,7 +16,7 @@ from tests.support.scrape import Samples, scrape
 from tests.support.waiting import eventually
 
 ALL = ("streamlet.rabbitmq._speedups", "streamlet.storage._entries", "streamlet.sbp._flat")
-MISSING = "C extensions missing"
+SAID = ("C extensions missing", "C extensions turned off")
 
 
 @pytest.mark.parametrize(("module", "switch", "off"), [
@@ -54,9 +54,18 @@ def test_loaded(imported: set[str], expected: dict[str, bool]) -> None:
      "C extensions missing: streamlet.storage._entries: running their Python twins (slower); "
      "build with a compiler (pip install needs gcc and the Python headers)"),
     (dict.fromkeys(ALL, False), "1",
-     "C extensions missing: streamlet.rabbitmq._speedups, streamlet.storage._entries, "
-     "streamlet.sbp._flat: running their Python twins (slower); build with a compiler (pip "
-     "install needs gcc and the Python headers), or unset STREAMLET_NO_C (it is '1')"),
+     "C extensions turned off by STREAMLET_NO_C='1': streamlet.rabbitmq._speedups, "
+     "streamlet.storage._entries, streamlet.sbp._flat: running their Python twins (slower)"),
+    ({ALL[0]: True, ALL[1]: True, ALL[2]: False}, "streamlet.sbp._flat",
+     "C extensions turned off by STREAMLET_NO_C='streamlet.sbp._flat': streamlet.sbp._flat: "
+     "running their Python twins (slower)"),
+    ({ALL[0]: False, ALL[1]: True, ALL[2]: False}, "streamlet.sbp._flat",
+     "C extensions missing: streamlet.rabbitmq._speedups: running their Python twins (slower); "
+     "build with a compiler (pip install needs gcc and the Python headers); turned off by "
+     "STREAMLET_NO_C='streamlet.sbp._flat': streamlet.sbp._flat"),
+    ({ALL[0]: True, ALL[1]: False, ALL[2]: True}, "0",
+     "C extensions missing: streamlet.storage._entries: running their Python twins (slower); "
+     "build with a compiler (pip install needs gcc and the Python headers)"),
 ])
 def test_missing_line(status: dict[str, bool], switch: str | None, line: str | None) -> None:
     assert native.missing_line(status, switch) == line
@@ -80,7 +89,7 @@ def test_the_switch_raises_import_error(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def lines(b: BrokerProcess) -> list[str]:
-    return [line for line in b.log_text().splitlines() if MISSING in line]
+    return [line for line in b.log_text().splitlines() if any(said in line for said in SAID)]
 
 
 async def extensions(port: int) -> dict[str, float]:
@@ -104,7 +113,8 @@ async def test_a_broker_without_one_says_so_once_and_in_metrics(
                        env={native.ENV: "streamlet.sbp._flat"})
     await eventually(lambda: lines(b), timeout=30)
     [line] = lines(b)  # one line, written before the ports listen: no second one follows
-    assert "C extensions missing: streamlet.sbp._flat: running their Python twins" in line
+    assert ("C extensions turned off by STREAMLET_NO_C='streamlet.sbp._flat': "
+            "streamlet.sbp._flat: running their Python twins") in line
     assert "_entries" not in line and "_speedups" not in line
     assert await extensions(port) == {**dict.fromkeys(native.MODULES, 1), "streamlet.sbp._flat": 0}
 
@@ -125,5 +135,7 @@ async def test_the_switch_turns_them_all_off(
     port = free_port()
     b = broker_factory(extra_args=["--metrics-port", str(port)], env={native.ENV: "1"})
     await eventually(lambda: lines(b), timeout=30)
+    assert "turned off by STREAMLET_NO_C='1'" in lines(b)[0]
+    assert "build with a compiler" not in lines(b)[0]  # a choice, not a failed build
     assert all(module in lines(b)[0] for module in native.MODULES)
     assert await extensions(port) == dict.fromkeys(native.MODULES, 0)
