@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import os
 import ssl
 import tempfile
@@ -116,6 +117,10 @@ class BrokerSession(Protocol):
     async def stream_exists(self, name: str) -> bool: ...
 
     async def stream_stats(self, name: str) -> StreamStats: ...
+
+    async def sync_policies(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Send policy entries (PolicySync: the pod takes each newer one, version 0 as a change
+        made there, and passes it to its peers); the pod's whole set after it took them."""
 
     async def publisher_sequence(self, name: str, reference: str) -> int:
         """The last publishing id the stream stored for ``reference`` (0 if none)."""
@@ -234,6 +239,14 @@ class _ClientSession:
         finally:
             with contextlib.suppress(Exception):
                 await producer.close()
+
+    async def sync_policies(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        from streamlet.rabbitmq.frames import replication as rf
+
+        body = json.dumps(entries).encode()
+        answer = await self._client.request(lambda c: rf.PolicySync(c, body))
+        found: list[dict[str, Any]] = json.loads(answer.policies)
+        return found
 
     async def stream_stats(self, name: str) -> StreamStats:
         stats = await self._client.stream_stats(name)

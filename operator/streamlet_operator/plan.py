@@ -28,6 +28,7 @@ from .model import (
     StreamStats,
     StreamStatus,
 )
+from .retention import KEYS as RETENTION_KEYS
 
 #: The condition type this reconciler sets (the export sets its own, exports.py).
 READY = "Ready"
@@ -46,7 +47,7 @@ STREAM_RECREATED = "StreamRecreated"
 MOVE_STALLED_S = 300
 #: status.applied's keys, and the spec fields behind each.
 IMMUTABLE_FIELDS = {"name": "spec.name", "broker": "spec.broker", "partitions": "spec.partitions",
-                    "arguments": "spec.retention/spec.filterSizeBytes",
+                    "arguments": "spec.filterSizeBytes",
                     "replicas": "spec.replicas"}
 #: The status fields the pass that starts a move writes at once (before naming the new pod).
 MOVE_STARTED_FIELDS = ("phase", "placement", "leader", "move", "conditions")
@@ -55,8 +56,17 @@ Event = tuple[str, str]  # (reason, message)
 
 
 def _fixed(applied: Mapping[str, Any], key: str) -> Any:
-    """A setting as created; ``replicas`` absent is one copy (streams made before it)."""
+    """A setting as created; ``replicas`` absent is one copy (streams made before it); of the
+    arguments, those retention does not change (retention.py applies a change as a policy)."""
+    if key == "arguments":
+        return _fixed_arguments(applied.get(key))
     return applied.get(key, 1) if key == "replicas" else applied.get(key)
+
+
+def _fixed_arguments(arguments: Mapping[str, str] | None) -> dict[str, str] | None:
+    if arguments is None:
+        return None
+    return {k: v for k, v in arguments.items() if k not in RETENTION_KEYS}
 
 
 def resizable(created: int, wanted: int, partitions: int = 1) -> bool:
@@ -73,10 +83,10 @@ def resizable(created: int, wanted: int, partitions: int = 1) -> bool:
 def immutable_changes(applied: Mapping[str, Any], wanted: Mapping[str, Any]) -> tuple[str, ...]:
     """The settings fixed at creation that the spec now changes, as the condition says them.
     An unset ``spec.replicas`` changes nothing: the Broker's default was taken at creation."""
-    return tuple(f"{field} (was {_fixed(applied, key)!r}, now {wanted.get(key)!r})"
+    return tuple(f"{field} (was {_fixed(applied, key)!r}, now {_fixed(wanted, key)!r})"
                  for key, field in IMMUTABLE_FIELDS.items()
                  if (key != "replicas" or key in wanted)
-                 and _fixed(applied, key) != wanted.get(key))
+                 and _fixed(applied, key) != _fixed(wanted, key))
 
 
 @dataclass(frozen=True)

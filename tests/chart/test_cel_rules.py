@@ -227,12 +227,17 @@ CASES: dict[str, Case] = {
     "stream-replicas-changed": Case("Stream", {**STREAM, "replicas": 5}, {**STREAM, "replicas": 3}),
     "stream-replicas-removed": Case("Stream", dict(STREAM), {**STREAM, "replicas": 3}),
     "stream-replicas-added": Case("Stream", {**STREAM, "replicas": 3}, dict(STREAM)),
-    **_stream_immutability("retention", {"maxAge": "7D"}, {"maxAge": "8D"}),
     **_stream_immutability("filterSizeBytes", 32, 64),
+    # retention changes (the operator applies it live, as a policy), set, unset or changed
+    "stream-retention-changed": Case("Stream", {**STREAM, "retention": {"maxAge": "8D"}},
+                                     {**STREAM, "retention": {"maxAge": "7D"}}),
+    "stream-retention-added": Case("Stream", {**STREAM, "retention": {"maxAge": "7D"}},
+                                   dict(STREAM)),
+    "stream-retention-removed": Case("Stream", dict(STREAM),
+                                     {**STREAM, "retention": {"maxAge": "7D"}}),
     "stream-retention-field-removed": Case(
         "Stream", {**STREAM, "retention": {"maxAge": "7D"}},
-        {**STREAM, "retention": {"maxAge": "7D", "maxLengthBytes": 1000}},
-        _refuses("retention is immutable")),
+        {**STREAM, "retention": {"maxAge": "7D", "maxLengthBytes": 1000}}),
     "stream-mutable-fields-change": Case(
         "Stream", {**STREAM, "deletionPolicy": "retain",
                    "export": {"schedule": "@daily", "destination": "/x"}}, dict(STREAM)),

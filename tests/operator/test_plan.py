@@ -85,8 +85,11 @@ def ready_of(status: StreamStatus) -> dict[str, Any]:
                  id="new with retention: its arguments"),
     pytest.param({}, stream().immutable(), "b", {}, (), id="created, spec unchanged"),
     pytest.param({"retention": {"maxAge": "2D"}}, stream(retention={"maxAge": "1D"}).immutable(),
-                 "b", {"max-age": "1D"}, ("spec.retention/spec.filterSizeBytes",),
-                 id="retention changed: refused, the created one kept"),
+                 "b", {"max-age": "2D"}, (),
+                 id="retention changed: taken (applied as a policy), applied keeps the created"),
+    pytest.param({"filterSizeBytes": 64}, stream(filterSizeBytes=32).immutable(),
+                 "b", {"stream-filter-size-bytes": "32"}, ("spec.filterSizeBytes",),
+                 id="filter size changed: refused, the created one kept"),
     pytest.param({"broker": "other"}, stream().immutable(), "b", {}, ("spec.broker",),
                  id="another broker: refused, never moved there"),
     pytest.param({"partitions": 3}, stream().immutable(), "b", {}, ("spec.partitions",),
@@ -104,9 +107,11 @@ def test_target(spec: dict[str, Any], applied: dict[str, Any] | None, broker_nam
 
 
 def test_a_refusal_names_both_values() -> None:
-    target = plan_target(stream(retention={"maxAge": "2D"}),
-                         StreamStatus(applied=stream(retention={"maxAge": "1D"}).immutable()))
-    assert "'1D'" in target.refused[0] and "'2D'" in target.refused[0]
+    target = plan_target(stream(filterSizeBytes=64, retention={"maxAge": "2D"}),
+                         StreamStatus(applied=stream(filterSizeBytes=32,
+                                                     retention={"maxAge": "1D"}).immutable()))
+    assert "'32'" in target.refused[0] and "'64'" in target.refused[0]
+    assert "max-age" not in target.refused[0]  # retention may change
 
 
 # --- how many copies: spec.replicas, the Broker's default; changed between counts above 1 ---
@@ -388,7 +393,7 @@ def test_a_missing_broker_leaves_the_rest_of_the_status() -> None:
 
 def test_a_refused_change_keeps_the_stream_but_is_not_ready() -> None:
     status = created(1)
-    plan = planned(status, retention={"maxAge": "2D"})
+    plan = planned(status, filterSizeBytes=64)
     result = report(plan, status, Outcome(1, stats=STATS), GEN, NOW)
     assert result.status.phase == Phase.READY
     assert result.status.applied == stream().immutable()

@@ -179,15 +179,16 @@ async def test_retain_keeps_the_stream(cluster: Cluster, kube: Kube, kubelet: Ku
 @pytest.mark.process
 async def test_immutable_change_is_refused(kube: Kube, kubelet: Kubelet, namespace: str) -> None:
     await running_broker(kube, kubelet, namespace, replicas=1)
-    await kube.create(stream_body(namespace, "fixed", retention={"maxAge": "1D"}))
+    await kube.create(stream_body(namespace, "fixed", filterSizeBytes=32))
     await ready(kube, namespace, "fixed")
-    await kube.patch("Stream", namespace, "fixed", {"spec": {"retention": {"maxAge": "2D"}}})
+    await kube.patch("Stream", namespace, "fixed", {"spec": {"filterSizeBytes": 64}})
     s = await ready(kube, namespace, "fixed", reason="ImmutableFieldChanged", status="False")
     message = condition(s, "Ready")["message"]
-    assert "spec.retention" in message and "'2D'" in message and "delete and re-create" in message
-    assert s["status"]["applied"]["arguments"] == {"max-age": "1D"}
+    assert "spec.filterSizeBytes" in message and "'64'" in message
+    assert "delete and re-create" in message
+    assert s["status"]["applied"]["arguments"] == {"stream-filter-size-bytes": "32"}
     # Changing it back is accepted again.
-    await kube.patch("Stream", namespace, "fixed", {"spec": {"retention": {"maxAge": "1D"}}})
+    await kube.patch("Stream", namespace, "fixed", {"spec": {"filterSizeBytes": 32}})
     await ready(kube, namespace, "fixed")
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import kopf
 
-from .. import day2, drain, names
+from .. import day2, drain, names, retention
 from ..brokers import BrokerSession, BrokerUnavailable
 from ..builders.directory import Placed
 from ..constants import GROUP, VERSION
@@ -225,6 +225,7 @@ async def _reconcile_on_broker(body: dict[str, Any], runtime: Runtime, index: An
         ordinal = await _choose_pod(runtime, index, target.stream, broker, drained)
     move, finished, copied = status.move, None, 0
     created, stats, failure = False, None, None
+    kept = (body.get("status") or {}).get("retention")  # status.retention as it stands
     try:
         if plan.move is MoveStep.START:
             status, written = await _start_move(runtime, index, plan, ordinal, status, gen,
@@ -244,6 +245,9 @@ async def _reconcile_on_broker(body: dict[str, Any], runtime: Runtime, index: An
                                     plan.target.create_arguments)
             stats = await _stats(session, plan.target.stream.partition_names,
                                  (plan.target.replicas or 1) > 1)
+        if not plan.target.refused:
+            kept = await _apply_retention(runtime, broker, plan.target.stream,
+                                          plan.target.applied, kept)
     except Exception as e:  # the broker's answer becomes the condition; the timer retries
         failure = _failure(e)
         log.warning("%s/%s: %r on %s: %s", stream.namespace, stream.name, target.stream.stream,
@@ -256,7 +260,31 @@ async def _reconcile_on_broker(body: dict[str, Any], runtime: Runtime, index: An
         logger.warning(result.repaired)
     if result.directory is not None:
         await _sync_directory(broker, runtime, {stream.name: result.directory})
-    return result.status.to_status(body.get("status")), list(result.events)
+    return {**result.status.to_status(body.get("status")), "retention": kept}, list(result.events)
+
+
+async def _apply_retention(runtime: Runtime, broker: BrokerModel, stream: StreamModel,
+                           applied: dict[str, Any], kept: dict[str, Any] | None
+                           ) -> dict[str, Any] | None:
+    """spec.retention, once it differs from the Create arguments, as the Stream's policy on
+    every pod (retention.py; each pod applies it to the streams it holds and passes it on);
+    its deletion once they agree again. Returns status.retention: changed only once every pod
+    holds what was sent (else BrokerRefused, and the timer sends it again)."""
+    want = retention.wanted(stream.create_arguments(), applied.get("arguments") or {},
+                            broker.retention)
+    if want == retention.definition_of(kept):
+        return kept
+    sent = retention.entry(stream.name, stream.stream, stream.partitions, want)
+    missing = []
+    for ordinal in range(broker.replicas):
+        async with _session(runtime, broker, ordinal) as session:
+            if not retention.holds(await session.sync_policies([sent]), sent):
+                missing.append(names.pod(broker.name, ordinal))
+    if missing:
+        raise retention.NotApplied(f"policy {sent['name']} not taken by {', '.join(missing)}")
+    log.info("%s/%s: retention %s on every pod", stream.namespace, stream.name,
+             want if want is not None else "of its Create arguments")
+    return retention.status_of(stream.name, want)
 
 
 async def _sync_directory(broker: BrokerModel, runtime: Runtime,
@@ -322,6 +350,8 @@ async def stream_deleted(*, body: kopf.Body, memo: Any, logger: Logger, **_: Any
     else:
         await _delete_on_broker(runtime, stream.namespace, meta["name"], applied,
                                 status.placement, logger, members_of(body.get("status")))
+        if (body.get("status") or {}).get("retention"):
+            await _drop_policy(runtime, stream, applied["broker"])
     runtime.recent.get((stream.namespace, broker_name), {}).pop(meta["name"], None)
 
 
@@ -348,6 +378,23 @@ async def _delete_on_broker(runtime: Runtime, namespace: str, stream_name: str,
     except Exception as e:  # keep the finalizer: kopf retries until the broker answers
         reason, message = _failure(e)
         raise kopf.TemporaryError(f"{reason}: {message}", delay=SETTINGS.stream_interval) from e
+
+
+async def _drop_policy(runtime: Runtime, stream: StreamModel, broker_name: str) -> None:
+    """Best effort: the deleted Stream's policy deleted on every pod (a stream made again
+    under its name would run with it); a pod that does not answer is logged."""
+    broker_body = await runtime.kube.get("Broker", stream.namespace, broker_name)
+    if broker_body is None:
+        return
+    broker = BrokerModel.from_body(broker_body)
+    gone = retention.entry(stream.name, stream.stream, stream.partitions, None)
+    for ordinal in range(broker.replicas):
+        try:
+            async with _session(runtime, broker, ordinal) as session:
+                await session.sync_policies([gone])
+        except Exception as e:
+            log.warning("%s/%s: policy %s not deleted on %s: %s", stream.namespace,
+                        stream.name, gone["name"], names.pod(broker.name, ordinal), e)
 
 
 async def _delete_replicated_super_stream(runtime: Runtime, broker: BrokerModel, name: str,
