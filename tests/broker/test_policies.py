@@ -211,7 +211,7 @@ def _assign(brokers: list[BrokerProcess], stream: str) -> None:
     for i, b in enumerate(brokers):
         with RawPeer(b.host, b.port) as peer:
             peer.handshake()
-            answer = peer.request(rf.Assign(1, stream, 1, Role.LEADER if i == 0 else
+            answer: Any = peer.request(rf.Assign(1, stream, 1, Role.LEADER if i == 0 else
                                             Role.FOLLOWER, lead.host, lead.port, [0, 1, 2]),
                                   rf.AssignResponse)
             assert answer.code == Code.OK
