@@ -11,7 +11,7 @@ MEGA_PORT ?= 5553
 RSIO_PORT ?= 5554
 SBP_PORT ?= 5555
 
-.PHONY: up test test-fast test-twins lint bench soak chart clean help
+.PHONY: up test test-fast test-twins lint bench soak chart images clean help
 
 help:
 	@echo "make up     - install and serve a broker on $(HOST):$(PORT) (MEGA on 127.0.0.1:$(MEGA_PORT), Reactive Streams IO on 127.0.0.1:$(RSIO_PORT), SBP on 127.0.0.1:$(SBP_PORT)), data in ./$(DATA) (Ctrl-C stops)"
@@ -20,6 +20,7 @@ help:
 	@echo "make test-fast - the tests that start no process and are not slow: pytest -m 'not process and not slow' on 2 workers (no broker, CLI, node, Spark)"
 	@echo "make lint   - ruff, mypy, the import contracts (.importlinter) and no import cycle (.ci/cycles.py)"
 	@echo "make chart  - the Helm chart packaged as helm package makes it (CRD symlinks read): dist/streamlet-<version>.tgz"
+	@echo "make images - build the broker, operator and Spark images as $(REGISTRY)/<name>:$(VERSION) with $(ENGINE) (ENGINE=docker|podman, IMAGE_ARGS: more build flags)"
 	@echo "make bench  - side-by-side benchmark against RabbitMQ (installs it as root if missing); results in bench/results/ (UPDATE_DOCS=1: also docs/performance.md)"
 	@echo "make soak   - the long hardening runs: fuzz, 10,000 connections, kill -9 (docs/reliability.md)"
 
@@ -93,6 +94,17 @@ soak: $(VENV)/.installed-core
 # (tests/chart/test_package.py renders the archive).
 chart: $(STAMP)
 	$(PY) -c "import helm_python; helm_python.disable_logging(); print(helm_python.package('charts/streamlet', destination='dist'))"
+
+# The three images, tagged with pyproject.toml's version; podman where it is installed, else
+# docker. Needs no venv. IMAGE_ARGS: more build flags, e.g. "--pull=never --network host" where
+# the bases are local (docs/development.md#the-images).
+ENGINE ?= $(shell command -v podman >/dev/null && echo podman || echo docker)
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+REGISTRY ?= ghcr.io/streamlet
+images:
+	$(ENGINE) build $(IMAGE_ARGS) -f broker_image/Dockerfile -t $(REGISTRY)/broker:$(VERSION) .
+	$(ENGINE) build $(IMAGE_ARGS) -f operator/Dockerfile -t $(REGISTRY)/operator:$(VERSION) .
+	$(ENGINE) build $(IMAGE_ARGS) -f spark-on-k8s/Dockerfile -t $(REGISTRY)/spark:$(VERSION) .
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -100,6 +100,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 # the folders of the longest units (Spark's one session, the docs pages, clusters, operators)
 _LONGEST = ("tests/spark/", "tests/docs/", "tests/cluster/", "tests/operator/")
+# before them: an image build (minutes, most of it waiting on the network and on gcc)
+_FIRST = ("tests/images/",)
 
 
 def _longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
@@ -112,6 +114,8 @@ def _longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
 
     def weight(item: pytest.Item) -> int:
         module = item.nodeid.split("::")[0]
+        if module.startswith(_FIRST):
+            return -1
         return 0 if module.startswith(_LONGEST) else 1 if module in starts else 2
     return sorted(items, key=weight)
 
