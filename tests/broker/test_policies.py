@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -263,3 +264,17 @@ async def test_every_member_of_a_replicated_stream_applies_it(tmp_path: Path,
     for api in apis:
         await eventually(lambda a=api: a.get("/policies") == [], timeout=30,  # type: ignore[misc]
                          what="deleted everywhere")
+
+
+@pytest.mark.parametrize("text", ["{not json", '[{"vhost": "/", "name": "p"}]'])
+def test_an_unreadable_policy_set_stops_serve_with_one_line(tmp_path: Path, text: str) -> None:
+    data = tmp_path / "d"
+    data.mkdir()
+    (data / "policies.json").write_text(text)
+    run = subprocess.run([sys.executable, "-m", "streamlet", "serve", "--port",
+                          str(free_port()), "--http-port", "0", "--metrics-port", "0",
+                          "--data-dir", str(data)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "policies.json cannot be read" in lines[0], lines
