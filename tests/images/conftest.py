@@ -16,7 +16,11 @@ def podman() -> images.Podman:
     reason = images.unavailable()
     if reason is not None:
         pytest.skip(reason)
-    return images.Podman(images.cache_dir())
+    podman = images.Podman(images.cache_dir())
+    probe = podman.run("info", check=False, timeout=120)
+    if probe.returncode != 0:  # e.g. in a container without the privileges it needs
+        pytest.skip(f"podman cannot run here: podman info failed: {probe.stderr[-500:]}")
+    return podman
 
 
 @pytest.fixture
