@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.images import ROOT, base_of, qualified, unavailable
+from tests.support.images import RECIPE, ROOT, base_of, qualified, stale, unavailable
 
 EVERY_TOOL = {"podman": "/usr/bin/podman", "runc": "/usr/sbin/runc",
               "debootstrap": "/usr/sbin/debootstrap"}
@@ -46,3 +46,18 @@ def test_base_of_a_file_without_from(tmp_path: Path) -> None:
     (tmp_path / "Dockerfile").write_text("# nothing\n")
     with pytest.raises(ValueError, match="no FROM"):
         base_of(tmp_path / "Dockerfile")
+
+
+BASE = "docker.io/library/python:3.11.11-slim-bookworm"
+
+
+@pytest.mark.parametrize(("label", "made_again"), [
+    ("", False),  # the real image, pulled: kept
+    ("\n", False),
+    (f"{BASE} {RECIPE}\n", False),  # made by this recipe
+    (f"{BASE} 0123456789ab\n", True),  # by an older one
+    (f"docker.io/library/python:3.12 {RECIPE}", False),  # not a label we wrote for this base
+    ("something else entirely", False),
+])
+def test_a_stand_in_of_another_recipe_is_made_again(label: str, made_again: bool) -> None:
+    assert stale(label, BASE) is made_again

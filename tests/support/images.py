@@ -156,17 +156,24 @@ def host_ca() -> bytes:
     return bundle.read_bytes() if bundle.is_file() else b""
 
 
+def stale(label: str, base: str) -> bool:
+    """Whether an image of ``base`` with this STAND_IN label is a stand-in of another recipe
+    (made again); an image without the label is not ours and is kept."""
+    made = label.split()
+    return len(made) == 2 and made[0] == base and made[1] != RECIPE
+
+
 def python_base(podman: Podman, dockerfile: Path) -> str:
     """The base ``dockerfile`` builds from: podman's own when it has it (pulled or made before),
     else a stand-in made on DEBIAN and tagged as it."""
     base = qualified(base_of(dockerfile))
     with podman.lock():
         if podman.exists(base):
-            made = podman.run("image", "inspect", "--format",
-                              f'{{{{index .Labels "{STAND_IN}"}}}}', base).stdout.split()
-            if not made or made[-1] == RECIPE:  # not ours, or made by this recipe
+            label = podman.run("image", "inspect", "--format",
+                               f'{{{{index .Labels "{STAND_IN}"}}}}', base).stdout
+            if not stale(label, base):
                 return base
-            podman.remove_image(base)  # a stand-in of an older recipe
+            podman.remove_image(base)
         source = debian(podman)
         with tempfile.TemporaryDirectory(dir=podman.cache) as tmp:
             (Path(tmp) / "ca.pem").write_bytes(host_ca())
