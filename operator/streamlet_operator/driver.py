@@ -191,8 +191,8 @@ class Driver:
 
     async def _members(self, broker: BrokerModel) -> Members:
         """The brokers, as the operator's other sessions reach them (runtime.broker_address:
-        TLS on spec.tls.port when it uses TLS); Assign names a leader by the address its
-        followers reach it at (the TLS port when the brokers replicate over TLS); each
+        TLS on spec.tls.port when it uses TLS); Assign names a leader by its client port
+        (BrokerModel.leader_port), which each follower maps to its own cluster.peers; each
         request carries the operator's fencing token when it leads through a Lease."""
         credentials = await self.runtime.broker_credentials(broker.namespace, broker.name)
         tls = await self.runtime.broker_tls(broker)
@@ -200,7 +200,7 @@ class Driver:
         port = operator_port(broker, tls)
         return _Members(lambda m: resolve(ns, name, m, port), credentials,
                         connection_name="streamlet operator",
-                        peer_address=lambda m: resolve(ns, name, m, broker.peer_port),
+                        peer_address=lambda m: resolve(ns, name, m, broker.leader_port),
                         tls=tls.context() if tls is not None else None,
                         token=self.runtime.fencing_token())
 

@@ -263,9 +263,17 @@ class BrokerModel:
 
     @property
     def peer_port(self) -> int:
-        """Where the brokers reach each other (cluster.peers, a leader's address in Assign):
-        the stream port, or the TLS port when they replicate over TLS."""
+        """Where the brokers reach each other (cluster.peers): the stream port, or the TLS
+        port when they replicate over TLS."""
         return self.tls_port if self.replication_tls else self.port
+
+    @property
+    def leader_port(self) -> int:
+        """The port an Assign names a leader by: the client port. A broker links to the member
+        whose host that names, at its cluster.peers address (the TLS port with TLS), so the
+        plain port is taken by brokers whose peers are plain ports (a config from before
+        replication went over TLS beside the plain listener) and by the others alike."""
+        return self.client_port
 
     @property
     def management_tls(self) -> bool:

@@ -14,6 +14,7 @@ from streamlet.broker.config import environment, model
 from streamlet.broker.config.model import FSYNC_POLICIES
 from streamlet.broker.directory import parse as parse_directory
 from streamlet.broker.protocols import load
+from streamlet.replication.requests import named_peer
 from streamlet_operator import names
 from streamlet_operator.brokers import ClientTls
 from streamlet_operator.builders import build_all, render_config, render_users
@@ -286,11 +287,15 @@ TLS = {"secretName": "events-tls", "port": 5671}
 def test_the_ports_the_operator_and_the_brokers_reach_pods_on(
         tmp_path: Path, tls: dict[str, Any] | None, client: ClientTls | None, operator: int,
         peer: int) -> None:
-    """The placement driver's requests go where the operator's sessions go; the leader it names
-    in Assign is where the followers (the brokers' replication links) reach it."""
+    """The placement driver's requests go where the operator's sessions go; the brokers'
+    replication links reach each other at their cluster.peers; an Assign names the leader by
+    its client port, which every broker maps to that member's peer address."""
     model = broker(tls=tls) if tls else broker()
     assert operator_port(model, client) == operator
     assert model.peer_port == peer
+    assert model.leader_port == (5671 if tls and tls.get("plainListener") is False else 5552)
+    leader = ("events-0.events-headless.prod.svc.cluster.local", model.leader_port)
+    assert named_peer(load(_mounted(tmp_path, model, {"u": "p"})).peers, leader) == 0
     assert model.replication_tls is (peer == 5671)
     cluster = load(_mounted(tmp_path, model, {"u": "p"}))
     assert cluster.replication_tls is model.replication_tls

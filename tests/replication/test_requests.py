@@ -25,10 +25,11 @@ B0, B1 = PEERS[0], PEERS[1]
     pytest.param(("B-1.b.NS.svc.cluster.local.", 5552), 1, 1,
                  id="host case and a trailing dot do not matter"),
     pytest.param(("[::1]", 5552), 3, 3, id="IPv6 brackets"),
-    pytest.param(("10.0.0.3", 5552), None, None, id="another port: another listener"),
+    pytest.param(("10.0.0.3", 5552), None, 2,
+                 id="another port of a peer's host: that broker's other listener"),
     pytest.param(("b-0.b.ns.svc", 5552), None, 0, id="without the cluster domain: named"),
     pytest.param(("b-0", 5552), None, 0, id="the pod's name alone: one peer starts with it"),
-    pytest.param(("b-0.b.ns.svc", 5551), None, None, id="named, on another port: none"),
+    pytest.param(("b-0.b.ns.svc", 5551), None, 0, id="named, on another port: that broker"),
     pytest.param(("b", 5552), None, None, id="a start that is not a label: none"),
     pytest.param(("b-0.b.ns.svc.cluster.local.evil.com", 5552), None, None,
                  id="a peer's name extended: none"),
@@ -43,6 +44,21 @@ def test_peer_index(address: tuple[str, int], exact: int | None, named: int | No
 def test_a_start_two_peers_share_names_none() -> None:
     peers = [("b-1.x", 1), ("b-1.y", 1)]
     assert named_peer(peers, ("b-1", 1)) is None
+
+
+@pytest.mark.parametrize(("address", "named"), [
+    pytest.param(("127.0.0.1", 7001), 1, id="the exact address"),
+    pytest.param(("127.0.0.1", 5552), None, id="brokers sharing a host: another port is none"),
+    pytest.param(("b-0.b.ns.svc.cluster.local", 5552), 0,
+                 id="a pod's plain port: the pod, whose peer address is its TLS port"),
+    pytest.param(("b-0.b.ns.svc", 5552), 0, id="the same, without the cluster domain"),
+])
+def test_a_host_on_another_port(address: tuple[str, int], named: int | None) -> None:
+    """A driver that names the leader by its plain port (what every broker of a Broker with
+    TLS beside the plain listener accepts) names the member whose peer address is its TLS
+    port; brokers sharing a host (a local cluster) are told apart by their ports only."""
+    peers = [("b-0.b.ns.svc.cluster.local", 5551), ("127.0.0.1", 7001), ("127.0.0.1", 7002)]
+    assert named_peer(peers, address) == named
 
 
 @pytest.mark.parametrize(("epoch", "peers", "refused"), [
@@ -79,8 +95,8 @@ ASSIGN = [
                  id="told to lead a set it is not in"),
     pytest.param(1, False, ("127.0.0.1", 6666), [0, 1], PEERS, 1, "not one of cluster.peers",
                  id="a leader that is no peer"),
-    pytest.param(1, False, ("10.0.0.3", 5552), [0, 1, 2], PEERS, 1, "not one of cluster.peers",
-                 id="a peer's host on another port (the plain one, with TLS peers)"),
+    pytest.param(1, False, ("10.0.0.3", 5552), [0, 1, 2], PEERS, 1, None,
+                 id="a peer's host on another port (the plain one, with TLS peers): that peer"),
     pytest.param(1, False, PEERS[2], [0, 1], PEERS, 1, "(member 2) is not among the members",
                  id="a leader that is a peer but no member"),
     pytest.param(1, True, B0, [0, 1], PEERS, 1, "told to lead, but the leader named is member 0",

@@ -34,15 +34,16 @@ def make_ca(d: Path, name: str = "ca", cn: str = "streamlet-test-ca") -> None:
              "-subj", f"/CN={cn}", cwd=d)
 
 
-def issue(d: Path, name: str, cn: str, server: bool = False, ca: str = "ca") -> None:
+def issue(d: Path, name: str, cn: str, server: bool = False, ca: str = "ca",
+          san: str = "IP:127.0.0.1,DNS:localhost") -> None:
     """``<name>.crt``/``<name>.key`` (a new key) signed by the CA ``<ca>.crt`` of ``d``; a
-    ``server`` certificate also names 127.0.0.1 and localhost (subjectAltName)."""
+    ``server`` certificate also names ``san`` (subjectAltName: 127.0.0.1 and localhost)."""
     need_openssl()
     _openssl("req", *EC, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={cn}",
              cwd=d)
     extra: list[str] = []
     if server:
-        (d / SAN_EXT).write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        (d / SAN_EXT).write_text(f"subjectAltName={san}\n")
         extra = ["-extfile", SAN_EXT]
     _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
              "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", *extra, cwd=d)

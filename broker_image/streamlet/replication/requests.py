@@ -35,16 +35,21 @@ def peer_index(peers: Sequence[Address], address: Address) -> int | None:
 def named_peer(peers: Sequence[Address], address: Address) -> int | None:
     """The member id of the peer ``address`` names: that address, or else the one peer on its
     port whose host extends the address's by a domain (``b-0.b.ns.svc`` names
-    ``b-0.b.ns.svc.cluster.local``); None when it names none, or more than one."""
+    ``b-0.b.ns.svc.cluster.local``), or else the one peer of that host (or one extending it)
+    on any port: the same broker's other listener (a driver names the plain port of brokers
+    whose peers are their TLS ports); None when it names none, or more than one."""
     exact = peer_index(peers, address)
     if exact is not None:
         return exact
     host, port = _host(address[0]), address[1]
     if not host:
         return None
-    found = [i for i, (peer_host, peer_port) in enumerate(peers)
-             if peer_port == port and _host(peer_host).startswith(host + ".")]
-    return found[0] if len(found) == 1 else None
+    hosts = [i for i, (peer_host, _) in enumerate(peers)
+             if _host(peer_host) == host or _host(peer_host).startswith(host + ".")]
+    found = [i for i in hosts if peers[i][1] == port]
+    if len(found) == 1:
+        return found[0]
+    return hosts[0] if not found and len(hosts) == 1 else None
 
 
 def fence_refusal(epoch: int, peers: Sequence[Address]) -> str | None:
