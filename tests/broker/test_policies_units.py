@@ -4,10 +4,14 @@ brokers' sets (the newest version of each entry wins, a deletion included)."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from streamlet.broker.config.model import ConfigError
 from streamlet.broker.policies.model import (
     Policy,
     PolicySet,
@@ -17,6 +21,7 @@ from streamlet.broker.policies.model import (
     from_json,
     parse,
 )
+from streamlet.broker.policies.store import Policies
 from streamlet.core.settings import StreamSettings
 
 
@@ -143,3 +148,23 @@ def test_entries_round_trip_and_bad_ones_are_refused() -> None:
                 {**s.entries[("/", "p")].to_json(), "definition": {"nope": 1}}, "x"):
         with pytest.raises(ValueError):
             from_json(bad)
+
+
+def test_the_store_stamps_local_entries_keeps_them_and_reloads(tmp_path: Path) -> None:
+    store = Policies(tmp_path, {}, origin="me:1")
+    sent = Policy("/", "p", "^a", "streams", 1, {"max-age": "1h"})  # version 0: the operator's
+    taken = store.merge([sent])
+    assert [(p.name, p.origin) for p in taken] == [("p", "me:1")] and taken[0].version > 0
+    assert store.merge([sent]) == []  # the same again: nothing changes, nothing is sent
+    assert store.merge([Policy("/", "q", deleted=True)]) == []  # no such policy: no tombstone
+    older = replace(taken[0], definition={"max-age": "2h"}, version=1, origin="peer:1")
+    assert store.merge([older]) == []  # a peer's older version loses
+    assert PolicySet.from_json(json.loads((tmp_path / "policies.json").read_bytes())
+                               ).entries == store.set.entries
+    again = Policies(tmp_path, {}, origin="me:1")  # what a restart reads
+    assert again.set.get("/", "p") == taken[0]
+    assert again.delete("/", "p") and not again.delete("/", "p")
+    assert Policies(tmp_path, {}, origin="me:1").set.live() == []
+    (tmp_path / "policies.json").write_text("[1]")
+    with pytest.raises(ConfigError, match="policies.json cannot be read"):
+        Policies(tmp_path, {}, origin="me:1")
