@@ -128,6 +128,8 @@ def test_config_is_what_the_broker_reads(tmp_path: Path) -> None:
     assert cfg.port == 6000 and cfg.host == "0.0.0.0"
     assert str(cfg.data_dir) == "/var/lib/streamlet"
     assert cfg.retention.max_age_ms == 2 * 86400_000
+    # the readiness URL's listener is configured, so a pod that cannot serve it stops
+    assert cfg.metrics is not None and cfg.metrics.port == 15692 and cfg.metrics.required
     assert cfg.retention.max_length_bytes == 5000
     assert cfg.retention.max_segment_size_bytes == 1000000
     users = {u.name: u for u in cfg.users}

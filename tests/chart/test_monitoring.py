@@ -25,7 +25,7 @@ from streamlet.broker.config import environment
 from streamlet.broker.protocols import load
 from streamlet_operator import names
 from streamlet_operator.builders import build_all
-from streamlet_operator.builders.statefulset import METRICS_PORT
+from streamlet_operator.builders.configmap import METRICS_PORT
 from tests.broker.test_replication import assign
 from tests.broker.test_replication_metrics import replicated_cluster
 from tests.chart.conftest import CHART, KUBE_VERSIONS

@@ -18,6 +18,10 @@ USERS_DIR = "/etc/streamlet/users"
 #: RabbitMQ's management listeners
 MANAGEMENT_PORT = 15672
 MANAGEMENT_TLS_PORT = 15671
+#: the broker's Prometheus endpoint and readiness URL (/ready), on the pod's address (the
+#: config's [server] host), scraped by the chart's PodMonitor or ServiceMonitor. Configured, so
+#: it is required: a pod that cannot serve it stops, rather than running never Ready.
+METRICS_PORT = 15692
 # Where the stream directory ConfigMap is mounted (builders/directory.py).
 DIRECTORY_FILE = f"/etc/streamlet/directory/{names.DIRECTORY_KEY}"
 
@@ -78,6 +82,9 @@ def render_config(broker: BrokerModel, pods: int | None = None) -> str:
         f"max_age = {toml_string(r.max_age or '0s')}",
         f"max_length_bytes = {r.max_length_bytes or 0}",
         f"max_segment_size_bytes = {r.max_segment_size_bytes or 500_000_000}",
+        "",
+        "[listeners.metrics]",
+        f"port = {METRICS_PORT}",
         "",
     ]
     for vhost in vhosts(broker):

@@ -15,8 +15,7 @@ from typing import Any
 from .. import names
 from ..model import BrokerModel
 from .common import metadata
-from .configmap import MANAGEMENT_PORT, MANAGEMENT_TLS_PORT
-from .statefulset import METRICS_PORT
+from .configmap import MANAGEMENT_PORT, MANAGEMENT_TLS_PORT, METRICS_PORT
 
 #: the labels of the operator's pods (the chart's Deployment) and of export jobs' pods
 OPERATOR_POD = {"app.kubernetes.io/name": "streamlet-operator"}

@@ -7,8 +7,7 @@ from typing import Any
 from .. import names
 from ..model import BrokerModel
 from .common import metadata
-from .configmap import MANAGEMENT_TLS_PORT
-from .statefulset import METRICS_PORT
+from .configmap import MANAGEMENT_TLS_PORT, METRICS_PORT
 
 
 def _ports(broker: BrokerModel) -> list[dict[str, Any]]:

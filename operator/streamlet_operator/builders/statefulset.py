@@ -11,14 +11,19 @@ from typing import Any
 from .. import names
 from ..model import BrokerModel
 from .common import metadata
-from .configmap import DATA_DIR, DIRECTORY_FILE, TLS_CA_DIR, TLS_DIR, USERS_DIR, render_config
+from .configmap import (
+    DATA_DIR,
+    DIRECTORY_FILE,
+    METRICS_PORT,
+    TLS_CA_DIR,
+    TLS_DIR,
+    USERS_DIR,
+    render_config,
+)
 
 CONFIG_DIR = "/etc/streamlet/config"
 DIRECTORY_DIR = DIRECTORY_FILE.rsplit("/", 1)[0]
 UID = 10001
-#: the broker's Prometheus endpoint: its default [listeners.metrics] port, on the pod's address
-#: (the config's [server] host), scraped by the chart's PodMonitor or ServiceMonitor
-METRICS_PORT = 15692
 
 #: A Broker without spec.resources: requests, so the scheduler counts the pod and it is not
 #: BestEffort (the first evicted under pressure); no limits (a CPU limit throttles the event
