@@ -11,7 +11,6 @@ Why: docs/reliability.md#the-rule-for-memory.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 from collections.abc import Callable
 
@@ -30,7 +29,9 @@ GC_YOUNG = 50_000
 
 def _glibc(name: str, *argtypes: type[ctypes._SimpleCData[int]]) -> Callable[..., int] | None:
     try:
-        fn = getattr(ctypes.CDLL(ctypes.util.find_library("c")), name)  # absent outside glibc
+        # the process's own symbols, the C library's among them: find_library("c") would run
+        # ldconfig (a process, about 10 ms) at every import. Absent outside glibc.
+        fn = getattr(ctypes.CDLL(None), name)
     except (OSError, AttributeError):
         return None
     fn.argtypes, fn.restype = list(argtypes), ctypes.c_int
