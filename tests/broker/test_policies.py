@@ -266,6 +266,24 @@ async def test_every_member_of_a_replicated_stream_applies_it(tmp_path: Path,
                          what="deleted everywhere")
 
 
+async def test_a_member_without_a_policy_file_takes_its_peers_set_at_start(
+        tmp_path: Path, broker_factory: Factory) -> None:
+    """A new volume: no policies.json. The peers sent theirs long ago and have nothing pending,
+    so only the member's own exchange at start can bring it the set."""
+    brokers, apis = zip(*_members(tmp_path, broker_factory), strict=True)
+    week = {"pattern": "^r$", "definition": {"max-age": "7D"}}
+    assert apis[0].call("PUT", "/policies/%2F/week", week).status_code == 201
+    for api in apis:
+        await eventually(lambda a=api: a.get("/policies") != [], timeout=30,  # type: ignore[misc]
+                         what="the policy on every member")
+    brokers[2].stop()
+    (brokers[2].data_dir / "policies.json").unlink()
+    brokers[2].start()
+    await eventually(lambda: apis[2].get("/policies") != [], timeout=60,
+                     what="the member without a policy file took its peers' set")
+    assert apis[2].get("/policies/%2F/week")["definition"] == week["definition"]
+
+
 @pytest.mark.parametrize("text", ["{not json", '[{"vhost": "/", "name": "p"}]'])
 def test_an_unreadable_policy_set_stops_serve_with_one_line(tmp_path: Path, text: str) -> None:
     data = tmp_path / "d"

@@ -1,8 +1,8 @@
 """This broker's policy set: kept in ``<data_dir>/policies.json`` (written whole, fsynced and
 renamed before a change is answered), applied to every stream it holds (at start, on create,
-on each change), and pushed to each of ``cluster.peers`` after a change and at start, retried
-until the peer answers; a peer's answer is its own set, merged back. So every broker of a
-cluster converges on the newest version of each policy, whichever broker took the change and
+on each change), and pushed to each of ``cluster.peers`` after a change and at start (empty
+or not), retried until the peer answers; a peer's answer is its own set, merged back. So
+every broker of a cluster converges on the newest version of each policy, whichever broker took the change and
 whichever was down then (docs/operations.md, "Policies")."""
 
 from __future__ import annotations
@@ -144,11 +144,11 @@ class Policies:
     # --- the peers --------------------------------------------------------------------------
 
     def start(self) -> None:
-        """At start, a broker that holds policies sends them to its peers (and takes theirs
-        back): what it changed that they missed. One that holds none sends nothing: the
-        peers' own sends, retried until it answers, bring it what it missed."""
-        if self.set.entries:
-            self.push()
+        """At start, a broker sends its set to its peers and takes theirs back: what it changed
+        that they missed, and what they changed while it was down. It sends an empty set too,
+        so a broker whose data directory is new (a replaced volume) learns the policies from
+        the first peer that answers."""
+        self.push()
 
     def push(self) -> None:
         """Send the whole set to every peer (a push still running is replaced: the new one
