@@ -158,7 +158,10 @@ def test_help_is_true_at_every_level() -> None:
     assert len(rows) >= 7
     for code, rest in rows:
         words = code.replace("\\|", "|").split()
-        actions = words[1].split("|") if words[0] in ("streams", "cluster") else [""]
+        # a command of subcommands: each one the row names (`policies set ...`, `policies list`)
+        actions = [action for named in re.findall(rf"(?:^|`){words[0]} (\S+)", code)
+                   for action in named.replace("\\|", "|").split("|")
+                   ] if words[0] in ("streams", "cluster", "policies") else [""]
         helps = "".join(cli(words[0], *([a] if a else []), "--help").stdout.decode()
                         for a in actions)
         for flag in re.findall(r"--[a-z][a-z-]*", code + rest):
