@@ -72,15 +72,20 @@ async def test_a_move_under_live_traffic_loses_no_confirmed_message(
         await eventually(lambda: at_least(200), what="messages confirmed on pod 1")
         await kube.patch("Broker", namespace, "b", {"spec": {"replicas": 1}})
         async with kubelet.delivering_directory(namespace, "b"):
+            seen: dict[str, Any] = {}
+
             async def moved() -> Any:
                 s = await kube.get("Stream", namespace, "live")
-                st = (s or {}).get("status") or {}
+                st = seen["status"] = (s or {}).get("status") or {}
                 return s if (st.get("leader") == "b-0" and not st.get("move") and condition(
                     s, "Ready").get("status") == "True") else None
             # How long the move takes follows how much the producers sent before the seal,
             # which depends on the machine (the copy's speed is test_brokers' business): a
             # bound to catch a move that never ends, not a slow one.
-            done = await eventually(moved, timeout=60, what="the move finished")
+            try:
+                done = await eventually(moved, timeout=180, what="the move finished")
+            except AssertionError as e:
+                raise AssertionError(f"{e}; the Stream's status then: {seen}") from None
             before = len(confirmed)
             await eventually(lambda: at_least(before + 200), what="publishing on pod 0")
     finally:
