@@ -106,6 +106,7 @@ class Setup:
         self.http_port = free_port()
         self.tls_port = free_port()
         self.https_port = free_port()  # the management API's, with tls
+        self.metrics_tls_port = free_port()  # the metrics endpoint's HTTPS, with tls
         self.certs: SecretVolume | None = None
         self.ca: Path | None = None
 
@@ -122,7 +123,7 @@ password = "admin-pw"
 
 [listeners.metrics]
 port = {self.metrics_port}
-
+''' + (f"tls_port = {self.metrics_tls_port}\n" if tls else "") + f'''
 [listeners.http]
 port = {self.http_port}
 ''' + (f"tls_port = {self.https_port}\n" if tls else "") + extra
@@ -418,6 +419,7 @@ tls = true
     assert await asyncio.to_thread(peer_certificate, s.tls_port, ctx) == first
     assert await asyncio.to_thread(peer_certificate, sbp_port, ctx) == first
     assert await asyncio.to_thread(peer_certificate, s.https_port, ctx) == first
+    assert await asyncio.to_thread(peer_certificate, s.metrics_tls_port, ctx) == first
     old = await connect(b.host, s.tls_port, user="admin", password="admin-pw", ssl=ctx)
     try:
         tls.write(_tls_files(certs, "server2"))  # cert-manager renewed the Secret
@@ -426,6 +428,7 @@ tls = true
         assert await asyncio.to_thread(peer_certificate, sbp_port, ctx) == second
         # the management API's HTTPS too, which asks for no client certificate
         assert await asyncio.to_thread(peer_certificate, s.https_port, ctx) == second
+        assert await asyncio.to_thread(peer_certificate, s.metrics_tls_port, ctx) == second
         assert b.pid == pid
         # a full login on the new certificate, and SASL EXTERNAL with a client certificate (the
         # CA of the reloaded context verifies it)

@@ -3,6 +3,7 @@ adds further protocols, and a protocol the broker does not speak is a clear erro
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,52 @@ def test_mega_port_flag(tmp_path: Path, text: str, flag: int | None, mega: list[
     path.write_text(text)
     cfg = load(path, mega_port=flag, data_dir=str(tmp_path / "data"))
     assert [lst for lst in cfg.listeners if lst.protocol == "mega"] == mega
+
+
+@pytest.mark.parametrize(("text", "flag", "ports"), [
+    pytest.param("", None, (15692, None), id="nothing said: HTTP on 15692"),
+    pytest.param(TLS, None, (15692, None), id="[tls] alone: HTTP only, as before"),
+    pytest.param(TLS + "[listeners.metrics]\ntls_port = 15691\n", None, (15692, 15691),
+                 id="tls_port: HTTPS beside HTTP on the default port"),
+    pytest.param(TLS + "[listeners.metrics]\ntls_port = 15691\nport = 9000\n", None,
+                 (9000, 15691), id="both said: both"),
+    pytest.param(TLS + "[listeners.metrics]\ntls_port = 0\n", None, (15692, None),
+                 id="tls_port 0: none"),
+    pytest.param(TLS + "[listeners.metrics]\ntls_port = 15691\n", 9100, (9100, 15691),
+                 id="--metrics-port moves the plain port, keeps HTTPS"),
+])
+def test_metrics_over_tls(tmp_path: Path, text: str, flag: int | None,
+                          ports: tuple[int, int | None]) -> None:
+    """[listeners.metrics] tls_port serves HTTPS beside the plain port, never instead of it
+    (the readiness probe's)."""
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    metrics = load(path, metrics_port=flag, data_dir=str(tmp_path / "data")).metrics
+    assert metrics is not None and (metrics.port, metrics.tls_port) == ports
+
+
+@pytest.mark.parametrize(("text", "flag"), [
+    pytest.param(TLS + "[listeners.metrics]\ntls_port = 15691\nport = 0\n", None,
+                 id="port 0: the whole endpoint off"),
+    pytest.param(TLS + "[listeners.metrics]\ntls_port = 15691\nenabled = false\n", None,
+                 id="enabled = false"),
+    pytest.param(TLS + "[listeners.metrics]\ntls_port = 15691\n", 0, id="--metrics-port 0"),
+])
+def test_metrics_off_takes_tls_port_with_it(tmp_path: Path, text: str, flag: int | None) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    assert load(path, metrics_port=flag, data_dir=str(tmp_path / "data")).metrics is None
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[listeners.metrics]\ntls_port = 15691\n", "[listeners.metrics] tls_port needs a [tls] section"),
+    (TLS + "[listeners.metrics]\ntls_port = 70000\n", "listeners.metrics.tls_port must be in 1..65535"),
+    (TLS + "[listeners.metrics]\ntls_port = 9000\nport = 9000\n",
+     "[listeners.metrics] port and tls_port are both 9000"),
+    (TLS + "[listeners.metrics]\ntls_port = 15692\n",
+     "[listeners.metrics] port and tls_port are both 15692"),
+    ("[listeners.metrics]\nssl_port = 15691\n", "unknown key(s) in [listeners.metrics]: ssl_port"),
+])
+def test_bad_metrics_tls_port(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        _load(tmp_path, text)

@@ -46,6 +46,8 @@ DEFAULT_METRICS_PORT = 15692
 #: label cardinality caps of /metrics: streams and named consumers given series of their own
 DEFAULT_METRICS_MAX_STREAMS = 1000
 DEFAULT_METRICS_MAX_CONSUMERS = 1000
+#: RabbitMQ's Prometheus port over TLS (prometheus.ssl.port in its docs' examples)
+DEFAULT_METRICS_TLS_PORT = 15691
 #: RabbitMQ's management port (rabbitmq_management), the management API's default
 DEFAULT_HTTP_PORT = 15672
 #: RabbitMQ's management port over TLS (management.ssl.port in its docs' examples)
@@ -158,16 +160,18 @@ NO_LIMITS = ListenerLimits()
 
 @dataclass(frozen=True)
 class MetricsListener:
-    """The Prometheus endpoint (``/metrics`` over HTTP). ``host`` None: [server] host.
-    ``required`` False (nothing configured, the default port): if the port is taken the broker
-    logs it and serves without metrics, so two brokers on one machine both start; a configured
-    one that cannot listen stops the broker."""
+    """The Prometheus endpoint (``/metrics`` over HTTP; over HTTPS with [tls]'s certificate on
+    ``tls_port`` too, None: none). ``host`` None: [server] host. ``required`` False (nothing
+    configured, the default port): if the port is taken the broker logs it and serves without
+    metrics, so two brokers on one machine both start; a configured one that cannot listen
+    stops the broker."""
 
     port: int = DEFAULT_METRICS_PORT
     host: str | None = None
     required: bool = False
     max_streams: int = DEFAULT_METRICS_MAX_STREAMS
     max_consumers: int = DEFAULT_METRICS_MAX_CONSUMERS
+    tls_port: int | None = None
 
 
 @dataclass(frozen=True)

@@ -213,9 +213,10 @@ def _listeners(section: Any, default_host: str,
 
 
 def _metrics_listener(table: dict[str, Any]) -> MetricsListener | None:
-    """[listeners.metrics]: enabled, host, port, max_streams, max_consumers. Configured, it
-    is required: a port it cannot listen on stops the broker."""
-    extra = set(table) - {"enabled", "host", "port", "max_streams", "max_consumers"}
+    """[listeners.metrics]: enabled, host, port, max_streams, max_consumers, tls_port.
+    Configured, it is required: a port it cannot listen on stops the broker. tls_port (HTTPS,
+    [tls]'s certificate) is served beside the plain port, never instead of it."""
+    extra = set(table) - {"enabled", "host", "port", "max_streams", "max_consumers", "tls_port"}
     if extra:
         raise ConfigError(f"unknown key(s) in [listeners.metrics]: {', '.join(sorted(extra))}")
     if not table.get("enabled", True):
@@ -226,10 +227,11 @@ def _metrics_listener(table: dict[str, Any]) -> MetricsListener | None:
         return None
     streams = int_key(table, "max_streams", where)
     consumers = int_key(table, "max_consumers", where)
+    tls_port = int_key(table, "tls_port", where)
     return MetricsListener(
         port or DEFAULT_METRICS_PORT, str(table["host"]) if "host" in table else None, True,
         DEFAULT_METRICS_MAX_STREAMS if streams is None else streams,
-        DEFAULT_METRICS_MAX_CONSUMERS if consumers is None else consumers)
+        DEFAULT_METRICS_MAX_CONSUMERS if consumers is None else consumers, tls_port or None)
 
 
 def _http_listener(table: dict[str, Any]) -> HttpListener | None:
@@ -363,8 +365,15 @@ def _validate(cfg: BrokerConfig) -> None:
     for protocol, settings in cfg.settings.items():
         if protocol in listening:
             settings.check(cfg)
-    if cfg.metrics is not None and not 0 < cfg.metrics.port < 65536:
-        raise ConfigError(f"listeners.metrics.port must be in 1..65535, got {cfg.metrics.port}")
+    if cfg.metrics is not None:
+        for key, port in (("port", cfg.metrics.port), ("tls_port", cfg.metrics.tls_port)):
+            if port is not None and not 0 < port < 65536:
+                raise ConfigError(f"listeners.metrics.{key} must be in 1..65535, got {port}")
+        if cfg.metrics.tls_port is not None and cfg.tls is None:
+            raise ConfigError("[listeners.metrics] tls_port needs a [tls] section (its "
+                              "certificate is the metrics endpoint's)")
+        if cfg.metrics.port == cfg.metrics.tls_port:
+            raise ConfigError(f"[listeners.metrics] port and tls_port are both {cfg.metrics.port}")
     if cfg.http is not None:
         for key, port in (("port", cfg.http.port), ("tls_port", cfg.http.tls_port)):
             if port is not None and not 0 < port < 65536:

@@ -1,6 +1,7 @@
-"""The broker's Prometheus endpoint: ``/metrics`` on [listeners.metrics] (default port 15692),
-served by the broker's event loop from what its streams already count (collector.py), and
-its readiness at ``/ready`` (http.py)."""
+"""The broker's Prometheus endpoint: ``/metrics`` on [listeners.metrics] (default port 15692;
+HTTPS beside it on its tls_port, [tls]'s certificate, reloaded as the stream listeners' is, no
+client certificate asked for), served by the broker's event loop from what its streams
+already count (collector.py), and its readiness at ``/ready`` (http.py)."""
 
 from __future__ import annotations
 
@@ -49,4 +50,16 @@ async def start_metrics(broker: Broker) -> MetricsServer | None:
                                "set [listeners.metrics] port or serve --metrics-port"):
         return None
     log.info("streamlet metrics at http://%s:%d/metrics", host, server.port)
+    if cfg.tls_port is not None:
+        assert broker.tls is not None  # the config's validation
+        # the management API's context: [tls]'s certificate as reloaded, no client certificate
+        try:
+            port = await server.listen(host, cfg.tls_port, cfg.required, "metrics over TLS",
+                                       "set [listeners.metrics] tls_port",
+                                       ssl=broker.tls.web_listening)
+            if port:
+                log.info("streamlet metrics at https://%s:%d/metrics", host, port)
+        except OSError:
+            await server.close()  # the plain one, which listened
+            raise
     return server
