@@ -88,6 +88,8 @@ class Tls:
     operator_client_secret: str | None = None
     #: the management API over HTTPS (15671) with the same certificate; False: plain HTTP only
     management: bool = True
+    #: the metrics endpoint over HTTPS (15691) too, with the same certificate; False: plain only
+    metrics: bool = True
 
     @classmethod
     def parse(cls, doc: Mapping[str, Any] | None) -> Tls | None:
@@ -98,7 +100,8 @@ class Tls:
                    verify_peer=bool(doc.get("verifyPeer", False)),
                    plain_listener=bool(doc.get("plainListener", True)),
                    operator_client_secret=doc.get("operatorClientSecret") or None,
-                   management=bool(doc.get("management", True)))
+                   management=bool(doc.get("management", True)),
+                   metrics=bool(doc.get("metrics", True)))
 
     @property
     def ca_source(self) -> str:
@@ -279,6 +282,12 @@ class BrokerModel:
     def management_tls(self) -> bool:
         """Whether the pods serve the management API over HTTPS (spec.tls.management)."""
         return self.tls is not None and self.tls.management
+
+    @property
+    def metrics_tls(self) -> bool:
+        """Whether the pods serve /metrics over HTTPS too (spec.tls.metrics), beside the plain
+        port, which the readinessProbe uses and a TLS-only Broker keeps."""
+        return self.tls is not None and self.tls.metrics
 
     @property
     def management_plain(self) -> bool:

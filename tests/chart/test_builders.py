@@ -330,6 +330,34 @@ def test_management_api_over_tls(tmp_path: Path, tls: dict[str, Any] | None, htt
     assert not any(p["name"].startswith("management") for p in headless)
 
 
+@pytest.mark.parametrize(("tls", "https"), [
+    pytest.param(None, None, id="no TLS: HTTP on 15692 only"),
+    pytest.param({}, 15691, id="TLS beside plain: HTTPS on 15691 beside HTTP"),
+    pytest.param({"plainListener": False}, 15691,
+                 id="TLS only: HTTPS beside HTTP, which the readinessProbe keeps"),
+    pytest.param({"metrics": False}, None, id="switched off: HTTP only, as before"),
+])
+def test_metrics_over_tls(tmp_path: Path, tls: dict[str, Any] | None, https: int | None) -> None:
+    """spec.tls.metrics (default on): the broker's [listeners.metrics] as it loads it, the
+    container port metrics-tls and the headless Service's (where a ServiceMonitor scrapes);
+    the readinessProbe stays on the plain port, on no Service the client one."""
+    model = broker(tls={**TLS, **tls}) if tls is not None else broker()
+    cfg = load(_mounted(tmp_path, model, {"u": "p"}))
+    assert cfg.metrics is not None and (cfg.metrics.port, cfg.metrics.tls_port) == (15692, https)
+    assert model.metrics_tls is (https is not None)
+    manifests = {m["kind"] + "/" + m["metadata"]["name"]: m for m in build_all(model, 1, {})}
+    container = manifests["StatefulSet/events"]["spec"]["template"]["spec"]["containers"][0]
+    want = [("metrics", 15692)] + ([("metrics-tls", https)] if https else [])
+    assert [(p["name"], p["containerPort"]) for p in container["ports"]
+            if p["name"].startswith("metrics")] == want
+    assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "metrics"}
+    headless = manifests["Service/events-headless"]["spec"]["ports"]
+    assert [(p["name"], p["port"], p["targetPort"]) for p in headless
+            if p["name"].startswith("metrics")] == [(name, port, name) for name, port in want]
+    client = manifests["Service/events"]["spec"]["ports"]
+    assert not any(p["name"].startswith("metrics") for p in client)
+
+
 @pytest.mark.parametrize(("tls", "cafile", "verify", "plain"), [
     pytest.param({}, None, False, True, id="server side only"),
     pytest.param({"verifyPeer": True}, "/etc/streamlet/tls/ca.crt", True, True,

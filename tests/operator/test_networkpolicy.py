@@ -31,7 +31,7 @@ async def test_broker_gets_its_networkpolicy_and_loses_it_when_turned_off(
     assert [p["port"] for p in clients["ports"]] == [5600, 5551] and "from" not in clients
     assert own["from"][0] == {"podSelector": {"matchLabels": {
         "app.kubernetes.io/name": "streamlet-broker", "app.kubernetes.io/instance": "b"}}}
-    assert [p["port"] for p in metrics["ports"]] == [15692]
+    assert [p["port"] for p in metrics["ports"]] == [15692, 15691]  # HTTP and HTTPS
     assert [p["port"] for p in management["ports"]] == [15672, 15671]  # HTTP and HTTPS
     assert management["from"] == [{"podSelector": {}}]
 

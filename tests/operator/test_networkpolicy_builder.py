@@ -28,7 +28,8 @@ MONITORING = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "opera
 TLS = {"secretName": "events-tls"}
 
 # spec -> {port: sources} for (clients, own pods + operator + exports, metrics, management);
-# the management ports are 15672 unless "management_ports" says otherwise
+# the management ports are 15672 unless "management_ports" says otherwise, the metrics ports
+# 15692 unless "metrics_ports" does
 CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "defaults": ({}, {
         "clients": ([5552], ANYWHERE), "own": [5552],
@@ -37,22 +38,32 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "tls-beside-plain": ({"tls": TLS, "port": 6000}, {
         "clients": ([6000, 5551], ANYWHERE), "own": [6000, 5551],
         "metrics": EVERY_NAMESPACE, "management": OWN_NAMESPACE,
-        "management_ports": [15672, 15671]}),
+        "management_ports": [15672, 15671], "metrics_ports": [15692, 15691]}),
     "tls-only": ({"tls": {**TLS, "plainListener": False, "port": 7000}}, {
         "clients": ([7000], ANYWHERE), "own": [7000],
         "metrics": EVERY_NAMESPACE, "management": OWN_NAMESPACE,
-        "management_ports": [15671]}),
+        "management_ports": [15671], "metrics_ports": [15692, 15691]}),
     "tls-only-management-in-plain-http": (
         {"tls": {**TLS, "plainListener": False, "management": False},
          "networkPolicy": {"managementNamespaces": TEAM_A}}, {
             "clients": ([5551], ANYWHERE), "own": [5551],
             "metrics": EVERY_NAMESPACE, "management": [{"namespaceSelector": TEAM_A}],
-            "management_ports": [15672]}),
+            "management_ports": [15672], "metrics_ports": [15692, 15691]}),
+    "tls-metrics-in-plain-http-from-monitoring": (
+        {"tls": {**TLS, "metrics": False}, "networkPolicy": {"metricsNamespaces": MONITORING}}, {
+            "clients": ([5552, 5551], ANYWHERE), "own": [5552, 5551],
+            "metrics": [{"namespaceSelector": MONITORING}], "management": OWN_NAMESPACE,
+            "management_ports": [15672, 15671]}),
+    "tls-metrics-from-monitoring": (
+        {"tls": TLS, "networkPolicy": {"metricsNamespaces": MONITORING}}, {
+            "clients": ([5552, 5551], ANYWHERE), "own": [5552, 5551],
+            "metrics": [{"namespaceSelector": MONITORING}], "management": OWN_NAMESPACE,
+            "management_ports": [15672, 15671], "metrics_ports": [15692, 15691]}),
     "tls-management-from-selected-namespaces": (
         {"tls": TLS, "networkPolicy": {"managementNamespaces": TEAM_A}}, {
             "clients": ([5552, 5551], ANYWHERE), "own": [5552, 5551],
             "metrics": EVERY_NAMESPACE, "management": [{"namespaceSelector": TEAM_A}],
-            "management_ports": [15672, 15671]}),
+            "management_ports": [15672, 15671], "metrics_ports": [15692, 15691]}),
     "selected-namespaces": ({"networkPolicy": {
         "clientNamespaces": TEAM_A, "metricsNamespaces": MONITORING,
         "managementNamespaces": TEAM_A}}, {
@@ -89,7 +100,8 @@ def test_policy_per_spec(spec: dict[str, Any], want: dict[str, Any]) -> None:
     ports, sources = want["clients"]
     assert (_ports(clients), clients.get("from")) == (ports, sources)
     assert (_ports(own), own["from"]) == (want["own"], [SELF, EXPORTS, OPERATOR])
-    assert (_ports(metrics), metrics["from"]) == ([15692], want["metrics"])
+    assert (_ports(metrics), metrics["from"]) == (
+        want.get("metrics_ports", [15692]), want["metrics"])
     assert (_ports(management), management["from"]) == (
         want.get("management_ports", [15672]), want["management"])
 

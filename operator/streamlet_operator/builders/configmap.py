@@ -22,6 +22,9 @@ MANAGEMENT_TLS_PORT = 15671
 #: config's [server] host), scraped by the chart's PodMonitor or ServiceMonitor. Configured, so
 #: it is required: a pod that cannot serve it stops, rather than running never Ready.
 METRICS_PORT = 15692
+#: the same endpoint over HTTPS with the Broker's certificate (spec.tls.metrics), as
+#: RabbitMQ's Prometheus TLS port
+METRICS_TLS_PORT = 15691
 # Where the stream directory ConfigMap is mounted (builders/directory.py).
 DIRECTORY_FILE = f"/etc/streamlet/directory/{names.DIRECTORY_KEY}"
 
@@ -85,6 +88,7 @@ def render_config(broker: BrokerModel, pods: int | None = None) -> str:
         "",
         "[listeners.metrics]",
         f"port = {METRICS_PORT}",
+        *([f"tls_port = {METRICS_TLS_PORT}"] if broker.metrics_tls else []),
         "",
     ]
     for vhost in vhosts(broker):

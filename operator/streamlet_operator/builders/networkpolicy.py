@@ -2,10 +2,10 @@
 
 The stream ports (plain and TLS) from anywhere or from spec.networkPolicy.clientNamespaces;
 always from the Broker's own pods (replication runs over these ports), the operator's pods and
-the Broker's export jobs. Metrics from metricsNamespaces (default: every namespace), the
-management API (HTTP, HTTPS or both) from managementNamespaces (default: the Broker's own
-namespace). Nothing else
-reaches the pods; egress is not restricted. None when spec.networkPolicy.enabled is false.
+the Broker's export jobs. Metrics (HTTP, and HTTPS beside it with TLS) from metricsNamespaces
+(default: every namespace), the management API (HTTP, HTTPS or both) from managementNamespaces
+(default: the Broker's own namespace). Nothing else reaches the pods; egress is not
+restricted. None when spec.networkPolicy.enabled is false.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from .. import names
 from ..model import BrokerModel
 from .common import metadata
-from .configmap import MANAGEMENT_PORT, MANAGEMENT_TLS_PORT, METRICS_PORT
+from .configmap import MANAGEMENT_PORT, MANAGEMENT_TLS_PORT, METRICS_PORT, METRICS_TLS_PORT
 
 #: the labels of the operator's pods (the chart's Deployment) and of export jobs' pods
 OPERATOR_POD = {"app.kubernetes.io/name": "streamlet-operator"}
@@ -37,6 +37,11 @@ def management_ports(broker: BrokerModel) -> list[int]:
     """The management API's: plain HTTP, HTTPS, or both (BrokerModel.management_*)."""
     return ([MANAGEMENT_PORT] if broker.management_plain else []) + (
         [MANAGEMENT_TLS_PORT] if broker.management_tls else [])
+
+
+def metrics_ports(broker: BrokerModel) -> list[int]:
+    """The metrics endpoint's: plain HTTP, and HTTPS beside it (BrokerModel.metrics_tls)."""
+    return [METRICS_PORT] + ([METRICS_TLS_PORT] if broker.metrics_tls else [])
 
 
 def build_networkpolicy(broker: BrokerModel, operator_namespace: str | None = None
@@ -71,7 +76,7 @@ def build_networkpolicy(broker: BrokerModel, operator_namespace: str | None = No
             "ingress": [
                 clients,
                 {"ports": list(ports), "from": own},
-                {"ports": _tcp(METRICS_PORT), "from": [metrics_from]},
+                {"ports": _tcp(*metrics_ports(broker)), "from": [metrics_from]},
                 {"ports": _tcp(*management_ports(broker)), "from": [management_from]},
             ],
         },

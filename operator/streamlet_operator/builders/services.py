@@ -7,7 +7,7 @@ from typing import Any
 from .. import names
 from ..model import BrokerModel
 from .common import metadata
-from .configmap import MANAGEMENT_TLS_PORT, METRICS_PORT
+from .configmap import MANAGEMENT_TLS_PORT, METRICS_PORT, METRICS_TLS_PORT
 
 
 def _ports(broker: BrokerModel) -> list[dict[str, Any]]:
@@ -23,8 +23,11 @@ def _ports(broker: BrokerModel) -> list[dict[str, Any]]:
 def build_headless_service(broker: BrokerModel) -> dict[str, Any]:
     # The metrics port on the headless Service only: a ServiceMonitor scrapes each pod through
     # its endpoints; through the client Service a scrape would reach any one pod.
-    metrics = {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics",
-               "protocol": "TCP"}
+    metrics = [{"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics",
+                "protocol": "TCP"}]
+    if broker.metrics_tls:  # the same over HTTPS (spec.tls.metrics)
+        metrics.append({"name": "metrics-tls", "port": METRICS_TLS_PORT,
+                        "targetPort": "metrics-tls", "protocol": "TCP"})
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -35,7 +38,7 @@ def build_headless_service(broker: BrokerModel) -> dict[str, Any]:
             # reach it as soon as it starts listening.
             "publishNotReadyAddresses": True,
             "selector": names.selector(broker.name),
-            "ports": [*_ports(broker), metrics],
+            "ports": [*_ports(broker), *metrics],
         },
     }
 

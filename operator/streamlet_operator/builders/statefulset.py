@@ -15,6 +15,7 @@ from .configmap import (
     DATA_DIR,
     DIRECTORY_FILE,
     METRICS_PORT,
+    METRICS_TLS_PORT,
     TLS_CA_DIR,
     TLS_DIR,
     USERS_DIR,
@@ -82,6 +83,9 @@ def _container(broker: BrokerModel) -> dict[str, Any]:
     ports = [{"name": "stream", "containerPort": broker.port, "protocol": "TCP"}
              ] if broker.plain_listener else []
     ports.append({"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"})
+    if broker.metrics_tls:
+        ports.append({"name": "metrics-tls", "containerPort": METRICS_TLS_PORT,
+                      "protocol": "TCP"})
     mounts = [
         {"name": "data", "mountPath": DATA_DIR},
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
