@@ -67,7 +67,11 @@ DURATION = {"type": "string", "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d
 METADATA = _obj({"name": STRING, "namespace": STRING, "labels": LABELS}, ("name", "namespace"))
 SELECTOR = _obj({"matchLabels": LABELS})
 NAMESPACES = _obj({"any": {"type": "boolean"}, "matchNames": {"type": "array", "items": STRING}})
-ENDPOINT = _obj({"port": STRING, "path": STRING, "interval": DURATION}, ("port",))
+SECRET_KEY = _obj({"name": STRING, "key": STRING}, ("key",))
+SAFE_TLS = _obj({"ca": _obj({"secret": SECRET_KEY}), "serverName": STRING,
+                 "insecureSkipVerify": {"type": "boolean"}})
+ENDPOINT = _obj({"port": STRING, "path": STRING, "interval": DURATION,
+                 "scheme": {"enum": ["http", "https"]}, "tlsConfig": SAFE_TLS}, ("port",))
 RULE = _obj({"alert": STRING, "expr": STRING, "for": DURATION, "labels": LABELS,
              "annotations": LABELS}, ("alert", "expr"))
 
@@ -175,6 +179,9 @@ def test_lint_is_clean() -> None:
 
 
 @pytest.mark.parametrize("bad", [{"podMonitor": {"interval": "soon"}},
+                                 {"podMonitor": {"scheme": "tls"}},
+                                 {"serviceMonitor": {"tlsConfig": {"ca": "x"}}},
+                                 {"serviceMonitor": {"tlsConfig": {"caKey": ""}}},
                                  {"prometheusRule": {"diskFreeRatio": 2}},
                                  {"dashboard": {"enable": True}}])
 def test_values_schema_refuses(bad: dict[str, Any]) -> None:
@@ -214,6 +221,41 @@ def test_monitors_find_the_pods_and_services_the_operator_builds(
     assert cfg.metrics is not None and cfg.metrics.port == METRICS_PORT
     assert (cfg.metrics.host or cfg.host) == "0.0.0.0"
     assert names.selector("events").items() <= pod_labels.items()
+
+
+@pytest.mark.parametrize(("tls", "want"), [
+    pytest.param({"caSecret": "streamlet-ca", "serverName": "events.prod.svc"},
+                 {"ca": {"secret": {"name": "streamlet-ca", "key": "ca.crt"}},
+                  "serverName": "events.prod.svc", "insecureSkipVerify": False},
+                 id="the CA from a Secret, a name every certificate carries"),
+    pytest.param({"caSecret": "ca", "caKey": "tls-ca.pem"},
+                 {"ca": {"secret": {"name": "ca", "key": "tls-ca.pem"}},
+                  "insecureSkipVerify": False}, id="another key"),
+    pytest.param({"insecureSkipVerify": True}, {"insecureSkipVerify": True}, id="no check"),
+])
+def test_monitors_scrape_over_https(chart: helm_python.Chart, tls: dict[str, Any],
+                                    want: dict[str, Any]) -> None:
+    """scheme https: the port metrics-tls that a Broker with TLS has on its pods and headless
+    Service (spec.tls.metrics, on by default), with the tlsConfig asked for; http (the default)
+    keeps metrics and no tlsConfig."""
+    docs = render(chart, {"monitoring": {
+        "podMonitor": {"enabled": True, "scheme": "https", "tlsConfig": tls},
+        "serviceMonitor": {"enabled": True, "scheme": "https", "tlsConfig": tls}}})
+    built = {m["kind"] + "/" + m["metadata"]["name"]: m
+             for m in build_all(broker(tls={"secretName": "events-tls"}), 1, {})}
+    [container] = built["StatefulSet/events"]["spec"]["template"]["spec"]["containers"]
+    headless = built["Service/events-headless"]["spec"]["ports"]
+    for monitor, endpoints in (("PodMonitor", "podMetricsEndpoints"),
+                               ("ServiceMonitor", "endpoints")):
+        jsonschema.validate(docs[monitor], SCHEMAS[monitor], cls=jsonschema.Draft7Validator)
+        [endpoint] = docs[monitor]["spec"][endpoints]
+        assert (endpoint["port"], endpoint["scheme"], endpoint["tlsConfig"]) == (
+            "metrics-tls", "https", want)
+        assert endpoint["port"] in {p["name"] for p in container["ports"]}
+        assert endpoint["port"] in {p["name"] for p in headless}
+    plain = render(chart, {"monitoring": {"podMonitor": {"enabled": True}}})
+    [endpoint] = plain["PodMonitor"]["spec"]["podMetricsEndpoints"]
+    assert endpoint == {"port": "metrics", "path": "/metrics", "interval": "30s"}
 
 
 def test_the_alerts(chart: helm_python.Chart) -> None:
