@@ -316,6 +316,20 @@ def with_http_port(cfg: BrokerConfig, port: int | None) -> BrokerConfig:
     return replace(cfg, http=replace(cfg.http or HttpListener(), port=port, required=True))
 
 
+def _check_web_ports(cfg: BrokerConfig, name: str, port: int | None, tls_port: int | None,
+                     whose: str) -> None:
+    """[listeners.<name>]'s plain and HTTPS ports: each in range, HTTPS only with [tls],
+    the two apart."""
+    for key, value in (("port", port), ("tls_port", tls_port)):
+        if value is not None and not 0 < value < 65536:
+            raise ConfigError(f"listeners.{name}.{key} must be in 1..65535, got {value}")
+    if tls_port is not None and cfg.tls is None:
+        raise ConfigError(f"[listeners.{name}] tls_port needs a [tls] section (its "
+                          f"certificate is {whose})")
+    if tls_port is not None and port == tls_port:
+        raise ConfigError(f"[listeners.{name}] port and tls_port are both {port}")
+
+
 def _validate(cfg: BrokerConfig) -> None:
     if not 0 < cfg.port < 65536:
         raise ConfigError(f"port must be in 1..65535, got {cfg.port}")
@@ -366,23 +380,10 @@ def _validate(cfg: BrokerConfig) -> None:
         if protocol in listening:
             settings.check(cfg)
     if cfg.metrics is not None:
-        for key, port in (("port", cfg.metrics.port), ("tls_port", cfg.metrics.tls_port)):
-            if port is not None and not 0 < port < 65536:
-                raise ConfigError(f"listeners.metrics.{key} must be in 1..65535, got {port}")
-        if cfg.metrics.tls_port is not None and cfg.tls is None:
-            raise ConfigError("[listeners.metrics] tls_port needs a [tls] section (its "
-                              "certificate is the metrics endpoint's)")
-        if cfg.metrics.port == cfg.metrics.tls_port:
-            raise ConfigError(f"[listeners.metrics] port and tls_port are both {cfg.metrics.port}")
+        _check_web_ports(cfg, "metrics", cfg.metrics.port, cfg.metrics.tls_port,
+                         "the metrics endpoint's")
     if cfg.http is not None:
-        for key, port in (("port", cfg.http.port), ("tls_port", cfg.http.tls_port)):
-            if port is not None and not 0 < port < 65536:
-                raise ConfigError(f"listeners.http.{key} must be in 1..65535, got {port}")
-        if cfg.http.tls_port is not None and cfg.tls is None:
-            raise ConfigError("[listeners.http] tls_port needs a [tls] section (its certificate "
-                              "is the management API's)")
-        if cfg.http.tls_port is not None and cfg.http.port == cfg.http.tls_port:
-            raise ConfigError(f"[listeners.http] port and tls_port are both {cfg.http.port}")
+        _check_web_ports(cfg, "http", cfg.http.port, cfg.http.tls_port, "the management API's")
     if cfg.cluster_tls and cfg.tls is None:
         raise ConfigError("[cluster] tls = true needs a [tls] section: its certificate is what "
                           "this broker presents to the other brokers, its cafile what it checks "
